@@ -1,0 +1,45 @@
+//! The pack format: a standard ZIP64 archive whose members are STORED and page-aligned, plus
+//! loosefs's own fixed-record index stored as one extra member.
+//!
+//! Design: everything a mount needs is reachable in O(1) from the end of the file. The zip
+//! archive comment (the last bytes of the file) holds a fixed-size [`trailer`] pointing at the
+//! index member; the index is a 128-byte header followed by 64-byte records and a names blob
+//! ([`index`]), checked with one xxh3-64 hash and then used in place through a memory map, so
+//! mount time does not grow with the number of samples. Zip tools see an ordinary archive;
+//! loosefs never parses the central directory. The byte layout is documented in `docs/FORMAT.md`.
+
+pub mod index;
+pub mod jpeg;
+pub mod reader;
+pub mod trailer;
+pub mod writer;
+
+/// Name of the zip member holding the loosefs index. A root-level dot-file, so ImageFolder and
+/// DALI ignore it when the pack is extracted; the mount never shows it.
+pub const INDEX_MEMBER: &str = ".loosefs-index";
+
+/// Default alignment of every member's data, in bytes (one page).
+pub const DEFAULT_ALIGN: u32 = 4096;
+
+/// Largest alignment the zip writer supports (its alignment field is a `u16`).
+pub const MAX_ALIGN: u32 = 32768;
+
+/// Errors found while opening or checking a pack. Each names what is wrong; the pack path is
+/// added by the caller.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("not a loosefs pack: {0}")]
+    NotAPack(String),
+    #[error("unsupported index version {found} (this loosefs reads version {supported})")]
+    Version { found: u32, supported: u32 },
+    #[error(
+        "index checksum mismatch (stored {stored:016x}, computed {computed:016x}): the index is corrupted"
+    )]
+    Checksum { stored: u64, computed: u64 },
+    #[error("corrupted index: {0}")]
+    Corrupt(String),
+    #[error("truncated pack: {0}")]
+    Truncated(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}

@@ -1,0 +1,119 @@
+//! Opens a pack for serving: memory-maps the whole file, finds the index through the trailer,
+//! checks it (magic, version, checksum, bounds) and keeps it in place. Opening costs one hash
+//! pass over the index and no per-record parsing.
+
+use super::FormatError;
+use super::index::{IndexView, Record, Totals};
+use super::trailer::{TRAILER_LEN, Trailer};
+use memmap2::Mmap;
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// An open, validated pack.
+#[derive(Debug)]
+pub struct Pack {
+    path: PathBuf,
+    map: Mmap,
+    index: Range<usize>,
+    totals: Totals,
+}
+
+impl Pack {
+    /// Opens and validates the pack at `path`.
+    ///
+    /// Errors: I/O errors opening or mapping the file; [`FormatError::NotAPack`] when there is
+    /// no loosefs trailer (also what a truncated pack looks like); [`FormatError::Truncated`]
+    /// when the index or the data it points at lies past the end of the file;
+    /// [`FormatError::Version`], [`FormatError::Checksum`], [`FormatError::Corrupt`] from the
+    /// index.
+    pub fn open(path: &Path) -> Result<Pack, FormatError> {
+        let file = File::open(path)?;
+        let len = file.metadata()?.len();
+        if len == 0 {
+            return Err(FormatError::NotAPack("the file is empty".into()));
+        }
+        // SAFETY: the map is read-only and packs are immutable once written (`loosefs pack`
+        // renames a finished file into place). If another process truncates the file while it
+        // is mapped, reads past the new end fault; that is the documented contract of packs.
+        let map = unsafe { Mmap::map(&file)? };
+        let tail = &map[map.len().saturating_sub(4096)..];
+        let trailer = match Trailer::parse_tail(tail) {
+            Ok(t) => t,
+            Err(e) if map.starts_with(b"PK\x03\x04") => {
+                return Err(FormatError::NotAPack(format!(
+                    "a zip archive without a loosefs trailer at its end: truncated, or not written by `loosefs pack` ({e})"
+                )));
+            }
+            Err(e) => return Err(e),
+        };
+        if trailer.version != super::index::INDEX_VERSION {
+            return Err(FormatError::Version {
+                found: trailer.version,
+                supported: super::index::INDEX_VERSION,
+            });
+        }
+        let limit = len - (TRAILER_LEN as u64 + 22);
+        let end = trailer.index_offset.checked_add(trailer.index_len);
+        if end.is_none_or(|e| e > limit) {
+            return Err(FormatError::Truncated(format!(
+                "the index at {}+{} lies past the end of the archive data ({limit} bytes)",
+                trailer.index_offset, trailer.index_len
+            )));
+        }
+        let index =
+            trailer.index_offset as usize..(trailer.index_offset + trailer.index_len) as usize;
+        let totals = IndexView::parse(&map[index.clone()])?.totals();
+        if totals.data_end > trailer.index_offset {
+            return Err(FormatError::Truncated(format!(
+                "sample data reaches byte {} but the index starts at {}",
+                totals.data_end, trailer.index_offset
+            )));
+        }
+        Ok(Pack {
+            path: path.to_path_buf(),
+            map,
+            index,
+            totals,
+        })
+    }
+
+    /// Path the pack was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Size of the pack file in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    /// The index, in place.
+    pub fn index(&self) -> IndexView<'_> {
+        IndexView::from_validated(&self.map[self.index.clone()], self.totals)
+            .expect("index bounds were checked in Pack::open")
+    }
+
+    /// Totals from the index header.
+    pub fn totals(&self) -> Totals {
+        self.totals
+    }
+
+    /// The stored bytes of a file record, or `None` for a directory or a range outside the
+    /// sample data (only possible with a corrupted record).
+    pub fn data(&self, r: &Record) -> Option<&[u8]> {
+        if r.is_dir {
+            return None;
+        }
+        let end = r.data_off.checked_add(r.size)?;
+        if end > self.totals.data_end {
+            return None;
+        }
+        self.map.get(r.data_off as usize..end as usize)
+    }
+
+    /// The whole mapping (for read-ahead and residency checks).
+    pub fn map(&self) -> &Mmap {
+        &self.map
+    }
+}

@@ -1,0 +1,240 @@
+//! Writes a pack: a ZIP64 archive (via the `zip` crate) with every member STORED and its data
+//! aligned, members in the order they are added (the caller adds them in pack order), then the
+//! index member and the trailer comment.
+//!
+//! Data offsets for the index are taken from a position-tracking wrapper around the output
+//! file: right after `start_file` the stream position is where the member's data begins.
+
+use super::index::{self, Node, Record};
+use super::trailer::Trailer;
+use super::{FormatError, INDEX_MEMBER};
+use std::collections::HashMap;
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use zip::write::SimpleFileOptions;
+use zip::{CompressionMethod, ZipWriter};
+
+/// Metadata of a source entry, as recorded in the pack.
+#[derive(Debug, Clone, Copy)]
+pub struct EntryMeta {
+    /// Unix mode (type and permission bits).
+    pub mode: u32,
+    /// Modification time: seconds since the Unix epoch and nanoseconds.
+    pub mtime_sec: i64,
+    pub mtime_nsec: u32,
+}
+
+/// Node number of the root directory in a [`PackWriter`].
+pub const ROOT: usize = 0;
+
+/// Streams members into a new pack. Add directories before their contents, in pack order.
+pub struct PackWriter<W: Write + Seek> {
+    zip: ZipWriter<PosWriter<W>>,
+    pos: Arc<AtomicU64>,
+    align: u32,
+    nodes: Vec<Node>,
+    dir_paths: HashMap<usize, String>,
+}
+
+impl<W: Write + Seek> PackWriter<W> {
+    /// Starts a pack on `out` with member data aligned to `align` bytes (a power of two,
+    /// 1..=[`super::MAX_ALIGN`]). `root` gives the root directory's mode and mtime.
+    pub fn new(out: W, align: u32, root: EntryMeta) -> Result<Self, FormatError> {
+        if !align.is_power_of_two() || align > super::MAX_ALIGN {
+            return Err(FormatError::Corrupt(format!(
+                "alignment {align} is not a power of two between 1 and {}",
+                super::MAX_ALIGN
+            )));
+        }
+        let pos = Arc::new(AtomicU64::new(0));
+        let w = PosWriter {
+            inner: BufWriter::with_capacity(1 << 20, out),
+            pos: pos.clone(),
+        };
+        let root = Node {
+            parent: None,
+            name: Vec::new(),
+            record: record_for(root, true),
+        };
+        let mut dir_paths = HashMap::new();
+        dir_paths.insert(ROOT, String::new());
+        Ok(PackWriter {
+            zip: ZipWriter::new(w),
+            pos,
+            align,
+            nodes: vec![root],
+            dir_paths,
+        })
+    }
+
+    fn options(&self, meta: EntryMeta) -> SimpleFileOptions {
+        let mut o = SimpleFileOptions::default()
+            .compression_method(CompressionMethod::Stored)
+            .unix_permissions(meta.mode & 0o7777)
+            .with_alignment(self.align as u16)
+            .large_file(false);
+        if let Some(t) = dos_time(meta.mtime_sec) {
+            o = o.last_modified_time(t);
+        }
+        o
+    }
+
+    fn member_path(&self, parent: usize, name: &str) -> Result<String, FormatError> {
+        let base = self
+            .dir_paths
+            .get(&parent)
+            .ok_or_else(|| FormatError::Corrupt(format!("node {parent} is not a directory")))?;
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Err(FormatError::Corrupt(format!(
+                "invalid member name {name:?}"
+            )));
+        }
+        Ok(if base.is_empty() {
+            name.to_string()
+        } else {
+            format!("{base}/{name}")
+        })
+    }
+
+    /// Adds directory `name` under directory node `parent`; returns its node number.
+    pub fn add_dir(
+        &mut self,
+        parent: usize,
+        name: &str,
+        meta: EntryMeta,
+    ) -> Result<usize, FormatError> {
+        let path = self.member_path(parent, name)?;
+        // Directories have no data: no alignment padding for them.
+        let opts = self.options(meta).with_alignment(1);
+        self.zip
+            .add_directory(format!("{path}/"), opts)
+            .map_err(zip_err)?;
+        let id = self.nodes.len();
+        self.nodes.push(Node {
+            parent: Some(parent),
+            name: name.as_bytes().to_vec(),
+            record: record_for(meta, true),
+        });
+        self.dir_paths.insert(id, path);
+        Ok(id)
+    }
+
+    /// Adds file `name` under directory node `parent` with contents `data`. `crc32` is the
+    /// CRC-32 of `data` (the caller computes it off the writing thread) and `jpeg` its header
+    /// probe. Returns the node number.
+    pub fn add_file(
+        &mut self,
+        parent: usize,
+        name: &str,
+        meta: EntryMeta,
+        data: &[u8],
+        crc32: u32,
+        jpeg: Option<super::jpeg::JpegInfo>,
+    ) -> Result<usize, FormatError> {
+        let path = self.member_path(parent, name)?;
+        let opts = self
+            .options(meta)
+            .large_file(data.len() as u64 >= u32::MAX as u64);
+        self.zip.start_file(path, opts).map_err(zip_err)?;
+        let data_off = self.pos.load(Ordering::Relaxed);
+        self.zip.write_all(data)?;
+        let mut record = record_for(meta, false);
+        record.data_off = data_off;
+        record.size = data.len() as u64;
+        record.crc32 = crc32;
+        if let Some(j) = jpeg {
+            (record.width, record.height, record.components) = (j.width, j.height, j.components);
+        }
+        let id = self.nodes.len();
+        self.nodes.push(Node {
+            parent: Some(parent),
+            name: name.as_bytes().to_vec(),
+            record,
+        });
+        Ok(id)
+    }
+
+    /// Number of nodes added so far, root included.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Always false: the root exists from the start.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Writes the index member and the trailer, finishes the archive and returns the output
+    /// (flushed, not synced).
+    pub fn finish(mut self) -> Result<W, FormatError> {
+        let index = index::build(&self.nodes, self.align)?;
+        let meta = EntryMeta {
+            mode: 0o100444,
+            mtime_sec: self.nodes[ROOT].record.mtime_sec,
+            mtime_nsec: 0,
+        };
+        let opts = self.options(meta).large_file(false);
+        self.zip.start_file(INDEX_MEMBER, opts).map_err(zip_err)?;
+        let index_offset = self.pos.load(Ordering::Relaxed);
+        self.zip.write_all(&index)?;
+        let trailer = Trailer {
+            version: index::INDEX_VERSION,
+            index_offset,
+            index_len: index.len() as u64,
+        };
+        self.zip.set_comment(trailer.encode());
+        let w = self.zip.finish().map_err(zip_err)?;
+        w.inner
+            .into_inner()
+            .map_err(|e| FormatError::Io(e.into_error()))
+    }
+}
+
+fn record_for(meta: EntryMeta, is_dir: bool) -> Record {
+    Record {
+        is_dir,
+        mode: meta.mode,
+        mtime_sec: meta.mtime_sec,
+        mtime_nsec: meta.mtime_nsec,
+        ..Record::default()
+    }
+}
+
+fn zip_err(e: zip::result::ZipError) -> FormatError {
+    match e {
+        zip::result::ZipError::Io(e) => FormatError::Io(e),
+        other => FormatError::Corrupt(format!("zip writer: {other}")),
+    }
+}
+
+/// MS-DOS timestamp (UTC) for a Unix time, `None` outside 1980..=2107 (zip keeps its default).
+fn dos_time(sec: i64) -> Option<zip::DateTime> {
+    let t = time::OffsetDateTime::from_unix_timestamp(sec).ok()?;
+    zip::DateTime::try_from(t).ok()
+}
+
+/// A writer that tracks its stream position in a shared counter.
+struct PosWriter<W: Write + Seek> {
+    inner: BufWriter<W>,
+    pos: Arc<AtomicU64>,
+}
+
+impl<W: Write + Seek> Write for PosWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.pos.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl<W: Write + Seek> Seek for PosWriter<W> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let p = self.inner.seek(to)?;
+        self.pos.store(p, Ordering::Relaxed);
+        Ok(p)
+    }
+}

@@ -1,0 +1,199 @@
+//! The FUSE adaptor: translates fuser 0.18 calls into [`Namespace`] calls and back. No
+//! filesystem logic lives here.
+//!
+//! Kernel settings chosen in `init` and replies (see `../shared/research/rust-fuse.md`):
+//! `FUSE_PARALLEL_DIROPS` (no per-directory lock on lookups), long entry/attr TTLs (the pack is
+//! immutable), negative lookups answered as ino-0 entries so the kernel caches them, opens
+//! answered with `FOPEN_KEEP_CACHE` so the page cache survives reopen, opendir with
+//! `FOPEN_CACHE_DIR`, and `max_write` left at its default so reads can be up to `max_pages`.
+
+use crate::format::index::Kind;
+use crate::namespace::{Attr, FsError, Namespace};
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry,
+    ReplyOpen, ReplyStatfs, Request,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long the kernel may cache entries and attributes (the pack never changes while mounted).
+pub const TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// A [`Namespace`] served over FUSE.
+pub struct LooseFs {
+    ns: Namespace,
+    uid: u32,
+    gid: u32,
+}
+
+impl LooseFs {
+    /// Serves `ns`; files appear owned by `uid`/`gid`.
+    pub fn new(ns: Namespace, uid: u32, gid: u32) -> LooseFs {
+        LooseFs { ns, uid, gid }
+    }
+
+    fn file_attr(&self, a: &Attr) -> FileAttr {
+        let mtime = if a.mtime_sec >= 0 {
+            UNIX_EPOCH + Duration::new(a.mtime_sec as u64, a.mtime_nsec)
+        } else {
+            UNIX_EPOCH - Duration::from_secs(a.mtime_sec.unsigned_abs())
+        };
+        FileAttr {
+            ino: INodeNo(a.ino),
+            size: a.size,
+            blocks: a.blocks,
+            atime: mtime,
+            mtime,
+            ctime: mtime,
+            crtime: mtime,
+            kind: file_type(a.kind),
+            perm: a.perm,
+            nlink: a.nlink,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            blksize: a.blksize,
+            flags: 0,
+        }
+    }
+
+    fn fail(&self, op: &str, ino: u64, e: &FsError) -> Errno {
+        match e {
+            FsError::NotFound => Errno::ENOENT,
+            FsError::NotDir => Errno::ENOTDIR,
+            FsError::IsDir => Errno::EISDIR,
+            FsError::Corrupt(why) => {
+                log::error!("{op} {}: {why}; answering EIO", self.ns.path_of(ino));
+                Errno::EIO
+            }
+        }
+    }
+}
+
+fn file_type(k: Kind) -> FileType {
+    match k {
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+    }
+}
+
+/// Attributes of a cached negative entry (inode 0).
+fn negative_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
+impl Filesystem for LooseFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS) {
+            log::warn!(
+                "kernel does not offer {missing:?}; lookups in one directory are serialised"
+            );
+        }
+        let _ = config.set_max_background(64);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.ns.lookup(parent.0, name.as_bytes()) {
+            Ok(a) => reply.entry(&TTL, &self.file_attr(&a), Generation(0)),
+            // An entry with inode 0 is a negative entry the kernel caches for TTL.
+            Err(FsError::NotFound) => reply.entry(&TTL, &negative_attr(), Generation(0)),
+            Err(e) => reply.error(self.fail("lookup", parent.0, &e)),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.ns.getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &self.file_attr(&a)),
+            Err(e) => reply.error(self.fail("getattr", ino.0, &e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            return reply.error(Errno::EROFS);
+        }
+        match self.ns.getattr(ino.0) {
+            Ok(a) if a.kind == Kind::Dir => reply.error(Errno::EISDIR),
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(self.fail("open", ino.0, &e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.ns.read(ino.0, offset, size) {
+            Ok(bytes) => reply.data(bytes),
+            Err(e) => reply.error(self.fail("read", ino.0, &e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.ns.getattr(ino.0) {
+            Ok(a) if a.kind == Kind::Dir => reply.opened(
+                FileHandle(0),
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Ok(_) => reply.error(Errno::ENOTDIR),
+            Err(e) => reply.error(self.fail("opendir", ino.0, &e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.ns.readdir(ino.0, offset) {
+            Ok(entries) => {
+                for e in entries {
+                    if reply.add(
+                        INodeNo(e.ino),
+                        e.next_offset,
+                        file_type(e.kind),
+                        OsStr::from_bytes(e.name),
+                    ) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(self.fail("readdir", ino.0, &e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.ns.statfs();
+        reply.statfs(s.blocks, 0, 0, s.files, 0, s.bsize, s.namelen, s.bsize);
+    }
+}

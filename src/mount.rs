@@ -1,0 +1,297 @@
+//! Mount lifecycle: checks on the mountpoint, the background daemon, readiness, signals and
+//! unmounting.
+//!
+//! `loosefs mount` without `--foreground` re-executes itself with `--foreground` in a new
+//! process group and waits on a pipe: the daemon writes `ready` once the kernel has completed
+//! the FUSE handshake, so the command returns only when the mount answers, like `mount(8)`.
+//! Startup errors reach the caller's stderr and exit code. The daemon unmounts on
+//! SIGINT/SIGTERM/SIGHUP and exits when the filesystem is unmounted from outside (`umount`,
+//! `fusermount3 -u`, `loosefs umount`).
+
+use crate::format::reader::Pack;
+use crate::fuse::LooseFs;
+use crate::namespace::Namespace;
+use anyhow::{Context, Result, bail};
+use fuser::{Config, MountOption, Session, SessionACL};
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Environment variable carrying the readiness pipe's fd from the launcher to the daemon.
+const READY_FD_ENV: &str = "LOOSEFS_READY_FD";
+
+/// Options of `loosefs mount`.
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    /// Stay in the foreground (do not daemonise).
+    pub foreground: bool,
+    /// FUSE event-loop threads.
+    pub threads: usize,
+    /// Kernel read-ahead for the mount's backing device info, KiB (0 = leave the default).
+    pub read_ahead_kb: u32,
+    /// Where the background daemon writes its log (default: discarded).
+    pub log: Option<PathBuf>,
+}
+
+/// State of a path that is about to become a mountpoint.
+fn check_mountpoint(mnt: &Path) -> Result<PathBuf> {
+    match std::fs::metadata(mnt) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => bail!("mountpoint {} is not a directory", mnt.display()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
+            "mountpoint {} is a stale FUSE mount (Transport endpoint is not connected): the daemon that served it has died.\n\
+             Fix: `loosefs umount {0}` (or `umount -l {0}` / `fusermount3 -uz {0}`), then mount again.",
+            mnt.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!(
+                "mountpoint {} does not exist (create it with `mkdir -p {0}`)",
+                mnt.display()
+            )
+        }
+        Err(e) => bail!("cannot use mountpoint {}: {e}", mnt.display()),
+    }
+    let abs =
+        std::fs::canonicalize(mnt).with_context(|| format!("cannot resolve {}", mnt.display()))?;
+    if let Some(fstype) = mount_fstype(&abs) {
+        bail!(
+            "{} is already a mount point ({fstype}); unmount it first",
+            mnt.display()
+        );
+    }
+    Ok(abs)
+}
+
+/// The filesystem type of the mount at exactly `path`, from /proc/self/mountinfo.
+pub fn mount_fstype(path: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = path.to_str()?;
+    info.lines().rev().find_map(|line| {
+        let f: Vec<&str> = line.split(' ').collect();
+        let sep = f.iter().position(|&x| x == "-")?;
+        (unescape_mountinfo(f.get(4)?) == want).then(|| f.get(sep + 1).map(|s| s.to_string()))?
+    })
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, etc.).
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `loosefs mount`: validates the pack and the mountpoint, then serves in the foreground or
+/// launches the daemon and waits until the mount is ready.
+pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountOptions) -> Result<()> {
+    let pack =
+        Pack::open(pack_path).with_context(|| format!("cannot mount {}", pack_path.display()))?;
+    let mnt_abs = check_mountpoint(mnt)?;
+    if opts.foreground {
+        let ready = std::env::var(READY_FD_ENV)
+            .ok()
+            .and_then(|v| v.parse::<i32>().ok());
+        // SAFETY: the launcher passed this fd number for the write end of a pipe it created
+        // for us, and nothing else in this process owns it.
+        let ready = ready.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+        return serve(pack, &mnt_abs, opts, ready);
+    }
+    launch(pack_path, mnt, opts)
+}
+
+fn launch(pack_path: &Path, mnt: &Path, opts: &MountOptions) -> Result<()> {
+    let (rx, tx) = nix::unistd::pipe().context("cannot create a pipe")?;
+    nix::fcntl::fcntl(
+        &rx,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    )?;
+    let exe = std::env::current_exe().context("cannot find the loosefs executable")?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("mount").arg(pack_path).arg(mnt).arg("--foreground");
+    cmd.arg("--threads").arg(opts.threads.to_string());
+    cmd.arg("--read-ahead-kb")
+        .arg(opts.read_ahead_kb.to_string());
+    if let Some(log) = &opts.log {
+        cmd.arg("--log").arg(log);
+    }
+    cmd.env(READY_FD_ENV, tx.as_raw_fd().to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .process_group(0);
+    use std::os::unix::process::CommandExt;
+    let mut child = cmd.spawn().context("cannot start the loosefs daemon")?;
+    drop(tx);
+    let mut msg = String::new();
+    let _ = std::fs::File::from(rx).read_to_string(&mut msg);
+    if msg.trim() == "ready" {
+        let log = opts
+            .log
+            .as_ref()
+            .map_or("discarded (use --log FILE)".to_string(), |p| {
+                p.display().to_string()
+            });
+        eprintln!(
+            "loosefs: mounted {} at {} (daemon pid {}, log {log})",
+            pack_path.display(),
+            mnt.display(),
+            child.id()
+        );
+        return Ok(());
+    }
+    let status = child.wait()?;
+    bail!("the loosefs daemon failed to mount ({status}); see its message above")
+}
+
+/// Serves the pack until unmounted or signalled. `ready` (if any) receives `ready\n` once the
+/// mount answers.
+fn serve(pack: Pack, mnt: &Path, opts: &MountOptions, ready: Option<OwnedFd>) -> Result<()> {
+    let euid = nix::unistd::geteuid();
+    let meta = std::fs::metadata(pack.path())?;
+    use std::os::unix::fs::MetadataExt;
+    let name: String = pack
+        .path()
+        .file_name()
+        .map(|n| {
+            n.to_string_lossy()
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let fs = LooseFs::new(Namespace::new(pack), meta.uid(), meta.gid());
+    let mut cfg = Config::default();
+    cfg.mount_options = vec![
+        MountOption::RO,
+        MountOption::NoAtime,
+        MountOption::DefaultPermissions,
+        MountOption::FSName(format!("loosefs:{name}")),
+        MountOption::Subtype("loosefs".into()),
+    ];
+    cfg.acl = if euid.is_root() {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    cfg.n_threads = Some(opts.threads.max(1));
+    cfg.clone_fd = true;
+    let session = Session::new(fs, mnt, &cfg)
+        .with_context(|| format!("cannot mount at {}", mnt.display()))?;
+    let bg = session.spawn()?;
+    if opts.read_ahead_kb > 0 {
+        if let Err(e) = set_read_ahead(mnt, opts.read_ahead_kb) {
+            log::warn!("cannot set read_ahead_kb for {}: {e}", mnt.display());
+        }
+    }
+    let signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ])?;
+    if let Some(fd) = ready {
+        let mut f = std::fs::File::from(fd);
+        let _ = f.write_all(b"ready\n");
+        drop(f);
+        redirect_stderr(opts.log.as_deref())?;
+    }
+    log::info!("serving {} at {}", mnt.display(), mnt.display());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let signals_handle = signals.handle();
+    std::thread::spawn(move || {
+        let mut signals = signals;
+        if let Some(sig) = signals.forever().next() {
+            let _ = tx.send(sig);
+        }
+    });
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(sig) => {
+                log::info!("signal {sig}: unmounting {}", mnt.display());
+                if let Err(e) = unmount(mnt, true) {
+                    log::error!("{e:#}");
+                }
+                break;
+            }
+            Err(_) if bg.guard.is_finished() => break,
+            Err(_) => {}
+        }
+    }
+    signals_handle.close();
+    match bg.join() {
+        Ok(()) => log::info!("unmounted {}", mnt.display()),
+        Err(e) => log::warn!("session ended with {e}"),
+    }
+    Ok(())
+}
+
+/// Raises the kernel read-ahead of the mount's bdi (`/sys/class/bdi/MAJ:MIN/read_ahead_kb`).
+fn set_read_ahead(mnt: &Path, kb: u32) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(mnt)?.dev();
+    let path = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    std::fs::write(&path, kb.to_string()).with_context(|| format!("cannot write {path}"))?;
+    Ok(())
+}
+
+fn redirect_stderr(log: Option<&Path>) -> Result<()> {
+    let target = match log {
+        Some(p) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .with_context(|| format!("cannot open log {}", p.display()))?,
+        None => std::fs::OpenOptions::new().write(true).open("/dev/null")?,
+    };
+    let mut stderr = std::io::stderr().lock();
+    let _ = stderr.flush();
+    nix::unistd::dup2_stderr(&target)?;
+    Ok(())
+}
+
+/// Unmounts `mnt`. A busy mount (open files, a cwd inside) is refused unless `lazy_if_busy`,
+/// which detaches it (it goes away when the last user leaves). Stale mounts left by a dead
+/// daemon are unmounted too.
+///
+/// Errors: `mnt` is not a mount point; busy without `lazy_if_busy`; permission denied.
+pub fn unmount(mnt: &Path, lazy_if_busy: bool) -> Result<()> {
+    use nix::mount::{MntFlags, umount2};
+    let abs = std::path::absolute(mnt)?;
+    if mount_fstype(&abs).is_none() {
+        bail!("{} is not a mount point", mnt.display());
+    }
+    match umount2(&abs, MntFlags::empty()) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EBUSY) if lazy_if_busy => {
+            log::warn!("{} is busy; detaching it lazily", mnt.display());
+            umount2(&abs, MntFlags::MNT_DETACH)
+                .with_context(|| format!("cannot detach {}", mnt.display()))
+        }
+        Err(nix::errno::Errno::EBUSY) => bail!(
+            "{} is busy (a process has a file open or its working directory there); close it, or use `loosefs umount --lazy`",
+            mnt.display()
+        ),
+        Err(e) => Err(e).with_context(|| format!("cannot unmount {}", mnt.display())),
+    }
+}

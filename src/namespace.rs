@@ -1,0 +1,240 @@
+//! The filesystem logic behind the mount, free of FUSE types so unit tests drive it directly:
+//! inode numbers, lookups, attributes, directory listings and checked reads over a [`Pack`].
+//!
+//! Inode `n` is index record `n - 1` (the root, record 0, is inode 1 as FUSE expects), so
+//! inodes are stable for the life of the pack and `forget` needs no bookkeeping. A sample's
+//! bytes are checked against their CRC-32 the first time they are served; a sample that fails
+//! answers [`FsError::Corrupt`] (EIO) every time and is never served.
+
+use crate::format::index::{Kind, Record};
+use crate::format::reader::Pack;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Inode number of the root directory.
+pub const ROOT_INO: u64 = 1;
+/// `st_blksize` reported for every file, in bytes. Python's `BufferedReader` sizes its buffer
+/// from it, so a large value lets `open(...).read()` and PIL fetch a sample in one request.
+pub const BLKSIZE: u32 = 128 * 1024;
+
+/// Why a request failed; the FUSE adaptor maps each to an errno.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FsError {
+    /// No such inode or name (ENOENT).
+    #[error("no such file or directory")]
+    NotFound,
+    /// A directory operation on a file (ENOTDIR).
+    #[error("not a directory")]
+    NotDir,
+    /// A file operation on a directory (EISDIR).
+    #[error("is a directory")]
+    IsDir,
+    /// Stored data failed its check or lies outside the pack (EIO). The string says why.
+    #[error("corrupt sample: {0}")]
+    Corrupt(String),
+}
+
+/// Attributes of an inode, in the units `stat(2)` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u64,
+    /// Size in bytes (directories: 4096).
+    pub size: u64,
+    /// Allocated 512-byte blocks, counted in whole 4 KiB pages as ext4 does.
+    pub blocks: u64,
+    pub mtime_sec: i64,
+    pub mtime_nsec: u32,
+    pub kind: Kind,
+    /// Permission bits (the source's, minus every write bit).
+    pub perm: u16,
+    /// Link count: 1 for files; 1 for directories too, the "subdirectory count unknown" value
+    /// (as btrfs reports), since counting subdirectories would cost O(children).
+    pub nlink: u32,
+    pub blksize: u32,
+}
+
+/// One directory entry as `readdir` returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry<'a> {
+    pub ino: u64,
+    /// Offset to pass to continue after this entry.
+    pub next_offset: u64,
+    pub kind: Kind,
+    pub name: &'a [u8],
+}
+
+/// Figures for `statfs(2)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsStats {
+    /// Pack size in 4 KiB blocks.
+    pub blocks: u64,
+    /// Number of inodes (files and directories).
+    pub files: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+}
+
+/// The namespace of one pack.
+#[derive(Debug)]
+pub struct Namespace {
+    pack: Pack,
+    /// One bit per record: set once the sample's CRC-32 has matched.
+    verified: Vec<AtomicU64>,
+}
+
+impl Namespace {
+    /// Wraps an opened pack. Allocates one bit per record (zeroed lazily by the allocator).
+    pub fn new(pack: Pack) -> Namespace {
+        let words = (pack.totals().records as usize).div_ceil(64);
+        let verified = std::iter::repeat_with(|| AtomicU64::new(0))
+            .take(words)
+            .collect();
+        Namespace { pack, verified }
+    }
+
+    /// The underlying pack.
+    pub fn pack(&self) -> &Pack {
+        &self.pack
+    }
+
+    fn record(&self, ino: u64) -> Result<Record, FsError> {
+        let i = ino
+            .checked_sub(1)
+            .and_then(|i| u32::try_from(i).ok())
+            .ok_or(FsError::NotFound)?;
+        self.pack.index().record(i).ok_or(FsError::NotFound)
+    }
+
+    fn attr_of(ino: u64, r: &Record) -> Attr {
+        let size = if r.is_dir { 4096 } else { r.size };
+        Attr {
+            ino,
+            size,
+            blocks: size.div_ceil(4096) * 8,
+            mtime_sec: r.mtime_sec,
+            mtime_nsec: r.mtime_nsec.min(999_999_999),
+            kind: r.kind(),
+            perm: (r.mode & 0o7555) as u16,
+            nlink: 1,
+            blksize: BLKSIZE,
+        }
+    }
+
+    /// Attributes of inode `ino`. Errors: [`FsError::NotFound`].
+    pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
+        Ok(Self::attr_of(ino, &self.record(ino)?))
+    }
+
+    /// Looks up `name` in directory `parent`. O(log children).
+    /// Errors: [`FsError::NotFound`], [`FsError::NotDir`].
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
+        let p = self.record(parent)?;
+        if !p.is_dir {
+            return Err(FsError::NotDir);
+        }
+        let ix = self.pack.index();
+        match name {
+            b"." => return Ok(Self::attr_of(parent, &p)),
+            b".." => return self.getattr(u64::from(p.parent) + 1),
+            _ => {}
+        }
+        let i = ix.find_child(&p, name).ok_or(FsError::NotFound)?;
+        let r = ix.record(i).ok_or(FsError::NotFound)?;
+        Ok(Self::attr_of(u64::from(i) + 1, &r))
+    }
+
+    /// Entries of directory `ino` starting at `offset` (0 = from the start): `.`, `..`, then the
+    /// children in name order. Errors: [`FsError::NotFound`], [`FsError::NotDir`].
+    pub fn readdir(
+        &self,
+        ino: u64,
+        offset: u64,
+    ) -> Result<impl Iterator<Item = DirEntry<'_>>, FsError> {
+        let r = self.record(ino)?;
+        if !r.is_dir {
+            return Err(FsError::NotDir);
+        }
+        let ix = self.pack.index();
+        let dots = [(ino, &b"."[..]), (u64::from(r.parent) + 1, &b".."[..])]
+            .into_iter()
+            .enumerate()
+            .map(|(k, (ino, name))| DirEntry {
+                ino,
+                next_offset: k as u64 + 1,
+                kind: Kind::Dir,
+                name,
+            });
+        let children = ix.children(&r).enumerate().filter_map(move |(k, i)| {
+            let c = ix.record(i)?;
+            Some(DirEntry {
+                ino: u64::from(i) + 1,
+                next_offset: k as u64 + 3,
+                kind: c.kind(),
+                name: ix.name(&c),
+            })
+        });
+        Ok(dots
+            .chain(children)
+            .skip(usize::try_from(offset).unwrap_or(usize::MAX)))
+    }
+
+    /// Up to `size` bytes of file `ino` from byte `offset` (empty at or past the end). The whole
+    /// sample is checked against its CRC-32 the first time any part of it is read.
+    /// Errors: [`FsError::NotFound`], [`FsError::IsDir`], [`FsError::Corrupt`].
+    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<&[u8], FsError> {
+        let r = self.record(ino)?;
+        if r.is_dir {
+            return Err(FsError::IsDir);
+        }
+        let data = self.pack.data(&r).ok_or_else(|| {
+            FsError::Corrupt(format!(
+                "data range {}+{} is outside the pack",
+                r.data_off, r.size
+            ))
+        })?;
+        self.check(ino, &r, data)?;
+        let start = offset.min(r.size) as usize;
+        let end = offset.saturating_add(u64::from(size)).min(r.size) as usize;
+        Ok(&data[start..end])
+    }
+
+    fn check(&self, ino: u64, r: &Record, data: &[u8]) -> Result<(), FsError> {
+        let i = (ino - 1) as usize;
+        let (word, bit) = (&self.verified[i / 64], 1u64 << (i % 64));
+        if word.load(Ordering::Relaxed) & bit != 0 {
+            return Ok(());
+        }
+        let crc = crc32fast::hash(data);
+        if crc != r.crc32 {
+            return Err(FsError::Corrupt(format!(
+                "CRC-32 {crc:08x} does not match the index ({:08x})",
+                r.crc32
+            )));
+        }
+        word.fetch_or(bit, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Path of inode `ino` from the mount root (for log messages), e.g. `n01440764/x.JPEG`.
+    pub fn path_of(&self, ino: u64) -> String {
+        let ix = self.pack.index();
+        let mut parts = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT_INO && parts.len() < 4096 {
+            let Ok(r) = self.record(cur) else { break };
+            parts.push(String::from_utf8_lossy(ix.name(&r)).into_owned());
+            cur = u64::from(r.parent) + 1;
+        }
+        parts.reverse();
+        parts.join("/")
+    }
+
+    /// Figures for `statfs`.
+    pub fn statfs(&self) -> FsStats {
+        FsStats {
+            blocks: self.pack.file_len().div_ceil(4096),
+            files: self.pack.totals().records,
+            bsize: 4096,
+            namelen: 255,
+        }
+    }
+}

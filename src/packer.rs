@@ -1,0 +1,335 @@
+//! `loosefs pack`: turns a directory tree into a pack.
+//!
+//! Design: walk the tree first (walkdir, entries sorted by name bytes, so depth-first order is
+//! the order ImageFolder and DALI iterate), then read file contents in parallel batches on a
+//! rayon pool (CRC-32 and JPEG header probe happen there too) while the calling thread writes
+//! the previous batch in order. The pack is written to a temp file beside OUT and renamed into
+//! place only when complete, so an interrupted or failed pack leaves nothing named OUT.
+
+use crate::format::jpeg::{self, JpegInfo};
+use crate::format::writer::{EntryMeta, PackWriter, ROOT};
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Options of `loosefs pack`.
+#[derive(Debug, Clone)]
+pub struct PackOptions {
+    /// Reader threads (0 = number of CPUs).
+    pub jobs: usize,
+    /// Alignment of member data in bytes (power of two, 1..=32768).
+    pub align: u32,
+    /// Follow symbolic links instead of skipping them.
+    pub follow_links: bool,
+    /// Replace OUT if it exists.
+    pub force: bool,
+    /// Show a progress bar (only drawn when stderr is a terminal).
+    pub progress: bool,
+}
+
+/// What `pack` did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PackReport {
+    pub files: u64,
+    pub dirs: u64,
+    /// Sum of sample sizes, bytes.
+    pub bytes: u64,
+    pub jpegs: u64,
+    /// Size of the pack file, bytes.
+    pub pack_bytes: u64,
+    /// Entries not packed, each with the reason (symlinks, special files, non-UTF-8 names).
+    pub skipped: Vec<(PathBuf, String)>,
+    /// Wall time, seconds.
+    pub seconds: f64,
+}
+
+enum ItemKind {
+    Dir,
+    File(u64),
+}
+
+struct Item {
+    path: PathBuf,
+    parent: Option<usize>, // index into items; None = root
+    name: String,
+    kind: ItemKind,
+    meta: EntryMeta,
+}
+
+fn entry_meta(m: &std::fs::Metadata) -> EntryMeta {
+    EntryMeta {
+        mode: m.mode(),
+        mtime_sec: m.mtime(),
+        mtime_nsec: m.mtime_nsec() as u32,
+    }
+}
+
+/// Walks `src`, returning the items in pack order (depth first, names sorted by bytes) and the
+/// skipped entries.
+fn walk(
+    src: &Path,
+    out: &Path,
+    follow_links: bool,
+) -> Result<(EntryMeta, Vec<Item>, Vec<(PathBuf, String)>)> {
+    let root_meta = std::fs::metadata(src)
+        .with_context(|| format!("cannot read source directory {}", src.display()))?;
+    if !root_meta.is_dir() {
+        bail!("source {} is not a directory", src.display());
+    }
+    let out_abs = std::path::absolute(out).unwrap_or_else(|_| out.to_path_buf());
+    let mut items: Vec<Item> = Vec::new();
+    let mut skipped = Vec::new();
+    // stack[d] = item index of the directory at depth d + 1 currently open.
+    let mut stack: Vec<usize> = Vec::new();
+    let mut it = walkdir::WalkDir::new(src)
+        .follow_links(follow_links)
+        .min_depth(1)
+        .sort_by(|a, b| a.file_name().cmp(b.file_name()))
+        .into_iter();
+    while let Some(entry) = it.next() {
+        let entry = entry.map_err(|e| {
+            let p = e
+                .path()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            anyhow::anyhow!("cannot read {p}: {e}")
+        })?;
+        let path = entry.path().to_path_buf();
+        stack.truncate(entry.depth() - 1);
+        let parent = stack.last().copied();
+        let ft = entry.file_type();
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            if ft.is_dir() {
+                it.skip_current_dir();
+            }
+            skipped.push((
+                path,
+                "file name is not UTF-8 (zip member names must be)".into(),
+            ));
+            continue;
+        };
+        if std::path::absolute(&path).is_ok_and(|p| p == out_abs) {
+            skipped.push((path, "this is the output pack itself".into()));
+            continue;
+        }
+        let meta = entry
+            .metadata()
+            .with_context(|| format!("cannot stat {}", path.display()))?;
+        if ft.is_dir() {
+            stack.push(items.len());
+            items.push(Item {
+                path,
+                parent,
+                name,
+                kind: ItemKind::Dir,
+                meta: entry_meta(&meta),
+            });
+        } else if ft.is_file() {
+            items.push(Item {
+                path,
+                parent,
+                name,
+                kind: ItemKind::File(meta.len()),
+                meta: entry_meta(&meta),
+            });
+        } else if ft.is_symlink() {
+            skipped.push((path, "symbolic link (use --follow-links to follow)".into()));
+        } else {
+            skipped.push((path, "special file (device, FIFO or socket)".into()));
+        }
+    }
+    Ok((entry_meta(&root_meta), items, skipped))
+}
+
+struct Loaded {
+    data: Vec<u8>,
+    crc: u32,
+    jpeg: Option<JpegInfo>,
+}
+
+/// Batches of item indices: up to 256 files or 64 MiB each, directories included in order.
+fn batches(items: &[Item]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes, mut files) = (0, 0u64, 0);
+    for (i, it) in items.iter().enumerate() {
+        if let ItemKind::File(n) = it.kind {
+            bytes += n;
+            files += 1;
+        }
+        if bytes >= 64 << 20 || files >= 256 {
+            out.push(start..i + 1);
+            (start, bytes, files) = (i + 1, 0, 0);
+        }
+    }
+    if start < items.len() {
+        out.push(start..items.len());
+    }
+    out
+}
+
+fn load(item: &Item) -> Result<Option<Loaded>> {
+    if !matches!(item.kind, ItemKind::File(_)) {
+        return Ok(None);
+    }
+    let data = std::fs::read(&item.path)
+        .with_context(|| format!("cannot read {}", item.path.display()))?;
+    let crc = crc32fast::hash(&data);
+    let jpeg = jpeg::probe(&data);
+    Ok(Some(Loaded { data, crc, jpeg }))
+}
+
+fn progress_bar(total: u64, enabled: bool) -> ProgressBar {
+    if !enabled || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed_precise} [{wide_bar}] {bytes}/{total_bytes} {binary_bytes_per_sec} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    pb.enable_steady_tick(Duration::from_millis(200));
+    pb
+}
+
+/// Packs directory `src` into a new pack at `out`.
+///
+/// Errors (each names the file): `src` missing, unreadable or not a directory; `out` existing
+/// without `force`; the directory of `out` missing; any read or write failure; an interrupt
+/// (SIGINT/SIGTERM). On error the temp file is removed and `out` is untouched.
+pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport> {
+    let t0 = Instant::now();
+    if !opts.force && std::fs::symlink_metadata(out).is_ok() {
+        bail!(
+            "{} already exists (use --force to replace it)",
+            out.display()
+        );
+    }
+    let out_dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !out_dir.is_dir() {
+        bail!(
+            "directory {} for the output pack does not exist",
+            out_dir.display()
+        );
+    }
+    let (root_meta, items, skipped) = walk(src, out, opts.follow_links)?;
+    for (p, why) in &skipped {
+        log::warn!("skipped {}: {why}", p.display());
+    }
+    let total: u64 = items
+        .iter()
+        .map(|i| if let ItemKind::File(n) = i.kind { n } else { 0 })
+        .sum();
+    let out_name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{out_name}."))
+        .suffix(".tmp")
+        .tempfile_in(&out_dir)
+        .with_context(|| format!("cannot create a temp file in {}", out_dir.display()))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.jobs)
+        .build()?;
+    let pb = progress_bar(total, opts.progress);
+    let file = tmp.as_file().try_clone()?;
+    let mut w = PackWriter::new(file, opts.align, root_meta)?;
+    let mut node_of = vec![0usize; items.len()];
+    let (mut files, mut dirs, mut bytes, mut jpegs) = (0u64, 0u64, 0u64, 0u64);
+    let plan = batches(&items);
+    std::thread::scope(|s| -> Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Option<Loaded>>>>(1);
+        let items = &items;
+        let stop_reader = stop.clone();
+        s.spawn(move || {
+            for range in plan {
+                if stop_reader.load(Ordering::Relaxed) {
+                    break;
+                }
+                let loaded: Result<Vec<_>> = pool.install(|| {
+                    use rayon::prelude::*;
+                    items[range].par_iter().map(load).collect()
+                });
+                if tx.send(loaded).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut next = 0usize;
+        for batch in rx {
+            for loaded in batch? {
+                let item = &items[next];
+                let parent = item.parent.map_or(ROOT, |p| node_of[p]);
+                node_of[next] = match loaded {
+                    None => {
+                        dirs += 1;
+                        w.add_dir(parent, &item.name, item.meta)
+                    }
+                    Some(l) => {
+                        files += 1;
+                        bytes += l.data.len() as u64;
+                        jpegs += u64::from(l.jpeg.is_some());
+                        pb.inc(l.data.len() as u64);
+                        w.add_file(parent, &item.name, item.meta, &l.data, l.crc, l.jpeg)
+                    }
+                }
+                .with_context(|| format!("cannot add {} to the pack", item.path.display()))?;
+                next += 1;
+            }
+            let secs = t0.elapsed().as_secs_f64().max(1e-9);
+            pb.set_message(format!(
+                "{files} files ({:.0} files/s)",
+                files as f64 / secs
+            ));
+            if stop.load(Ordering::Relaxed) {
+                bail!("interrupted; {} was not written", out.display());
+            }
+        }
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted; {} was not written", out.display());
+        }
+        Ok(())
+    })?;
+    let file = w
+        .finish()
+        .with_context(|| format!("cannot finish {}", out.display()))?;
+    file.sync_all()?;
+    drop(file);
+    let pack_bytes = tmp.as_file().metadata()?.len();
+    if opts.force {
+        tmp.persist(out)
+            .with_context(|| format!("cannot rename the finished pack to {}", out.display()))?;
+    } else {
+        tmp.persist_noclobber(out).with_context(|| {
+            format!(
+                "cannot rename the finished pack to {} (does it exist now?)",
+                out.display()
+            )
+        })?;
+    }
+    if let Ok(d) = std::fs::File::open(&out_dir) {
+        let _ = d.sync_all();
+    }
+    pb.finish_and_clear();
+    Ok(PackReport {
+        files,
+        dirs,
+        bytes,
+        jpegs,
+        pack_bytes,
+        skipped,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
