@@ -1,0 +1,65 @@
+"""Fixtures for the end-to-end loader tests: a source ImageFolder tree, its pack, and a real
+loosefs mount of it (root and /dev/fuse required, otherwise every test here is skipped)."""
+import os
+import pathlib
+import subprocess
+import tempfile
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SHARED = ROOT.parent / "shared" / "data" / "imagenet-sample"
+
+
+def loosefs_bin() -> str:
+    b = os.environ.get("LOOSEFS_BIN", str(ROOT / "target" / "release" / "loosefs"))
+    if not os.path.exists(b):
+        pytest.fail(f"loosefs binary {b} not built (run cargo build --release)")
+    return b
+
+
+def make_jpeg_tree(out: pathlib.Path) -> pathlib.Path:
+    """A small ImageFolder tree of real JPEGs encoded here by Pillow (colour and grayscale)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c in range(4):
+        d = out / f"class_{c:02d}"
+        d.mkdir(parents=True)
+        for k in range(6):
+            h, w = 120 + 17 * k, 160 + 9 * c
+            yy, xx = np.mgrid[0:h, 0:w]
+            img = np.stack([(xx * 255 // w), (yy * 255 // h), rng.integers(0, 255, (h, w))], -1).astype("uint8")
+            im = Image.fromarray(img)
+            if k == 5:
+                im = im.convert("L")
+            im.save(d / f"img_{k}.JPEG", quality=90)
+    return out
+
+
+@pytest.fixture(scope="session")
+def source(tmp_path_factory) -> pathlib.Path:
+    env = os.environ.get("LOOSEFS_DATA")
+    if env:
+        return pathlib.Path(env)
+    if SHARED.is_dir():
+        return SHARED
+    return make_jpeg_tree(tmp_path_factory.mktemp("src"))
+
+
+@pytest.fixture(scope="session")
+def mount(source, tmp_path_factory):
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("SKIPPED: mounting needs root and /dev/fuse")
+    work = tmp_path_factory.mktemp("mnt")
+    pack = work / "data.pack"
+    mnt = work / "mnt"
+    mnt.mkdir()
+    b = loosefs_bin()
+    subprocess.run([b, "pack", str(source), str(pack)], check=True)
+    subprocess.run([b, "mount", str(pack), str(mnt), "--log", str(work / "daemon.log")], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run([b, "umount", str(mnt)], check=True)

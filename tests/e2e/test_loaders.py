@@ -1,0 +1,71 @@
+"""Unmodified loaders over a loosefs mount must see exactly what they see on the original
+directory: torchvision ImageFolder (+ DataLoader) and NVIDIA DALI's readers.file (CPU)."""
+import os
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+from torchvision.transforms import v2 as T
+
+
+def rel(samples, root):
+    return [(os.path.relpath(p, root), y) for p, y in samples]
+
+
+def test_imagefolder_identical(source, mount):
+    a = torchvision.datasets.ImageFolder(str(source))
+    b = torchvision.datasets.ImageFolder(str(mount))
+    assert b.classes == a.classes
+    assert b.class_to_idx == a.class_to_idx
+    assert rel(b.samples, mount) == rel(a.samples, source)
+    assert len(b) == len(a) > 0
+    to_tensor = T.Compose([T.ToImage(), T.ToDtype(torch.uint8)])
+    for i in range(len(a)):
+        (xa, ya), (xb, yb) = a[i], b[i]
+        assert ya == yb
+        ta, tb = to_tensor(xa), to_tensor(xb)
+        assert ta.shape == tb.shape and torch.equal(ta, tb), a.samples[i][0]
+
+
+def test_dataloader_shuffled_epoch(mount):
+    tf = T.Compose([T.ToImage(), T.RandomResizedCrop(224, antialias=True), T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)])
+    ds = torchvision.datasets.ImageFolder(str(mount), transform=tf)
+    dl = torch.utils.data.DataLoader(ds, batch_size=32, shuffle=True, num_workers=2)
+    seen = 0
+    labels = []
+    for x, y in dl:
+        assert x.shape[1:] == (3, 224, 224)
+        seen += x.shape[0]
+        labels.append(y)
+    assert seen == len(ds)
+    assert sorted(torch.cat(labels).tolist()) == sorted(t for _, t in ds.samples)
+
+
+def dali_epoch(root):
+    from nvidia.dali import fn, pipeline_def, types
+
+    @pipeline_def(batch_size=25, num_threads=2, device_id=None)
+    def pipe():
+        jpegs, labels = fn.readers.file(file_root=str(root), random_shuffle=False, name="r")
+        return fn.decoders.image(jpegs, device="cpu", output_type=types.RGB), labels
+
+    p = pipe()
+    p.build()
+    n = p.epoch_size("r")
+    images, labels = [], []
+    while len(labels) < n:
+        im, lb = p.run()
+        for k in range(len(lb)):
+            images.append(np.array(im.at(k)))
+            labels.append(int(np.array(lb.at(k)).reshape(-1)[0]))
+    return images[:n], labels[:n]
+
+
+def test_dali_readers_file_identical(source, mount):
+    pytest.importorskip("nvidia.dali")
+    ia, la = dali_epoch(source)
+    ib, lb = dali_epoch(mount)
+    assert la == lb and len(la) > 0
+    for k, (a, b) in enumerate(zip(ia, ib)):
+        assert a.shape == b.shape and np.array_equal(a, b), f"sample {k}"
