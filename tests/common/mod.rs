@@ -1,0 +1,157 @@
+//! Shared helpers for the integration tests: the loosefs binary, a generated tree of real
+//! JPEGs, the real ImageNet sample when present, and mount helpers.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// Path of the built `loosefs` binary.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_loosefs")
+}
+
+/// Runs `loosefs ARGS`, returning its output.
+pub fn loosefs(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    let mut c = Command::new(bin());
+    for a in args {
+        c.arg(a);
+    }
+    c.output().expect("run loosefs")
+}
+
+/// The real ImageNet sample (`../shared/data/imagenet-sample`) when present.
+pub fn shared_sample() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/imagenet-sample");
+    p.is_dir().then_some(p)
+}
+
+/// Encodes a w×h JPEG (RGB gradient with noise, or grey) with the jpeg-encoder crate.
+pub fn encode_jpeg(w: u16, h: u16, grey: bool, seed: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    let enc = jpeg_encoder::Encoder::new(&mut out, 90);
+    let mut s = seed.wrapping_mul(2654435761).max(1);
+    let mut px = Vec::new();
+    for y in 0..h as u32 {
+        for x in 0..w as u32 {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            let r = (x * 255 / w as u32) as u8;
+            let g = (y * 255 / h as u32) as u8;
+            let b = (s & 0xff) as u8;
+            if grey {
+                px.push(r / 2 + g / 2);
+            } else {
+                px.extend_from_slice(&[r, g, b]);
+            }
+        }
+    }
+    let ct = if grey { jpeg_encoder::ColorType::Luma } else { jpeg_encoder::ColorType::Rgb };
+    enc.encode(&px, w, h, ct).expect("encode jpeg");
+    out
+}
+
+/// Writes a small ImageFolder-like tree of real JPEGs into `dir`: 3 classes, a grey sample, a
+/// non-JPEG file, a nested directory and an empty directory.
+pub fn make_tree(dir: &Path) {
+    for c in 0..3u32 {
+        let d = dir.join(format!("class_{c}"));
+        std::fs::create_dir_all(&d).unwrap();
+        for k in 0..4u32 {
+            let jpg = encode_jpeg(64 + 8 * k as u16, 48 + 4 * c as u16, k == 3, c * 10 + k);
+            std::fs::write(d.join(format!("img_{k}.JPEG")), jpg).unwrap();
+        }
+    }
+    std::fs::write(dir.join("class_0/notes.txt"), b"not an image\n").unwrap();
+    std::fs::create_dir_all(dir.join("class_1/nested/deeper")).unwrap();
+    std::fs::write(dir.join("class_1/nested/deeper/x.JPEG"), encode_jpeg(33, 17, false, 99)).unwrap();
+    std::fs::create_dir_all(dir.join("empty_class")).unwrap();
+}
+
+/// The tree the mount tests use: the real sample when present, else a generated one.
+pub fn dataset(tmp: &Path) -> PathBuf {
+    if let Some(p) = shared_sample() {
+        return p;
+    }
+    let d = tmp.join("generated");
+    make_tree(&d);
+    d
+}
+
+/// True when mounting can work here (root and /dev/fuse). Mount tests are `#[ignore]`d by
+/// default and run with `--include-ignored` by scripts/test.sh when this holds.
+pub fn can_mount() -> bool {
+    nix::unistd::geteuid().is_root() && Path::new("/dev/fuse").exists()
+}
+
+/// Panics loudly if mounting is impossible here (the test then fails instead of passing).
+pub fn require_mount() {
+    assert!(can_mount(), "this test mounts: it needs root and /dev/fuse");
+}
+
+/// A mounted pack; unmounts (lazily if needed) on drop.
+pub struct Mounted {
+    pub mnt: PathBuf,
+    pub pid: i32,
+    pub log: PathBuf,
+}
+
+/// Mounts `pack` at `mnt` (created) with `extra` args; returns the daemon pid.
+pub fn mount(pack: &Path, mnt: &Path, extra: &[&str]) -> Mounted {
+    std::fs::create_dir_all(mnt).unwrap();
+    let log = mnt.with_extension("log");
+    let out = Command::new(bin())
+        .arg("mount")
+        .arg(pack)
+        .arg(mnt)
+        .arg("--log")
+        .arg(&log)
+        .args(extra)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "mount failed: {err}");
+    let pid = err
+        .split("daemon pid ")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no daemon pid in {err:?}"));
+    Mounted { mnt: mnt.to_path_buf(), pid, log }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if is_mounted(&self.mnt) {
+            let _ = nix::mount::umount2(&self.mnt, nix::mount::MntFlags::MNT_DETACH);
+        }
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// Whether `mnt` is a mount point now (from /proc/self/mountinfo).
+pub fn is_mounted(mnt: &Path) -> bool {
+    let abs = std::fs::canonicalize(mnt.parent().unwrap()).unwrap().join(mnt.file_name().unwrap());
+    loosefs::mount::mount_fstype(&abs).is_some()
+}
+
+/// Whether process `pid` is alive (a zombie counts as exited).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits up to `secs` for `pid` to exit; true if it did.
+pub fn wait_exit(pid: i32, secs: u64) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(secs) {
+        if !alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}

@@ -1,0 +1,334 @@
+//! Pack format and `loosefs pack/info/verify` on real files, without mounting: round trip
+//! against the source, zip compatibility (zip crate, Python zipfile, unzip), corrupt inputs,
+//! and the namespace driven directly.
+
+mod common;
+
+use common::*;
+use loosefs::format::reader::Pack;
+use loosefs::format::{FormatError, INDEX_MEMBER};
+use loosefs::namespace::{FsError, Namespace, ROOT_INO};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn pack(src: &Path, out: &Path, extra: &[&str]) {
+    let o = Command::new(bin()).arg("pack").arg(src).arg(out).args(extra).output().unwrap();
+    assert!(o.status.success(), "pack failed: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn tree_and_pack(align: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    make_tree(&src);
+    let out = tmp.path().join("t.pack");
+    pack(&src, &out, &["--align", align]);
+    (tmp, src, out)
+}
+
+/// Relative paths of regular files under `root`, in walk order sorted by name at each level.
+fn source_files(root: &Path) -> Vec<String> {
+    walkdir::WalkDir::new(root)
+        .sort_by_file_name()
+        .into_iter()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().is_file())
+        .map(|e| e.path().strip_prefix(root).unwrap().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn pack_round_trips_every_file_and_index_field() {
+    for align in ["4096", "1"] {
+        let (_tmp, src, out) = tree_and_pack(align);
+        let p = Pack::open(&out).unwrap();
+        let files = loosefs::verify::file_paths(&p);
+        let names: Vec<String> = files.iter().map(|(n, _)| n.clone()).collect();
+        assert_eq!(names, source_files(&src), "pack order is the sorted walk order");
+        let ix = p.index();
+        let mut last_end = 0;
+        for (path, i) in &files {
+            let r = ix.record(*i).unwrap();
+            let s = std::fs::metadata(src.join(path)).unwrap();
+            let bytes = std::fs::read(src.join(path)).unwrap();
+            assert_eq!(p.data(&r).unwrap(), &bytes[..], "{path}");
+            assert_eq!((r.size, r.mode, r.mtime_sec, r.mtime_nsec as i64), (s.len(), s.mode(), s.mtime(), s.mtime_nsec()));
+            assert_eq!(r.crc32, crc32fast::hash(&bytes));
+            assert_eq!(r.data_off % align.parse::<u64>().unwrap(), 0, "{path} aligned");
+            assert!(r.data_off >= last_end, "data in pack order");
+            last_end = r.data_off + r.size;
+            if path.ends_with(".JPEG") {
+                let j = loosefs::format::jpeg::probe(&bytes).unwrap();
+                assert_eq!((r.width, r.height, r.components), (j.width, j.height, j.components));
+                assert!(r.components == 1 || r.components == 3);
+            } else {
+                assert_eq!(r.components, 0);
+            }
+        }
+        let t = p.totals();
+        assert_eq!((t.files, t.jpegs), (14, 13));
+        assert!(loosefs::verify::verify(&p, Some(&src)).unwrap().is_empty());
+    }
+}
+
+#[test]
+fn zip_tools_accept_the_pack_and_extract_the_source_tree() {
+    let (tmp, src, out) = tree_and_pack("4096");
+    // The zip crate: every member stored, aligned, offsets equal to the index.
+    let p = Pack::open(&out).unwrap();
+    let by_path: std::collections::HashMap<_, _> = loosefs::verify::file_paths(&p).into_iter().collect();
+    let mut z = zip::ZipArchive::new(std::fs::File::open(&out).unwrap()).unwrap();
+    let mut seen_index = false;
+    for k in 0..z.len() {
+        let f = z.by_index_raw(k).unwrap();
+        assert_eq!(f.compression(), zip::CompressionMethod::Stored);
+        if f.is_dir() {
+            continue;
+        }
+        if f.name() == INDEX_MEMBER {
+            seen_index = true;
+            continue;
+        }
+        let r = p.index().record(by_path[f.name()]).unwrap();
+        assert_eq!((f.data_start(), f.size(), f.crc32()), (r.data_off, r.size, r.crc32), "{}", f.name());
+    }
+    assert!(seen_index);
+    // Python's zipfile tests every CRC and extracts the source tree plus the one dot-file.
+    let ex = tmp.path().join("extracted");
+    let py = format!(
+        "import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); assert z.testzip() is None; z.extractall(sys.argv[2])"
+    );
+    let o = Command::new("python3").args(["-c", &py]).arg(&out).arg(&ex).output().unwrap();
+    assert!(o.status.success(), "python zipfile: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(ex.join(INDEX_MEMBER).is_file());
+    std::fs::remove_file(ex.join(INDEX_MEMBER)).unwrap();
+    assert_eq!(source_files(&ex), source_files(&src));
+    for f in source_files(&src) {
+        assert_eq!(std::fs::read(ex.join(&f)).unwrap(), std::fs::read(src.join(&f)).unwrap(), "{f}");
+    }
+    assert!(ex.join("empty_class").is_dir(), "empty directories are kept");
+    if Path::new("/usr/bin/unzip").exists() {
+        let o = Command::new("unzip").arg("-tq").arg(&out).output().unwrap();
+        assert!(o.status.success(), "unzip -t: {}", String::from_utf8_lossy(&o.stdout));
+    }
+}
+
+#[test]
+fn namespace_lookups_listings_and_reads() {
+    let (_tmp, src, out) = tree_and_pack("4096");
+    let ns = Namespace::new(Pack::open(&out).unwrap());
+    let names = |ino| -> Vec<String> {
+        ns.readdir(ino, 0).unwrap().map(|e| String::from_utf8_lossy(e.name).into_owned()).collect()
+    };
+    assert_eq!(names(ROOT_INO), [".", "..", "class_0", "class_1", "class_2", "empty_class"]);
+    assert!(!names(ROOT_INO).contains(&INDEX_MEMBER.to_string()), "the index is hidden");
+    assert_eq!(ns.lookup(ROOT_INO, INDEX_MEMBER.as_bytes()), Err(FsError::NotFound));
+    let c1 = ns.lookup(ROOT_INO, b"class_1").unwrap();
+    assert_eq!(names(c1.ino), [".", "..", "img_0.JPEG", "img_1.JPEG", "img_2.JPEG", "img_3.JPEG", "nested"]);
+    // readdir resumes at any offset.
+    let tail: Vec<_> = ns.readdir(c1.ino, 5).unwrap().map(|e| e.name.to_vec()).collect();
+    assert_eq!(tail, [b"img_3.JPEG".to_vec(), b"nested".to_vec()]);
+    assert_eq!(ns.readdir(c1.ino, 99).unwrap().count(), 0);
+    let nested = ns.lookup(c1.ino, b"nested").unwrap();
+    let deeper = ns.lookup(nested.ino, b"deeper").unwrap();
+    let x = ns.lookup(deeper.ino, b"x.JPEG").unwrap();
+    assert_eq!(ns.lookup(x.ino, b"y"), Err(FsError::NotDir));
+    assert_eq!(ns.lookup(deeper.ino, b"..").unwrap().ino, nested.ino);
+    assert_eq!(ns.path_of(x.ino), "class_1/nested/deeper/x.JPEG");
+    let bytes = std::fs::read(src.join("class_1/nested/deeper/x.JPEG")).unwrap();
+    assert_eq!(x.size, bytes.len() as u64);
+    assert_eq!(x.perm, (std::fs::metadata(src.join("class_1/nested/deeper/x.JPEG")).unwrap().permissions().mode() & 0o7555) as u16);
+    // Reads at every offset, short reads at the end, empty past the end.
+    for off in [0u64, 1, 100, x.size - 1, x.size, x.size + 10] {
+        let got = ns.read(x.ino, off, 4096).unwrap();
+        let lo = (off as usize).min(bytes.len());
+        assert_eq!(got, &bytes[lo..(lo + 4096).min(bytes.len())]);
+    }
+    assert_eq!(ns.read(deeper.ino, 0, 10), Err(FsError::IsDir));
+    assert_eq!(ns.getattr(0), Err(FsError::NotFound));
+    assert_eq!(ns.getattr(u64::MAX), Err(FsError::NotFound));
+    assert_eq!(ns.lookup(ROOT_INO, b"nope"), Err(FsError::NotFound));
+    assert!(ns.readdir(x.ino, 0).is_err());
+}
+
+/// Offset of the data of `rel` inside the pack at `out`.
+fn data_offset(out: &Path, rel: &str) -> u64 {
+    let p = Pack::open(out).unwrap();
+    let (_, i) = loosefs::verify::file_paths(&p).into_iter().find(|(n, _)| n == rel).unwrap();
+    p.index().record(i).unwrap().data_off
+}
+
+fn flip(path: &Path, at: u64) {
+    let mut b = std::fs::read(path).unwrap();
+    b[at as usize] ^= 0x55;
+    std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn corrupt_packs_are_refused_with_the_reason() {
+    let (tmp, _src, out) = tree_and_pack("4096");
+    let good = std::fs::read(&out).unwrap();
+    let bad = tmp.path().join("bad.pack");
+    let err = |bytes: &[u8]| -> FormatError {
+        std::fs::write(&bad, bytes).unwrap();
+        Pack::open(&bad).expect_err("a corrupt pack must be refused")
+    };
+    // Truncated anywhere: no trailer any more.
+    for cut in [1usize, 30, 100, good.len() / 2, good.len() - 8] {
+        let e = err(&good[..good.len() - cut]);
+        assert!(matches!(e, FormatError::NotAPack(_)), "cut {cut}: {e}");
+        assert!(e.to_string().contains("truncated"), "{e}");
+    }
+    assert!(matches!(err(&good[..1]), FormatError::NotAPack(_)));
+    assert!(matches!(err(b""), FormatError::NotAPack(_)));
+    assert!(matches!(err(b"hello, not a zip at all"), FormatError::NotAPack(_)));
+    // A flipped byte inside the index: checksum.
+    let p = Pack::open(&out).unwrap();
+    let ix_off = p.map().len() - 53 - 22; // rough: somewhere before the central directory
+    drop(p);
+    let trailer = loosefs::format::trailer::Trailer::parse_tail(&good).unwrap();
+    let mut b = good.clone();
+    b[(trailer.index_offset + 200) as usize] ^= 1;
+    assert!(matches!(err(&b), FormatError::Checksum { .. }));
+    // Bad magic.
+    let mut b = good.clone();
+    b[trailer.index_offset as usize] = b'X';
+    assert!(matches!(err(&b), FormatError::NotAPack(_)));
+    // Trailer pointing past the end.
+    let mut b = good.clone();
+    let t = loosefs::format::trailer::Trailer { index_offset: ix_off as u64 * 4, ..trailer };
+    let n = b.len();
+    b[n - 53..].copy_from_slice(t.encode().as_bytes());
+    assert!(matches!(err(&b), FormatError::Truncated(_)));
+    // A foreign zip (written by Python's zipfile) is not a loosefs pack.
+    let foreign = tmp.path().join("foreign.zip");
+    let py = "import zipfile,sys; z=zipfile.ZipFile(sys.argv[1],'w'); z.writestr('../evil.txt','x'); z.writestr('/abs.txt','y'); z.close()";
+    assert!(Command::new("python3").args(["-c", py]).arg(&foreign).status().unwrap().success());
+    let e = Pack::open(&foreign).unwrap_err();
+    assert!(e.to_string().contains("zip archive without a loosefs trailer"), "{e}");
+    // The CLI names the file and the reason, exit code 2.
+    let o = loosefs(&[&"info", &foreign]);
+    assert_eq!(o.status.code(), Some(2));
+    let msg = String::from_utf8_lossy(&o.stderr);
+    assert!(msg.contains("foreign.zip") && msg.contains("loosefs trailer"), "{msg}");
+}
+
+#[test]
+fn verify_names_each_mismatch() {
+    let (_tmp, src, out) = tree_and_pack("4096");
+    let o = loosefs(&[&"verify", &out, &"--against", &src]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    // Damage one sample's data in the pack and change another in the source.
+    flip(&out, data_offset(&out, "class_2/img_1.JPEG") + 10);
+    let changed = src.join("class_0/img_0.JPEG");
+    let mut b = std::fs::read(&changed).unwrap();
+    b[20] ^= 1;
+    std::fs::write(&changed, b).unwrap();
+    std::fs::write(src.join("class_0/new.JPEG"), encode_jpeg(8, 8, false, 1)).unwrap();
+    let o = loosefs(&[&"verify", &out, &"--against", &src]);
+    assert_eq!(o.status.code(), Some(1));
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(s.contains("class_2/img_1.JPEG: CRC-32"), "{s}");
+    assert!(s.contains("class_0/img_0.JPEG: differs"), "{s}");
+    assert!(s.contains("class_0/new.JPEG: in"), "{s}");
+    assert_eq!(s.lines().count(), 3, "{s}");
+}
+
+#[test]
+fn pack_refuses_bad_input_and_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    make_tree(&src);
+    let out = tmp.path().join("o.pack");
+    // Missing source.
+    let o = loosefs(&[&"pack", &tmp.path().join("missing"), &out]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("missing"));
+    assert!(!out.exists());
+    // Source is a file.
+    let o = loosefs(&[&"pack", &src.join("class_0/notes.txt"), &out]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a directory"));
+    // Output directory missing.
+    let o = loosefs(&[&"pack", &src, &tmp.path().join("no/such/dir/o.pack")]);
+    assert!(!o.status.success());
+    // OUT exists: refused and untouched unless --force.
+    std::fs::write(&out, b"precious").unwrap();
+    let o = loosefs(&[&"pack", &src, &out]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("already exists"));
+    assert_eq!(std::fs::read(&out).unwrap(), b"precious");
+    pack(&src, &out, &["--force"]);
+    assert!(Pack::open(&out).is_ok());
+    // Bad alignment.
+    let o = loosefs(&[&"pack", &src, &tmp.path().join("a.pack"), &"--align", &"3000"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("power of two"));
+    assert!(!tmp.path().join("a.pack").exists());
+    // No temp files left behind.
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".tmp")).collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn symlinks_and_special_files_are_reported_and_skipped_or_followed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    make_tree(&src);
+    std::os::unix::fs::symlink(src.join("class_0/img_0.JPEG"), src.join("class_2/link.JPEG")).unwrap();
+    nix::unistd::mkfifo(&src.join("class_2/fifo"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let out = tmp.path().join("s.pack");
+    let o = loosefs(&[&"pack", &src, &out]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("link.JPEG") && err.contains("symbolic link"), "{err}");
+    assert!(err.contains("fifo") && err.contains("special file"), "{err}");
+    let names: Vec<String> = loosefs::verify::file_paths(&Pack::open(&out).unwrap()).into_iter().map(|(n, _)| n).collect();
+    assert!(!names.iter().any(|n| n.contains("link") || n.contains("fifo")));
+    let out2 = tmp.path().join("f.pack");
+    let o = loosefs(&[&"pack", &src, &out2, &"--follow-links"]);
+    assert!(o.status.success());
+    let p = Pack::open(&out2).unwrap();
+    let (_, i) = loosefs::verify::file_paths(&p).into_iter().find(|(n, _)| n == "class_2/link.JPEG").expect("followed link packed");
+    assert_eq!(p.data(&p.index().record(i).unwrap()).unwrap(), &std::fs::read(src.join("class_0/img_0.JPEG")).unwrap()[..]);
+}
+
+#[test]
+fn interrupted_pack_leaves_nothing_named_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    // Enough data that the pack takes a while.
+    for c in 0..8 {
+        let d = src.join(format!("c{c}"));
+        std::fs::create_dir_all(&d).unwrap();
+        for k in 0..40 {
+            std::fs::write(d.join(format!("{k}.bin")), vec![(c * 40 + k) as u8; 1 << 20]).unwrap();
+        }
+    }
+    let out = tmp.path().join("big.pack");
+    let mut child = Command::new(bin()).arg("pack").arg(&src).arg(&out).arg("--jobs").arg("1").spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT);
+    let status = child.wait().unwrap();
+    if status.success() {
+        // Finished before the signal landed: then the pack must be complete.
+        assert!(Pack::open(&out).is_ok());
+        eprintln!("note: the pack finished before SIGINT arrived");
+    } else {
+        assert!(!out.exists(), "an interrupted pack must not leave {out:?}");
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".tmp")).collect();
+    assert!(leftovers.is_empty(), "temp files left: {leftovers:?}");
+}
+
+#[test]
+fn info_reports_counts() {
+    let (_tmp, _src, out) = tree_and_pack("4096");
+    let o = loosefs(&[&"info", &out, &"--json"]);
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["samples"], 14);
+    assert_eq!(v["jpeg_files"], 13);
+    assert_eq!(v["other_files"], 1);
+    assert_eq!(v["directories"], 7); // root, class_0..2, nested, deeper, empty_class
+    assert_eq!(v["alignment"], 4096);
+    assert_eq!(v["index_version"], 1);
+}
