@@ -197,7 +197,12 @@ fn run(cli: Cli) -> Result<i32> {
 }
 
 fn main() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    // fuser warns when the mount it tracks was already unmounted by us or by `umount`: noise.
+    env_logger::Builder::new()
+        .filter_level(log::LevelFilter::Warn)
+        .filter_module("fuser::mnt", log::LevelFilter::Error)
+        .parse_env("RUST_LOG")
+        .init();
     match run(Cli::parse()) {
         Ok(code) => std::process::exit(code),
         Err(e) => {

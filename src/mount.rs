@@ -39,11 +39,9 @@ fn check_mountpoint(mnt: &Path) -> Result<PathBuf> {
     match std::fs::metadata(mnt) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => bail!("mountpoint {} is not a directory", mnt.display()),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
-            "mountpoint {} is a stale FUSE mount (Transport endpoint is not connected): the daemon that served it has died.\n\
-             Fix: `loosefs umount {0}` (or `umount -l {0}` / `fusermount3 -uz {0}`), then mount again.",
-            mnt.display()
-        ),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => {
+            bail!(stale_message(mnt))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             bail!(
                 "mountpoint {} does not exist (create it with `mkdir -p {0}`)",
@@ -55,12 +53,27 @@ fn check_mountpoint(mnt: &Path) -> Result<PathBuf> {
     let abs =
         std::fs::canonicalize(mnt).with_context(|| format!("cannot resolve {}", mnt.display()))?;
     if let Some(fstype) = mount_fstype(&abs) {
+        // statfs always reaches the daemon (the kernel caches no answer), so it tells a live
+        // FUSE mount from one whose daemon died even while attributes are still cached.
+        if let Err(nix::errno::Errno::ENOTCONN | nix::errno::Errno::ECONNABORTED) =
+            nix::sys::statvfs::statvfs(&abs)
+        {
+            bail!(stale_message(mnt));
+        }
         bail!(
             "{} is already a mount point ({fstype}); unmount it first",
             mnt.display()
         );
     }
     Ok(abs)
+}
+
+fn stale_message(mnt: &Path) -> String {
+    format!(
+        "mountpoint {0} is a stale FUSE mount: the daemon that served it has died, so using it fails with \"Transport endpoint is not connected\" or \"Software caused connection abort\".\n\
+         Fix: `loosefs umount {0}` (or `umount -l {0}` / `fusermount3 -uz {0}`), then mount again.",
+        mnt.display()
+    )
 }
 
 /// The filesystem type of the mount at exactly `path`, from /proc/self/mountinfo.

@@ -43,7 +43,7 @@ pub struct PackReport {
     /// Size of the pack file, bytes.
     pub pack_bytes: u64,
     /// Entries not packed, each with the reason (symlinks, special files, non-UTF-8 names).
-    pub skipped: Vec<(PathBuf, String)>,
+    pub skipped: Skipped,
     /// Wall time, seconds.
     pub seconds: f64,
 }
@@ -69,13 +69,12 @@ fn entry_meta(m: &std::fs::Metadata) -> EntryMeta {
     }
 }
 
+/// Entries left out of a pack, each with the reason.
+pub type Skipped = Vec<(PathBuf, String)>;
+
 /// Walks `src`, returning the items in pack order (depth first, names sorted by bytes) and the
 /// skipped entries.
-fn walk(
-    src: &Path,
-    out: &Path,
-    follow_links: bool,
-) -> Result<(EntryMeta, Vec<Item>, Vec<(PathBuf, String)>)> {
+fn walk(src: &Path, out: &Path, follow_links: bool) -> Result<(EntryMeta, Vec<Item>, Skipped)> {
     let root_meta = std::fs::metadata(src)
         .with_context(|| format!("cannot read source directory {}", src.display()))?;
     if !root_meta.is_dir() {

@@ -13,8 +13,18 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn pack(src: &Path, out: &Path, extra: &[&str]) {
-    let o = Command::new(bin()).arg("pack").arg(src).arg(out).args(extra).output().unwrap();
-    assert!(o.status.success(), "pack failed: {}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new(bin())
+        .arg("pack")
+        .arg(src)
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "pack failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 fn tree_and_pack(align: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
@@ -33,7 +43,13 @@ fn source_files(root: &Path) -> Vec<String> {
         .into_iter()
         .map(|e| e.unwrap())
         .filter(|e| e.file_type().is_file())
-        .map(|e| e.path().strip_prefix(root).unwrap().to_string_lossy().into_owned())
+        .map(|e| {
+            e.path()
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
         .collect()
 }
 
@@ -44,7 +60,11 @@ fn pack_round_trips_every_file_and_index_field() {
         let p = Pack::open(&out).unwrap();
         let files = loosefs::verify::file_paths(&p);
         let names: Vec<String> = files.iter().map(|(n, _)| n.clone()).collect();
-        assert_eq!(names, source_files(&src), "pack order is the sorted walk order");
+        assert_eq!(
+            names,
+            source_files(&src),
+            "pack order is the sorted walk order"
+        );
         let ix = p.index();
         let mut last_end = 0;
         for (path, i) in &files {
@@ -52,14 +72,24 @@ fn pack_round_trips_every_file_and_index_field() {
             let s = std::fs::metadata(src.join(path)).unwrap();
             let bytes = std::fs::read(src.join(path)).unwrap();
             assert_eq!(p.data(&r).unwrap(), &bytes[..], "{path}");
-            assert_eq!((r.size, r.mode, r.mtime_sec, r.mtime_nsec as i64), (s.len(), s.mode(), s.mtime(), s.mtime_nsec()));
+            assert_eq!(
+                (r.size, r.mode, r.mtime_sec, r.mtime_nsec as i64),
+                (s.len(), s.mode(), s.mtime(), s.mtime_nsec())
+            );
             assert_eq!(r.crc32, crc32fast::hash(&bytes));
-            assert_eq!(r.data_off % align.parse::<u64>().unwrap(), 0, "{path} aligned");
+            assert_eq!(
+                r.data_off % align.parse::<u64>().unwrap(),
+                0,
+                "{path} aligned"
+            );
             assert!(r.data_off >= last_end, "data in pack order");
             last_end = r.data_off + r.size;
             if path.ends_with(".JPEG") {
                 let j = loosefs::format::jpeg::probe(&bytes).unwrap();
-                assert_eq!((r.width, r.height, r.components), (j.width, j.height, j.components));
+                assert_eq!(
+                    (r.width, r.height, r.components),
+                    (j.width, j.height, j.components)
+                );
                 assert!(r.components == 1 || r.components == 3);
             } else {
                 assert_eq!(r.components, 0);
@@ -76,7 +106,8 @@ fn zip_tools_accept_the_pack_and_extract_the_source_tree() {
     let (tmp, src, out) = tree_and_pack("4096");
     // The zip crate: every member stored, aligned, offsets equal to the index.
     let p = Pack::open(&out).unwrap();
-    let by_path: std::collections::HashMap<_, _> = loosefs::verify::file_paths(&p).into_iter().collect();
+    let by_path: std::collections::HashMap<_, _> =
+        loosefs::verify::file_paths(&p).into_iter().collect();
     let mut z = zip::ZipArchive::new(std::fs::File::open(&out).unwrap()).unwrap();
     let mut seen_index = false;
     for k in 0..z.len() {
@@ -90,7 +121,12 @@ fn zip_tools_accept_the_pack_and_extract_the_source_tree() {
             continue;
         }
         let r = p.index().record(by_path[f.name()]).unwrap();
-        assert_eq!((f.data_start(), f.size(), f.crc32()), (r.data_off, r.size, r.crc32), "{}", f.name());
+        assert_eq!(
+            (f.data_start(), f.size(), f.crc32()),
+            (r.data_off, r.size, r.crc32),
+            "{}",
+            f.name()
+        );
     }
     assert!(seen_index);
     // Python's zipfile tests every CRC and extracts the source tree plus the one dot-file.
@@ -98,18 +134,38 @@ fn zip_tools_accept_the_pack_and_extract_the_source_tree() {
     let py = format!(
         "import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); assert z.testzip() is None; z.extractall(sys.argv[2])"
     );
-    let o = Command::new("python3").args(["-c", &py]).arg(&out).arg(&ex).output().unwrap();
-    assert!(o.status.success(), "python zipfile: {}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new("python3")
+        .args(["-c", &py])
+        .arg(&out)
+        .arg(&ex)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "python zipfile: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(ex.join(INDEX_MEMBER).is_file());
     std::fs::remove_file(ex.join(INDEX_MEMBER)).unwrap();
     assert_eq!(source_files(&ex), source_files(&src));
     for f in source_files(&src) {
-        assert_eq!(std::fs::read(ex.join(&f)).unwrap(), std::fs::read(src.join(&f)).unwrap(), "{f}");
+        assert_eq!(
+            std::fs::read(ex.join(&f)).unwrap(),
+            std::fs::read(src.join(&f)).unwrap(),
+            "{f}"
+        );
     }
-    assert!(ex.join("empty_class").is_dir(), "empty directories are kept");
+    assert!(
+        ex.join("empty_class").is_dir(),
+        "empty directories are kept"
+    );
     if Path::new("/usr/bin/unzip").exists() {
         let o = Command::new("unzip").arg("-tq").arg(&out).output().unwrap();
-        assert!(o.status.success(), "unzip -t: {}", String::from_utf8_lossy(&o.stdout));
+        assert!(
+            o.status.success(),
+            "unzip -t: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
     }
 }
 
@@ -118,15 +174,42 @@ fn namespace_lookups_listings_and_reads() {
     let (_tmp, src, out) = tree_and_pack("4096");
     let ns = Namespace::new(Pack::open(&out).unwrap());
     let names = |ino| -> Vec<String> {
-        ns.readdir(ino, 0).unwrap().map(|e| String::from_utf8_lossy(e.name).into_owned()).collect()
+        ns.readdir(ino, 0)
+            .unwrap()
+            .map(|e| String::from_utf8_lossy(e.name).into_owned())
+            .collect()
     };
-    assert_eq!(names(ROOT_INO), [".", "..", "class_0", "class_1", "class_2", "empty_class"]);
-    assert!(!names(ROOT_INO).contains(&INDEX_MEMBER.to_string()), "the index is hidden");
-    assert_eq!(ns.lookup(ROOT_INO, INDEX_MEMBER.as_bytes()), Err(FsError::NotFound));
+    assert_eq!(
+        names(ROOT_INO),
+        [".", "..", "class_0", "class_1", "class_2", "empty_class"]
+    );
+    assert!(
+        !names(ROOT_INO).contains(&INDEX_MEMBER.to_string()),
+        "the index is hidden"
+    );
+    assert_eq!(
+        ns.lookup(ROOT_INO, INDEX_MEMBER.as_bytes()),
+        Err(FsError::NotFound)
+    );
     let c1 = ns.lookup(ROOT_INO, b"class_1").unwrap();
-    assert_eq!(names(c1.ino), [".", "..", "img_0.JPEG", "img_1.JPEG", "img_2.JPEG", "img_3.JPEG", "nested"]);
+    assert_eq!(
+        names(c1.ino),
+        [
+            ".",
+            "..",
+            "img_0.JPEG",
+            "img_1.JPEG",
+            "img_2.JPEG",
+            "img_3.JPEG",
+            "nested"
+        ]
+    );
     // readdir resumes at any offset.
-    let tail: Vec<_> = ns.readdir(c1.ino, 5).unwrap().map(|e| e.name.to_vec()).collect();
+    let tail: Vec<_> = ns
+        .readdir(c1.ino, 5)
+        .unwrap()
+        .map(|e| e.name.to_vec())
+        .collect();
     assert_eq!(tail, [b"img_3.JPEG".to_vec(), b"nested".to_vec()]);
     assert_eq!(ns.readdir(c1.ino, 99).unwrap().count(), 0);
     let nested = ns.lookup(c1.ino, b"nested").unwrap();
@@ -137,7 +220,14 @@ fn namespace_lookups_listings_and_reads() {
     assert_eq!(ns.path_of(x.ino), "class_1/nested/deeper/x.JPEG");
     let bytes = std::fs::read(src.join("class_1/nested/deeper/x.JPEG")).unwrap();
     assert_eq!(x.size, bytes.len() as u64);
-    assert_eq!(x.perm, (std::fs::metadata(src.join("class_1/nested/deeper/x.JPEG")).unwrap().permissions().mode() & 0o7555) as u16);
+    assert_eq!(
+        x.perm,
+        (std::fs::metadata(src.join("class_1/nested/deeper/x.JPEG"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7555) as u16
+    );
     // Reads at every offset, short reads at the end, empty past the end.
     for off in [0u64, 1, 100, x.size - 1, x.size, x.size + 10] {
         let got = ns.read(x.ino, off, 4096).unwrap();
@@ -154,7 +244,10 @@ fn namespace_lookups_listings_and_reads() {
 /// Offset of the data of `rel` inside the pack at `out`.
 fn data_offset(out: &Path, rel: &str) -> u64 {
     let p = Pack::open(out).unwrap();
-    let (_, i) = loosefs::verify::file_paths(&p).into_iter().find(|(n, _)| n == rel).unwrap();
+    let (_, i) = loosefs::verify::file_paths(&p)
+        .into_iter()
+        .find(|(n, _)| n == rel)
+        .unwrap();
     p.index().record(i).unwrap().data_off
 }
 
@@ -181,7 +274,10 @@ fn corrupt_packs_are_refused_with_the_reason() {
     }
     assert!(matches!(err(&good[..1]), FormatError::NotAPack(_)));
     assert!(matches!(err(b""), FormatError::NotAPack(_)));
-    assert!(matches!(err(b"hello, not a zip at all"), FormatError::NotAPack(_)));
+    assert!(matches!(
+        err(b"hello, not a zip at all"),
+        FormatError::NotAPack(_)
+    ));
     // A flipped byte inside the index: checksum.
     let p = Pack::open(&out).unwrap();
     let ix_off = p.map().len() - 53 - 22; // rough: somewhere before the central directory
@@ -196,21 +292,38 @@ fn corrupt_packs_are_refused_with_the_reason() {
     assert!(matches!(err(&b), FormatError::NotAPack(_)));
     // Trailer pointing past the end.
     let mut b = good.clone();
-    let t = loosefs::format::trailer::Trailer { index_offset: ix_off as u64 * 4, ..trailer };
+    let t = loosefs::format::trailer::Trailer {
+        index_offset: ix_off as u64 * 4,
+        ..trailer
+    };
     let n = b.len();
     b[n - 53..].copy_from_slice(t.encode().as_bytes());
     assert!(matches!(err(&b), FormatError::Truncated(_)));
     // A foreign zip (written by Python's zipfile) is not a loosefs pack.
     let foreign = tmp.path().join("foreign.zip");
     let py = "import zipfile,sys; z=zipfile.ZipFile(sys.argv[1],'w'); z.writestr('../evil.txt','x'); z.writestr('/abs.txt','y'); z.close()";
-    assert!(Command::new("python3").args(["-c", py]).arg(&foreign).status().unwrap().success());
+    assert!(
+        Command::new("python3")
+            .args(["-c", py])
+            .arg(&foreign)
+            .status()
+            .unwrap()
+            .success()
+    );
     let e = Pack::open(&foreign).unwrap_err();
-    assert!(e.to_string().contains("zip archive without a loosefs trailer"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("zip archive without a loosefs trailer"),
+        "{e}"
+    );
     // The CLI names the file and the reason, exit code 2.
     let o = loosefs(&[&"info", &foreign]);
     assert_eq!(o.status.code(), Some(2));
     let msg = String::from_utf8_lossy(&o.stderr);
-    assert!(msg.contains("foreign.zip") && msg.contains("loosefs trailer"), "{msg}");
+    assert!(
+        msg.contains("foreign.zip") && msg.contains("loosefs trailer"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -260,11 +373,21 @@ fn pack_refuses_bad_input_and_loses_nothing() {
     pack(&src, &out, &["--force"]);
     assert!(Pack::open(&out).is_ok());
     // Bad alignment.
-    let o = loosefs(&[&"pack", &src, &tmp.path().join("a.pack"), &"--align", &"3000"]);
+    let o = loosefs(&[
+        &"pack",
+        &src,
+        &tmp.path().join("a.pack"),
+        &"--align",
+        &"3000",
+    ]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("power of two"));
     assert!(!tmp.path().join("a.pack").exists());
     // No temp files left behind.
-    let leftovers: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".tmp")).collect();
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().ends_with(".tmp"))
+        .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
@@ -273,22 +396,49 @@ fn symlinks_and_special_files_are_reported_and_skipped_or_followed() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
     make_tree(&src);
-    std::os::unix::fs::symlink(src.join("class_0/img_0.JPEG"), src.join("class_2/link.JPEG")).unwrap();
-    nix::unistd::mkfifo(&src.join("class_2/fifo"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    std::os::unix::fs::symlink(
+        src.join("class_0/img_0.JPEG"),
+        src.join("class_2/link.JPEG"),
+    )
+    .unwrap();
+    nix::unistd::mkfifo(
+        &src.join("class_2/fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
     let out = tmp.path().join("s.pack");
     let o = loosefs(&[&"pack", &src, &out]);
     assert!(o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("link.JPEG") && err.contains("symbolic link"), "{err}");
-    assert!(err.contains("fifo") && err.contains("special file"), "{err}");
-    let names: Vec<String> = loosefs::verify::file_paths(&Pack::open(&out).unwrap()).into_iter().map(|(n, _)| n).collect();
-    assert!(!names.iter().any(|n| n.contains("link") || n.contains("fifo")));
+    assert!(
+        err.contains("link.JPEG") && err.contains("symbolic link"),
+        "{err}"
+    );
+    assert!(
+        err.contains("fifo") && err.contains("special file"),
+        "{err}"
+    );
+    let names: Vec<String> = loosefs::verify::file_paths(&Pack::open(&out).unwrap())
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains("link") || n.contains("fifo"))
+    );
     let out2 = tmp.path().join("f.pack");
     let o = loosefs(&[&"pack", &src, &out2, &"--follow-links"]);
     assert!(o.status.success());
     let p = Pack::open(&out2).unwrap();
-    let (_, i) = loosefs::verify::file_paths(&p).into_iter().find(|(n, _)| n == "class_2/link.JPEG").expect("followed link packed");
-    assert_eq!(p.data(&p.index().record(i).unwrap()).unwrap(), &std::fs::read(src.join("class_0/img_0.JPEG")).unwrap()[..]);
+    let (_, i) = loosefs::verify::file_paths(&p)
+        .into_iter()
+        .find(|(n, _)| n == "class_2/link.JPEG")
+        .expect("followed link packed");
+    assert_eq!(
+        p.data(&p.index().record(i).unwrap()).unwrap(),
+        &std::fs::read(src.join("class_0/img_0.JPEG")).unwrap()[..]
+    );
 }
 
 #[test]
@@ -300,13 +450,27 @@ fn interrupted_pack_leaves_nothing_named_out() {
         let d = src.join(format!("c{c}"));
         std::fs::create_dir_all(&d).unwrap();
         for k in 0..40 {
-            std::fs::write(d.join(format!("{k}.bin")), vec![(c * 40 + k) as u8; 1 << 20]).unwrap();
+            std::fs::write(
+                d.join(format!("{k}.bin")),
+                vec![(c * 40 + k) as u8; 1 << 20],
+            )
+            .unwrap();
         }
     }
     let out = tmp.path().join("big.pack");
-    let mut child = Command::new(bin()).arg("pack").arg(&src).arg(&out).arg("--jobs").arg("1").spawn().unwrap();
+    let mut child = Command::new(bin())
+        .arg("pack")
+        .arg(&src)
+        .arg(&out)
+        .arg("--jobs")
+        .arg("1")
+        .spawn()
+        .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(60));
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    );
     let status = child.wait().unwrap();
     if status.success() {
         // Finished before the signal landed: then the pack must be complete.
@@ -315,7 +479,11 @@ fn interrupted_pack_leaves_nothing_named_out() {
     } else {
         assert!(!out.exists(), "an interrupted pack must not leave {out:?}");
     }
-    let leftovers: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".tmp")).collect();
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().ends_with(".tmp"))
+        .collect();
     assert!(leftovers.is_empty(), "temp files left: {leftovers:?}");
 }
 

@@ -47,7 +47,11 @@ pub fn encode_jpeg(w: u16, h: u16, grey: bool, seed: u32) -> Vec<u8> {
             }
         }
     }
-    let ct = if grey { jpeg_encoder::ColorType::Luma } else { jpeg_encoder::ColorType::Rgb };
+    let ct = if grey {
+        jpeg_encoder::ColorType::Luma
+    } else {
+        jpeg_encoder::ColorType::Rgb
+    };
     enc.encode(&px, w, h, ct).expect("encode jpeg");
     out
 }
@@ -65,7 +69,11 @@ pub fn make_tree(dir: &Path) {
     }
     std::fs::write(dir.join("class_0/notes.txt"), b"not an image\n").unwrap();
     std::fs::create_dir_all(dir.join("class_1/nested/deeper")).unwrap();
-    std::fs::write(dir.join("class_1/nested/deeper/x.JPEG"), encode_jpeg(33, 17, false, 99)).unwrap();
+    std::fs::write(
+        dir.join("class_1/nested/deeper/x.JPEG"),
+        encode_jpeg(33, 17, false, 99),
+    )
+    .unwrap();
     std::fs::create_dir_all(dir.join("empty_class")).unwrap();
 }
 
@@ -118,7 +126,11 @@ pub fn mount(pack: &Path, mnt: &Path, extra: &[&str]) -> Mounted {
         .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no daemon pid in {err:?}"));
-    Mounted { mnt: mnt.to_path_buf(), pid, log }
+    Mounted {
+        mnt: mnt.to_path_buf(),
+        pid,
+        log,
+    }
 }
 
 impl Drop for Mounted {
@@ -126,20 +138,28 @@ impl Drop for Mounted {
         if is_mounted(&self.mnt) {
             let _ = nix::mount::umount2(&self.mnt, nix::mount::MntFlags::MNT_DETACH);
         }
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }
 
 /// Whether `mnt` is a mount point now (from /proc/self/mountinfo).
 pub fn is_mounted(mnt: &Path) -> bool {
-    let abs = std::fs::canonicalize(mnt.parent().unwrap()).unwrap().join(mnt.file_name().unwrap());
+    let abs = std::fs::canonicalize(mnt.parent().unwrap())
+        .unwrap()
+        .join(mnt.file_name().unwrap());
     loosefs::mount::mount_fstype(&abs).is_some()
 }
 
 /// Whether process `pid` is alive (a zombie counts as exited).
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => !s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')),
+        Ok(s) => !s
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z')),
         Err(_) => false,
     }
 }

@@ -1,0 +1,340 @@
+//! Real mounts (root and /dev/fuse needed; `#[ignore]`d otherwise, and run by scripts/test.sh
+//! with `--include-ignored` where they can run): the mounted tree equals the source, writes
+//! fail with EROFS, every way of unmounting leaves no mount and no daemon behind, stale mounts
+//! are reported with the fix, bad packs and mountpoints are refused, damaged samples answer EIO.
+
+mod common;
+
+use common::*;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn packed(tmp: &Path) -> (PathBuf, PathBuf) {
+    let src = dataset(tmp);
+    let out = tmp.join("d.pack");
+    let o = loosefs(&[&"pack", &src, &out]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    (src, out)
+}
+
+fn errno_of(r: std::io::Result<impl Sized>) -> Option<i32> {
+    r.err().and_then(|e| e.raw_os_error())
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn mounted_tree_equals_source() {
+    require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, pack) = packed(tmp.path());
+    let m = mount(&pack, &tmp.path().join("mnt"), &[]);
+    let walk = |root: &Path| -> Vec<(String, walkdir::DirEntry)> {
+        walkdir::WalkDir::new(root)
+            .sort_by_file_name()
+            .min_depth(1)
+            .into_iter()
+            .map(|e| e.unwrap())
+            .map(|e| {
+                (
+                    e.path()
+                        .strip_prefix(root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
+                    e,
+                )
+            })
+            .collect()
+    };
+    let (a, b) = (walk(&src), walk(&m.mnt));
+    let names =
+        |v: &[(String, walkdir::DirEntry)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&b), names(&a), "os.walk-style traversal matches");
+    let mut files = 0;
+    for ((path, ea), (_, eb)) in a.iter().zip(&b) {
+        let (sa, sb) = (ea.metadata().unwrap(), eb.metadata().unwrap());
+        assert_eq!(ea.file_type().is_dir(), eb.file_type().is_dir(), "{path}");
+        assert_eq!(
+            sb.mode() & 0o7777,
+            sa.mode() & 0o7555,
+            "{path}: mode minus write bits"
+        );
+        assert_eq!(
+            sb.mode() & libc::S_IFMT,
+            sa.mode() & libc::S_IFMT,
+            "{path}: file type"
+        );
+        assert_eq!(
+            (sb.mtime(), sb.mtime_nsec()),
+            (sa.mtime(), sa.mtime_nsec()),
+            "{path}: mtime"
+        );
+        if ea.file_type().is_file() {
+            files += 1;
+            assert_eq!(sb.len(), sa.len(), "{path}: size");
+            assert_eq!(
+                sb.blocks(),
+                sa.len().div_ceil(4096) * 8,
+                "{path}: st_blocks"
+            );
+            assert_eq!(
+                std::fs::read(eb.path()).unwrap(),
+                std::fs::read(ea.path()).unwrap(),
+                "{path}: bytes"
+            );
+        }
+    }
+    assert!(files > 0);
+    // The index member is not part of the tree, by listing or by name.
+    assert!(!m.mnt.join(".loosefs-index").exists());
+    // Missing names: ENOENT, also the second time (served from the negative entry cache).
+    for _ in 0..2 {
+        assert_eq!(
+            errno_of(std::fs::metadata(m.mnt.join("no-such-class"))),
+            Some(libc::ENOENT)
+        );
+    }
+    // Writes of every kind fail with EROFS.
+    let (first, _) = a.iter().find(|(_, e)| e.file_type().is_file()).unwrap();
+    let f = m.mnt.join(first);
+    assert_eq!(
+        errno_of(std::fs::OpenOptions::new().write(true).open(&f)),
+        Some(libc::EROFS)
+    );
+    assert_eq!(
+        errno_of(std::fs::File::create(m.mnt.join("new.txt"))),
+        Some(libc::EROFS)
+    );
+    assert_eq!(
+        errno_of(std::fs::create_dir(m.mnt.join("newdir"))),
+        Some(libc::EROFS)
+    );
+    assert_eq!(errno_of(std::fs::remove_file(&f)), Some(libc::EROFS));
+    assert_eq!(
+        errno_of(std::fs::rename(&f, m.mnt.join("moved"))),
+        Some(libc::EROFS)
+    );
+    // statfs gives sensible numbers.
+    let st = nix::sys::statvfs::statvfs(&m.mnt).unwrap();
+    assert_eq!(st.files(), pack_records(&pack));
+    assert!(st.blocks() * st.fragment_size() >= std::fs::metadata(&pack).unwrap().len());
+    assert_eq!(st.name_max(), 255);
+    // Unmount: no mount, no daemon.
+    let o = loosefs(&[&"umount", &m.mnt]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!is_mounted(&m.mnt));
+    assert!(
+        wait_exit(m.pid, 10),
+        "daemon {} still running after unmount",
+        m.pid
+    );
+}
+
+fn pack_records(pack: &Path) -> u64 {
+    loosefs::format::reader::Pack::open(pack)
+        .unwrap()
+        .totals()
+        .records
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn every_way_of_unmounting_leaves_nothing_behind() {
+    require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_src, pack) = packed(tmp.path());
+    type Unmounter<'a> = &'a dyn Fn(&Mounted);
+    let methods: [(&str, Unmounter); 5] = [
+        ("loosefs umount", &|m| {
+            assert!(loosefs(&[&"umount", &m.mnt]).status.success())
+        }),
+        ("umount", &|m| {
+            assert!(
+                Command::new("umount")
+                    .arg(&m.mnt)
+                    .status()
+                    .unwrap()
+                    .success()
+            )
+        }),
+        ("fusermount3 -u", &|m| {
+            assert!(
+                Command::new("fusermount3")
+                    .arg("-u")
+                    .arg(&m.mnt)
+                    .status()
+                    .unwrap()
+                    .success()
+            )
+        }),
+        ("SIGTERM", &|m| {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(m.pid),
+                nix::sys::signal::Signal::SIGTERM,
+            )
+            .unwrap()
+        }),
+        ("SIGINT", &|m| {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(m.pid),
+                nix::sys::signal::Signal::SIGINT,
+            )
+            .unwrap()
+        }),
+    ];
+    for (name, how) in methods {
+        let m = mount(&pack, &tmp.path().join("mnt"), &[]);
+        assert!(is_mounted(&m.mnt), "{name}: not mounted");
+        assert!(m.mnt.join(".").read_dir().unwrap().count() > 0);
+        how(&m);
+        assert!(wait_exit(m.pid, 10), "{name}: daemon still running");
+        assert!(!is_mounted(&m.mnt), "{name}: mount left behind");
+        assert!(
+            std::fs::metadata(&m.mnt).is_ok(),
+            "{name}: mountpoint unusable"
+        );
+    }
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn stale_mount_is_reported_with_the_fix() {
+    require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_src, pack) = packed(tmp.path());
+    let mnt = tmp.path().join("mnt");
+    let m = mount(&pack, &mnt, &[]);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(m.pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(wait_exit(m.pid, 10));
+    let e = nix::sys::statvfs::statvfs(&mnt).err();
+    assert!(
+        matches!(
+            e,
+            Some(nix::errno::Errno::ENOTCONN | nix::errno::Errno::ECONNABORTED)
+        ),
+        "{e:?}"
+    );
+    let o = loosefs(&[&"mount", &pack, &mnt]);
+    assert_eq!(o.status.code(), Some(2));
+    let msg = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        msg.contains("stale")
+            && msg.contains("Transport endpoint is not connected")
+            && msg.contains("loosefs umount"),
+        "{msg}"
+    );
+    let o = loosefs(&[&"umount", &mnt]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!is_mounted(&mnt));
+    let m2 = mount(&pack, &mnt, &[]);
+    assert!(std::fs::read_dir(&m2.mnt).unwrap().count() > 0);
+    assert!(loosefs(&[&"umount", &mnt]).status.success());
+    assert!(wait_exit(m2.pid, 10));
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn bad_mountpoints_and_packs_are_refused() {
+    require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, pack) = packed(tmp.path());
+    let expect_err = |args: &[&dyn AsRef<std::ffi::OsStr>], want: &str| {
+        let o = loosefs(args);
+        assert_eq!(o.status.code(), Some(2), "should fail: {want}");
+        let msg = String::from_utf8_lossy(&o.stderr);
+        assert!(msg.contains(want), "expected {want:?} in {msg:?}");
+    };
+    expect_err(
+        &[&"mount", &pack, &tmp.path().join("missing")],
+        "does not exist",
+    );
+    expect_err(&[&"mount", &pack, &pack], "not a directory");
+    let mnt = tmp.path().join("mnt");
+    let m = mount(&pack, &mnt, &[]);
+    expect_err(&[&"mount", &pack, &mnt], "already a mount point");
+    drop(m);
+    // Corrupted packs are refused at mount time with the reason, and nothing is mounted.
+    let bytes = std::fs::read(&pack).unwrap();
+    let bad = tmp.path().join("bad.pack");
+    std::fs::write(&bad, &bytes[..bytes.len() / 2]).unwrap();
+    std::fs::create_dir_all(&mnt).unwrap();
+    expect_err(&[&"mount", &bad, &mnt], "truncated");
+    let t = loosefs::format::trailer::Trailer::parse_tail(&bytes).unwrap();
+    let mut b = bytes.clone();
+    b[t.index_offset as usize + 300] ^= 4;
+    std::fs::write(&bad, &b).unwrap();
+    expect_err(&[&"mount", &bad, &mnt], "checksum");
+    expect_err(&[&"mount", &src.join("missing.pack"), &mnt], "missing.pack");
+    assert!(!is_mounted(&mnt));
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn damaged_sample_answers_eio_and_is_logged() {
+    require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, pack) = packed(tmp.path());
+    let p = loosefs::format::reader::Pack::open(&pack).unwrap();
+    let files = loosefs::verify::file_paths(&p);
+    let (victim, i) = files[files.len() / 2].clone();
+    let off = p.index().record(i).unwrap().data_off;
+    drop(p);
+    let mut b = std::fs::read(&pack).unwrap();
+    b[off as usize + 5] ^= 0xff;
+    std::fs::write(&pack, b).unwrap();
+    let m = mount(&pack, &tmp.path().join("mnt"), &[]);
+    for _ in 0..2 {
+        assert_eq!(
+            errno_of(std::fs::read(m.mnt.join(&victim))),
+            Some(libc::EIO),
+            "{victim}"
+        );
+    }
+    let (other, _) = &files[0];
+    assert_eq!(
+        std::fs::read(m.mnt.join(other)).unwrap(),
+        std::fs::read(src.join(other)).unwrap()
+    );
+    assert!(loosefs(&[&"umount", &m.mnt]).status.success());
+    assert!(wait_exit(m.pid, 10));
+    let log = std::fs::read_to_string(&m.log).unwrap();
+    assert!(
+        log.contains(&victim) && log.contains("CRC-32"),
+        "log: {log}"
+    );
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn foreground_mount_serves_until_signalled() {
+    require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_src, pack) = packed(tmp.path());
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mut child = Command::new(bin())
+        .arg("mount")
+        .arg(&pack)
+        .arg(&mnt)
+        .arg("--foreground")
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !is_mounted(&mnt) && t.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(is_mounted(&mnt));
+    assert!(std::fs::read_dir(&mnt).unwrap().count() > 0);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(!is_mounted(&mnt));
+}
