@@ -131,9 +131,7 @@ fn zip_tools_accept_the_pack_and_extract_the_source_tree() {
     assert!(seen_index);
     // Python's zipfile tests every CRC and extracts the source tree plus the one dot-file.
     let ex = tmp.path().join("extracted");
-    let py = format!(
-        "import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); assert z.testzip() is None; z.extractall(sys.argv[2])"
-    );
+    let py = "import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); assert z.testzip() is None; z.extractall(sys.argv[2])";
     let o = Command::new("python3")
         .args(["-c", &py])
         .arg(&out)
