@@ -133,7 +133,7 @@ fn zip_tools_accept_the_pack_and_extract_the_source_tree() {
     let ex = tmp.path().join("extracted");
     let py = "import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); assert z.testzip() is None; z.extractall(sys.argv[2])";
     let o = Command::new("python3")
-        .args(["-c", &py])
+        .args(["-c", py])
         .arg(&out)
         .arg(&ex)
         .output()
