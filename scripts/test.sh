@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs every test of loosefs: formatting and lints, Rust unit and integration tests (the ones
+# that mount run when root and /dev/fuse are present, and are reported as ignored/skipped
+# otherwise), and the Python end-to-end loader tests (torchvision, DataLoader, DALI) in a venv
+# cached outside the repository.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+echo "== cargo fmt --check / clippy"
+cargo fmt --check
+cargo clippy --release --all-targets -- -D warnings
+echo "== cargo build --release"
+cargo build --release
+if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ]; then
+  echo "== cargo test (including the mount tests)"
+  cargo test --release -- --include-ignored
+else
+  echo "!! SKIPPED: mount tests need root and /dev/fuse; they are reported as ignored below" >&2
+  cargo test --release
+fi
+echo "== Python end-to-end loader tests"
+VENV=$(scripts/python-env.sh)
+cd tests/e2e
+LOOSEFS_BIN="$PWD/../../target/release/loosefs" "$VENV/bin/python" -m pytest -rs -v -p no:cacheprovider .
