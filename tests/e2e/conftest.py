@@ -3,7 +3,7 @@ loosefs mount of it (root and /dev/fuse required, otherwise every test here is s
 import os
 import pathlib
 import subprocess
-import tempfile
+import sys
 
 import pytest
 
@@ -19,22 +19,9 @@ def loosefs_bin() -> str:
 
 
 def make_jpeg_tree(out: pathlib.Path) -> pathlib.Path:
-    """A small ImageFolder tree of real JPEGs encoded here by Pillow (colour and grayscale)."""
-    import numpy as np
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    for c in range(4):
-        d = out / f"class_{c:02d}"
-        d.mkdir(parents=True)
-        for k in range(6):
-            h, w = 120 + 17 * k, 160 + 9 * c
-            yy, xx = np.mgrid[0:h, 0:w]
-            img = np.stack([(xx * 255 // w), (yy * 255 // h), rng.integers(0, 255, (h, w))], -1).astype("uint8")
-            im = Image.fromarray(img)
-            if k == 5:
-                im = im.convert("L")
-            im.save(d / f"img_{k}.JPEG", quality=90)
+    """A small ImageFolder tree of real JPEGs encoded by Pillow (colour and grayscale)."""
+    script = ROOT / "scripts" / "make-sample-jpegs.py"
+    subprocess.run([sys.executable, str(script), str(out), "--classes", "4", "--per-class", "6"], check=True)
     return out
 
 
