@@ -18,11 +18,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Pack a directory tree into one pack (ZIP64, stored, page-aligned, plus an index).
+    /// Pack a directory tree (or convert a zip archive) into one pack (ZIP64, stored,
+    /// page-aligned, plus an index).
     ///
     /// Example: loosefs pack ~/data/imagenet/train train.pack
     Pack {
-        /// Source directory (an ImageFolder tree, or any tree of files).
+        /// Source directory (an ImageFolder tree, or any tree of files), or a zip archive.
         src: PathBuf,
         /// Output pack; written to a temp file beside it and renamed when complete.
         out: PathBuf,

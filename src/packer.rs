@@ -1,17 +1,16 @@
-//! `loosefs pack`: turns a directory tree into a pack.
+//! `loosefs pack`: turns a directory tree (or a foreign zip archive) into a pack.
 //!
-//! Design: walk the tree first (walkdir, entries sorted by name bytes, so depth-first order is
-//! the order ImageFolder and DALI iterate), then read file contents in parallel batches on a
+//! Design: list the source first ([`crate::source`]: pack order, skipped entries), then read file contents in parallel batches on a
 //! rayon pool (CRC-32 and JPEG header probe happen there too) while the calling thread writes
 //! the previous batch in order. The pack is written to a temp file beside OUT and renamed into
 //! place only when complete, so an interrupted or failed pack leaves nothing named OUT.
 
 use crate::format::jpeg::{self, JpegInfo};
-use crate::format::writer::{EntryMeta, PackWriter, ROOT};
+use crate::format::writer::{PackWriter, ROOT};
+use crate::source::{Item, ItemKind, Skipped, Source};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,103 +47,6 @@ pub struct PackReport {
     pub seconds: f64,
 }
 
-enum ItemKind {
-    Dir,
-    File(u64),
-}
-
-struct Item {
-    path: PathBuf,
-    parent: Option<usize>, // index into items; None = root
-    name: String,
-    kind: ItemKind,
-    meta: EntryMeta,
-}
-
-fn entry_meta(m: &std::fs::Metadata) -> EntryMeta {
-    EntryMeta {
-        mode: m.mode(),
-        mtime_sec: m.mtime(),
-        mtime_nsec: m.mtime_nsec() as u32,
-    }
-}
-
-/// Entries left out of a pack, each with the reason.
-pub type Skipped = Vec<(PathBuf, String)>;
-
-/// Walks `src`, returning the items in pack order (depth first, names sorted by bytes) and the
-/// skipped entries.
-fn walk(src: &Path, out: &Path, follow_links: bool) -> Result<(EntryMeta, Vec<Item>, Skipped)> {
-    let root_meta = std::fs::metadata(src)
-        .with_context(|| format!("cannot read source directory {}", src.display()))?;
-    if !root_meta.is_dir() {
-        bail!("source {} is not a directory", src.display());
-    }
-    let out_abs = std::path::absolute(out).unwrap_or_else(|_| out.to_path_buf());
-    let mut items: Vec<Item> = Vec::new();
-    let mut skipped = Vec::new();
-    // stack[d] = item index of the directory at depth d + 1 currently open.
-    let mut stack: Vec<usize> = Vec::new();
-    let mut it = walkdir::WalkDir::new(src)
-        .follow_links(follow_links)
-        .min_depth(1)
-        .sort_by(|a, b| a.file_name().cmp(b.file_name()))
-        .into_iter();
-    while let Some(entry) = it.next() {
-        let entry = entry.map_err(|e| {
-            let p = e
-                .path()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default();
-            anyhow::anyhow!("cannot read {p}: {e}")
-        })?;
-        let path = entry.path().to_path_buf();
-        stack.truncate(entry.depth() - 1);
-        let parent = stack.last().copied();
-        let ft = entry.file_type();
-        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
-            if ft.is_dir() {
-                it.skip_current_dir();
-            }
-            skipped.push((
-                path,
-                "file name is not UTF-8 (zip member names must be)".into(),
-            ));
-            continue;
-        };
-        if std::path::absolute(&path).is_ok_and(|p| p == out_abs) {
-            skipped.push((path, "this is the output pack itself".into()));
-            continue;
-        }
-        let meta = entry
-            .metadata()
-            .with_context(|| format!("cannot stat {}", path.display()))?;
-        if ft.is_dir() {
-            stack.push(items.len());
-            items.push(Item {
-                path,
-                parent,
-                name,
-                kind: ItemKind::Dir,
-                meta: entry_meta(&meta),
-            });
-        } else if ft.is_file() {
-            items.push(Item {
-                path,
-                parent,
-                name,
-                kind: ItemKind::File(meta.len()),
-                meta: entry_meta(&meta),
-            });
-        } else if ft.is_symlink() {
-            skipped.push((path, "symbolic link (use --follow-links to follow)".into()));
-        } else {
-            skipped.push((path, "special file (device, FIFO or socket)".into()));
-        }
-    }
-    Ok((entry_meta(&root_meta), items, skipped))
-}
-
 struct Loaded {
     data: Vec<u8>,
     crc: u32,
@@ -156,7 +58,7 @@ fn batches(items: &[Item]) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
     let (mut start, mut bytes, mut files) = (0, 0u64, 0);
     for (i, it) in items.iter().enumerate() {
-        if let ItemKind::File(n) = it.kind {
+        if let ItemKind::File { size: n, .. } = it.kind {
             bytes += n;
             files += 1;
         }
@@ -171,12 +73,11 @@ fn batches(items: &[Item]) -> Vec<std::ops::Range<usize>> {
     out
 }
 
-fn load(item: &Item) -> Result<Option<Loaded>> {
-    if !matches!(item.kind, ItemKind::File(_)) {
+fn load(source: &Source, item: &Item) -> Result<Option<Loaded>> {
+    if matches!(item.kind, ItemKind::Dir) {
         return Ok(None);
     }
-    let data = std::fs::read(&item.path)
-        .with_context(|| format!("cannot read {}", item.path.display()))?;
+    let data = source.read(item)?;
     let crc = crc32fast::hash(&data);
     let jpeg = jpeg::probe(&data);
     Ok(Some(Loaded { data, crc, jpeg }))
@@ -195,9 +96,9 @@ fn progress_bar(total: u64, enabled: bool) -> ProgressBar {
     pb
 }
 
-/// Packs directory `src` into a new pack at `out`.
+/// Packs directory (or zip archive) `src` into a new pack at `out`.
 ///
-/// Errors (each names the file): `src` missing, unreadable or not a directory; `out` existing
+/// Errors (each names the file): `src` missing, unreadable, or a zip with escaping names; `out` existing
 /// without `force`; the directory of `out` missing; any read or write failure; an interrupt
 /// (SIGINT/SIGTERM). On error the temp file is removed and `out` is untouched.
 pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport> {
@@ -218,13 +119,20 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
             out_dir.display()
         );
     }
-    let (root_meta, items, skipped) = walk(src, out, opts.follow_links)?;
-    for (p, why) in &skipped {
+    let source = Source::open(src, out, opts.follow_links)?;
+    let (root_meta, items, skipped) = (source.root, &source.items, &source.skipped);
+    for (p, why) in skipped {
         log::warn!("skipped {}: {why}", p.display());
     }
     let total: u64 = items
         .iter()
-        .map(|i| if let ItemKind::File(n) = i.kind { n } else { 0 })
+        .map(|i| {
+            if let ItemKind::File { size: n, .. } = i.kind {
+                n
+            } else {
+                0
+            }
+        })
         .sum();
     let out_name = out
         .file_name()
@@ -247,10 +155,10 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
     let mut w = PackWriter::new(file, opts.align, root_meta)?;
     let mut node_of = vec![0usize; items.len()];
     let (mut files, mut dirs, mut bytes, mut jpegs) = (0u64, 0u64, 0u64, 0u64);
-    let plan = batches(&items);
+    let plan = batches(items);
     std::thread::scope(|s| -> Result<()> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Option<Loaded>>>>(1);
-        let items = &items;
+        let source = &source;
         let stop_reader = stop.clone();
         s.spawn(move || {
             for range in plan {
@@ -259,7 +167,7 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
                 }
                 let loaded: Result<Vec<_>> = pool.install(|| {
                     use rayon::prelude::*;
-                    items[range].par_iter().map(load).collect()
+                    items[range].par_iter().map(|it| load(source, it)).collect()
                 });
                 if tx.send(loaded).is_err() {
                     break;
@@ -328,7 +236,7 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
         bytes,
         jpegs,
         pack_bytes,
-        skipped,
+        skipped: skipped.clone(),
         seconds: t0.elapsed().as_secs_f64(),
     })
 }

@@ -17,24 +17,25 @@ pub fn file_paths(pack: &Pack) -> Vec<(String, u32)> {
     let ix = pack.index();
     let mut out = Vec::with_capacity(ix.totals().files as usize);
     let Some(root) = ix.record(0) else { return out };
-    let mut stack = vec![(String::new(), root)];
-    while let Some((prefix, dir)) = stack.pop() {
-        let mut subdirs = Vec::new();
-        for i in ix.children(&dir) {
-            let Some(r) = ix.record(i) else { continue };
-            let name = String::from_utf8_lossy(ix.name(&r));
-            let path = if prefix.is_empty() {
-                name.into_owned()
-            } else {
-                format!("{prefix}/{name}")
-            };
-            if r.is_dir {
-                subdirs.push((path, r));
-            } else {
-                out.push((path, i));
-            }
+    // Depth first with each directory's children in name order: a stack of child ranges.
+    let mut stack = vec![(String::new(), ix.children(&root))];
+    while let Some((prefix, range)) = stack.last_mut() {
+        let Some(i) = range.next() else {
+            stack.pop();
+            continue;
+        };
+        let Some(r) = ix.record(i) else { continue };
+        let name = String::from_utf8_lossy(ix.name(&r));
+        let path = if prefix.is_empty() {
+            name.into_owned()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        if r.is_dir {
+            stack.push((path, ix.children(&r)));
+        } else {
+            out.push((path, i));
         }
-        stack.extend(subdirs.into_iter().rev());
     }
     out
 }

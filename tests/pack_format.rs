@@ -498,3 +498,102 @@ fn info_reports_counts() {
     assert_eq!(v["alignment"], 4096);
     assert_eq!(v["index_version"], 1);
 }
+
+#[test]
+fn foreign_zip_is_converted_and_escaping_names_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let z = tmp.path().join("foreign.zip");
+    // Deflated and stored members, an implied directory, an explicit one, a nested file.
+    let py = r#"
+import zipfile, sys
+with zipfile.ZipFile(sys.argv[1], 'w') as z:
+    z.writestr('train/b/x.bin', bytes(range(256)) * 40, compress_type=zipfile.ZIP_DEFLATED)
+    z.writestr('train/a/y.txt', b'hello', compress_type=zipfile.ZIP_STORED)
+    z.writestr('train/a/', b'')
+    z.writestr('train/a/deep/z.txt', b'zz' * 1000, compress_type=zipfile.ZIP_DEFLATED)
+"#;
+    assert!(
+        Command::new("python3")
+            .args(["-c", py])
+            .arg(&z)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = tmp.path().join("conv.pack");
+    pack(&z, &out, &[]);
+    let p = Pack::open(&out).unwrap();
+    let got: Vec<(String, u32)> = loosefs::verify::file_paths(&p)
+        .into_iter()
+        .map(|(n, i)| {
+            (
+                n,
+                crc32fast::hash(p.data(&p.index().record(i).unwrap()).unwrap()),
+            )
+        })
+        .collect();
+    let want = vec![
+        (
+            "train/a/deep/z.txt".to_string(),
+            crc32fast::hash(&b"zz".repeat(1000)),
+        ),
+        ("train/a/y.txt".to_string(), crc32fast::hash(b"hello")),
+        (
+            "train/b/x.bin".to_string(),
+            crc32fast::hash(&(0..=255u8).collect::<Vec<_>>().repeat(40)),
+        ),
+    ];
+    assert_eq!(got, want);
+    // Names that would escape: refused, naming the member; nothing written.
+    for bad in ["../evil.txt", "/etc/abs.txt", "train/../../up.txt"] {
+        let ez = tmp.path().join("evil.zip");
+        let py = format!(
+            "import zipfile,sys; z=zipfile.ZipFile(sys.argv[1],'w'); z.writestr('ok/a.txt','x'); z.writestr({bad:?},'y'); z.close()"
+        );
+        assert!(
+            Command::new("python3")
+                .args(["-c", &py])
+                .arg(&ez)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let bad_out = tmp.path().join("evil.pack");
+        let o = loosefs(&[&"pack", &ez, &bad_out]);
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        let msg = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            msg.contains("escape") && msg.contains("evil.zip"),
+            "{bad}: {msg}"
+        );
+        assert!(!bad_out.exists());
+    }
+}
+
+#[test]
+fn shared_zip_fixture_converts_to_the_original_images() {
+    let Some(sample) = shared_sample() else {
+        eprintln!("SKIPPED: ../shared/data absent");
+        return;
+    };
+    let z = sample.join("../formats/zip/images.zip");
+    if !z.exists() {
+        eprintln!("SKIPPED: {} absent", z.display());
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("z.pack");
+    pack(&z, &out, &[]);
+    let p = Pack::open(&out).unwrap();
+    let files = loosefs::verify::file_paths(&p);
+    assert_eq!(files.len(), 48);
+    for (name, i) in files {
+        let rel = name.strip_prefix("train/").unwrap();
+        let want = std::fs::read(sample.join(rel)).unwrap();
+        assert_eq!(
+            p.data(&p.index().record(i).unwrap()).unwrap(),
+            &want[..],
+            "{name}"
+        );
+    }
+}

@@ -1,0 +1,330 @@
+//! Sources for `loosefs pack`: a directory tree, or a foreign zip archive to convert. Either
+//! becomes a list of [`Item`]s in pack order (depth first, names sorted by bytes: the order
+//! ImageFolder and DALI iterate) plus the entries left out, each with the reason.
+//!
+//! Zip member names are taken only through the zip crate's `enclosed_name`: a name that is
+//! absolute or climbs out with `..` refuses the whole archive, naming the member.
+
+use crate::format::writer::EntryMeta;
+use anyhow::{Context, Result, bail};
+use memmap2::Mmap;
+use std::collections::BTreeMap;
+use std::io::{Cursor, Read};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+
+/// Kind of an item; files know their size and, in a zip source, their member number.
+#[derive(Debug, Clone, Copy)]
+pub enum ItemKind {
+    Dir,
+    File { size: u64, member: Option<usize> },
+}
+
+/// One directory or file to pack.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// Where it comes from, for messages (a path, or `archive.zip:member/name`).
+    pub path: PathBuf,
+    /// Index of the parent directory in the item list; `None` for children of the root.
+    pub parent: Option<usize>,
+    /// File name (UTF-8).
+    pub name: String,
+    pub kind: ItemKind,
+    pub meta: EntryMeta,
+}
+
+/// Entries left out of a pack, each with the reason.
+pub type Skipped = Vec<(PathBuf, String)>;
+
+/// A walked source.
+pub struct Source {
+    /// Mode and mtime for the root directory.
+    pub root: EntryMeta,
+    pub items: Vec<Item>,
+    pub skipped: Skipped,
+    /// The mapped archive when the source is a zip file.
+    zip: Option<Mmap>,
+}
+
+impl Source {
+    /// Walks `src`: a directory, or a zip archive (any file that is not a directory). `out` is
+    /// left out if it lies inside `src`.
+    ///
+    /// Errors: `src` missing or unreadable; an unreadable entry; a zip that does not parse, has
+    /// a member name escaping the tree, or names one path twice.
+    pub fn open(src: &Path, out: &Path, follow_links: bool) -> Result<Source> {
+        let meta = std::fs::metadata(src)
+            .with_context(|| format!("cannot read source {}", src.display()))?;
+        if meta.is_dir() {
+            walk_dir(src, out, follow_links)
+        } else if meta.is_file() {
+            walk_zip(src, &meta)
+        } else {
+            bail!(
+                "source {} is not a directory or a zip archive",
+                src.display()
+            )
+        }
+    }
+
+    /// Reads the bytes of file item `item`.
+    pub fn read(&self, item: &Item) -> Result<Vec<u8>> {
+        match (item.kind, &self.zip) {
+            (
+                ItemKind::File {
+                    member: Some(k),
+                    size,
+                },
+                Some(map),
+            ) => {
+                let mut z = zip::ZipArchive::new(Cursor::new(&map[..]))?;
+                let mut f = z.by_index(k)?;
+                let mut data = Vec::with_capacity(size as usize);
+                f.read_to_end(&mut data)
+                    .with_context(|| format!("cannot read {}", item.path.display()))?;
+                Ok(data)
+            }
+            _ => std::fs::read(&item.path)
+                .with_context(|| format!("cannot read {}", item.path.display())),
+        }
+    }
+}
+
+fn entry_meta(m: &std::fs::Metadata) -> EntryMeta {
+    EntryMeta {
+        mode: m.mode(),
+        mtime_sec: m.mtime(),
+        mtime_nsec: m.mtime_nsec() as u32,
+    }
+}
+
+/// Walks `src`, returning the items in pack order (depth first, names sorted by bytes) and the
+/// skipped entries.
+fn walk_dir(src: &Path, out: &Path, follow_links: bool) -> Result<Source> {
+    let root_meta = std::fs::metadata(src)
+        .with_context(|| format!("cannot read source directory {}", src.display()))?;
+    if !root_meta.is_dir() {
+        bail!("source {} is not a directory", src.display());
+    }
+    let out_abs = std::path::absolute(out).unwrap_or_else(|_| out.to_path_buf());
+    let mut items: Vec<Item> = Vec::new();
+    let mut skipped = Vec::new();
+    // stack[d] = item index of the directory at depth d + 1 currently open.
+    let mut stack: Vec<usize> = Vec::new();
+    let mut it = walkdir::WalkDir::new(src)
+        .follow_links(follow_links)
+        .min_depth(1)
+        .sort_by(|a, b| a.file_name().cmp(b.file_name()))
+        .into_iter();
+    while let Some(entry) = it.next() {
+        let entry = entry.map_err(|e| {
+            let p = e
+                .path()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            anyhow::anyhow!("cannot read {p}: {e}")
+        })?;
+        let path = entry.path().to_path_buf();
+        stack.truncate(entry.depth() - 1);
+        let parent = stack.last().copied();
+        let ft = entry.file_type();
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            if ft.is_dir() {
+                it.skip_current_dir();
+            }
+            skipped.push((
+                path,
+                "file name is not UTF-8 (zip member names must be)".into(),
+            ));
+            continue;
+        };
+        if std::path::absolute(&path).is_ok_and(|p| p == out_abs) {
+            skipped.push((path, "this is the output pack itself".into()));
+            continue;
+        }
+        let meta = entry
+            .metadata()
+            .with_context(|| format!("cannot stat {}", path.display()))?;
+        if ft.is_dir() {
+            stack.push(items.len());
+            items.push(Item {
+                path,
+                parent,
+                name,
+                kind: ItemKind::Dir,
+                meta: entry_meta(&meta),
+            });
+        } else if ft.is_file() {
+            items.push(Item {
+                path,
+                parent,
+                name,
+                kind: ItemKind::File {
+                    size: meta.len(),
+                    member: None,
+                },
+                meta: entry_meta(&meta),
+            });
+        } else if ft.is_symlink() {
+            skipped.push((path, "symbolic link (use --follow-links to follow)".into()));
+        } else {
+            skipped.push((path, "special file (device, FIFO or socket)".into()));
+        }
+    }
+    Ok(Source {
+        root: entry_meta(&root_meta),
+        items,
+        skipped,
+        zip: None,
+    })
+}
+
+fn walk_zip(src: &Path, meta: &std::fs::Metadata) -> Result<Source> {
+    let file =
+        std::fs::File::open(src).with_context(|| format!("cannot open {}", src.display()))?;
+    // SAFETY: read-only map of the source archive; it must not be truncated while packing.
+    let map =
+        unsafe { Mmap::map(&file) }.with_context(|| format!("cannot map {}", src.display()))?;
+    let mut z = zip::ZipArchive::new(Cursor::new(&map[..])).with_context(|| {
+        format!(
+            "{} is not a directory or a readable zip archive",
+            src.display()
+        )
+    })?;
+    let default_time = (meta.mtime(), meta.mtime_nsec() as u32);
+    let root = EntryMeta {
+        mode: 0o40755,
+        mtime_sec: default_time.0,
+        mtime_nsec: default_time.1,
+    };
+    // Components of every entry -> (member, is_dir, meta); implicit parent directories added.
+    let mut tree: BTreeMap<Vec<String>, (Option<usize>, bool, EntryMeta)> = BTreeMap::new();
+    let mut skipped = Skipped::new();
+    for k in 0..z.len() {
+        let f = z.by_index_raw(k)?;
+        let shown = src.join(f.name());
+        let Some(rel) = f.enclosed_name() else {
+            bail!(
+                "{}: member {:?} would escape the extracted tree (absolute path or `..`); refusing the archive",
+                src.display(),
+                f.name()
+            );
+        };
+        let mut parts = Vec::new();
+        for c in rel.components() {
+            match c {
+                Component::Normal(p) => {
+                    parts.push(p.to_str().map(str::to_string).with_context(|| {
+                        format!("{}: member name {:?} is not UTF-8", src.display(), f.name())
+                    })?)
+                }
+                Component::CurDir => {}
+                _ => bail!(
+                    "{}: member {:?} would escape the extracted tree",
+                    src.display(),
+                    f.name()
+                ),
+            }
+        }
+        if parts.is_empty() {
+            continue;
+        }
+        let mode = f.unix_mode().unwrap_or(0);
+        if mode & libc::S_IFMT == libc::S_IFLNK {
+            skipped.push((shown, "symbolic link in the archive".into()));
+            continue;
+        }
+        let is_dir = f.is_dir();
+        let perm = if mode & 0o7777 != 0 {
+            mode & 0o7777
+        } else if is_dir {
+            0o755
+        } else {
+            0o644
+        };
+        let mtime = f
+            .last_modified()
+            .and_then(|t| time::PrimitiveDateTime::try_from(t).ok())
+            .map_or(default_time.0, |t| t.assume_utc().unix_timestamp());
+        let meta = EntryMeta {
+            mode: perm | if is_dir { libc::S_IFDIR } else { libc::S_IFREG },
+            mtime_sec: mtime,
+            mtime_nsec: 0,
+        };
+        for d in 1..parts.len() {
+            tree.entry(parts[..d].to_vec()).or_insert((
+                None,
+                true,
+                EntryMeta {
+                    mode: libc::S_IFDIR | 0o755,
+                    ..meta
+                },
+            ));
+        }
+        let member = (!is_dir).then_some(k);
+        match tree.get_mut(&parts) {
+            Some(e) if !is_dir || !e.1 => bail!(
+                "{}: {:?} appears twice in the archive",
+                src.display(),
+                f.name()
+            ),
+            Some(e) => e.2 = meta, // explicit entry for an implied directory
+            None => {
+                tree.insert(parts, (member, is_dir, meta));
+            }
+        }
+    }
+    let mut items = Vec::with_capacity(tree.len());
+    let mut index_of: BTreeMap<&[String], usize> = BTreeMap::new();
+    for (parts, (member, is_dir, meta)) in &tree {
+        let parent = match parts.len() {
+            1 => None,
+            n => Some(
+                *index_of
+                    .get(&parts[..n - 1])
+                    .context("zip entry without its parent directory")?,
+            ),
+        };
+        if parent.is_some_and(|p| {
+            !matches!(
+                items[p],
+                Item {
+                    kind: ItemKind::Dir,
+                    ..
+                }
+            )
+        }) {
+            bail!(
+                "{}: {:?} is both a file and a directory",
+                src.display(),
+                parts.join("/")
+            );
+        }
+        let size = match member {
+            Some(k) => z.by_index_raw(*k)?.size(),
+            None => 0,
+        };
+        index_of.insert(parts, items.len());
+        items.push(Item {
+            path: src.join(parts.join("/")),
+            parent,
+            name: parts[parts.len() - 1].clone(),
+            kind: if *is_dir {
+                ItemKind::Dir
+            } else {
+                ItemKind::File {
+                    size,
+                    member: *member,
+                }
+            },
+            meta: *meta,
+        });
+    }
+    drop(z);
+    Ok(Source {
+        root,
+        items,
+        skipped,
+        zip: Some(map),
+    })
+}
