@@ -11,30 +11,32 @@
 //! OPEN+IOCTL+RELEASE per file, 8-10k files/s with only the IOCTL left.
 
 use crate::format::index::Kind;
-use crate::namespace::{Attr, FsError, Namespace};
+use crate::namespace::{Attr, FsError};
+use crate::server::Server;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags, IoctlFlags,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry,
-    ReplyIoctl, ReplyOpen, ReplyStatfs, Request,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, Request,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long the kernel may cache entries and attributes (the pack never changes while mounted).
 pub const TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// A [`Namespace`] served over FUSE.
+/// A [`Server`] over FUSE.
 pub struct LooseFs {
-    ns: Namespace,
+    server: Arc<Server>,
     uid: u32,
     gid: u32,
 }
 
 impl LooseFs {
-    /// Serves `ns`; files appear owned by `uid`/`gid`.
-    pub fn new(ns: Namespace, uid: u32, gid: u32) -> LooseFs {
-        LooseFs { ns, uid, gid }
+    /// Serves `server`; files appear owned by `uid`/`gid`.
+    pub fn new(server: Arc<Server>, uid: u32, gid: u32) -> LooseFs {
+        LooseFs { server, uid, gid }
     }
 
     fn file_attr(&self, a: &Attr) -> FileAttr {
@@ -68,7 +70,10 @@ impl LooseFs {
             FsError::NotDir => Errno::ENOTDIR,
             FsError::IsDir => Errno::EISDIR,
             FsError::Corrupt(why) => {
-                log::error!("{op} {}: {why}; answering EIO", self.ns.path_of(ino));
+                log::error!(
+                    "{op} {}: {why}; answering EIO",
+                    self.server.namespace().path_of(ino)
+                );
                 Errno::EIO
             }
         }
@@ -115,17 +120,30 @@ impl Filesystem for LooseFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.ns.lookup(parent.0, name.as_bytes()) {
-            Ok(a) => reply.entry(&TTL, &self.file_attr(&a), Generation(0)),
+        match self.server.lookup(parent.0, name.as_bytes()) {
+            Ok((a, false)) => reply.entry(&TTL, &self.file_attr(&a), Generation(0)),
+            Ok((a, true)) => reply.entry_with_ttls(
+                &Duration::ZERO,
+                &Duration::ZERO,
+                &self.file_attr(&a),
+                Generation(0),
+            ),
             // An entry with inode 0 is a negative entry the kernel caches for TTL.
             Err(FsError::NotFound) => reply.entry(&TTL, &negative_attr(), Generation(0)),
             Err(e) => reply.error(self.fail("lookup", parent.0, &e)),
         }
     }
 
+    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+        self.server.forget(ino.0);
+    }
+
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.ns.getattr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &self.file_attr(&a)),
+        match self.server.getattr(ino.0) {
+            Ok((a, volatile)) => reply.attr(
+                if volatile { &Duration::ZERO } else { &TTL },
+                &self.file_attr(&a),
+            ),
             Err(e) => reply.error(self.fail("getattr", ino.0, &e)),
         }
     }
@@ -149,6 +167,7 @@ impl Filesystem for LooseFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
+        self.server.ioctl();
         reply.error(Errno::ENOTTY);
     }
 
@@ -163,10 +182,22 @@ impl Filesystem for LooseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.ns.read(ino.0, offset, size) {
+        self.server.read(ino.0, offset, size, |r| match r {
             Ok(bytes) => reply.data(bytes),
             Err(e) => reply.error(self.fail("read", ino.0, &e)),
-        }
+        })
+    }
+
+    /// Nothing to flush on a read-only mount; ENOSYS once stops the kernel sending FLUSH.
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::ENOSYS);
     }
 
     /// Zero-message opendir: as for `open`, and the kernel then caches directory listings.
@@ -182,26 +213,22 @@ impl Filesystem for LooseFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        match self.ns.readdir(ino.0, offset) {
-            Ok(entries) => {
-                for e in entries {
-                    if reply.add(
-                        INodeNo(e.ino),
-                        e.next_offset,
-                        file_type(e.kind),
-                        OsStr::from_bytes(e.name),
-                    ) {
-                        break;
-                    }
-                }
-                reply.ok()
-            }
+        let r = self.server.readdir(ino.0, offset, |e| {
+            reply.add(
+                INodeNo(e.ino),
+                e.next_offset,
+                file_type(e.kind),
+                OsStr::from_bytes(e.name),
+            )
+        });
+        match r {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(self.fail("readdir", ino.0, &e)),
         }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = self.ns.statfs();
+        let s = self.server.statfs();
         reply.statfs(s.blocks, 0, 0, s.files, 0, s.bsize, s.namelen, s.bsize);
     }
 }

@@ -62,7 +62,40 @@ enum Cmd {
         /// Log file of the background daemon (default: discarded). Level from RUST_LOG.
         #[arg(long)]
         log: Option<PathBuf>,
+        /// Largest read-ahead window in pack order, MiB (0 disables read-ahead across samples).
+        #[arg(long, default_value_t = 64)]
+        prefetch_max_mb: u64,
+        /// Keep this much of the pack resident (mlock), from its start: a size such as 2G or
+        /// 512M, or `all`. Refused when it does not fit in available memory or the cgroup limit.
+        #[arg(long, value_parser = parse_pin)]
+        pin: Option<u64>,
+        /// Stream the whole pack into the page cache in the background after mounting.
+        #[arg(long)]
+        warm: bool,
     },
+    /// Print a mount's statistics (requests, bytes, page-cache and read-ahead hits, pinned
+    /// bytes, warm progress, latency percentiles).
+    ///
+    /// Example: loosefs stats /mnt/train --json
+    Stats {
+        mountpoint: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start streaming the whole pack into the page cache (see `stats` for progress).
+    ///
+    /// Example: loosefs warm /mnt/train --wait
+    Warm {
+        mountpoint: PathBuf,
+        /// Wait until the warm is done, printing progress.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Empty every cache the daemon owns and evict the pack's unpinned pages, so the next read
+    /// is cold (pair it with `echo 3 > /proc/sys/vm/drop_caches` for the rest of the system).
+    ///
+    /// Example: loosefs drop-cache /mnt/train
+    DropCache { mountpoint: PathBuf },
     /// Unmount a loosefs mount (also stale ones left by a killed daemon).
     ///
     /// Example: loosefs umount /mnt/train
@@ -89,6 +122,10 @@ enum Cmd {
         #[arg(long)]
         against: Option<PathBuf>,
     },
+}
+
+fn parse_pin(s: &str) -> Result<u64, String> {
+    Ok(loosefs::pagecache::parse_size(s)?.unwrap_or(u64::MAX))
 }
 
 fn open(pack: &std::path::Path) -> Result<Pack> {
@@ -141,6 +178,9 @@ fn run(cli: Cli) -> Result<i32> {
             threads,
             read_ahead_kb,
             log,
+            prefetch_max_mb,
+            pin,
+            warm,
         } => {
             let threads = threads.unwrap_or_else(|| {
                 std::thread::available_parallelism()
@@ -152,8 +192,31 @@ fn run(cli: Cli) -> Result<i32> {
                 threads,
                 read_ahead_kb,
                 log,
+                prefetch_max_mb,
+                pin,
+                warm,
             };
             loosefs::mount::mount(&pack, &mountpoint, &opts)?;
+        }
+        Cmd::Stats { mountpoint, json } => {
+            let v = loosefs::client::read_control(&mountpoint, "stats")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print!("{}", loosefs::client::format_stats(&v));
+            }
+        }
+        Cmd::Warm { mountpoint, wait } => {
+            let v = loosefs::client::read_control(&mountpoint, "warm")?;
+            if !wait {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                loosefs::client::wait_warm(&mountpoint)?;
+            }
+        }
+        Cmd::DropCache { mountpoint } => {
+            let v = loosefs::client::read_control(&mountpoint, "drop-cache")?;
+            println!("{}", serde_json::to_string_pretty(&v)?);
         }
         Cmd::Umount { mountpoint, lazy } => loosefs::mount::unmount(&mountpoint, lazy)?,
         Cmd::Info { pack, json } => {

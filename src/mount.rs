@@ -11,11 +11,13 @@
 use crate::format::reader::Pack;
 use crate::fuse::LooseFs;
 use crate::namespace::Namespace;
+use crate::server::{Server, ServerOptions};
 use anyhow::{Context, Result, bail};
 use fuser::{Config, MountOption, Session, SessionACL};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Environment variable carrying the readiness pipe's fd from the launcher to the daemon.
@@ -32,6 +34,12 @@ pub struct MountOptions {
     pub read_ahead_kb: u32,
     /// Where the background daemon writes its log (default: discarded).
     pub log: Option<PathBuf>,
+    /// Largest read-ahead window in pack order, MiB (0 disables).
+    pub prefetch_max_mb: u64,
+    /// Pin this many bytes of the pack (`Some(u64::MAX)`: all of it).
+    pub pin: Option<u64>,
+    /// Warm the whole pack into the page cache after mounting.
+    pub warm: bool,
 }
 
 /// State of a path that is about to become a mountpoint.
@@ -113,6 +121,10 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountOptions) -> Result<()> {
     let pack =
         Pack::open(pack_path).with_context(|| format!("cannot mount {}", pack_path.display()))?;
     let mnt_abs = check_mountpoint(mnt)?;
+    if let Some(bytes) = opts.pin {
+        crate::pagecache::check_pin_budget(bytes.min(pack.file_len()))
+            .with_context(|| format!("cannot pin {}", pack_path.display()))?;
+    }
     if opts.foreground {
         let ready = std::env::var(READY_FD_ENV)
             .ok()
@@ -126,6 +138,7 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountOptions) -> Result<()> {
 }
 
 fn launch(pack_path: &Path, mnt: &Path, opts: &MountOptions) -> Result<()> {
+    // Called from `loosefs mount ...`: re-run it with --foreground as the daemon.
     let (rx, tx) = nix::unistd::pipe().context("cannot create a pipe")?;
     nix::fcntl::fcntl(
         &rx,
@@ -133,13 +146,8 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountOptions) -> Result<()> {
     )?;
     let exe = std::env::current_exe().context("cannot find the loosefs executable")?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.arg("mount").arg(pack_path).arg(mnt).arg("--foreground");
-    cmd.arg("--threads").arg(opts.threads.to_string());
-    cmd.arg("--read-ahead-kb")
-        .arg(opts.read_ahead_kb.to_string());
-    if let Some(log) = &opts.log {
-        cmd.arg("--log").arg(log);
-    }
+    // The daemon is this same command line, in the foreground: every option reaches it.
+    cmd.args(std::env::args_os().skip(1)).arg("--foreground");
     cmd.env(READY_FD_ENV, tx.as_raw_fd().to_string())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -190,7 +198,17 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountOptions, ready: Option<OwnedFd>) ->
                 .collect()
         })
         .unwrap_or_default();
-    let fs = LooseFs::new(Namespace::new(pack), meta.uid(), meta.gid());
+    let server = Arc::new(Server::new(
+        Namespace::new(pack),
+        ServerOptions {
+            prefetch_max: opts.prefetch_max_mb << 20,
+            pin: opts.pin,
+            warm: opts.warm,
+            mountpoint: mnt.display().to_string(),
+            threads: opts.threads,
+        },
+    ));
+    let fs = LooseFs::new(server.clone(), meta.uid(), meta.gid());
     let mut cfg = Config::default();
     cfg.mount_options = vec![
         MountOption::RO,
@@ -209,6 +227,10 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountOptions, ready: Option<OwnedFd>) ->
     let session = Session::new(fs, mnt, &cfg)
         .with_context(|| format!("cannot mount at {}", mnt.display()))?;
     let bg = session.spawn()?;
+    let notifier = bg.notifier();
+    server.set_invalidate(Box::new(move |ino| {
+        let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
+    }));
     if opts.read_ahead_kb > 0 {
         if let Err(e) = set_read_ahead(mnt, opts.read_ahead_kb) {
             log::warn!("cannot set read_ahead_kb for {}: {e}", mnt.display());

@@ -214,6 +214,22 @@ impl Namespace {
         Ok(())
     }
 
+    /// Byte range of file `ino`'s data inside the pack, `None` for directories and unknown inodes.
+    pub fn data_range(&self, ino: u64) -> Option<std::ops::Range<u64>> {
+        let r = self.record(ino).ok().filter(|r| !r.is_dir)?;
+        Some(r.data_off..r.data_off.checked_add(r.size)?)
+    }
+
+    /// Inodes whose data has been served (checked) since the mount.
+    pub fn served_inodes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.verified.iter().enumerate().flat_map(|(w, word)| {
+            let bits = word.load(Ordering::Relaxed);
+            (0..64)
+                .filter(move |b| bits & (1 << b) != 0)
+                .map(move |b| (w * 64 + b) as u64 + 1)
+        })
+    }
+
     /// Path of inode `ino` from the mount root (for log messages), e.g. `n01440764/x.JPEG`.
     pub fn path_of(&self, ino: u64) -> String {
         let ix = self.pack.index();

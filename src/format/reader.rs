@@ -9,12 +9,14 @@ use memmap2::Mmap;
 use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// An open, validated pack.
 #[derive(Debug)]
 pub struct Pack {
     path: PathBuf,
-    map: Mmap,
+    file: File,
+    map: Arc<Mmap>,
     index: Range<usize>,
     totals: Totals,
 }
@@ -72,7 +74,8 @@ impl Pack {
         }
         Ok(Pack {
             path: path.to_path_buf(),
-            map,
+            file,
+            map: Arc::new(map),
             index,
             totals,
         })
@@ -115,5 +118,15 @@ impl Pack {
     /// The whole mapping (for read-ahead and residency checks).
     pub fn map(&self) -> &Mmap {
         &self.map
+    }
+
+    /// A shared handle on the mapping (pinning keeps it alive from its own thread).
+    pub fn map_arc(&self) -> Arc<Mmap> {
+        self.map.clone()
+    }
+
+    /// The open pack file (for eviction and warming).
+    pub fn file(&self) -> &File {
+        &self.file
     }
 }

@@ -17,6 +17,7 @@ def test_imagefolder_identical(source, mount):
     a = torchvision.datasets.ImageFolder(str(source))
     b = torchvision.datasets.ImageFolder(str(mount))
     assert b.classes == a.classes
+    assert ".loosefs" not in b.classes and os.path.isdir(os.path.join(mount, ".loosefs"))
     assert b.class_to_idx == a.class_to_idx
     assert rel(b.samples, mount) == rel(a.samples, source)
     assert len(b) == len(a) > 0
@@ -69,3 +70,14 @@ def test_dali_readers_file_identical(source, mount):
     assert la == lb and len(la) > 0
     for k, (a, b) in enumerate(zip(ia, ib)):
         assert a.shape == b.shape and np.array_equal(a, b), f"sample {k}"
+
+
+def test_stats_through_plain_open(mount):
+    import json
+
+    with open(os.path.join(mount, ".loosefs", "stats")) as f:
+        first = json.load(f)
+    with open(os.path.join(mount, ".loosefs", "stats")) as f:
+        second = json.load(f)
+    assert second["requests"]["lookup"] > first["requests"]["lookup"], "stats are fresh on every open"
+    assert first["pack"]["samples"] > 0

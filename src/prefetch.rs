@@ -1,0 +1,198 @@
+//! Read-ahead in pack order, across sample boundaries.
+//!
+//! The kernel reads ahead within one file; it cannot know that file k+1 follows file k in the
+//! pack. This detects sequential progress per *region* of the pack (not per file handle: several
+//! DataLoader workers interleave, each walking its own region) and asks the kernel to bring the
+//! next bytes in (`madvise(WILLNEED)` on the pack mapping: asynchronous, no thread of ours).
+//! Modelled on mountpoint-s3's prefetcher: a stream starts on the second consecutive read, with
+//! a 1 MiB window that doubles each time the reader consumes half of it, up to a cap; a read
+//! that matches no stream starts a candidate stream, replacing the least recently used one.
+
+use std::ops::Range;
+use std::sync::Mutex;
+
+/// Number of concurrent streams tracked.
+pub const STREAMS: usize = 16;
+/// First read-ahead window, bytes.
+pub const MIN_WINDOW: u64 = 1 << 20;
+/// Largest read-ahead window, bytes.
+pub const MAX_WINDOW: u64 = 64 << 20;
+/// How far past the end of the last read the next one may start and still count as sequential
+/// (member headers and alignment padding sit between samples), bytes.
+const GAP: u64 = 64 << 10;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Stream {
+    /// End of the last read of this stream.
+    next: u64,
+    /// Prefetched up to here.
+    ahead: u64,
+    /// Current window; 0 for a candidate stream that has seen one read.
+    window: u64,
+    last_used: u64,
+}
+
+/// What the caller should do after a read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Advice {
+    /// Range of the pack to prefetch now, if any.
+    pub prefetch: Option<Range<u64>>,
+    /// The read fell inside a range this stream had already prefetched.
+    pub hit: bool,
+}
+
+/// Stream detector over pack offsets.
+#[derive(Debug)]
+pub struct Prefetcher {
+    inner: Mutex<(Vec<Stream>, u64)>,
+    max_window: u64,
+    limit: u64,
+}
+
+impl Prefetcher {
+    /// A prefetcher for a pack whose sample data ends at `limit` bytes, with windows up to
+    /// `max_window` bytes (0 disables read-ahead).
+    pub fn new(limit: u64, max_window: u64) -> Prefetcher {
+        Prefetcher {
+            inner: Mutex::new((vec![Stream::default(); STREAMS], 0)),
+            max_window,
+            limit,
+        }
+    }
+
+    /// Notes a read of pack bytes `[start, end)` and says what to prefetch.
+    pub fn on_read(&self, start: u64, end: u64) -> Advice {
+        if self.max_window == 0 {
+            return Advice::default();
+        }
+        let Ok(mut g) = self.inner.lock() else {
+            return Advice::default();
+        };
+        let (streams, tick) = &mut *g;
+        *tick += 1;
+        let now = *tick;
+        let found = streams.iter_mut().find(|s| {
+            s.last_used != 0 && start + GAP / 2 >= s.next && start <= s.next + GAP.max(s.window)
+        });
+        let Some(s) = found else {
+            // Start a candidate stream in the least recently used slot.
+            if let Some(s) = streams.iter_mut().min_by_key(|s| s.last_used) {
+                *s = Stream {
+                    next: end,
+                    ahead: end,
+                    window: 0,
+                    last_used: now,
+                };
+            }
+            return Advice::default();
+        };
+        s.last_used = now;
+        let hit = s.window > 0 && end <= s.ahead;
+        s.next = s.next.max(end);
+        if s.window == 0 {
+            s.window = MIN_WINDOW.min(self.max_window);
+        }
+        let mut advice = Advice {
+            prefetch: None,
+            hit,
+        };
+        // Extend when less than half a window remains ahead of the reader.
+        if s.ahead < s.next + s.window / 2 {
+            let from = s.ahead.max(s.next);
+            let to = (s.next + s.window).min(self.limit);
+            if to > from {
+                advice.prefetch = Some(from..to);
+                s.ahead = to;
+            }
+            s.window = (s.window * 2).min(self.max_window);
+        }
+        advice
+    }
+
+    /// Forgets every stream (after `drop-cache`).
+    pub fn reset(&self) {
+        if let Ok(mut g) = self.inner.lock() {
+            g.0.iter_mut().for_each(|s| *s = Stream::default());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads of 100 KB samples laid out every 104 KiB, starting at `base`.
+    fn sample(base: u64, k: u64) -> (u64, u64) {
+        let start = base + k * 104 * 1024;
+        (start, start + 100_000)
+    }
+
+    #[test]
+    fn sequential_reads_prefetch_with_a_growing_window() {
+        let p = Prefetcher::new(1 << 40, MAX_WINDOW);
+        let (s, e) = sample(0, 0);
+        assert_eq!(
+            p.on_read(s, e),
+            Advice::default(),
+            "one read is not a stream yet"
+        );
+        let mut windows = Vec::new();
+        let mut hits = 0;
+        for k in 1..2000 {
+            let (s, e) = sample(0, k);
+            let a = p.on_read(s, e);
+            hits += a.hit as u32;
+            if let Some(r) = a.prefetch {
+                assert!(r.start >= s, "prefetch never goes backwards");
+                windows.push(r.end - r.start);
+            }
+        }
+        assert!(windows.len() >= 3, "{windows:?}");
+        assert!(
+            windows.windows(2).take(4).all(|w| w[1] >= w[0]),
+            "window grows: {windows:?}"
+        );
+        assert!(windows.iter().all(|&w| w <= MAX_WINDOW + MIN_WINDOW));
+        assert!(
+            hits > 1900,
+            "almost every read after the start is a hit: {hits}"
+        );
+    }
+
+    #[test]
+    fn interleaved_regions_are_separate_streams_and_jumps_reset() {
+        let p = Prefetcher::new(1 << 40, MAX_WINDOW);
+        let bases = [0u64, 10 << 30, 20 << 30, 30 << 30];
+        let mut hits = [0; 4];
+        for k in 0..500 {
+            for (i, &b) in bases.iter().enumerate() {
+                let (s, e) = sample(b, k);
+                hits[i] += p.on_read(s, e).hit as u32;
+            }
+        }
+        assert!(hits.iter().all(|&h| h > 450), "{hits:?}");
+        // Random jumps: no prefetch at all.
+        let p = Prefetcher::new(1 << 40, MAX_WINDOW);
+        let mut x: u64 = 12345;
+        let mut prefetched = 0;
+        for _ in 0..1000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let s = (x >> 20) % (100 << 30);
+            prefetched += p.on_read(s, s + 100_000).prefetch.is_some() as u32;
+        }
+        assert!(prefetched < 5, "{prefetched}");
+    }
+
+    #[test]
+    fn prefetch_stops_at_the_end_of_the_data_and_can_be_disabled() {
+        let p = Prefetcher::new(300_000, MAX_WINDOW);
+        p.on_read(0, 100_000);
+        let a = p.on_read(100_000, 200_000);
+        assert_eq!(a.prefetch, Some(200_000..300_000));
+        let off = Prefetcher::new(1 << 40, 0);
+        off.on_read(0, 10);
+        assert_eq!(off.on_read(10, 20), Advice::default());
+    }
+}

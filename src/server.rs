@@ -1,0 +1,388 @@
+//! The daemon's filesystem logic: the [`Namespace`] plus the services around the read path —
+//! statistics, read-ahead in pack order, page-cache residency checks, pinning, whole-pack warm
+//! and the hidden control directory. Free of FUSE types: the adaptor in [`crate::fuse`] only
+//! translates, and tests can drive a `Server` directly.
+
+use crate::control::{self, Snapshots};
+use crate::format::index::Kind;
+use crate::namespace::{Attr, DirEntry, FsError, FsStats, Namespace, ROOT_INO};
+use crate::pagecache::{self, Pinner};
+use crate::prefetch::Prefetcher;
+use crate::stats::{Op, Stats};
+use crate::warm::Warmer;
+use serde_json::json;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, OnceLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// How the daemon serves, from `loosefs mount` options.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Largest read-ahead window in pack order, bytes (0 disables).
+    pub prefetch_max: u64,
+    /// Bytes of the pack to pin (mlock), from the start; `Some(u64::MAX)` for all.
+    pub pin: Option<u64>,
+    /// Start a whole-pack warm at mount.
+    pub warm: bool,
+    /// Mountpoint (for stats).
+    pub mountpoint: String,
+    /// FUSE threads (for stats).
+    pub threads: usize,
+}
+
+/// Callback that drops the kernel's cached pages of one inode of the mount.
+pub type Invalidate = Box<dyn Fn(u64) + Send + Sync>;
+
+/// A pack being served.
+pub struct Server {
+    ns: Namespace,
+    /// Counters and latency histograms.
+    pub stats: Stats,
+    prefetch: Prefetcher,
+    warm: Arc<Warmer>,
+    pin: Arc<Pinner>,
+    snaps: Snapshots,
+    opts: ServerOptions,
+    started: Instant,
+    invalidate: OnceLock<Invalidate>,
+}
+
+impl Server {
+    /// Serves `ns`. Starts pinning and warming when asked (the caller has checked the pin budget).
+    pub fn new(ns: Namespace, opts: ServerOptions) -> Server {
+        let data_end = ns.pack().totals().data_end;
+        let s = Server {
+            prefetch: Prefetcher::new(data_end, opts.prefetch_max),
+            ns,
+            stats: Stats::default(),
+            warm: Arc::default(),
+            pin: Arc::default(),
+            snaps: Snapshots::default(),
+            opts,
+            started: Instant::now(),
+            invalidate: OnceLock::new(),
+        };
+        if let Some(bytes) = s.opts.pin {
+            s.pin
+                .start(s.ns.pack().map_arc(), bytes.min(s.ns.pack().file_len()));
+        }
+        if s.opts.warm {
+            s.start_warm();
+        }
+        s
+    }
+
+    /// Installs the kernel page-cache invalidation used by `drop-cache`.
+    pub fn set_invalidate(&self, f: Invalidate) {
+        let _ = self.invalidate.set(f);
+    }
+
+    /// The namespace served.
+    pub fn namespace(&self) -> &Namespace {
+        &self.ns
+    }
+
+    fn control_dir_attr() -> Attr {
+        Attr {
+            ino: control::DIR_INO,
+            size: 4096,
+            blocks: 8,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            kind: Kind::Dir,
+            perm: 0o555,
+            nlink: 1,
+            blksize: 4096,
+        }
+    }
+
+    fn control_file_attr(ino: u64, size: u64) -> Attr {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        Attr {
+            ino,
+            size,
+            blocks: size.div_ceil(512),
+            mtime_sec: now,
+            mtime_nsec: 0,
+            kind: Kind::File,
+            perm: 0o444,
+            nlink: 1,
+            blksize: 4096,
+        }
+    }
+
+    /// Looks up `name` in `parent`. The flag is true for volatile entries (control files) that
+    /// the kernel must not cache.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<(Attr, bool), FsError> {
+        let t0 = Instant::now();
+        let r = if parent == ROOT_INO && name == control::DIR_NAME {
+            Ok((Self::control_dir_attr(), false))
+        } else if parent == control::DIR_INO {
+            let name = std::str::from_utf8(name).map_err(|_| FsError::NotFound)?;
+            let content = self.run_control(name).ok_or(FsError::NotFound)?;
+            let size = content.len() as u64;
+            let ino = self.snaps.insert(content);
+            Ok((Self::control_file_attr(ino, size), true))
+        } else if control::is_control(parent) {
+            Err(FsError::NotDir)
+        } else {
+            self.ns.lookup(parent, name).map(|a| (a, false))
+        };
+        self.finish(Op::Lookup, t0, r)
+    }
+
+    /// Attributes of `ino`, with the volatile flag as for [`Server::lookup`].
+    pub fn getattr(&self, ino: u64) -> Result<(Attr, bool), FsError> {
+        let t0 = Instant::now();
+        let r = if ino == control::DIR_INO {
+            Ok((Self::control_dir_attr(), false))
+        } else if control::is_control(ino) {
+            let size = self.snaps.get(ino).map_or(0, |c| c.len() as u64);
+            Ok((Self::control_file_attr(ino, size), true))
+        } else {
+            self.ns.getattr(ino).map(|a| (a, false))
+        };
+        self.finish(Op::Getattr, t0, r)
+    }
+
+    /// Lists directory `ino` from `offset`, calling `add` per entry until it returns true (full).
+    pub fn readdir(
+        &self,
+        ino: u64,
+        offset: u64,
+        mut add: impl FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<(), FsError> {
+        let t0 = Instant::now();
+        let r = if ino == control::DIR_INO {
+            let mut entries = vec![
+                DirEntry {
+                    ino,
+                    next_offset: 1,
+                    kind: Kind::Dir,
+                    name: b".",
+                },
+                DirEntry {
+                    ino: ROOT_INO,
+                    next_offset: 2,
+                    kind: Kind::Dir,
+                    name: b"..",
+                },
+            ];
+            for (k, n) in control::LISTED.iter().enumerate() {
+                entries.push(DirEntry {
+                    ino: control::listed_ino(k),
+                    next_offset: k as u64 + 3,
+                    kind: Kind::File,
+                    name: n.as_bytes(),
+                });
+            }
+            for e in entries.into_iter().skip(offset as usize) {
+                if add(e) {
+                    break;
+                }
+            }
+            Ok(())
+        } else if control::is_control(ino) {
+            Err(FsError::NotDir)
+        } else {
+            self.ns.readdir(ino, offset).map(|entries| {
+                for e in entries {
+                    if add(e) {
+                        break;
+                    }
+                }
+            })
+        };
+        self.finish(Op::Readdir, t0, r)
+    }
+
+    /// Reads up to `size` bytes of `ino` at `offset` and hands them to `reply`.
+    pub fn read<R>(
+        &self,
+        ino: u64,
+        offset: u64,
+        size: u32,
+        reply: impl FnOnce(Result<&[u8], FsError>) -> R,
+    ) -> R {
+        let t0 = Instant::now();
+        if control::is_control(ino) {
+            let content = self.snaps.get(ino);
+            let out = match &content {
+                Some(c) => {
+                    let s = (offset as usize).min(c.len());
+                    let e = (s + size as usize).min(c.len());
+                    Ok(&c[s..e])
+                }
+                None => Err(FsError::NotFound),
+            };
+            let r = reply(out);
+            self.stats.done(Op::Control, t0);
+            return r;
+        }
+        if let Some(range) = self.ns.data_range(ino) {
+            self.before_read(&range, offset, size);
+        }
+        let out = self.ns.read(ino, offset, size);
+        match &out {
+            Ok(b) => {
+                self.stats.bytes_served.fetch_add(b.len() as u64, Relaxed);
+            }
+            Err(_) => {
+                self.stats.errors.fetch_add(1, Relaxed);
+            }
+        }
+        let r = reply(out);
+        self.stats.done(Op::Read, t0);
+        r
+    }
+
+    /// Residency accounting and read-ahead for a read of `[offset, offset+size)` of the sample
+    /// stored at pack bytes `range`.
+    fn before_read(&self, range: &std::ops::Range<u64>, offset: u64, size: u32) {
+        let s = range.start + offset.min(range.end - range.start);
+        let e = s.saturating_add(u64::from(size)).min(range.end);
+        if s >= e {
+            return;
+        }
+        let map = self.ns.pack().map();
+        if pagecache::resident(map, &(s..e)) {
+            self.stats.page_cache_hits.fetch_add(1, Relaxed);
+        } else {
+            self.stats.page_cache_misses.fetch_add(1, Relaxed);
+            // One batch of I/O for the rest of the sample instead of page-by-page faults.
+            pagecache::will_need(map, &(s..range.end));
+        }
+        let advice = self.prefetch.on_read(s, e);
+        if advice.hit {
+            self.stats.prefetch_hits.fetch_add(1, Relaxed);
+        }
+        if let Some(r) = advice.prefetch {
+            pagecache::will_need(map, &r);
+            self.stats.prefetch_requests.fetch_add(1, Relaxed);
+            self.stats
+                .prefetch_bytes
+                .fetch_add(r.end - r.start, Relaxed);
+        }
+    }
+
+    /// `statfs` figures.
+    pub fn statfs(&self) -> FsStats {
+        let t0 = Instant::now();
+        let s = self.ns.statfs();
+        self.stats.done(Op::Statfs, t0);
+        s
+    }
+
+    /// Counts an ioctl (answered ENOTTY by the adaptor).
+    pub fn ioctl(&self) {
+        self.stats.done(Op::Ioctl, Instant::now());
+    }
+
+    /// The kernel forgot `ino`.
+    pub fn forget(&self, ino: u64) {
+        if control::is_control(ino) {
+            self.snaps.forget(ino);
+        }
+    }
+
+    fn finish<T>(&self, op: Op, t0: Instant, r: Result<T, FsError>) -> Result<T, FsError> {
+        if matches!(r, Err(FsError::Corrupt(_))) {
+            self.stats.errors.fetch_add(1, Relaxed);
+        }
+        self.stats.done(op, t0);
+        r
+    }
+
+    /// Runs control file `name`, returning its content.
+    fn run_control(&self, name: &str) -> Option<Vec<u8>> {
+        let v = match name {
+            "stats" => self.stats_json(),
+            "warm" => {
+                let started = self.start_warm();
+                json!({ "started": started, "warm": self.warm.status() })
+            }
+            "drop-cache" => self.drop_cache(),
+            _ => return None,
+        };
+        let mut out = serde_json::to_vec_pretty(&v).ok()?;
+        out.push(b'\n');
+        Some(out)
+    }
+
+    fn start_warm(&self) -> bool {
+        let Ok(file) = self.ns.pack().file().try_clone() else {
+            return false;
+        };
+        let budget = self.opts.pin.map(|p| p.min(self.ns.pack().file_len()));
+        self.warm
+            .start(file, self.ns.pack().totals().data_end, budget)
+    }
+
+    /// Empties the caches the daemon owns and evicts the pack's unpinned pages; drops the
+    /// kernel's cached pages of every file served so far.
+    pub fn drop_cache(&self) -> serde_json::Value {
+        let pack = self.ns.pack();
+        let all = 0..pack.file_len();
+        let before = pagecache::resident_bytes(pack.map(), &all);
+        // Pinned pages stay (that is what pinning is for); only the rest is evicted. Round the
+        // pinned prefix up to a page: the pinning thread locks whole pages.
+        let pinned = self.pin.pinned.load(Relaxed).div_ceil(4096) * 4096;
+        let evicted = if pinned < pack.file_len() {
+            pagecache::evict(pack.map(), pack.file(), &(pinned..pack.file_len()))
+        } else {
+            Ok(())
+        };
+        self.prefetch.reset();
+        self.warm.reset();
+        let mut invalidated = 0u64;
+        if let Some(inv) = self.invalidate.get() {
+            for ino in self.ns.served_inodes() {
+                inv(ino);
+                invalidated += 1;
+            }
+        }
+        let after = pagecache::resident_bytes(pack.map(), &all);
+        json!({
+            "pack_resident_bytes_before": before,
+            "pack_resident_bytes_after": after,
+            "pinned_bytes": self.pin.pinned.load(Relaxed),
+            "inodes_invalidated": invalidated,
+            "error": evicted.err().map(|e| e.to_string()),
+        })
+    }
+
+    /// The statistics report (the content of `.loosefs/stats`).
+    pub fn stats_json(&self) -> serde_json::Value {
+        let s = &self.stats;
+        let pack = self.ns.pack();
+        let lat = s.latencies();
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let kb = |key: &str| -> u64 {
+            status
+                .lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+                * 1024
+        };
+        json!({
+            "pack": { "path": pack.path(), "bytes": pack.file_len(), "samples": pack.totals().files,
+                       "resident_bytes": pagecache::resident_bytes(pack.map(), &(0..pack.file_len())) },
+            "daemon": { "pid": std::process::id(), "uptime_s": self.started.elapsed().as_secs_f64(),
+                         "rss_bytes": kb("VmRSS:"), "locked_bytes": kb("VmLck:"),
+                         "threads": self.opts.threads, "mountpoint": self.opts.mountpoint },
+            "requests": lat.iter().map(|(n, l)| (n.to_string(), json!(l.count))).collect::<serde_json::Map<_, _>>(),
+            "errors": s.errors.load(Relaxed),
+            "bytes_served": s.bytes_served.load(Relaxed),
+            "page_cache": { "hits": s.page_cache_hits.load(Relaxed), "misses": s.page_cache_misses.load(Relaxed) },
+            "prefetch": { "max_window_bytes": self.opts.prefetch_max, "requests": s.prefetch_requests.load(Relaxed),
+                           "bytes": s.prefetch_bytes.load(Relaxed), "hits": s.prefetch_hits.load(Relaxed) },
+            "pin": { "target_bytes": self.pin.target.load(Relaxed), "pinned_bytes": self.pin.pinned.load(Relaxed) },
+            "warm": self.warm.status(),
+            "latency_us": lat.iter().map(|(n, l)| (n.to_string(), json!(l))).collect::<serde_json::Map<_, _>>(),
+        })
+    }
+}
