@@ -53,9 +53,10 @@ enum Cmd {
         /// Serve in the foreground instead of starting a daemon.
         #[arg(long, short = 'f')]
         foreground: bool,
-        /// FUSE worker threads (default: number of CPUs, at least 2).
-        #[arg(long)]
-        threads: Option<usize>,
+        /// FUSE worker threads. A thread waiting for the disk serves nothing else, so this caps
+        /// the reads in flight on a cold pack.
+        #[arg(long, default_value_t = 16)]
+        threads: usize,
         /// Kernel read-ahead for this mount in KiB (0 keeps the kernel default of 128).
         #[arg(long, default_value_t = 1024)]
         read_ahead_kb: u32,
@@ -182,11 +183,6 @@ fn run(cli: Cli) -> Result<i32> {
             pin,
             warm,
         } => {
-            let threads = threads.unwrap_or_else(|| {
-                std::thread::available_parallelism()
-                    .map_or(2, |n| n.get())
-                    .max(2)
-            });
             let opts = loosefs::mount::MountOptions {
                 foreground,
                 threads,

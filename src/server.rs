@@ -6,7 +6,7 @@
 use crate::control::{self, Snapshots};
 use crate::format::index::Kind;
 use crate::namespace::{Attr, DirEntry, FsError, FsStats, Namespace, ROOT_INO};
-use crate::pagecache::{self, Pinner};
+use crate::pagecache::{self, Pinner, Prefetchd};
 use crate::prefetch::Prefetcher;
 use crate::stats::{Op, Stats};
 use crate::warm::Warmer;
@@ -39,6 +39,7 @@ pub struct Server {
     /// Counters and latency histograms.
     pub stats: Stats,
     prefetch: Prefetcher,
+    prefetchd: Prefetchd,
     warm: Arc<Warmer>,
     pin: Arc<Pinner>,
     snaps: Snapshots,
@@ -51,8 +52,10 @@ impl Server {
     /// Serves `ns`. Starts pinning and warming when asked (the caller has checked the pin budget).
     pub fn new(ns: Namespace, opts: ServerOptions) -> Server {
         let data_end = ns.pack().totals().data_end;
+        pagecache::random_access(ns.pack().map());
         let s = Server {
             prefetch: Prefetcher::new(data_end, opts.prefetch_max),
+            prefetchd: Prefetchd::start(ns.pack().map_arc()),
             ns,
             stats: Stats::default(),
             warm: Arc::default(),
@@ -259,7 +262,7 @@ impl Server {
             self.stats.prefetch_hits.fetch_add(1, Relaxed);
         }
         if let Some(r) = advice.prefetch {
-            pagecache::will_need(map, &r);
+            self.prefetchd.request(r.clone());
             self.stats.prefetch_requests.fetch_add(1, Relaxed);
             self.stats
                 .prefetch_bytes

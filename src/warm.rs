@@ -1,7 +1,10 @@
 //! Whole-pack warm: streams the pack's sample data sequentially into the page cache on a
 //! background thread, so a shuffled first epoch runs from memory instead of random reads.
 //!
-//! It reads with `pread` in 8 MiB steps (disk bandwidth, progress exact to the step) and stops
+//! Four threads take 8 MiB steps front to back from a shared counter and read them with `pread`
+//! (several requests in flight: on this machine's virtio disk one stream reads at 0.3-2.8 GB/s,
+//! four at up to 6.9 GB/s, measured with parallel `dd`). Progress is the contiguous prefix done;
+//! it stops
 //! at a budget: the pinned size when pinning, else what fits in `MemAvailable` at the start less
 //! a margin, so warming never pushes the trainer's memory out.
 
@@ -13,6 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 const STEP: usize = 8 << 20;
+/// Concurrent reads while warming.
+const READERS: usize = 4;
 
 /// Warm progress as reported in stats.
 #[derive(Debug, Clone, Serialize)]
@@ -78,17 +83,39 @@ impl Warmer {
         let spawned = std::thread::Builder::new()
             .name("loosefs-warm".into())
             .spawn(move || {
-                let mut buf = vec![0u8; STEP];
-                let mut off = 0u64;
-                while off < limit {
-                    let n = STEP.min((limit - off) as usize);
-                    if let Err(e) = file.read_exact_at(&mut buf[..n], off) {
-                        log::error!("warm: read at {off} failed: {e}");
-                        me.state.store(FAILED, Relaxed);
-                        return;
+                let steps = limit.div_ceil(STEP as u64);
+                let next = AtomicU64::new(0);
+                let finished = Mutex::new(vec![false; steps as usize]);
+                let failed = AtomicBool::new(false);
+                std::thread::scope(|s| {
+                    for _ in 0..READERS {
+                        s.spawn(|| {
+                            let mut buf = vec![0u8; STEP];
+                            loop {
+                                let k = next.fetch_add(1, Relaxed);
+                                if k >= steps || failed.load(Relaxed) {
+                                    return;
+                                }
+                                let off = k * STEP as u64;
+                                let n = STEP.min((limit - off) as usize);
+                                if let Err(e) = file.read_exact_at(&mut buf[..n], off) {
+                                    log::error!("warm: read at {off} failed: {e}");
+                                    failed.store(true, Relaxed);
+                                    return;
+                                }
+                                // Progress = the contiguous prefix of finished steps.
+                                if let Ok(mut f) = finished.lock() {
+                                    f[k as usize] = true;
+                                    let prefix = f.iter().take_while(|&&d| d).count() as u64;
+                                    me.done.store((prefix * STEP as u64).min(limit), Relaxed);
+                                }
+                            }
+                        });
                     }
-                    off += n as u64;
-                    me.done.store(off, Relaxed);
+                });
+                if failed.load(Relaxed) {
+                    me.state.store(FAILED, Relaxed);
+                    return;
                 }
                 if let Ok(mut s) = me.started.lock() {
                     if let Some((t0, _)) = *s {
@@ -96,7 +123,7 @@ impl Warmer {
                     }
                 }
                 me.state.store(DONE, Relaxed);
-                log::info!("warm: {off} bytes read");
+                log::info!("warm: {limit} bytes read");
             });
         if spawned.is_err() {
             self.state.store(FAILED, Relaxed);
