@@ -15,8 +15,8 @@ use crate::namespace::{Attr, FsError};
 use crate::server::Server;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags, IoctlFlags,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, Request,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, Request,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -114,6 +114,11 @@ impl Filesystem for LooseFs {
             log::warn!(
                 "kernel does not offer {missing:?}; lookups in one directory are serialised"
             );
+        }
+        // READDIRPLUS without READDIRPLUS_AUTO: every listing returns the attributes too, so a
+        // loader that lists and then opens (ImageFolder, DALI) needs no LOOKUP per file.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS) {
+            log::warn!("kernel does not offer {missing:?}; every file costs a LOOKUP");
         }
         let _ = config.set_max_background(64);
         Ok(())
@@ -224,6 +229,38 @@ impl Filesystem for LooseFs {
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(self.fail("readdir", ino.0, &e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let ttl = if crate::control::is_control(ino.0) {
+            Duration::ZERO
+        } else {
+            TTL
+        };
+        let r = self.server.readdir(ino.0, offset, |e| {
+            let Ok(a) = self.server.listing_attr(e.ino) else {
+                return false;
+            };
+            reply.add(
+                INodeNo(e.ino),
+                e.next_offset,
+                OsStr::from_bytes(e.name),
+                &ttl,
+                &self.file_attr(&a),
+                Generation(0),
+            )
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(self.fail("readdirplus", ino.0, &e)),
         }
     }
 

@@ -150,6 +150,19 @@ impl Server {
         self.finish(Op::Getattr, t0, r)
     }
 
+    /// Attributes of an entry being listed by READDIRPLUS (not counted as a request).
+    pub fn listing_attr(&self, ino: u64) -> Result<Attr, FsError> {
+        if control::is_control(ino) {
+            let size = self.snaps.get(ino).map_or(0, |c| c.len() as u64);
+            return Ok(if ino == control::DIR_INO {
+                Self::control_dir_attr()
+            } else {
+                Self::control_file_attr(ino, size)
+            });
+        }
+        self.ns.getattr(ino)
+    }
+
     /// Lists directory `ino` from `offset`, calling `add` per entry until it returns true (full).
     pub fn readdir(
         &self,
