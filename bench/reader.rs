@@ -17,6 +17,12 @@ enum Order {
     Shuffled,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum Op {
+    Read,
+    Stat,
+}
+
 #[derive(Parser)]
 #[command(about = "Read every file of a tree with open/read/close, N threads; print JSON")]
 struct Args {
@@ -29,6 +35,9 @@ struct Args {
     order: Order,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// What to do per file: read it whole, or only stat it.
+    #[arg(long, value_enum, default_value = "read")]
+    op: Op,
     /// Read at most this many files (0 = all).
     #[arg(long, default_value_t = 0)]
     limit: usize,
@@ -73,13 +82,18 @@ fn main() {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(p) = files.get(i) else { break };
                         let t = Instant::now();
-                        buf.clear();
-                        let mut f = std::fs::File::open(p)
-                            .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-                        let n = f
-                            .read_to_end(&mut buf)
-                            .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-                        drop(f);
+                        let n = match a.op {
+                            Op::Read => {
+                                buf.clear();
+                                let mut f = std::fs::File::open(p)
+                                    .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                                f.read_to_end(&mut buf)
+                                    .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+                            }
+                            Op::Stat => std::fs::metadata(p)
+                                .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+                                .len() as usize,
+                        };
                         lat.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
                         bytes += n as u64;
                     }
@@ -108,6 +122,7 @@ fn main() {
             "files_per_s": lat.len() as f64 / secs, "mb_per_s": bytes as f64 / 1e6 / secs,
             "p50_us": pct(0.5), "p99_us": pct(0.99), "threads": a.threads,
             "order": match a.order { Order::Inorder => "inorder", Order::Shuffled => "shuffled" },
+            "op": match a.op { Op::Read => "read", Op::Stat => "stat" },
         })
     );
 }

@@ -73,6 +73,10 @@ enum Cmd {
         /// Stream the whole pack into the page cache in the background after mounting.
         #[arg(long)]
         warm: bool,
+        /// Keep a sample's pack pages cached after serving it. By default they are dropped: the
+        /// mount's own page cache holds the same bytes, and keeping both caches them twice.
+        #[arg(long)]
+        keep_pack_cache: bool,
     },
     /// Print a mount's statistics (requests, bytes, page-cache and read-ahead hits, pinned
     /// bytes, warm progress, latency percentiles).
@@ -182,6 +186,7 @@ fn run(cli: Cli) -> Result<i32> {
             prefetch_max_mb,
             pin,
             warm,
+            keep_pack_cache,
         } => {
             let opts = loosefs::mount::MountOptions {
                 foreground,
@@ -191,6 +196,7 @@ fn run(cli: Cli) -> Result<i32> {
                 prefetch_max_mb,
                 pin,
                 warm,
+                keep_pack_cache,
             };
             loosefs::mount::mount(&pack, &mountpoint, &opts)?;
         }

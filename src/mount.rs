@@ -40,6 +40,8 @@ pub struct MountOptions {
     pub pin: Option<u64>,
     /// Warm the whole pack into the page cache after mounting.
     pub warm: bool,
+    /// Keep samples' pack pages cached after serving them.
+    pub keep_pack_cache: bool,
 }
 
 /// State of a path that is about to become a mountpoint.
@@ -204,6 +206,7 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountOptions, ready: Option<OwnedFd>) ->
             prefetch_max: opts.prefetch_max_mb << 20,
             pin: opts.pin,
             warm: opts.warm,
+            keep_pack_cache: opts.keep_pack_cache,
             mountpoint: mnt.display().to_string(),
             threads: opts.threads,
         },

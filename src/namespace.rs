@@ -4,7 +4,9 @@
 //! Inode `n` is index record `n - 1` (the root, record 0, is inode 1 as FUSE expects), so
 //! inodes are stable for the life of the pack and `forget` needs no bookkeeping. A sample's
 //! bytes are checked against their CRC-32 the first time they are served; a sample that fails
-//! answers [`FsError::Corrupt`] (EIO) every time and is never served.
+//! answers [`FsError::Corrupt`] (EIO) every time and is never served. Data is read with `pread`
+//! into the caller's buffer rather than copied out of a mapping, so serving a pack does not
+//! grow the daemon's resident set.
 
 use crate::format::index::{Kind, Record};
 use crate::format::reader::Pack;
@@ -15,6 +17,10 @@ pub const ROOT_INO: u64 = 1;
 /// `st_blksize` reported for every file, in bytes. Python's `BufferedReader` sizes its buffer
 /// from it, so a large value lets `open(...).read()` and PIL fetch a sample in one request.
 pub const BLKSIZE: u32 = 128 * 1024;
+
+/// Samples up to this size are checked and served with one read; larger ones are checked in
+/// chunks of this size, bytes.
+pub const CHECK_CHUNK: usize = 16 << 20;
 
 /// Why a request failed; the FUSE adaptor maps each to an errno.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -177,40 +183,70 @@ impl Namespace {
             .skip(usize::try_from(offset).unwrap_or(usize::MAX)))
     }
 
-    /// Up to `size` bytes of file `ino` from byte `offset` (empty at or past the end). The whole
-    /// sample is checked against its CRC-32 the first time any part of it is read.
-    /// Errors: [`FsError::NotFound`], [`FsError::IsDir`], [`FsError::Corrupt`].
-    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<&[u8], FsError> {
+    /// Up to `size` bytes of file `ino` from byte `offset` (empty at or past the end), read with
+    /// `pread` into `buf` (reused across calls; it grows to at most the larger of the request
+    /// and [`CHECK_CHUNK`]). The whole sample is checked against its CRC-32 the first time any
+    /// part of it is read.
+    /// Errors: [`FsError::NotFound`], [`FsError::IsDir`], [`FsError::Corrupt`] (failed check,
+    /// data outside the pack, or an I/O error reading it).
+    pub fn read<'b>(
+        &self,
+        ino: u64,
+        offset: u64,
+        size: u32,
+        buf: &'b mut Vec<u8>,
+    ) -> Result<&'b [u8], FsError> {
         let r = self.record(ino)?;
         if r.is_dir {
             return Err(FsError::IsDir);
         }
-        let data = self.pack.data(&r).ok_or_else(|| {
-            FsError::Corrupt(format!(
+        if self.pack.data_range(&r).is_none() {
+            return Err(FsError::Corrupt(format!(
                 "data range {}+{} is outside the pack",
                 r.data_off, r.size
-            ))
-        })?;
-        self.check(ino, &r, data)?;
-        let start = offset.min(r.size) as usize;
-        let end = offset.saturating_add(u64::from(size)).min(r.size) as usize;
-        Ok(&data[start..end])
+            )));
+        }
+        let start = offset.min(r.size);
+        let end = offset.saturating_add(u64::from(size)).min(r.size);
+        let io = |e: std::io::Error| FsError::Corrupt(format!("cannot read the pack: {e}"));
+        if !self.is_verified(ino) {
+            if r.size <= CHECK_CHUNK as u64 {
+                // Small sample (the usual case): one read serves the check and the request.
+                buf.resize(r.size as usize, 0);
+                self.pack.read_at(r.data_off, buf).map_err(io)?;
+                self.check_crc(ino, &r, crc32fast::hash(buf))?;
+                return Ok(&buf[start as usize..end as usize]);
+            }
+            let mut h = crc32fast::Hasher::new();
+            let mut off = 0;
+            while off < r.size {
+                let n = (r.size - off).min(CHECK_CHUNK as u64) as usize;
+                buf.resize(n, 0);
+                self.pack.read_at(r.data_off + off, buf).map_err(io)?;
+                h.update(buf);
+                off += n as u64;
+            }
+            self.check_crc(ino, &r, h.finalize())?;
+        }
+        buf.resize((end - start) as usize, 0);
+        self.pack.read_at(r.data_off + start, buf).map_err(io)?;
+        Ok(&buf[..])
     }
 
-    fn check(&self, ino: u64, r: &Record, data: &[u8]) -> Result<(), FsError> {
+    fn is_verified(&self, ino: u64) -> bool {
         let i = (ino - 1) as usize;
-        let (word, bit) = (&self.verified[i / 64], 1u64 << (i % 64));
-        if word.load(Ordering::Relaxed) & bit != 0 {
-            return Ok(());
-        }
-        let crc = crc32fast::hash(data);
+        self.verified[i / 64].load(Ordering::Relaxed) & (1u64 << (i % 64)) != 0
+    }
+
+    fn check_crc(&self, ino: u64, r: &Record, crc: u32) -> Result<(), FsError> {
         if crc != r.crc32 {
             return Err(FsError::Corrupt(format!(
                 "CRC-32 {crc:08x} does not match the index ({:08x})",
                 r.crc32
             )));
         }
-        word.fetch_or(bit, Ordering::Relaxed);
+        let i = (ino - 1) as usize;
+        self.verified[i / 64].fetch_or(1u64 << (i % 64), Ordering::Relaxed);
         Ok(())
     }
 

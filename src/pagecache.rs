@@ -241,6 +241,12 @@ pub fn evict(map: &Mmap, file: &std::fs::File, r: &Range<u64>) -> std::io::Resul
             )?
         };
     }
+    evict_unmapped(file, r)
+}
+
+/// Advises the kernel to drop the clean page-cache pages of pack bytes `r` (whole pages only;
+/// pages mapped or locked by any process stay).
+pub fn evict_unmapped(file: &std::fs::File, r: &Range<u64>) -> std::io::Result<()> {
     // SAFETY: posix_fadvise only reads its integer arguments; the fd is open.
     let rc = unsafe {
         libc::posix_fadvise(

@@ -24,10 +24,18 @@ pub struct ServerOptions {
     pub pin: Option<u64>,
     /// Start a whole-pack warm at mount.
     pub warm: bool,
+    /// Keep a sample's pack pages cached after serving it (default: drop them, since the
+    /// mount's page cache now holds the same bytes).
+    pub keep_pack_cache: bool,
     /// Mountpoint (for stats).
     pub mountpoint: String,
     /// FUSE threads (for stats).
     pub threads: usize,
+}
+
+thread_local! {
+    /// Per-thread read buffer: at most one request (or one check chunk) per FUSE thread.
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Callback that drops the kernel's cached pages of one inode of the mount.
@@ -240,8 +248,20 @@ impl Server {
         if let Some(range) = self.ns.data_range(ino) {
             self.before_read(&range, offset, size);
         }
-        let out = self.ns.read(ino, offset, size);
-        match &out {
+        let out = READ_BUF.with_borrow_mut(|buf| {
+            let out = self.ns.read(ino, offset, size, buf);
+            self.account(&out);
+            if let (Ok(b), Some(range)) = (&out, self.ns.data_range(ino)) {
+                self.after_read(&range, offset + b.len() as u64);
+            }
+            reply(out)
+        });
+        self.stats.done(Op::Read, t0);
+        out
+    }
+
+    fn account(&self, out: &Result<&[u8], FsError>) {
+        match out {
             Ok(b) => {
                 self.stats.bytes_served.fetch_add(b.len() as u64, Relaxed);
             }
@@ -249,9 +269,23 @@ impl Server {
                 self.stats.errors.fetch_add(1, Relaxed);
             }
         }
-        let r = reply(out);
-        self.stats.done(Op::Read, t0);
-        r
+    }
+
+    /// Once a sample has been read to its end, its pack pages are dropped (unless pinned or
+    /// `--keep-pack-cache`): the kernel now holds the bytes in the mount's own page cache, and
+    /// keeping the pack's copy too would cache every sample twice.
+    fn after_read(&self, range: &std::ops::Range<u64>, end_in_sample: u64) {
+        if self.opts.keep_pack_cache || range.start + end_in_sample < range.end {
+            return;
+        }
+        let pinned = self.pin.pinned.load(Relaxed);
+        if range.end <= pinned {
+            return;
+        }
+        let r = range.start.max(pinned)..range.end;
+        // Only whole pages inside the sample are dropped; pages shared with neighbours stay.
+        let _ = pagecache::evict_unmapped(self.ns.pack().file(), &r);
+        self.stats.samples_evicted.fetch_add(1, Relaxed);
     }
 
     /// Residency accounting and read-ahead for a read of `[offset, offset+size)` of the sample
@@ -393,7 +427,9 @@ impl Server {
             "requests": lat.iter().map(|(n, l)| (n.to_string(), json!(l.count))).collect::<serde_json::Map<_, _>>(),
             "errors": s.errors.load(Relaxed),
             "bytes_served": s.bytes_served.load(Relaxed),
-            "page_cache": { "hits": s.page_cache_hits.load(Relaxed), "misses": s.page_cache_misses.load(Relaxed) },
+            "page_cache": { "hits": s.page_cache_hits.load(Relaxed), "misses": s.page_cache_misses.load(Relaxed),
+                             "samples_evicted_after_serving": s.samples_evicted.load(Relaxed),
+                             "keep_pack_cache": self.opts.keep_pack_cache },
             "prefetch": { "max_window_bytes": self.opts.prefetch_max, "requests": s.prefetch_requests.load(Relaxed),
                            "bytes": s.prefetch_bytes.load(Relaxed), "hits": s.prefetch_hits.load(Relaxed) },
             "pin": { "target_bytes": self.pin.target.load(Relaxed), "pinned_bytes": self.pin.pinned.load(Relaxed) },

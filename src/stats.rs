@@ -130,8 +130,8 @@ pub struct Stats {
     pub prefetch_requests: AtomicU64,
     /// READs that fell inside a range already prefetched by their stream.
     pub prefetch_hits: AtomicU64,
-    /// Samples whose CRC-32 was checked.
-    pub samples_checked: AtomicU64,
+    /// Samples whose pack pages were dropped after being served in full.
+    pub samples_evicted: AtomicU64,
 }
 
 impl Stats {

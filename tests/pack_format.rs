@@ -228,11 +228,15 @@ fn namespace_lookups_listings_and_reads() {
     );
     // Reads at every offset, short reads at the end, empty past the end.
     for off in [0u64, 1, 100, x.size - 1, x.size, x.size + 10] {
-        let got = ns.read(x.ino, off, 4096).unwrap();
+        let mut buf = Vec::new();
+        let got = ns.read(x.ino, off, 4096, &mut buf).unwrap();
         let lo = (off as usize).min(bytes.len());
         assert_eq!(got, &bytes[lo..(lo + 4096).min(bytes.len())]);
     }
-    assert_eq!(ns.read(deeper.ino, 0, 10), Err(FsError::IsDir));
+    assert_eq!(
+        ns.read(deeper.ino, 0, 10, &mut Vec::new()),
+        Err(FsError::IsDir)
+    );
     assert_eq!(ns.getattr(0), Err(FsError::NotFound));
     assert_eq!(ns.getattr(u64::MAX), Err(FsError::NotFound));
     assert_eq!(ns.lookup(ROOT_INO, b"nope"), Err(FsError::NotFound));
@@ -596,4 +600,34 @@ fn shared_zip_fixture_converts_to_the_original_images() {
             "{name}"
         );
     }
+}
+
+#[test]
+fn samples_larger_than_a_check_chunk_are_checked_in_chunks_and_served_by_range() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("big")).unwrap();
+    let n = loosefs::namespace::CHECK_CHUNK + 3 * 4096 + 17;
+    let data: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(src.join("big/blob.bin"), &data).unwrap();
+    let out = tmp.path().join("b.pack");
+    pack(&src, &out, &[]);
+    let ns = Namespace::new(Pack::open(&out).unwrap());
+    let dir = ns.lookup(ROOT_INO, b"big").unwrap();
+    let f = ns.lookup(dir.ino, b"blob.bin").unwrap();
+    let mut buf = Vec::new();
+    for off in [0usize, 4096, loosefs::namespace::CHECK_CHUNK - 5, n - 100] {
+        let got = ns.read(f.ino, off as u64, 1 << 20, &mut buf).unwrap();
+        assert_eq!(got, &data[off..(off + (1 << 20)).min(n)], "offset {off}");
+    }
+    // Damage a byte past the first chunk: the chunked check catches it, from any offset.
+    let off = data_offset(&out, "big/blob.bin") + n as u64 - 10;
+    flip(&out, off);
+    let ns = Namespace::new(Pack::open(&out).unwrap());
+    let dir = ns.lookup(ROOT_INO, b"big").unwrap();
+    let f = ns.lookup(dir.ino, b"blob.bin").unwrap();
+    assert!(matches!(
+        ns.read(f.ino, 0, 4096, &mut buf),
+        Err(FsError::Corrupt(_))
+    ));
 }

@@ -135,9 +135,18 @@ fn in_order_reads_prefetch_ahead_and_drop_cache_makes_reads_cold() {
             "most in-order reads hit read-ahead: {s}"
         );
     }
-    // Everything read is now resident; drop-cache empties the pack's pages and the kernel's
-    // copies of the files, so the next pass goes back to the daemon and to disk.
-    assert!(n(&s, &["pack", "resident_bytes"]) > pack_len / 2);
+    // No double caching: each sample's pack pages were dropped once it was served in full (the
+    // mount's page cache holds the bytes now).
+    assert!(
+        n(&s, &["page_cache", "samples_evicted_after_serving"]) >= names.len() as u64,
+        "{s}"
+    );
+    assert!(
+        n(&s, &["pack", "resident_bytes"]) < pack_len / 4,
+        "pack still cached after serving: {s}"
+    );
+    // drop-cache empties the kernel's copies of the files too, so the next pass goes back to
+    // the daemon and to disk.
     let reads_before = n(&s, &["requests", "read"]);
     let d = loosefs(&[&"drop-cache", &m.mnt]);
     let dv: Value = serde_json::from_slice(&d.stdout).unwrap();
@@ -153,6 +162,14 @@ fn in_order_reads_prefetch_ahead_and_drop_cache_makes_reads_cold() {
         "files were served again after drop-cache"
     );
     assert!(n(&s2, &["page_cache", "misses"]) > n(&s, &["page_cache", "misses"]));
+    drop(m);
+    // With --keep-pack-cache the pack's pages stay after serving (both caches hold the bytes).
+    let m = mount(&pack, &tmp.path().join("mnt2"), &["--keep-pack-cache"]);
+    loosefs(&[&"drop-cache", &m.mnt]);
+    read_all_and_compare(&src, &m.mnt, &names);
+    let s3 = stats(&m.mnt);
+    assert_eq!(n(&s3, &["page_cache", "samples_evicted_after_serving"]), 0);
+    assert!(n(&s3, &["pack", "resident_bytes"]) > pack_len / 2, "{s3}");
 }
 
 fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {

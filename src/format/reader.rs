@@ -115,6 +115,19 @@ impl Pack {
         self.map.get(r.data_off as usize..end as usize)
     }
 
+    /// Byte range of a file record's data, or `None` for a directory or a range outside the
+    /// sample data (only possible with a corrupted record).
+    pub fn data_range(&self, r: &Record) -> Option<std::ops::Range<u64>> {
+        let end = r.data_off.checked_add(r.size)?;
+        (!r.is_dir && end <= self.totals.data_end).then_some(r.data_off..end)
+    }
+
+    /// Fills `buf` from pack offset `off` (`pread`).
+    pub fn read_at(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.read_exact_at(buf, off)
+    }
+
     /// The whole mapping (for read-ahead and residency checks).
     pub fn map(&self) -> &Mmap {
         &self.map
