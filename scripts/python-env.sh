@@ -5,9 +5,9 @@
 # reused while its stamp matches the package list below.
 set -euo pipefail
 VENV=${LOOSEFS_VENV:-$HOME/.cache/loosefs/venv}
-PKGS="torch torchvision nvidia-dali-cuda120 pillow numpy pytest"
+PKGS="torch torchvision nvidia-dali-cuda120 pillow numpy pytest matplotlib"
 STAMP="$VENV/.loosefs-stamp"
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PKGS" ] && "$VENV/bin/python" -c 'import torch, torchvision, nvidia.dali, pytest' 2>/dev/null; then
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PKGS" ] && "$VENV/bin/python" -c 'import torch, torchvision, nvidia.dali, pytest, matplotlib' 2>/dev/null; then
   echo "$VENV"
   exit 0
 fi

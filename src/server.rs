@@ -33,6 +33,10 @@ pub struct ServerOptions {
     pub threads: usize,
 }
 
+/// Largest read buffer a FUSE thread keeps between requests, bytes (a FUSE read is at most
+/// 1 MiB with the default `max_pages`).
+const MAX_KEPT_BUF: usize = 1 << 20;
+
 thread_local! {
     /// Per-thread read buffer: at most one request (or one check chunk) per FUSE thread.
     static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -254,7 +258,12 @@ impl Server {
             if let (Ok(b), Some(range)) = (&out, self.ns.data_range(ino)) {
                 self.after_read(&range, offset + b.len() as u64);
             }
-            reply(out)
+            let r = reply(out);
+            // A check of a large sample may have grown the buffer; keep at most 1 MiB per thread.
+            if buf.capacity() > MAX_KEPT_BUF {
+                *buf = Vec::new();
+            }
+            r
         });
         self.stats.done(Op::Read, t0);
         out

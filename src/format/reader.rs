@@ -72,6 +72,18 @@ impl Pack {
                 totals.data_end, trailer.index_offset
             )));
         }
+        // The checksum pass faulted every index page into this process; release the mappings
+        // (the pages stay in the page cache) so the resident set grows only with the records
+        // lookups actually touch.
+        // SAFETY: read-only shared map of an immutable file: later accesses re-fault the same
+        // bytes from the page cache or the file.
+        let _ = unsafe {
+            map.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                index.start,
+                index.end - index.start,
+            )
+        };
         Ok(Pack {
             path: path.to_path_buf(),
             file,

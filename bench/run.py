@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""loosefs bench harness: reads a dataset through loosefs mounts and as the original loose files,
+in the same run, warm and cold, and writes results/<timestamp>/{results.json, results.csv,
+results.md, files_per_s.png}.
+
+Targets:  orig (the directory itself), loosefs (default mount), loosefs-warm (--warm: a
+          whole-pack warm starts with each cold epoch), loosefs-pin (--pin all).
+Readers:  raw<N> (the compiled loosefs-reader: open/read/close per file on N threads).
+Orders:   inorder (pack order) and shuffled.
+States:   warm (after a pass), cold (caches emptied: `sync; echo 3 > drop_caches` as root, else
+          posix_fadvise(DONTNEED) on every file and the pack, as nocache does; plus
+          `loosefs drop-cache`), dropped (drop_caches only: what a pinned pack survives).
+Each measurement is repeated (--repeat, default 3), targets alternating within a repetition;
+tables give the median and min-max, and ratios against orig's median from the same run.
+
+    bench/run.py --data DIR [--quick] [--repeat 3] [--targets ...] [--readers raw1,raw4]
+"""
+import argparse
+import csv
+import datetime
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BIN = ROOT / "target" / "release" / "loosefs"
+READER = ROOT / "target" / "release" / "loosefs-reader"
+IS_ROOT = os.geteuid() == 0
+
+
+def sh(*args, **kw):
+    return subprocess.run([str(a) for a in args], check=True, capture_output=True, text=True, **kw)
+
+
+def progress(msg):
+    """One progress line: redrawn in place on a terminal, printed plainly otherwise."""
+    if sys.stderr.isatty():
+        print(f"\r\033[K{msg}", end="", file=sys.stderr, flush=True)
+    elif msg:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def files_under(root):
+    out = []
+    for d, dirs, names in os.walk(root):
+        dirs.sort()
+        out.extend(os.path.join(d, n) for n in sorted(names))
+    return out
+
+
+class Target:
+    def __init__(self, name, path, mount_args=None, pack=None, mnt=None):
+        self.name, self.path, self.mount_args, self.pack, self.mnt = name, path, mount_args, pack, mnt
+        self.mount_seconds = None
+
+    @property
+    def is_loosefs(self):
+        return self.mount_args is not None
+
+    def mount(self):
+        if not self.is_loosefs:
+            return
+        self.mnt.mkdir(parents=True, exist_ok=True)
+        t = time.perf_counter()
+        sh(BIN, "mount", self.pack, self.mnt, *self.mount_args)
+        self.mount_seconds = time.perf_counter() - t
+        if "--pin" in self.mount_args:  # wait until the pin is complete
+            for _ in range(600):
+                if self.stats()["pin"]["pinned_bytes"] >= self.stats()["pin"]["target_bytes"] > 0:
+                    break
+                time.sleep(0.2)
+
+    def umount(self):
+        if self.is_loosefs:
+            sh(BIN, "umount", self.mnt)
+
+    def stats(self):
+        return json.loads(sh(BIN, "stats", self.mnt, "--json").stdout)
+
+
+def drop_caches(targets, files, pack, full):
+    """Empties the page cache of everything read. Returns the method used."""
+    if IS_ROOT:
+        subprocess.run(["sync"], check=True)
+        pathlib.Path("/proc/sys/vm/drop_caches").write_text("3")
+        method = "drop_caches"
+    else:
+        for p in files + [str(pack)]:
+            try:
+                fd = os.open(p, os.O_RDONLY)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.close(fd)
+            except OSError:
+                pass
+        method = "fadvise-dontneed"
+    if full:
+        for t in targets:
+            if t.is_loosefs:
+                sh(BIN, "drop-cache", t.mnt)
+        method += "+loosefs-drop-cache"
+    return method
+
+
+def read_pass(target, threads, order, seed, limit):
+    args = [READER, "--root", target.path, "--threads", threads, "--order", order, "--seed", seed]
+    if limit:
+        args += ["--limit", limit]
+    return json.loads(sh(*args).stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=pathlib.Path, required=True, help="ImageFolder-like directory")
+    ap.add_argument("--work", type=pathlib.Path, default=pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / "loosefs-bench")
+    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "results")
+    ap.add_argument("--targets", default="orig,loosefs,loosefs-warm,loosefs-pin")
+    ap.add_argument("--readers", default="raw1,raw4")
+    ap.add_argument("--orders", default="inorder,shuffled")
+    ap.add_argument("--states", default="warm,cold,dropped")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--limit", type=int, default=0, help="files per pass (0 = all)")
+    ap.add_argument("--quick", action="store_true", help="CI smoke run: 1 repeat, few files, few scenarios")
+    a = ap.parse_args()
+    if a.quick:
+        a.repeat, a.limit = 1, a.limit or 300
+        a.readers, a.orders = "raw1", "shuffled"
+    for b in (BIN, READER):
+        if not b.exists():
+            sys.exit(f"bench: {b} missing: run cargo build --release")
+    data = a.data.resolve()
+    a.work.mkdir(parents=True, exist_ok=True)
+    pack = a.work / (data.name + ".pack")
+    t = time.perf_counter()
+    sh(BIN, "pack", data, pack, "--force")
+    pack_seconds = time.perf_counter() - t
+    files = files_under(data)
+    run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    outdir = a.out / run_id
+    outdir.mkdir(parents=True, exist_ok=True)
+
+    all_targets = {
+        "orig": Target("orig", data),
+        "loosefs": Target("loosefs", a.work / "m-default", [], pack, a.work / "m-default"),
+        "loosefs-warm": Target("loosefs-warm", a.work / "m-warm", [], pack, a.work / "m-warm"),
+        "loosefs-pin": Target("loosefs-pin", a.work / "m-pin", ["--pin", "all"], pack, a.work / "m-pin"),
+    }
+    targets = [all_targets[n] for n in a.targets.split(",")]
+    for tg in targets:
+        tg.mount()
+    rows, cold_method = [], None
+    scenarios = [(s, r, o) for s in a.states.split(",") for r in a.readers.split(",") for o in a.orders.split(",")]
+    try:
+        # Sequential limit for cold reads: dd of the pack.
+        dd = []
+        if "cold" in a.states:
+            for _ in range(a.repeat):
+                drop_caches(targets, files, pack, full=True)
+                t = time.perf_counter()
+                with open(pack, "rb", buffering=0) as f:
+                    while f.read(1 << 20):
+                        pass
+                dd.append(os.path.getsize(pack) / 1e6 / (time.perf_counter() - t))
+        for k, (state, reader, order) in enumerate(scenarios):
+            threads = int(reader.removeprefix("raw"))
+            for rep in range(a.repeat):
+                for tg in targets:
+                    progress(f"[{k + 1}/{len(scenarios)}] {state} {reader} {order} rep {rep + 1}/{a.repeat}: {tg.name}")
+                    if state == "warm":
+                        read_pass(tg, threads, order, rep, a.limit)
+                    elif state == "cold":
+                        cold_method = drop_caches(targets, files, pack, full=True)
+                        if tg.name == "loosefs-warm":
+                            sh(BIN, "warm", tg.mnt)
+                    elif state == "dropped":
+                        read_pass(tg, threads, order, rep, a.limit)
+                        drop_caches(targets, files, pack, full=False)
+                    r = read_pass(tg, threads, order, rep, a.limit)
+                    row = {"state": state, "reader": reader, "order": order, "target": tg.name, "rep": rep, **r}
+                    if tg.is_loosefs:
+                        row["daemon_rss_bytes"] = tg.stats()["daemon"]["rss_bytes"]
+                    rows.append(row)
+    finally:
+        for tg in targets:
+            try:
+                tg.umount()
+            except subprocess.CalledProcessError as e:
+                print(f"bench: unmount of {tg.mnt} failed: {e.stderr}", file=sys.stderr)
+    progress("")
+    summary = summarise(rows, [t.name for t in targets])
+    meta = {
+        "run": run_id, "data": str(data), "files": len(files), "pack": str(pack), "pack_bytes": os.path.getsize(pack),
+        "pack_seconds": pack_seconds, "cold_method": cold_method, "dd_pack_mb_per_s": dd, "repeat": a.repeat,
+        "limit": a.limit, "mount_seconds": {t.name: t.mount_seconds for t in targets if t.is_loosefs},
+        "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
+        "command": " ".join(sys.argv),
+    }
+    (outdir / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1))
+    with open(outdir / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
+        w.writeheader()
+        w.writerows(rows)
+    md = markdown(meta, summary, [t.name for t in targets])
+    (outdir / "results.md").write_text(md)
+    chart(summary, [t.name for t in targets], outdir / "files_per_s.png")
+    print(md)
+    print(f"results in {outdir}")
+
+
+def summarise(rows, names):
+    out = []
+    seen = []
+    for r in rows:
+        k = (r["state"], r["reader"], r["order"])
+        if k not in seen:
+            seen.append(k)
+    for k in seen:
+        entry = {"state": k[0], "reader": k[1], "order": k[2], "targets": {}}
+        for n in names:
+            v = [r["files_per_s"] for r in rows if (r["state"], r["reader"], r["order"], r["target"]) == (*k, n)]
+            p99 = [r["p99_us"] for r in rows if (r["state"], r["reader"], r["order"], r["target"]) == (*k, n)]
+            if v:
+                entry["targets"][n] = {"median": statistics.median(v), "min": min(v), "max": max(v), "p99_us": statistics.median(p99)}
+        base = entry["targets"].get("orig", {}).get("median")
+        for n, t in entry["targets"].items():
+            t["ratio_vs_orig"] = t["median"] / base if base else None
+        out.append(entry)
+    return out
+
+
+def markdown(meta, summary, names):
+    lines = [
+        f"Run {meta['run']}: {meta['files']} files from `{meta['data']}`, pack {meta['pack_bytes'] / 1e6:.0f} MB "
+        f"(packed in {meta['pack_seconds']:.1f} s); {meta['repeat']} repetitions, median (min-max) files/s, "
+        f"ratio against the original files in the same run. Cold method: {meta['cold_method']}. "
+        f"Sequential cold read of the pack: {', '.join(f'{x:.0f}' for x in meta['dd_pack_mb_per_s'])} MB/s. "
+        f"Command: `{meta['command']}`.",
+        "",
+        "| state | reader | order | " + " | ".join(names) + " |",
+        "|---|---|---|" + "---|" * len(names),
+    ]
+    for e in summary:
+        cells = []
+        for n in names:
+            t = e["targets"].get(n)
+            if not t:
+                cells.append("–")
+                continue
+            ratio = f" **{t['ratio_vs_orig']:.2f}×**" if t.get("ratio_vs_orig") and n != "orig" else ""
+            cells.append(f"{t['median']:,.0f} ({t['min']:,.0f}–{t['max']:,.0f}){ratio}")
+        lines.append(f"| {e['state']} | {e['reader']} | {e['order']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(summary, names, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("bench: matplotlib missing, no chart", file=sys.stderr)
+        return
+    labels = [f"{e['state']}\n{e['reader']} {e['order']}" for e in summary]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(labels)), 4.5))
+    width = 0.8 / len(names)
+    for i, n in enumerate(names):
+        vals = [e["targets"].get(n, {}).get("median", 0) for e in summary]
+        ax.bar([x + i * width for x in range(len(labels))], vals, width, label=n)
+    ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(labels))])
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("files/s (median)")
+    ax.set_yscale("log")
+    ax.set_title("loosefs vs original files, warm and cold")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

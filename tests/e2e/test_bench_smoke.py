@@ -1,0 +1,33 @@
+"""The bench harness in --quick mode completes and writes outputs that parse (no speed asserted)."""
+import csv
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_bench_quick_completes_and_outputs_parse(source, tmp_path):
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("SKIPPED: the bench mounts; it needs root and /dev/fuse")
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--data", str(source), "--quick", "--out", str(out), "--work", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run,) = list(out.iterdir())
+    res = json.loads((run / "results.json").read_text())
+    targets = {row["target"] for row in res["rows"]}
+    assert {"orig", "loosefs", "loosefs-warm", "loosefs-pin"} <= targets
+    assert all(row["files"] > 0 and row["files_per_s"] > 0 for row in res["rows"])
+    assert res["meta"]["cold_method"].startswith("drop_caches")
+    with open(run / "results.csv") as f:
+        assert len(list(csv.DictReader(f))) == len(res["rows"])
+    md = (run / "results.md").read_text()
+    assert "| state | reader | order |" in md and "×" in md
+    assert (run / "files_per_s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
