@@ -77,6 +77,11 @@ enum Cmd {
         /// mount's own page cache holds the same bytes, and keeping both caches them twice.
         #[arg(long)]
         keep_pack_cache: bool,
+        /// While a reader walks the pack in order, push this many following samples into the
+        /// kernel's page cache ahead of it (FUSE_NOTIFY_STORE), so their reads need no round
+        /// trip to the daemon. 0 disables.
+        #[arg(long, default_value_t = 64)]
+        push_ahead: usize,
     },
     /// Print a mount's statistics (requests, bytes, page-cache and read-ahead hits, pinned
     /// bytes, warm progress, latency percentiles).
@@ -187,6 +192,7 @@ fn run(cli: Cli) -> Result<i32> {
             pin,
             warm,
             keep_pack_cache,
+            push_ahead,
         } => {
             let opts = loosefs::mount::MountOptions {
                 foreground,
@@ -197,6 +203,7 @@ fn run(cli: Cli) -> Result<i32> {
                 pin,
                 warm,
                 keep_pack_cache,
+                push_ahead,
             };
             loosefs::mount::mount(&pack, &mountpoint, &opts)?;
         }

@@ -42,6 +42,8 @@ pub struct MountOptions {
     pub warm: bool,
     /// Keep samples' pack pages cached after serving them.
     pub keep_pack_cache: bool,
+    /// Samples pushed ahead of an in-order reader into the kernel's cache (0 disables).
+    pub push_ahead: usize,
 }
 
 /// State of a path that is about to become a mountpoint.
@@ -231,6 +233,11 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountOptions, ready: Option<OwnedFd>) ->
         .with_context(|| format!("cannot mount at {}", mnt.display()))?;
     let bg = session.spawn()?;
     let notifier = bg.notifier();
+    let pusher = bg.notifier();
+    server.start_push(
+        opts.push_ahead,
+        Box::new(move |ino, data| pusher.store(fuser::INodeNo(ino), 0, data)),
+    );
     server.set_invalidate(Box::new(move |ino| {
         let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
     }));

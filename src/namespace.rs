@@ -256,6 +256,41 @@ impl Namespace {
         Some(r.data_off..r.data_off.checked_add(r.size)?)
     }
 
+    /// The file after `ino` in pack order (depth first, names sorted: the order of the data in
+    /// the pack), skipping directories; `None` after the last file. O(depth) amortised.
+    pub fn next_file(&self, ino: u64) -> Option<u64> {
+        let ix = self.pack.index();
+        let mut cur = u32::try_from(ino.checked_sub(1)?).ok()?;
+        let mut descend = false; // true: enter `cur` (a directory) instead of moving past it
+        loop {
+            let r = ix.record(cur)?;
+            if descend {
+                let kids = ix.children(&r);
+                if kids.is_empty() {
+                    descend = false; // empty directory: move past it
+                    continue;
+                }
+                cur = kids.start;
+            } else {
+                if cur == 0 {
+                    return None; // past the root: no more files
+                }
+                let parent = ix.record(r.parent)?;
+                if cur + 1 < ix.children(&parent).end {
+                    cur += 1;
+                } else {
+                    cur = r.parent;
+                    continue;
+                }
+            }
+            let r = ix.record(cur)?;
+            if !r.is_dir {
+                return Some(u64::from(cur) + 1);
+            }
+            descend = true;
+        }
+    }
+
     /// Inodes whose data has been served (checked) since the mount.
     pub fn served_inodes(&self) -> impl Iterator<Item = u64> + '_ {
         self.verified.iter().enumerate().flat_map(|(w, word)| {

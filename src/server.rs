@@ -42,6 +42,15 @@ thread_local! {
     static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Callback that puts a file's whole content into the kernel's page cache for its inode.
+pub type Store = Box<dyn Fn(u64, &[u8]) -> std::io::Result<()> + Send + Sync>;
+
+/// Samples larger than this are not pushed ahead (the kernel's own read-ahead does well on
+/// them), bytes.
+const MAX_PUSH_SAMPLE: u64 = 1 << 20;
+/// Bytes pushed per run at most.
+const PUSH_BYTES: u64 = 16 << 20;
+
 /// Callback that drops the kernel's cached pages of one inode of the mount.
 pub type Invalidate = Box<dyn Fn(u64) + Send + Sync>;
 
@@ -58,12 +67,16 @@ pub struct Server {
     opts: ServerOptions,
     started: Instant,
     invalidate: OnceLock<Invalidate>,
+    pusher: OnceLock<std::sync::mpsc::SyncSender<u64>>,
+    /// One bit per record: pushed into the kernel's cache since the last drop-cache.
+    pushed: Vec<std::sync::atomic::AtomicU64>,
 }
 
 impl Server {
     /// Serves `ns`. Starts pinning and warming when asked (the caller has checked the pin budget).
     pub fn new(ns: Namespace, opts: ServerOptions) -> Server {
         let data_end = ns.pack().totals().data_end;
+        let records = ns.pack().totals().records;
         pagecache::random_access(ns.pack().map());
         let s = Server {
             prefetch: Prefetcher::new(data_end, opts.prefetch_max),
@@ -76,6 +89,10 @@ impl Server {
             opts,
             started: Instant::now(),
             invalidate: OnceLock::new(),
+            pusher: OnceLock::new(),
+            pushed: std::iter::repeat_with(|| std::sync::atomic::AtomicU64::new(0))
+                .take((records as usize).div_ceil(64))
+                .collect(),
         };
         if let Some(bytes) = s.opts.pin {
             s.pin
@@ -250,12 +267,17 @@ impl Server {
             return r;
         }
         if let Some(range) = self.ns.data_range(ino) {
-            self.before_read(&range, offset, size);
+            if self.before_read(&range, offset, size) {
+                self.push_after(ino);
+            }
         }
         let out = READ_BUF.with_borrow_mut(|buf| {
             let out = self.ns.read(ino, offset, size, buf);
             self.account(&out);
             if let (Ok(b), Some(range)) = (&out, self.ns.data_range(ino)) {
+                if offset + b.len() as u64 >= range.end - range.start {
+                    self.mark_pushed(ino); // now in the kernel's cache: nothing to push
+                }
                 self.after_read(&range, offset + b.len() as u64);
             }
             let r = reply(out);
@@ -299,11 +321,12 @@ impl Server {
 
     /// Residency accounting and read-ahead for a read of `[offset, offset+size)` of the sample
     /// stored at pack bytes `range`.
-    fn before_read(&self, range: &std::ops::Range<u64>, offset: u64, size: u32) {
+    /// Returns true when the read continues a sequential stream.
+    fn before_read(&self, range: &std::ops::Range<u64>, offset: u64, size: u32) -> bool {
         let s = range.start + offset.min(range.end - range.start);
         let e = s.saturating_add(u64::from(size)).min(range.end);
         if s >= e {
-            return;
+            return false;
         }
         let map = self.ns.pack().map();
         if pagecache::resident(map, &(s..e)) {
@@ -317,12 +340,91 @@ impl Server {
         if advice.hit {
             self.stats.prefetch_hits.fetch_add(1, Relaxed);
         }
+        let sequential = advice.hit || advice.prefetch.is_some();
         if let Some(r) = advice.prefetch {
             self.prefetchd.request(r.clone());
             self.stats.prefetch_requests.fetch_add(1, Relaxed);
             self.stats
                 .prefetch_bytes
                 .fetch_add(r.end - r.start, Relaxed);
+        }
+        sequential
+    }
+
+    /// Starts the push-ahead thread: while a reader walks the pack in order, the samples after
+    /// the one it reads are pushed into the kernel's page cache of their inodes (`store`, i.e.
+    /// FUSE_NOTIFY_STORE), so its next opens and reads are served by the kernel with no round
+    /// trip to the daemon. Up to `files` samples ahead (0 disables).
+    pub fn start_push(self: &Arc<Self>, files: usize, store: Store) {
+        if files == 0 {
+            return;
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel::<u64>(64);
+        let weak = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("loosefs-push".into())
+            .spawn(move || {
+                let mut buf = Vec::new();
+                for ino in rx {
+                    let Some(server) = weak.upgrade() else { break };
+                    server.push_run(ino, files, &store, &mut buf);
+                }
+            });
+        if spawned.is_ok() {
+            let _ = self.pusher.set(tx);
+        }
+    }
+
+    /// Marks `ino` as being in the kernel's cache; returns true if it already was.
+    fn mark_pushed(&self, ino: u64) -> bool {
+        let i = (ino - 1) as usize;
+        let bit = 1u64 << (i % 64);
+        self.pushed
+            .get(i / 64)
+            .is_none_or(|w| w.fetch_or(bit, Relaxed) & bit != 0)
+    }
+
+    fn push_after(&self, ino: u64) {
+        if let Some(tx) = self.pusher.get() {
+            let _ = tx.try_send(ino); // a full queue means the pusher is busy: skip
+        }
+    }
+
+    /// Pushes up to `files` samples following `ino` in pack order (at most [`PUSH_BYTES`]).
+    fn push_run(&self, ino: u64, files: usize, store: &Store, buf: &mut Vec<u8>) {
+        let (mut cur, mut bytes) = (ino, 0u64);
+        for _ in 0..files {
+            let Some(next) = self.ns.next_file(cur) else {
+                return;
+            };
+            cur = next;
+            if self.mark_pushed(next) {
+                continue;
+            }
+            let Some(range) = self.ns.data_range(next) else {
+                continue;
+            };
+            let len = range.end - range.start;
+            if len > MAX_PUSH_SAMPLE {
+                continue;
+            }
+            match self.ns.read(next, 0, len as u32, buf) {
+                Ok(data) => {
+                    if store(next, data).is_ok() {
+                        self.stats.pushed_samples.fetch_add(1, Relaxed);
+                        self.stats.pushed_bytes.fetch_add(len, Relaxed);
+                    }
+                }
+                Err(e) => log::error!("push {}: {e}", self.ns.path_of(next)),
+            }
+            self.after_read(&range, len);
+            bytes += len;
+            if bytes >= PUSH_BYTES {
+                return;
+            }
+        }
+        if buf.capacity() > MAX_KEPT_BUF {
+            *buf = Vec::new();
         }
     }
 
@@ -395,6 +497,7 @@ impl Server {
         };
         self.prefetch.reset();
         self.warm.reset();
+        self.pushed.iter().for_each(|w| w.store(0, Relaxed));
         let mut invalidated = 0u64;
         if let Some(inv) = self.invalidate.get() {
             for ino in self.ns.served_inodes() {
@@ -441,6 +544,7 @@ impl Server {
                              "keep_pack_cache": self.opts.keep_pack_cache },
             "prefetch": { "max_window_bytes": self.opts.prefetch_max, "requests": s.prefetch_requests.load(Relaxed),
                            "bytes": s.prefetch_bytes.load(Relaxed), "hits": s.prefetch_hits.load(Relaxed) },
+            "push_ahead": { "samples": s.pushed_samples.load(Relaxed), "bytes": s.pushed_bytes.load(Relaxed) },
             "pin": { "target_bytes": self.pin.target.load(Relaxed), "pinned_bytes": self.pin.pinned.load(Relaxed) },
             "warm": self.warm.status(),
             "latency_us": lat.iter().map(|(n, l)| (n.to_string(), json!(l))).collect::<serde_json::Map<_, _>>(),

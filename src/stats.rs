@@ -130,6 +130,10 @@ pub struct Stats {
     pub prefetch_requests: AtomicU64,
     /// READs that fell inside a range already prefetched by their stream.
     pub prefetch_hits: AtomicU64,
+    /// Samples pushed ahead into the kernel's page cache (FUSE_NOTIFY_STORE).
+    pub pushed_samples: AtomicU64,
+    /// Bytes pushed ahead.
+    pub pushed_bytes: AtomicU64,
     /// Samples whose pack pages were dropped after being served in full.
     pub samples_evicted: AtomicU64,
 }

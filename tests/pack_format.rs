@@ -631,3 +631,26 @@ fn samples_larger_than_a_check_chunk_are_checked_in_chunks_and_served_by_range()
         Err(FsError::Corrupt(_))
     ));
 }
+
+#[test]
+fn next_file_walks_pack_order() {
+    let (_tmp, _src, out) = tree_and_pack("4096");
+    let p = Pack::open(&out).unwrap();
+    let order: Vec<u64> = loosefs::verify::file_paths(&p)
+        .into_iter()
+        .map(|(_, i)| u64::from(i) + 1)
+        .collect();
+    let ns = Namespace::new(p);
+    let mut walked = Vec::new();
+    let mut cur = order[0];
+    walked.push(cur);
+    while let Some(n) = ns.next_file(cur) {
+        walked.push(n);
+        cur = n;
+    }
+    assert_eq!(
+        walked, order,
+        "successors follow the data order, through nested and empty dirs"
+    );
+    assert_eq!(ns.next_file(0), None);
+}

@@ -112,7 +112,8 @@ fn in_order_reads_prefetch_ahead_and_drop_cache_makes_reads_cold() {
     require_mount();
     let tmp = tempfile::tempdir().unwrap();
     let (src, pack) = packed(tmp.path());
-    let m = mount(&pack, &tmp.path().join("mnt"), &[]);
+    // Push-ahead off: this test counts READ requests and pack-cache misses of read-ahead alone.
+    let m = mount(&pack, &tmp.path().join("mnt"), &["--push-ahead", "0"]);
     let names = files(&src);
     // Cold start: evict the pack's pages.
     let d = loosefs(&[&"drop-cache", &m.mnt]);
@@ -189,7 +190,8 @@ fn warm_streams_the_whole_pack_into_the_page_cache() {
     require_mount();
     let tmp = tempfile::tempdir().unwrap();
     let (src, pack) = packed(tmp.path());
-    let m = mount(&pack, &tmp.path().join("mnt"), &[]);
+    // Push-ahead off: this test counts READ requests and pack-cache misses of read-ahead alone.
+    let m = mount(&pack, &tmp.path().join("mnt"), &["--push-ahead", "0"]);
     loosefs(&[&"drop-cache", &m.mnt]);
     let o = loosefs(&[&"warm", &m.mnt, &"--wait"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -334,4 +336,41 @@ impl Drop for MemCgroup {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn push_ahead_serves_the_next_samples_without_a_round_trip() {
+    require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, pack) = packed(tmp.path());
+    let m = mount(&pack, &tmp.path().join("mnt"), &[]);
+    let names = files(&src);
+    if names.len() < 12 {
+        eprintln!("SKIPPED: needs at least 12 files in pack order");
+        return;
+    }
+    loosefs(&[&"drop-cache", &m.mnt]);
+    // List first (as loaders do), so the kernel knows the inodes it will be pushed data for.
+    let _ = files(&m.mnt);
+    read_all_and_compare(&src, &m.mnt, &names[..3]);
+    wait_for("push-ahead", 20, || {
+        n(&stats(&m.mnt), &["push_ahead", "samples"]) >= 8
+    });
+    let before = stats(&m.mnt);
+    read_all_and_compare(&src, &m.mnt, &names[3..8]);
+    let after = stats(&m.mnt);
+    assert_eq!(
+        n(&after, &["requests", "read"]),
+        n(&before, &["requests", "read"]),
+        "pushed samples are read with no READ request"
+    );
+    // Disabled: every file is a READ.
+    let m2 = mount(&pack, &tmp.path().join("mnt2"), &["--push-ahead", "0"]);
+    let _ = files(&m2.mnt);
+    read_all_and_compare(&src, &m2.mnt, &names[..8]);
+    std::thread::sleep(Duration::from_millis(300));
+    let s = stats(&m2.mnt);
+    assert_eq!(n(&s, &["push_ahead", "samples"]), 0);
+    assert!(n(&s, &["requests", "read"]) >= 8);
 }
