@@ -267,6 +267,12 @@ impl Server {
             return r;
         }
         if let Some(range) = self.ns.data_range(ino) {
+            if offset == 0 && self.is_pushed(ino) {
+                // The kernel asked for a sample it was given: its cache was dropped
+                // (drop_caches, memory pressure). Forget what was pushed so pushing resumes.
+                self.pushed.iter().for_each(|w| w.store(0, Relaxed));
+                self.stats.push_resets.fetch_add(1, Relaxed);
+            }
             if self.before_read(&range, offset, size) {
                 self.push_after(ino);
             }
@@ -375,6 +381,13 @@ impl Server {
         }
     }
 
+    fn is_pushed(&self, ino: u64) -> bool {
+        let i = (ino - 1) as usize;
+        self.pushed
+            .get(i / 64)
+            .is_some_and(|w| w.load(Relaxed) & (1u64 << (i % 64)) != 0)
+    }
+
     /// Marks `ino` as being in the kernel's cache; returns true if it already was.
     fn mark_pushed(&self, ino: u64) -> bool {
         let i = (ino - 1) as usize;
@@ -398,7 +411,7 @@ impl Server {
                 return;
             };
             cur = next;
-            if self.mark_pushed(next) {
+            if self.is_pushed(next) {
                 continue;
             }
             let Some(range) = self.ns.data_range(next) else {
@@ -410,7 +423,10 @@ impl Server {
             }
             match self.ns.read(next, 0, len as u32, buf) {
                 Ok(data) => {
+                    // Marked only once stored: a READ of a marked sample then means the
+                    // kernel dropped it (see `read`), not that it raced the store.
                     if store(next, data).is_ok() {
+                        self.mark_pushed(next);
                         self.stats.pushed_samples.fetch_add(1, Relaxed);
                         self.stats.pushed_bytes.fetch_add(len, Relaxed);
                     }
@@ -544,7 +560,8 @@ impl Server {
                              "keep_pack_cache": self.opts.keep_pack_cache },
             "prefetch": { "max_window_bytes": self.opts.prefetch_max, "requests": s.prefetch_requests.load(Relaxed),
                            "bytes": s.prefetch_bytes.load(Relaxed), "hits": s.prefetch_hits.load(Relaxed) },
-            "push_ahead": { "samples": s.pushed_samples.load(Relaxed), "bytes": s.pushed_bytes.load(Relaxed) },
+            "push_ahead": { "samples": s.pushed_samples.load(Relaxed), "bytes": s.pushed_bytes.load(Relaxed),
+                             "resets": s.push_resets.load(Relaxed) },
             "pin": { "target_bytes": self.pin.target.load(Relaxed), "pinned_bytes": self.pin.pinned.load(Relaxed) },
             "warm": self.warm.status(),
             "latency_us": lat.iter().map(|(n, l)| (n.to_string(), json!(l))).collect::<serde_json::Map<_, _>>(),

@@ -134,6 +134,8 @@ pub struct Stats {
     pub pushed_samples: AtomicU64,
     /// Bytes pushed ahead.
     pub pushed_bytes: AtomicU64,
+    /// Times the kernel asked for a pushed sample (its cache was dropped) and pushing restarted.
+    pub push_resets: AtomicU64,
     /// Samples whose pack pages were dropped after being served in full.
     pub samples_evicted: AtomicU64,
 }
