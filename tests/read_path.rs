@@ -66,7 +66,8 @@ fn control_directory_is_hidden_but_reachable_and_stats_count_reads() {
     require_mount();
     let tmp = tempfile::tempdir().unwrap();
     let (src, pack) = packed(tmp.path());
-    let m = mount(&pack, &tmp.path().join("mnt"), &[]);
+    // Push-ahead off: this test checks exact READ and byte accounting.
+    let m = mount(&pack, &tmp.path().join("mnt"), &["--push-ahead", "0"]);
     let root: Vec<String> = std::fs::read_dir(&m.mnt)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
