@@ -26,6 +26,8 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = ROOT / "target" / "release" / "loosefs"
 READER = ROOT / "target" / "release" / "loosefs-reader"
@@ -118,6 +120,8 @@ def main():
     ap.add_argument("--work", type=pathlib.Path, default=pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / "loosefs-bench")
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "results")
     ap.add_argument("--targets", default="orig,loosefs,loosefs-warm,loosefs-pin")
+    ap.add_argument("--peers", default="squashfs,squashfuse,fuse-zip,ratarmount,archivemount",
+                    help="peer tools to compare with ('' for none); see bench/peers.py")
     ap.add_argument("--readers", default="raw1,raw4")
     ap.add_argument("--orders", default="inorder,shuffled")
     ap.add_argument("--states", default="warm,cold,dropped")
@@ -148,9 +152,27 @@ def main():
         "loosefs-warm": Target("loosefs-warm", a.work / "m-warm", [], pack, a.work / "m-warm"),
         "loosefs-pin": Target("loosefs-pin", a.work / "m-pin", ["--pin", "all"], pack, a.work / "m-pin"),
     }
-    targets = [all_targets[n] for n in a.targets.split(",")]
+    targets = [all_targets[n] for n in a.targets.split(",") if n]
+    peer_names = [p for p in a.peers.split(",") if p]
+    notes = []
+    pack_times = {"loosefs pack": pack_seconds}
+    if peer_names:
+        import peers as peer_mod
+
+        progress("building peer images")
+        images, secs, n1 = peer_mod.build_images(data, a.work, files, peer_names)
+        pack_times.update(secs)
+        peer_targets, n2 = peer_mod.make_peers(peer_names, images, a.work, len(files))
+        notes += n1 + n2
+        targets += peer_targets
+    mounted = []
     for tg in targets:
-        tg.mount()
+        try:
+            tg.mount()
+            mounted.append(tg)
+        except subprocess.CalledProcessError as e:
+            notes.append(f"{tg.name}: mount failed ({(e.stderr or '').strip()[:200]}): skipped")
+    targets = mounted
     rows, cold_method = [], None
     scenarios = [(s, r, o) for s in a.states.split(",") for r in a.readers.split(",") for o in a.orders.split(",")]
     try:
@@ -194,7 +216,8 @@ def main():
     meta = {
         "run": run_id, "data": str(data), "files": len(files), "pack": str(pack), "pack_bytes": os.path.getsize(pack),
         "pack_seconds": pack_seconds, "cold_method": cold_method, "dd_pack_mb_per_s": dd, "repeat": a.repeat,
-        "limit": a.limit, "mount_seconds": {t.name: t.mount_seconds for t in targets if t.is_loosefs},
+        "limit": a.limit, "mount_seconds": {t.name: t.mount_seconds for t in targets if t.mount_seconds is not None},
+        "pack_seconds_by_tool": pack_times, "notes": notes,
         "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
         "command": " ".join(sys.argv),
     }
@@ -238,6 +261,11 @@ def markdown(meta, summary, names):
         f"ratio against the original files in the same run. Cold method: {meta['cold_method']}. "
         f"Sequential cold read of the pack: {', '.join(f'{x:.0f}' for x in meta['dd_pack_mb_per_s'])} MB/s. "
         f"Command: `{meta['command']}`.",
+        "",
+        "Image build time on the same tree: " + ", ".join(f"{k} {v:.1f} s" for k, v in meta["pack_seconds_by_tool"].items()) + ". "
+        "Mount time: " + ", ".join(f"{k} {v:.2f} s" for k, v in meta["mount_seconds"].items()) + ".",
+        "",
+        *(f"Note: {n}" for n in meta["notes"]),
         "",
         "| state | reader | order | " + " | ".join(names) + " |",
         "|---|---|---|" + "---|" * len(names),
