@@ -7,16 +7,8 @@ mod common;
 
 use common::*;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-fn packed(tmp: &Path) -> (PathBuf, PathBuf) {
-    let src = dataset(tmp);
-    let out = tmp.join("d.pack");
-    let o = loosefs(&[&"pack", &src, &out]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    (src, out)
-}
 
 fn errno_of(r: std::io::Result<impl Sized>) -> Option<i32> {
     r.err().and_then(|e| e.raw_os_error())

@@ -36,23 +36,6 @@ fn tree_and_pack(align: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
     (tmp, src, out)
 }
 
-/// Relative paths of regular files under `root`, in walk order sorted by name at each level.
-fn source_files(root: &Path) -> Vec<String> {
-    walkdir::WalkDir::new(root)
-        .sort_by_file_name()
-        .into_iter()
-        .map(|e| e.unwrap())
-        .filter(|e| e.file_type().is_file())
-        .map(|e| {
-            e.path()
-                .strip_prefix(root)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect()
-}
-
 #[test]
 fn pack_round_trips_every_file_and_index_field() {
     for align in ["4096", "1"] {
@@ -62,7 +45,7 @@ fn pack_round_trips_every_file_and_index_field() {
         let names: Vec<String> = files.iter().map(|(n, _)| n.clone()).collect();
         assert_eq!(
             names,
-            source_files(&src),
+            common::files(&src),
             "pack order is the sorted walk order"
         );
         let ix = p.index();
@@ -145,8 +128,8 @@ fn zip_tools_accept_the_pack_and_extract_the_source_tree() {
     );
     assert!(ex.join(INDEX_MEMBER).is_file());
     std::fs::remove_file(ex.join(INDEX_MEMBER)).unwrap();
-    assert_eq!(source_files(&ex), source_files(&src));
-    for f in source_files(&src) {
+    assert_eq!(files(&ex), files(&src));
+    for f in files(&src) {
         assert_eq!(
             std::fs::read(ex.join(&f)).unwrap(),
             std::fs::read(src.join(&f)).unwrap(),

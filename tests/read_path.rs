@@ -9,14 +9,6 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-fn packed(tmp: &Path) -> (PathBuf, PathBuf) {
-    let src = dataset(tmp);
-    let out = tmp.join("d.pack");
-    let o = loosefs(&[&"pack", &src, &out]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    (src, out)
-}
-
 fn stats(mnt: &Path) -> Value {
     let o = loosefs(&[&"stats", &mnt, &"--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -28,23 +20,6 @@ fn n(v: &Value, path: &[&str]) -> u64 {
         .fold(v, |v, k| &v[*k])
         .as_u64()
         .unwrap_or_else(|| panic!("{path:?} in {v}"))
-}
-
-/// Relative paths of all files under `root`, in pack order.
-fn files(root: &Path) -> Vec<String> {
-    walkdir::WalkDir::new(root)
-        .sort_by_file_name()
-        .into_iter()
-        .map(|e| e.unwrap())
-        .filter(|e| e.file_type().is_file())
-        .map(|e| {
-            e.path()
-                .strip_prefix(root)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect()
 }
 
 fn read_all_and_compare(src: &Path, mnt: &Path, names: &[String]) -> u64 {

@@ -175,3 +175,30 @@ pub fn wait_exit(pid: i32, secs: u64) -> bool {
     }
     false
 }
+
+/// Packs [`dataset`] into `tmp/d.pack`; returns (source, pack).
+pub fn packed(tmp: &Path) -> (PathBuf, PathBuf) {
+    let src = dataset(tmp);
+    let out = tmp.join("d.pack");
+    let o = loosefs(&[&"pack", &src, &out]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    (src, out)
+}
+
+/// Relative paths of the regular files under `root`, depth first with names sorted at each
+/// level (pack order).
+pub fn files(root: &Path) -> Vec<String> {
+    walkdir::WalkDir::new(root)
+        .sort_by_file_name()
+        .into_iter()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            e.path()
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
