@@ -5,7 +5,10 @@ results.md, files_per_s.png}.
 
 Targets:  orig (the directory itself), loosefs (default mount), loosefs-warm (--warm: a
           whole-pack warm starts with each cold epoch), loosefs-pin (--pin all).
-Readers:  raw<N> (the compiled loosefs-reader: open/read/close per file on N threads).
+Readers:  raw<N> (the compiled loosefs-reader: open/read/close per file on N threads),
+          tv<N> (torchvision ImageFolder + DataLoader with N workers, standard train transform),
+          dali (readers.file + CPU decode): bench/loader_pass.py, which also reports first-batch
+          latency, CPU seconds and peak RSS of the reader process tree.
 Orders:   inorder (pack order) and shuffled.
 States:   warm (after a pass), cold (caches emptied: `sync; echo 3 > drop_caches` as root, else
           posix_fadvise(DONTNEED) on every file and the pack, as nocache does; plus
@@ -31,6 +34,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = ROOT / "target" / "release" / "loosefs"
 READER = ROOT / "target" / "release" / "loosefs-reader"
+LOADER = ROOT / "bench" / "loader_pass.py"
 IS_ROOT = os.geteuid() == 0
 
 
@@ -107,11 +111,17 @@ def drop_caches(targets, files, pack, full):
     return method
 
 
-def read_pass(target, threads, order, seed, limit):
-    args = [READER, "--root", target.path, "--threads", threads, "--order", order, "--seed", seed]
+def read_pass(target, reader, order, seed, limit):
+    """One pass of `reader` over `target`: rawN (compiled, N threads), tvN (ImageFolder +
+    DataLoader with N workers) or dali. Returns the reader's JSON result."""
+    if reader.startswith("raw"):
+        args = [READER, "--root", target.path, "--threads", reader.removeprefix("raw"), "--order", order, "--seed", seed]
+    else:
+        loader = ["--loader", "dali"] if reader == "dali" else ["--loader", "imagefolder", "--workers", reader.removeprefix("tv")]
+        args = [sys.executable, LOADER, "--root", target.path, "--order", order, "--seed", seed, *loader]
     if limit:
         args += ["--limit", limit]
-    return json.loads(sh(*args).stdout)
+    return json.loads(sh(*args).stdout.strip().splitlines()[-1])
 
 
 def main():
@@ -122,7 +132,8 @@ def main():
     ap.add_argument("--targets", default="orig,loosefs,loosefs-warm,loosefs-pin")
     ap.add_argument("--peers", default="squashfs,squashfuse,fuse-zip,ratarmount,archivemount",
                     help="peer tools to compare with ('' for none); see bench/peers.py")
-    ap.add_argument("--readers", default="raw1,raw4")
+    ap.add_argument("--readers", default="raw1,raw4",
+                    help="rawN (compiled, N threads), tvN (ImageFolder+DataLoader, N workers), dali")
     ap.add_argument("--orders", default="inorder,shuffled")
     ap.add_argument("--states", default="warm,cold,dropped")
     ap.add_argument("--repeat", type=int, default=3)
@@ -187,20 +198,19 @@ def main():
                         pass
                 dd.append(os.path.getsize(pack) / 1e6 / (time.perf_counter() - t))
         for k, (state, reader, order) in enumerate(scenarios):
-            threads = int(reader.removeprefix("raw"))
             for rep in range(a.repeat):
                 for tg in targets:
                     progress(f"[{k + 1}/{len(scenarios)}] {state} {reader} {order} rep {rep + 1}/{a.repeat}: {tg.name}")
                     if state == "warm":
-                        read_pass(tg, threads, order, rep, a.limit)
+                        read_pass(tg, reader, order, rep, a.limit)
                     elif state == "cold":
                         cold_method = drop_caches(targets, files, pack, full=True)
                         if tg.name == "loosefs-warm":
                             sh(BIN, "warm", tg.mnt)
                     elif state == "dropped":
-                        read_pass(tg, threads, order, rep, a.limit)
+                        read_pass(tg, reader, order, rep, a.limit)
                         drop_caches(targets, files, pack, full=False)
-                    r = read_pass(tg, threads, order, rep, a.limit)
+                    r = read_pass(tg, reader, order, rep, a.limit)
                     row = {"state": state, "reader": reader, "order": order, "target": tg.name, "rep": rep, **r}
                     if tg.is_loosefs:
                         row["daemon_rss_bytes"] = tg.stats()["daemon"]["rss_bytes"]

@@ -31,3 +31,16 @@ def test_bench_quick_completes_and_outputs_parse(source, tmp_path):
     md = (run / "results.md").read_text()
     assert "| state | reader | order |" in md and "×" in md
     assert (run / "files_per_s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("loader,workers", [("imagefolder", 2), ("dali", 0)])
+def test_loader_pass_reports_parse(mount, loader, workers):
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "loader_pass.py"), "--root", str(mount), "--loader", loader,
+         "--workers", str(workers), "--order", "shuffled", "--limit", "64"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["files"] == 64 and res["files_per_s"] > 0
+    assert 0 < res["first_batch_s"] <= res["seconds"] and res["cpu_s"] > 0 and res["max_rss_bytes"] > 0

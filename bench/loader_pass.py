@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""One pass of a real training loader over a directory, for bench/run.py. Prints one JSON line:
+files, seconds, files_per_s, first_batch_s (time from creating the loader to the first batch),
+cpu_s (user+system of this process and its workers) and max_rss_bytes (largest resident set
+among this process and its workers).
+
+Loaders: `imagefolder` (torchvision ImageFolder + DataLoader, the standard train transform
+RandomResizedCrop(224) + RandomHorizontalFlip + ToTensor, batch 32) and `dali` (readers.file +
+CPU decode + random resized crop 224 + flip, batch 32, device_id=None).
+
+    bench/loader_pass.py --root DIR --loader imagefolder --workers 2 --order shuffled --limit 2000
+"""
+import argparse
+import json
+import resource
+import time
+
+
+def rusage():
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime, max(s.ru_maxrss, c.ru_maxrss) * 1024
+
+
+def imagefolder(a):
+    import torch
+    import torchvision
+    from torchvision import transforms as T
+
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor()])
+    ds = torchvision.datasets.ImageFolder(a.root, transform=tf)
+    idx = list(range(len(ds)))
+    if a.order == "shuffled":
+        g = torch.Generator().manual_seed(a.seed)
+        idx = torch.randperm(len(ds), generator=g).tolist()
+    if a.limit:
+        idx = idx[: a.limit]
+    dl = torch.utils.data.DataLoader(torch.utils.data.Subset(ds, idx), batch_size=32, shuffle=False, num_workers=a.workers)
+    n, first = 0, None
+    t0 = time.perf_counter()
+    for x, _ in dl:
+        if first is None:
+            first = time.perf_counter() - t0
+        n += x.shape[0]
+    return n, time.perf_counter() - t0, first
+
+
+def dali(a):
+    from nvidia.dali import fn, pipeline_def, types
+
+    @pipeline_def(batch_size=32, num_threads=2, device_id=None, seed=a.seed)
+    def pipe():
+        jpegs, labels = fn.readers.file(file_root=a.root, random_shuffle=a.order == "shuffled", name="r")
+        img = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+        img = fn.random_resized_crop(img, size=(224, 224))
+        img = fn.flip(img, horizontal=fn.random.coin_flip())
+        return img, labels
+
+    t0 = time.perf_counter()
+    p = pipe()
+    p.build()
+    total = p.epoch_size("r")
+    want = min(a.limit, total) if a.limit else total
+    n, first = 0, None
+    while n < want:
+        imgs, _ = p.run()
+        if first is None:
+            first = time.perf_counter() - t0
+        n += len(imgs)
+    return min(n, want), time.perf_counter() - t0, first
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--loader", choices=["imagefolder", "dali"], default="imagefolder")
+    ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--order", choices=["inorder", "shuffled"], default="inorder")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--limit", type=int, default=0)
+    a = ap.parse_args()
+    n, secs, first = (dali if a.loader == "dali" else imagefolder)(a)
+    cpu, rss = rusage()
+    print(json.dumps({"files": n, "seconds": secs, "files_per_s": n / secs, "first_batch_s": first,
+                      "cpu_s": cpu, "max_rss_bytes": rss, "p50_us": None, "p99_us": None}))
+
+
+if __name__ == "__main__":
+    main()
