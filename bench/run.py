@@ -215,6 +215,8 @@ def main():
                     if tg.is_loosefs:
                         row["daemon_rss_bytes"] = tg.stats()["daemon"]["rss_bytes"]
                     rows.append(row)
+            # Partial results after every scenario: a crash or an interrupt loses nothing.
+            (outdir / "rows.partial.json").write_text(json.dumps(rows))
     finally:
         for tg in targets:
             try:
@@ -254,9 +256,14 @@ def summarise(rows, names):
         entry = {"state": k[0], "reader": k[1], "order": k[2], "targets": {}}
         for n in names:
             v = [r["files_per_s"] for r in rows if (r["state"], r["reader"], r["order"], r["target"]) == (*k, n)]
-            p99 = [r["p99_us"] for r in rows if (r["state"], r["reader"], r["order"], r["target"]) == (*k, n)]
+            sel = [r for r in rows if (r["state"], r["reader"], r["order"], r["target"]) == (*k, n)]
             if v:
-                entry["targets"][n] = {"median": statistics.median(v), "min": min(v), "max": max(v), "p99_us": statistics.median(p99)}
+                t = {"median": statistics.median(v), "min": min(v), "max": max(v)}
+                for key in ("p99_us", "first_batch_s", "cpu_s", "max_rss_bytes"):
+                    vals = [r[key] for r in sel if r.get(key) is not None]
+                    if vals:
+                        t[key] = statistics.median(vals)
+                entry["targets"][n] = t
         base = entry["targets"].get("orig", {}).get("median")
         for n, t in entry["targets"].items():
             t["ratio_vs_orig"] = t["median"] / base if base else None
