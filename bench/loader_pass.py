@@ -81,7 +81,7 @@ def main():
     n, secs, first = (dali if a.loader == "dali" else imagefolder)(a)
     cpu, rss = rusage()
     print(json.dumps({"files": n, "seconds": secs, "files_per_s": n / secs, "first_batch_s": first,
-                      "cpu_s": cpu, "max_rss_bytes": rss, "p50_us": None, "p99_us": None}))
+                      "cpu_s": cpu, "max_rss_bytes": rss, "p50_us": None, "p95_us": None, "p99_us": None}))
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ fn main() {
         serde_json::json!({
             "files": lat.len(), "bytes": bytes, "seconds": secs,
             "files_per_s": lat.len() as f64 / secs, "mb_per_s": bytes as f64 / 1e6 / secs,
-            "p50_us": pct(0.5), "p99_us": pct(0.99), "threads": a.threads,
+            "p50_us": pct(0.5), "p95_us": pct(0.95), "p99_us": pct(0.99), "threads": a.threads,
             "order": match a.order { Order::Inorder => "inorder", Order::Shuffled => "shuffled" },
             "op": match a.op { Op::Read => "read", Op::Stat => "stat" },
         })

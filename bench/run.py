@@ -213,7 +213,8 @@ def main():
                     r = read_pass(tg, reader, order, rep, a.limit)
                     row = {"state": state, "reader": reader, "order": order, "target": tg.name, "rep": rep, **r}
                     if tg.is_loosefs:
-                        row["daemon_rss_bytes"] = tg.stats()["daemon"]["rss_bytes"]
+                        d = tg.stats()["daemon"]
+                        row["daemon_rss_bytes"], row["daemon_rss_peak_bytes"] = d["rss_bytes"], d["rss_peak_bytes"]
                     rows.append(row)
             # Partial results after every scenario: a crash or an interrupt loses nothing.
             (outdir / "rows.partial.json").write_text(json.dumps(rows))
@@ -259,7 +260,7 @@ def summarise(rows, names):
             sel = [r for r in rows if (r["state"], r["reader"], r["order"], r["target"]) == (*k, n)]
             if v:
                 t = {"median": statistics.median(v), "min": min(v), "max": max(v)}
-                for key in ("p99_us", "first_batch_s", "cpu_s", "max_rss_bytes"):
+                for key in ("p95_us", "p99_us", "first_batch_s", "cpu_s", "max_rss_bytes", "daemon_rss_peak_bytes"):
                     vals = [r[key] for r in sel if r.get(key) is not None]
                     if vals:
                         t[key] = statistics.median(vals)

@@ -34,10 +34,11 @@ pub fn format_stats(v: &Value) -> String {
         mb(g(&["pack", "resident_bytes"]))
     );
     out += &format!(
-        "daemon      pid {}, up {:.0} s, RSS {:.1} MB, locked {:.1} MB, {} threads\n",
+        "daemon      pid {}, up {:.0} s, RSS {:.1} MB (peak {:.1}), locked {:.1} MB, {} threads\n",
         g(&["daemon", "pid"]),
         g(&["daemon", "uptime_s"]).as_f64().unwrap_or(0.0),
         mb(g(&["daemon", "rss_bytes"])),
+        mb(g(&["daemon", "rss_peak_bytes"])),
         mb(g(&["daemon", "locked_bytes"])),
         g(&["daemon", "threads"])
     );

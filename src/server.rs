@@ -550,7 +550,7 @@ impl Server {
             "pack": { "path": pack.path(), "bytes": pack.file_len(), "samples": pack.totals().files,
                        "resident_bytes": pagecache::resident_bytes(pack.map(), &(0..pack.file_len())) },
             "daemon": { "pid": std::process::id(), "uptime_s": self.started.elapsed().as_secs_f64(),
-                         "rss_bytes": kb("VmRSS:"), "locked_bytes": kb("VmLck:"),
+                         "rss_bytes": kb("VmRSS:"), "rss_peak_bytes": kb("VmHWM:"), "locked_bytes": kb("VmLck:"),
                          "threads": self.opts.threads, "mountpoint": self.opts.mountpoint },
             "requests": lat.iter().map(|(n, l)| (n.to_string(), json!(l.count))).collect::<serde_json::Map<_, _>>(),
             "errors": s.errors.load(Relaxed),
