@@ -16,8 +16,6 @@ pub const DIR_NAME: &[u8] = b".loosefs";
 pub const DIR_INO: u64 = 1 << 62;
 /// Files listed in the control directory.
 pub const LISTED: &[&str] = &["stats"];
-/// Every control file name: `stats` plus the commands.
-pub const NAMES: &[&str] = &["stats", "warm", "drop-cache"];
 /// Snapshots kept at most (older ones are dropped; reading them then answers ENOENT).
 const KEEP: usize = 256;
 

@@ -250,10 +250,10 @@ impl Namespace {
         Ok(())
     }
 
-    /// Byte range of file `ino`'s data inside the pack, `None` for directories and unknown inodes.
+    /// Byte range of file `ino`'s data inside the pack, `None` for directories, unknown inodes
+    /// and ranges outside the sample data.
     pub fn data_range(&self, ino: u64) -> Option<std::ops::Range<u64>> {
-        let r = self.record(ino).ok().filter(|r| !r.is_dir)?;
-        Some(r.data_off..r.data_off.checked_add(r.size)?)
+        self.pack.data_range(&self.record(ino).ok()?)
     }
 
     /// The file after `ino` in pack order (depth first, names sorted: the order of the data in

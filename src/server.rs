@@ -266,25 +266,26 @@ impl Server {
             self.stats.done(Op::Control, t0);
             return r;
         }
-        if let Some(range) = self.ns.data_range(ino) {
+        let range = self.ns.data_range(ino);
+        if let Some(range) = &range {
             if offset == 0 && self.is_pushed(ino) {
                 // The kernel asked for a sample it was given: its cache was dropped
                 // (drop_caches, memory pressure). Forget what was pushed so pushing resumes.
                 self.pushed.iter().for_each(|w| w.store(0, Relaxed));
                 self.stats.push_resets.fetch_add(1, Relaxed);
             }
-            if self.before_read(&range, offset, size) {
+            if self.before_read(range, offset, size) {
                 self.push_after(ino);
             }
         }
         let out = READ_BUF.with_borrow_mut(|buf| {
             let out = self.ns.read(ino, offset, size, buf);
             self.account(&out);
-            if let (Ok(b), Some(range)) = (&out, self.ns.data_range(ino)) {
+            if let (Ok(b), Some(range)) = (&out, &range) {
                 if offset + b.len() as u64 >= range.end - range.start {
                     self.mark_pushed(ino); // now in the kernel's cache: nothing to push
                 }
-                self.after_read(&range, offset + b.len() as u64);
+                self.after_read(range, offset + b.len() as u64);
             }
             let r = reply(out);
             // A check of a large sample may have grown the buffer; keep at most 1 MiB per thread.
@@ -405,6 +406,14 @@ impl Server {
 
     /// Pushes up to `files` samples following `ino` in pack order (at most [`PUSH_BYTES`]).
     fn push_run(&self, ino: u64, files: usize, store: &Store, buf: &mut Vec<u8>) {
+        self.push_samples(ino, files, store, buf);
+        // A check of a large sample may have grown the buffer; keep at most MAX_KEPT_BUF.
+        if buf.capacity() > MAX_KEPT_BUF {
+            *buf = Vec::new();
+        }
+    }
+
+    fn push_samples(&self, ino: u64, files: usize, store: &Store, buf: &mut Vec<u8>) {
         let (mut cur, mut bytes) = (ino, 0u64);
         for _ in 0..files {
             let Some(next) = self.ns.next_file(cur) else {
@@ -438,9 +447,6 @@ impl Server {
             if bytes >= PUSH_BYTES {
                 return;
             }
-        }
-        if buf.capacity() > MAX_KEPT_BUF {
-            *buf = Vec::new();
         }
     }
 
