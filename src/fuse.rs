@@ -65,17 +65,22 @@ impl LooseFs {
     }
 
     fn fail(&self, op: &str, ino: u64, e: &FsError) -> Errno {
-        match e {
-            FsError::NotFound => Errno::ENOENT,
-            FsError::NotDir => Errno::ENOTDIR,
-            FsError::IsDir => Errno::EISDIR,
-            FsError::Corrupt(why) => {
-                log::error!(
-                    "{op} {}: {why}; answering EIO",
-                    self.server.namespace().path_of(ino)
-                );
-                Errno::EIO
-            }
+        errno(&self.server, op, ino, e)
+    }
+}
+
+/// The errno for `e`; corruption is logged with the file's path.
+fn errno(server: &Server, op: &str, ino: u64, e: &FsError) -> Errno {
+    match e {
+        FsError::NotFound => Errno::ENOENT,
+        FsError::NotDir => Errno::ENOTDIR,
+        FsError::IsDir => Errno::EISDIR,
+        FsError::Corrupt(why) => {
+            log::error!(
+                "{op} {}: {why}; answering EIO",
+                server.namespace().path_of(ino)
+            );
+            Errno::EIO
         }
     }
 }
@@ -187,9 +192,11 @@ impl Filesystem for LooseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.server.read(ino.0, offset, size, |r| match r {
+        // The reply may be sent later from a decode thread (decoded views).
+        let server = self.server.clone();
+        self.server.read(ino.0, offset, size, move |r| match r {
             Ok(bytes) => reply.data(bytes),
-            Err(e) => reply.error(self.fail("read", ino.0, &e)),
+            Err(e) => reply.error(errno(&server, "read", ino.0, &e)),
         })
     }
 
@@ -223,7 +230,7 @@ impl Filesystem for LooseFs {
                 INodeNo(e.ino),
                 e.next_offset,
                 file_type(e.kind),
-                OsStr::from_bytes(e.name),
+                OsStr::from_bytes(&e.name),
             )
         });
         match r {
@@ -252,7 +259,7 @@ impl Filesystem for LooseFs {
             reply.add(
                 INodeNo(e.ino),
                 e.next_offset,
-                OsStr::from_bytes(e.name),
+                OsStr::from_bytes(&e.name),
                 &ttl,
                 &self.file_attr(&a),
                 Generation(0),

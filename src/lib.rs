@@ -3,11 +3,12 @@
 //! Layers, bottom up: [`format`] (the pack: a ZIP64 archive plus a fixed-record index),
 //! [`namespace`] (inodes, lookups, listings and checked reads, testable without a mount),
 //! [`server`] (the namespace plus [`stats`], [`prefetch`], [`pagecache`] pinning, [`warm`] and
-//! the [`control`] directory), [`fuse`] (a thin fuser adaptor), [`mount`] (daemon lifecycle), and the commands
+//! the [`control`] directory, and [`decode`]d views), [`fuse`] (a thin fuser adaptor), [`mount`] (daemon lifecycle), and the commands
 //! [`packer`] (`pack`, reading a [`source`] tree or zip) and [`verify`] (`verify`, `info`).
 
 pub mod client;
 pub mod control;
+pub mod decode;
 pub mod format;
 pub mod fuse;
 pub mod mount;

@@ -1,7 +1,7 @@
 //! The `loosefs` command line: parses arguments (clap) and calls the library.
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use loosefs::format::reader::Pack;
 use std::path::PathBuf;
 
@@ -14,6 +14,75 @@ use std::path::PathBuf;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// A decoded view (`--decode`).
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ViewArg {
+    /// `x.npy` beside every JPEG `x.JPEG`: NumPy .npy v1.0, uint8, shape (H, W, 3).
+    Npy,
+    /// `x.JPEG` itself serves a binary PPM (P6) of its RGB pixels.
+    Ppm,
+}
+
+/// Decoded views of the JPEG samples.
+#[derive(Args)]
+struct DecodeArgs {
+    /// Serve decoded views of every JPEG: `npy`, `ppm`, or both (`--decode npy,ppm`).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    decode: Vec<ViewArg>,
+    /// With `--decode npy`: list only the `.npy` views, not the JPEGs.
+    #[arg(long)]
+    decoded_only: bool,
+    /// Decode at the smallest DCT scale (1/2, 1/4, 1/8) whose longer side is still ≥ N pixels.
+    #[arg(long, value_name = "N")]
+    decode_max_side: Option<u32>,
+    /// Budget of the decoded cache (bytes of pixels, least recently used evicted), e.g. 2G.
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_budget)]
+    decode_cache: u64,
+    /// Decode threads (default: one per core).
+    #[arg(long, value_name = "N")]
+    decode_threads: Option<usize>,
+    /// JPEGs decoded ahead of a reader that walks the pack in order (0 disables).
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    decode_ahead: usize,
+}
+
+impl DecodeArgs {
+    fn views(&self) -> Result<loosefs::decode::view::Views> {
+        let v = loosefs::decode::view::Views {
+            npy: self.decode.contains(&ViewArg::Npy),
+            ppm: self.decode.contains(&ViewArg::Ppm),
+            decoded_only: self.decoded_only,
+            max_side: self.decode_max_side,
+        };
+        if v.decoded_only && !v.npy {
+            anyhow::bail!(
+                "--decoded-only needs --decode npy (a PPM view already replaces the JPEG)"
+            );
+        }
+        if v.max_side.is_some() && !v.any() {
+            anyhow::bail!("--decode-max-side needs --decode npy or --decode ppm");
+        }
+        if v.max_side == Some(0) {
+            anyhow::bail!("--decode-max-side must be at least 1");
+        }
+        Ok(v)
+    }
+
+    fn options(&self) -> loosefs::decode::DecodeOptions {
+        loosefs::decode::DecodeOptions {
+            cache_bytes: self.decode_cache,
+            threads: self
+                .decode_threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
+            ahead: self.decode_ahead,
+        }
+    }
+}
+
+fn parse_budget(s: &str) -> Result<u64, String> {
+    loosefs::pagecache::parse_size(s)?.ok_or_else(|| "give a size such as 512M or 2G".into())
 }
 
 #[derive(Subcommand)]
@@ -84,6 +153,8 @@ enum Cmd {
         /// trip to the daemon. 0 disables.
         #[arg(long, default_value_t = 64)]
         push_ahead: usize,
+        #[command(flatten)]
+        decode: DecodeArgs,
     },
     /// Print a mount's statistics (requests, bytes, page-cache and read-ahead hits, pinned
     /// bytes, warm progress, latency percentiles).
@@ -195,6 +266,7 @@ fn run(cli: Cli) -> Result<i32> {
             warm,
             keep_pack_cache,
             push_ahead,
+            decode,
         } => {
             let opts = loosefs::mount::MountOptions {
                 foreground,
@@ -206,6 +278,8 @@ fn run(cli: Cli) -> Result<i32> {
                 warm,
                 keep_pack_cache,
                 push_ahead,
+                views: decode.views()?,
+                decode: decode.options(),
             };
             loosefs::mount::mount(&pack, &mountpoint, &opts)?;
         }

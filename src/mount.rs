@@ -44,6 +44,10 @@ pub struct MountOptions {
     pub keep_pack_cache: bool,
     /// Samples pushed ahead of an in-order reader into the kernel's cache (0 disables).
     pub push_ahead: usize,
+    /// Decoded views served.
+    pub views: crate::decode::view::Views,
+    /// Decode pool and cache.
+    pub decode: crate::decode::DecodeOptions,
 }
 
 /// State of a path that is about to become a mountpoint.
@@ -202,8 +206,17 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountOptions, ready: Option<OwnedFd>) ->
                 .collect()
         })
         .unwrap_or_default();
+    if opts.views.any() {
+        // Decoded images (hundreds of KiB each) are allocated and freed all the time: a fixed
+        // mmap threshold gives their memory back to the system on free, so the daemon's RSS
+        // follows the decoded cache instead of the allocator's high-water mark.
+        // SAFETY: mallopt only tunes glibc's allocator; no other thread allocates yet.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+        }
+    }
     let server = Arc::new(Server::new(
-        Namespace::new(pack),
+        Namespace::with_views(pack, opts.views),
         ServerOptions {
             prefetch_max: opts.prefetch_max_mb << 20,
             pin: opts.pin,
@@ -211,6 +224,7 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountOptions, ready: Option<OwnedFd>) ->
             keep_pack_cache: opts.keep_pack_cache,
             mountpoint: mnt.display().to_string(),
             threads: opts.threads,
+            decode: opts.decode,
         },
     ));
     let fs = LooseFs::new(server.clone(), meta.uid(), meta.gid());

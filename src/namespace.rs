@@ -7,9 +7,17 @@
 //! answers [`FsError::Corrupt`] (EIO) every time and is never served. Data is read with `pread`
 //! into the caller's buffer rather than copied out of a mapping, so serving a pack does not
 //! grow the daemon's resident set.
+//!
+//! Decoded views (`--decode`, see [`crate::decode`]) live here too: the `.npy` view of the JPEG
+//! with inode `n` is inode `n | NPY_BIT`, listed after it under the JPEG's stem + `.npy` (a real
+//! file of that name wins; of two JPEGs with one stem the first by name gets it); the PPM view
+//! takes over the JPEG's own inode. Sizes come from the dimensions in the index.
 
+use crate::decode::codec::{pick_denom, scaled_dims};
+use crate::decode::view::{self, ViewKind, Views};
 use crate::format::index::{Kind, Record};
 use crate::format::reader::Pack;
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Inode number of the root directory.
@@ -21,6 +29,26 @@ pub const BLKSIZE: u32 = 128 * 1024;
 /// Samples up to this size are checked and served with one read; larger ones are checked in
 /// chunks of this size, bytes.
 pub const CHECK_CHUNK: usize = 16 << 20;
+
+/// Bit set in the inode of a `.npy` view (below the control directory's bit 62).
+pub const NPY_BIT: u64 = 1 << 61;
+
+/// A decoded view of a JPEG sample, as [`Namespace::view`] resolves an inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ViewTarget {
+    /// Inode of the view.
+    pub ino: u64,
+    /// Inode of the JPEG sample (record + 1).
+    pub jpeg_ino: u64,
+    pub kind: ViewKind,
+    /// Decoded size in pixels (after scaling).
+    pub width: u32,
+    pub height: u32,
+    /// Scale denominator (1, 2, 4, 8).
+    pub denom: u32,
+    /// Size of the JPEG in bytes.
+    pub jpeg_size: u64,
+}
 
 /// Why a request failed; the FUSE adaptor maps each to an errno.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,7 +93,7 @@ pub struct DirEntry<'a> {
     /// Offset to pass to continue after this entry.
     pub next_offset: u64,
     pub kind: Kind,
-    pub name: &'a [u8],
+    pub name: Cow<'a, [u8]>,
 }
 
 /// Figures for `statfs(2)`.
@@ -85,16 +113,96 @@ pub struct Namespace {
     pack: Pack,
     /// One bit per record: set once the sample's CRC-32 has matched.
     verified: Vec<AtomicU64>,
+    views: Views,
 }
 
 impl Namespace {
     /// Wraps an opened pack. Allocates one bit per record (zeroed lazily by the allocator).
     pub fn new(pack: Pack) -> Namespace {
+        Namespace::with_views(pack, Views::default())
+    }
+
+    /// As [`Namespace::new`], also serving the decoded `views` of every JPEG sample (a file
+    /// whose JPEG dimensions are in the index).
+    pub fn with_views(pack: Pack, views: Views) -> Namespace {
         let words = (pack.totals().records as usize).div_ceil(64);
         let verified = std::iter::repeat_with(|| AtomicU64::new(0))
             .take(words)
             .collect();
-        Namespace { pack, verified }
+        Namespace {
+            pack,
+            verified,
+            views,
+        }
+    }
+
+    /// The decoded views served.
+    pub fn views(&self) -> Views {
+        self.views
+    }
+
+    fn decodable(r: &Record) -> bool {
+        !r.is_dir && r.width > 0 && r.height > 0
+    }
+
+    fn target(&self, ino: u64, jpeg_ino: u64, kind: ViewKind, r: &Record) -> ViewTarget {
+        let denom = pick_denom(r.width, r.height, self.views.max_side);
+        let (width, height) = scaled_dims(r.width, r.height, denom);
+        ViewTarget {
+            ino,
+            jpeg_ino,
+            kind,
+            width,
+            height,
+            denom,
+            jpeg_size: r.size,
+        }
+    }
+
+    /// The decoded view served at inode `ino`, `None` when `ino` serves stored bytes.
+    pub fn view(&self, ino: u64) -> Option<ViewTarget> {
+        if ino & NPY_BIT != 0 {
+            let base = ino & !NPY_BIT;
+            let r = self.record(base).ok()?;
+            (self.views.npy && Self::decodable(&r))
+                .then(|| self.target(ino, base, ViewKind::Npy, &r))
+        } else if self.views.ppm {
+            let r = self.record(ino).ok()?;
+            Self::decodable(&r).then(|| self.target(ino, ino, ViewKind::Ppm, &r))
+        } else {
+            None
+        }
+    }
+
+    /// The child of directory `p` whose `.npy` view is named `stem` + `.npy`: the first JPEG
+    /// sample (by name) with that stem.
+    fn npy_owner(&self, p: &Record, stem: &[u8]) -> Option<u32> {
+        let ix = self.pack.index();
+        let end = ix.children(p).end;
+        let mut i = ix.lower_bound(p, stem);
+        while i < end {
+            let c = ix.record(i)?;
+            let name = ix.name(&c);
+            if !name.starts_with(stem) {
+                return None;
+            }
+            if view::stem(name) == stem && Self::decodable(&c) {
+                return Some(i);
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// Name of the `.npy` view listed beside child record `i` (named `name`) of `p`, if any.
+    fn npy_sibling(&self, p: &Record, i: u32, c: &Record, name: &[u8]) -> Option<Vec<u8>> {
+        if !self.views.npy || !Self::decodable(c) {
+            return None;
+        }
+        let n = view::npy_name(name);
+        let ix = self.pack.index();
+        (self.npy_owner(p, view::stem(name)) == Some(i) && ix.find_child(p, &n).is_none())
+            .then_some(n)
     }
 
     /// The underlying pack.
@@ -110,8 +218,12 @@ impl Namespace {
         self.pack.index().record(i).ok_or(FsError::NotFound)
     }
 
-    fn attr_of(ino: u64, r: &Record) -> Attr {
-        let size = if r.is_dir { 4096 } else { r.size };
+    fn attr_of(&self, ino: u64, r: &Record) -> Attr {
+        let size = match self.view(ino) {
+            _ if r.is_dir => 4096,
+            Some(t) => view::size(t.kind, t.width, t.height),
+            None => r.size,
+        };
         Attr {
             ino,
             size,
@@ -127,7 +239,11 @@ impl Namespace {
 
     /// Attributes of inode `ino`. Errors: [`FsError::NotFound`].
     pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
-        Ok(Self::attr_of(ino, &self.record(ino)?))
+        if ino & NPY_BIT != 0 {
+            let r = self.view(ino).ok_or(FsError::NotFound)?;
+            return Ok(self.attr_of(ino, &self.record(r.jpeg_ino)?));
+        }
+        Ok(self.attr_of(ino, &self.record(ino)?))
     }
 
     /// Looks up `name` in directory `parent`. O(log children).
@@ -139,17 +255,31 @@ impl Namespace {
         }
         let ix = self.pack.index();
         match name {
-            b"." => return Ok(Self::attr_of(parent, &p)),
+            b"." => return Ok(self.attr_of(parent, &p)),
             b".." => return self.getattr(u64::from(p.parent) + 1),
             _ => {}
         }
-        let i = ix.find_child(&p, name).ok_or(FsError::NotFound)?;
-        let r = ix.record(i).ok_or(FsError::NotFound)?;
-        Ok(Self::attr_of(u64::from(i) + 1, &r))
+        if let Some(i) = ix.find_child(&p, name) {
+            let r = ix.record(i).ok_or(FsError::NotFound)?;
+            if self.views.hides_jpeg() && Self::decodable(&r) {
+                return Err(FsError::NotFound);
+            }
+            return Ok(self.attr_of(u64::from(i) + 1, &r));
+        }
+        if self.views.npy {
+            if let Some(stem) = name.strip_suffix(b".npy") {
+                if let Some(i) = self.npy_owner(&p, stem) {
+                    return self.getattr((u64::from(i) + 1) | NPY_BIT);
+                }
+            }
+        }
+        Err(FsError::NotFound)
     }
 
     /// Entries of directory `ino` starting at `offset` (0 = from the start): `.`, `..`, then the
-    /// children in name order. Errors: [`FsError::NotFound`], [`FsError::NotDir`].
+    /// children in name order, each JPEG followed by its `.npy` view when served (child `k` is
+    /// at position `2 + 2k`, its view at `3 + 2k`). Errors: [`FsError::NotFound`],
+    /// [`FsError::NotDir`].
     pub fn readdir(
         &self,
         ino: u64,
@@ -167,20 +297,35 @@ impl Namespace {
                 ino,
                 next_offset: k as u64 + 1,
                 kind: Kind::Dir,
-                name,
+                name: Cow::Borrowed(name),
             });
-        let children = ix.children(&r).enumerate().filter_map(move |(k, i)| {
-            let c = ix.record(i)?;
-            Some(DirEntry {
+        let kids = ix.children(&r);
+        let first = u32::try_from(offset.saturating_sub(2) / 2)
+            .unwrap_or(u32::MAX)
+            .min(kids.len() as u32);
+        let children = (kids.start + first..kids.end).flat_map(move |i| {
+            let pos = 2 + 2 * u64::from(i - kids.start);
+            let Some(c) = ix.record(i) else {
+                return [None, None];
+            };
+            let name = ix.name(&c);
+            let own = (!(self.views.hides_jpeg() && Self::decodable(&c))).then(|| DirEntry {
                 ino: u64::from(i) + 1,
-                next_offset: k as u64 + 3,
+                next_offset: pos + 1,
                 kind: c.kind(),
-                name: ix.name(&c),
-            })
+                name: Cow::Borrowed(name),
+            });
+            let npy = self.npy_sibling(&r, i, &c, name).map(|n| DirEntry {
+                ino: (u64::from(i) + 1) | NPY_BIT,
+                next_offset: pos + 2,
+                kind: Kind::File,
+                name: Cow::Owned(n),
+            });
+            [own, npy]
         });
         Ok(dots
-            .chain(children)
-            .skip(usize::try_from(offset).unwrap_or(usize::MAX)))
+            .chain(children.flatten())
+            .filter(move |e| e.next_offset > offset))
     }
 
     /// Up to `size` bytes of file `ino` from byte `offset` (empty at or past the end), read with
@@ -303,6 +448,16 @@ impl Namespace {
 
     /// Path of inode `ino` from the mount root (for log messages), e.g. `n01440764/x.JPEG`.
     pub fn path_of(&self, ino: u64) -> String {
+        if ino & NPY_BIT != 0 {
+            let jpeg = self.path_of(ino & !NPY_BIT);
+            let (dir, name) = jpeg.rsplit_once('/').unwrap_or(("", &jpeg));
+            let npy = String::from_utf8_lossy(&view::npy_name(name.as_bytes())).into_owned();
+            return if dir.is_empty() {
+                npy
+            } else {
+                format!("{dir}/{npy}")
+            };
+        }
         let ix = self.pack.index();
         let mut parts = Vec::new();
         let mut cur = ino;

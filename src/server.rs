@@ -1,9 +1,10 @@
 //! The daemon's filesystem logic: the [`Namespace`] plus the services around the read path —
-//! statistics, read-ahead in pack order, page-cache residency checks, pinning, whole-pack warm
-//! and the hidden control directory. Free of FUSE types: the adaptor in [`crate::fuse`] only
+//! statistics, read-ahead in pack order, page-cache residency checks, pinning, whole-pack warm,
+//! decoded views ([`crate::decode`]) and the hidden control directory. Free of FUSE types: the adaptor in [`crate::fuse`] only
 //! translates, and tests can drive a `Server` directly.
 
 use crate::control::{self, Snapshots};
+use crate::decode::{DecodeOptions, Decoder};
 use crate::format::index::Kind;
 use crate::namespace::{Attr, DirEntry, FsError, FsStats, Namespace, ROOT_INO};
 use crate::pagecache::{self, Pinner, Prefetchd};
@@ -31,6 +32,8 @@ pub struct ServerOptions {
     pub mountpoint: String,
     /// FUSE threads (for stats).
     pub threads: usize,
+    /// Decode pool and cache, used when the namespace serves decoded views.
+    pub decode: DecodeOptions,
 }
 
 /// Largest read buffer a FUSE thread keeps between requests, bytes (a FUSE read is at most
@@ -56,7 +59,8 @@ pub type Invalidate = Box<dyn Fn(u64) + Send + Sync>;
 
 /// A pack being served.
 pub struct Server {
-    ns: Namespace,
+    ns: Arc<Namespace>,
+    decoder: Option<Decoder>,
     /// Counters and latency histograms.
     pub stats: Stats,
     prefetch: Prefetcher,
@@ -78,13 +82,25 @@ impl Server {
         let data_end = ns.pack().totals().data_end;
         let records = ns.pack().totals().records;
         pagecache::random_access(ns.pack().map());
+        let ns = Arc::new(ns);
+        let pin: Arc<Pinner> = Arc::default();
+        let decoder = ns.views().any().then(|| {
+            let (ns2, pin2, keep) = (ns.clone(), pin.clone(), opts.keep_pack_cache);
+            let release = Box::new(move |r: &std::ops::Range<u64>| {
+                release_pack_pages(&ns2, &pin2, keep, r);
+            });
+            Decoder::new(ns.clone(), opts.decode, release)
+                .inspect_err(|e| log::error!("cannot start the decode threads: {e}"))
+                .ok()
+        });
         let s = Server {
             prefetch: Prefetcher::new(data_end, opts.prefetch_max),
             prefetchd: Prefetchd::start(ns.pack().map_arc()),
             ns,
+            decoder: decoder.flatten(),
             stats: Stats::default(),
             warm: Arc::default(),
-            pin: Arc::default(),
+            pin,
             snaps: Snapshots::default(),
             opts,
             started: Instant::now(),
@@ -206,13 +222,13 @@ impl Server {
                     ino,
                     next_offset: 1,
                     kind: Kind::Dir,
-                    name: b".",
+                    name: b"."[..].into(),
                 },
                 DirEntry {
                     ino: ROOT_INO,
                     next_offset: 2,
                     kind: Kind::Dir,
-                    name: b"..",
+                    name: b".."[..].into(),
                 },
             ];
             for (k, n) in control::LISTED.iter().enumerate() {
@@ -220,7 +236,7 @@ impl Server {
                     ino: control::listed_ino(k),
                     next_offset: k as u64 + 3,
                     kind: Kind::File,
-                    name: n.as_bytes(),
+                    name: n.as_bytes().into(),
                 });
             }
             for e in entries.into_iter().skip(offset as usize) {
@@ -243,15 +259,26 @@ impl Server {
         self.finish(Op::Readdir, t0, r)
     }
 
-    /// Reads up to `size` bytes of `ino` at `offset` and hands them to `reply`.
-    pub fn read<R>(
+    /// Reads up to `size` bytes of `ino` at `offset` and hands them to `reply`: before
+    /// returning, or later from a decode thread for a decoded view not yet decoded.
+    pub fn read(
         &self,
         ino: u64,
         offset: u64,
         size: u32,
-        reply: impl FnOnce(Result<&[u8], FsError>) -> R,
-    ) -> R {
+        reply: impl FnOnce(Result<&[u8], FsError>) + Send + 'static,
+    ) {
         let t0 = Instant::now();
+        if let Some(t) = self.ns.view(ino) {
+            match &self.decoder {
+                Some(d) => d.read(t, offset, size, Box::new(reply)),
+                None => reply(Err(FsError::Corrupt(
+                    "the decode threads are not running".into(),
+                ))),
+            }
+            self.stats.done(Op::Read, t0);
+            return;
+        }
         if control::is_control(ino) {
             let content = self.snaps.get(ino);
             let out = match &content {
@@ -262,9 +289,9 @@ impl Server {
                 }
                 None => Err(FsError::NotFound),
             };
-            let r = reply(out);
+            reply(out);
             self.stats.done(Op::Control, t0);
-            return r;
+            return;
         }
         let range = self.ns.data_range(ino);
         if let Some(range) = &range {
@@ -278,7 +305,7 @@ impl Server {
                 self.push_after(ino);
             }
         }
-        let out = READ_BUF.with_borrow_mut(|buf| {
+        READ_BUF.with_borrow_mut(|buf| {
             let out = self.ns.read(ino, offset, size, buf);
             self.account(&out);
             if let (Ok(b), Some(range)) = (&out, &range) {
@@ -287,15 +314,13 @@ impl Server {
                 }
                 self.after_read(range, offset + b.len() as u64);
             }
-            let r = reply(out);
+            reply(out);
             // A check of a large sample may have grown the buffer; keep at most 1 MiB per thread.
             if buf.capacity() > MAX_KEPT_BUF {
                 *buf = Vec::new();
             }
-            r
         });
         self.stats.done(Op::Read, t0);
-        out
     }
 
     fn account(&self, out: &Result<&[u8], FsError>) {
@@ -313,17 +338,12 @@ impl Server {
     /// `--keep-pack-cache`): the kernel now holds the bytes in the mount's own page cache, and
     /// keeping the pack's copy too would cache every sample twice.
     fn after_read(&self, range: &std::ops::Range<u64>, end_in_sample: u64) {
-        if self.opts.keep_pack_cache || range.start + end_in_sample < range.end {
+        if range.start + end_in_sample < range.end {
             return;
         }
-        let pinned = self.pin.pinned.load(Relaxed);
-        if range.end <= pinned {
-            return;
+        if release_pack_pages(&self.ns, &self.pin, self.opts.keep_pack_cache, range) {
+            self.stats.samples_evicted.fetch_add(1, Relaxed);
         }
-        let r = range.start.max(pinned)..range.end;
-        // Only whole pages inside the sample are dropped; pages shared with neighbours stay.
-        let _ = pagecache::evict_unmapped(self.ns.pack().file(), &r);
-        self.stats.samples_evicted.fetch_add(1, Relaxed);
     }
 
     /// Residency accounting and read-ahead for a read of `[offset, offset+size)` of the sample
@@ -426,6 +446,9 @@ impl Server {
             let Some(range) = self.ns.data_range(next) else {
                 continue;
             };
+            if self.ns.view(next).is_some() {
+                continue; // its inode serves decoded pixels, not these bytes
+            }
             let len = range.end - range.start;
             if len > MAX_PUSH_SAMPLE {
                 continue;
@@ -520,9 +543,10 @@ impl Server {
         self.prefetch.reset();
         self.warm.reset();
         self.pushed.iter().for_each(|w| w.store(0, Relaxed));
+        let views = self.decoder.as_ref().map(|d| d.clear()).unwrap_or_default();
         let mut invalidated = 0u64;
         if let Some(inv) = self.invalidate.get() {
-            for ino in self.ns.served_inodes() {
+            for ino in self.ns.served_inodes().chain(views) {
                 inv(ino);
                 invalidated += 1;
             }
@@ -570,7 +594,29 @@ impl Server {
                              "resets": s.push_resets.load(Relaxed) },
             "pin": { "target_bytes": self.pin.target.load(Relaxed), "pinned_bytes": self.pin.pinned.load(Relaxed) },
             "warm": self.warm.status(),
+            "decode": self.decoder.as_ref().map(|d| d.stats_json()),
             "latency_us": lat.iter().map(|(n, l)| (n.to_string(), json!(l))).collect::<serde_json::Map<_, _>>(),
         })
     }
+}
+
+/// Drops the pack pages of a sample served in full (unless `keep` or pinned): the kernel now
+/// holds its bytes in the mount's page cache, and keeping the pack's copy too would cache every
+/// sample twice. Only whole pages inside the sample go. Returns true when pages were dropped.
+fn release_pack_pages(
+    ns: &Namespace,
+    pin: &Pinner,
+    keep: bool,
+    range: &std::ops::Range<u64>,
+) -> bool {
+    if keep {
+        return false;
+    }
+    let pinned = pin.pinned.load(Relaxed);
+    if range.end <= pinned {
+        return false;
+    }
+    let r = range.start.max(pinned)..range.end;
+    let _ = pagecache::evict_unmapped(ns.pack().file(), &r);
+    true
 }

@@ -157,7 +157,7 @@ fn namespace_lookups_listings_and_reads() {
     let names = |ino| -> Vec<String> {
         ns.readdir(ino, 0)
             .unwrap()
-            .map(|e| String::from_utf8_lossy(e.name).into_owned())
+            .map(|e| String::from_utf8_lossy(&e.name).into_owned())
             .collect()
     };
     assert_eq!(
@@ -185,9 +185,11 @@ fn namespace_lookups_listings_and_reads() {
             "nested"
         ]
     );
-    // readdir resumes at any offset.
+    // readdir resumes after any entry it returned (offsets are the entries' cookies).
+    let after_img_2 = ns.readdir(c1.ino, 0).unwrap().nth(4).unwrap();
+    assert_eq!(&*after_img_2.name, b"img_2.JPEG");
     let tail: Vec<_> = ns
-        .readdir(c1.ino, 5)
+        .readdir(c1.ino, after_img_2.next_offset)
         .unwrap()
         .map(|e| e.name.to_vec())
         .collect();

@@ -377,6 +377,21 @@ impl<'a> IndexView<'a> {
         }
         None
     }
+
+    /// The first child of directory `r` whose name is ≥ `name` (the end of its children when
+    /// none is): where names starting with a prefix begin. O(log n).
+    pub fn lower_bound(&self, r: &Record, name: &[u8]) -> u32 {
+        let range = self.children(r);
+        let (mut lo, mut hi) = (range.start, range.end);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.record(mid) {
+                Some(m) if self.name(&m) < name => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        lo
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,207 @@
+//! JPEG → RGB pixels. libjpeg-turbo 3 through the `turbojpeg` crate does the work, with one
+//! `Decompressor` per thread (it is `Send`, not `Sync`) and its defaults: accurate integer
+//! IDCT and fancy upsampling, the settings Pillow uses, so pixels equal
+//! `Image.open(x).convert('RGB')`. Grayscale comes out as RGB (each value repeated).
+//!
+//! What turbojpeg rejects (CMYK/YCCK cannot be converted to RGB by it, some damaged files)
+//! falls back to zune-jpeg, and a fallback at a reduced scale is box-filtered down to the size
+//! turbojpeg would have produced, so a file's size never depends on which decoder ran.
+
+use std::cell::RefCell;
+use turbojpeg::{Decompressor, Image, PixelFormat, ScalingFactor};
+use zune_jpeg::JpegDecoder;
+use zune_jpeg::zune_core::bytestream::ZCursor;
+use zune_jpeg::zune_core::colorspace::ColorSpace;
+use zune_jpeg::zune_core::options::DecoderOptions;
+
+/// Scale denominators turbojpeg can decode at in the DCT domain (1/1, 1/2, 1/4, 1/8).
+pub const SCALES: [u32; 4] = [1, 2, 4, 8];
+
+/// Why a JPEG could not be decoded by either decoder.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot decode JPEG: turbojpeg: {turbo}; zune-jpeg: {fallback}")]
+pub struct DecodeError {
+    pub turbo: String,
+    pub fallback: String,
+}
+
+/// Decoded pixels: `height` rows of `width` RGB triples, row-major (HWC, uint8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rgb {
+    pub width: u32,
+    pub height: u32,
+    /// `width * height * 3` bytes.
+    pub pixels: Vec<u8>,
+    /// True when the fallback decoder produced the pixels.
+    pub fallback: bool,
+}
+
+/// Size of an image `width`×`height` decoded at 1/`denom` scale, as libjpeg-turbo computes it
+/// (`TJSCALED`: each side rounded up).
+pub fn scaled_dims(width: u32, height: u32, denom: u32) -> (u32, u32) {
+    (width.div_ceil(denom), height.div_ceil(denom))
+}
+
+/// The smallest scale denominator from [`SCALES`] whose scaled longer side is still ≥
+/// `max_side` (1 when `max_side` is `None` or the image is already smaller).
+pub fn pick_denom(width: u32, height: u32, max_side: Option<u32>) -> u32 {
+    let Some(target) = max_side else { return 1 };
+    let long = width.max(height);
+    SCALES
+        .iter()
+        .rev()
+        .copied()
+        .find(|&d| long.div_ceil(d) >= target)
+        .unwrap_or(1)
+}
+
+thread_local! {
+    static TURBO: RefCell<Option<Decompressor>> = const { RefCell::new(None) };
+}
+
+fn factor(denom: u32) -> ScalingFactor {
+    match denom {
+        2 => ScalingFactor::ONE_HALF,
+        4 => ScalingFactor::ONE_QUARTER,
+        8 => ScalingFactor::ONE_EIGHTH,
+        _ => ScalingFactor::ONE,
+    }
+}
+
+fn turbo(jpeg: &[u8], denom: u32, out: &mut [u8], w: u32, h: u32) -> Result<(), String> {
+    TURBO.with_borrow_mut(|slot| {
+        if slot.is_none() {
+            *slot = Some(Decompressor::new().map_err(|e| e.to_string())?);
+        }
+        let d = slot.as_mut().expect("just set");
+        let header = d.read_header(jpeg).map_err(|e| e.to_string())?;
+        let (sw, sh) = scaled_dims(header.width as u32, header.height as u32, denom);
+        if (sw, sh) != (w, h) {
+            return Err(format!(
+                "frame is {}x{} (scaled {sw}x{sh}), the index says {w}x{h}",
+                header.width, header.height
+            ));
+        }
+        d.set_scaling_factor(factor(denom))
+            .map_err(|e| e.to_string())?;
+        let image = Image {
+            pixels: out,
+            width: w as usize,
+            pitch: w as usize * 3,
+            height: h as usize,
+            format: PixelFormat::RGB,
+        };
+        d.decompress(jpeg, image).map_err(|e| e.to_string())
+    })
+}
+
+fn zune(jpeg: &[u8], denom: u32, out: &mut [u8], w: u32, h: u32) -> Result<(), String> {
+    let opts = DecoderOptions::default()
+        .jpeg_set_out_colorspace(ColorSpace::RGB)
+        .set_max_width(1 << 16)
+        .set_max_height(1 << 16);
+    let mut dec = JpegDecoder::new_with_options(ZCursor::new(jpeg), opts);
+    dec.decode_headers().map_err(|e| e.to_string())?;
+    let (fw, fh) = dec.dimensions().ok_or("no dimensions")?;
+    let (fw, fh) = (fw as u32, fh as u32);
+    if scaled_dims(fw, fh, denom) != (w, h) {
+        return Err(format!(
+            "frame is {fw}x{fh}, the index says {w}x{h} at 1/{denom}"
+        ));
+    }
+    let mut full = vec![0u8; dec.output_buffer_size().ok_or("size overflows")?];
+    dec.decode_into(&mut full).map_err(|e| e.to_string())?;
+    if full.len() != fw as usize * fh as usize * 3 {
+        return Err(format!("decoded {} bytes for {fw}x{fh} RGB", full.len()));
+    }
+    if denom == 1 {
+        out.copy_from_slice(&full);
+    } else {
+        box_downscale(&full, fw, fh, denom, out);
+    }
+    Ok(())
+}
+
+/// Averages `denom`×`denom` blocks of `src` (RGB, `sw`×`sh`) into `dst` (RGB,
+/// `ceil(sw/denom)`×`ceil(sh/denom)`); edge blocks average the pixels they have.
+fn box_downscale(src: &[u8], sw: u32, sh: u32, denom: u32, dst: &mut [u8]) {
+    let (dw, dh) = scaled_dims(sw, sh, denom);
+    let (sw, sh, denom) = (sw as usize, sh as usize, denom as usize);
+    for y in 0..dh as usize {
+        let rows = y * denom..((y + 1) * denom).min(sh);
+        for x in 0..dw as usize {
+            let cols = x * denom..((x + 1) * denom).min(sw);
+            let n = (rows.len() * cols.len()) as u32;
+            for c in 0..3 {
+                let mut sum = 0u32;
+                for sy in rows.clone() {
+                    for sx in cols.clone() {
+                        sum += u32::from(src[(sy * sw + sx) * 3 + c]);
+                    }
+                }
+                dst[(y * dw as usize + x) * 3 + c] = ((sum + n / 2) / n) as u8;
+            }
+        }
+    }
+}
+
+/// Decodes `jpeg` to RGB at 1/`denom` scale, expecting a frame whose scaled size is
+/// `width`×`height` (from the index). turbojpeg first, zune-jpeg when turbojpeg fails.
+/// Errors: both decoders failed, or the frame's size is not the one expected.
+pub fn decode_rgb(jpeg: &[u8], denom: u32, width: u32, height: u32) -> Result<Rgb, DecodeError> {
+    let mut pixels = vec![0u8; width as usize * height as usize * 3];
+    let turbo_err = match turbo(jpeg, denom, &mut pixels, width, height) {
+        Ok(()) => {
+            return Ok(Rgb {
+                width,
+                height,
+                pixels,
+                fallback: false,
+            });
+        }
+        Err(e) => e,
+    };
+    match zune(jpeg, denom, &mut pixels, width, height) {
+        Ok(()) => Ok(Rgb {
+            width,
+            height,
+            pixels,
+            fallback: true,
+        }),
+        Err(fallback) => Err(DecodeError {
+            turbo: turbo_err,
+            fallback,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denominators_keep_the_long_side_at_least_max_side() {
+        assert_eq!(pick_denom(500, 375, None), 1);
+        assert_eq!(pick_denom(500, 375, Some(256)), 1); // 250 < 256
+        assert_eq!(pick_denom(500, 375, Some(250)), 2);
+        assert_eq!(pick_denom(500, 375, Some(63)), 8); // ceil(500/8) = 63
+        assert_eq!(pick_denom(500, 375, Some(64)), 4);
+        assert_eq!(pick_denom(100, 80, Some(1000)), 1);
+        assert_eq!(scaled_dims(501, 375, 2), (251, 188));
+    }
+
+    #[test]
+    fn box_downscale_averages_blocks_and_edges() {
+        // 3x1 image: two pixels in the first block, one in the edge block.
+        let src = [0, 0, 0, 100, 50, 2, 7, 8, 9];
+        let mut dst = [0u8; 6];
+        box_downscale(&src, 3, 1, 2, &mut dst);
+        assert_eq!(dst, [50, 25, 1, 7, 8, 9]);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let e = decode_rgb(b"\xFF\xD8\xFF\xE0not a jpeg", 1, 4, 4).unwrap_err();
+        assert!(!e.turbo.is_empty() && !e.fallback.is_empty(), "{e}");
+    }
+}

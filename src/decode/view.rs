@@ -1,0 +1,139 @@
+//! Decoded views of a JPEG sample and their byte layout: a file is a small header followed by
+//! the RGB pixels (HWC, uint8), so every size is known at `stat` time from the dimensions in
+//! the index, and any byte range is a slice of the header or of the cached pixels.
+//!
+//! - `.npy`: NumPy format version 1.0 (numpy.lib.format): magic `\x93NUMPY`, version 1.0,
+//!   little-endian u16 header length, a Python dict literal padded with spaces and ended by
+//!   `\n` so that the data starts at a multiple of 64 bytes — byte-identical to `np.save` of a
+//!   uint8 array of shape (H, W, 3).
+//! - PPM: Netpbm binary `P6` (netpbm.sourceforge.net/doc/ppm.html): `P6\n<W> <H>\n255\n`.
+
+/// Which decoded views a mount serves (`loosefs mount --decode …`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Views {
+    /// `x.npy` beside every JPEG `x.JPEG`.
+    pub npy: bool,
+    /// The JPEG's own name serves a PPM of its pixels.
+    pub ppm: bool,
+    /// Hide the JPEG bytes: with `npy` alone, `x.JPEG` is not listed (only `x.npy`).
+    pub decoded_only: bool,
+    /// Decode at the smallest DCT scale whose longer side is still ≥ this, pixels.
+    pub max_side: Option<u32>,
+}
+
+impl Views {
+    /// True when any decoded view is served.
+    pub fn any(&self) -> bool {
+        self.npy || self.ppm
+    }
+
+    /// True when the original JPEG bytes are not reachable by name.
+    pub fn hides_jpeg(&self) -> bool {
+        self.decoded_only && self.npy && !self.ppm
+    }
+}
+
+/// Format of one decoded view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewKind {
+    Npy,
+    Ppm,
+}
+
+/// Header of a view of a `width`×`height` RGB image.
+pub fn header(kind: ViewKind, width: u32, height: u32) -> Vec<u8> {
+    match kind {
+        ViewKind::Ppm => format!("P6\n{width} {height}\n255\n").into_bytes(),
+        ViewKind::Npy => {
+            let dict = format!(
+                "{{'descr': '|u1', 'fortran_order': False, 'shape': ({height}, {width}, 3), }}"
+            );
+            // 10 bytes of preamble + dict + padding + '\n', a multiple of 64 in all.
+            let total = (10 + dict.len() + 1).div_ceil(64) * 64;
+            let hlen = (total - 10) as u16;
+            let mut h = Vec::with_capacity(total);
+            h.extend_from_slice(b"\x93NUMPY\x01\x00");
+            h.extend_from_slice(&hlen.to_le_bytes());
+            h.extend_from_slice(dict.as_bytes());
+            h.resize(total - 1, b' ');
+            h.push(b'\n');
+            h
+        }
+    }
+}
+
+/// Size in bytes of a view of a `width`×`height` RGB image.
+pub fn size(kind: ViewKind, width: u32, height: u32) -> u64 {
+    header(kind, width, height).len() as u64 + u64::from(width) * u64::from(height) * 3
+}
+
+/// Copies bytes `[offset, offset+len)` of the view (header + `pixels`) into `out` (cleared
+/// first); empty past the end.
+pub fn slice_into(header: &[u8], pixels: &[u8], offset: u64, len: u32, out: &mut Vec<u8>) {
+    out.clear();
+    let total = (header.len() + pixels.len()) as u64;
+    let start = offset.min(total) as usize;
+    let end = offset.saturating_add(u64::from(len)).min(total) as usize;
+    let h = header.len();
+    if start < h {
+        out.extend_from_slice(&header[start..end.min(h)]);
+    }
+    if end > h {
+        out.extend_from_slice(&pixels[start.max(h) - h..end - h]);
+    }
+}
+
+/// The name of the `.npy` view of a file named `name`: its extension (from the last `.`, if
+/// any, not at the start) replaced by `.npy`.
+pub fn npy_name(name: &[u8]) -> Vec<u8> {
+    let mut n = stem(name).to_vec();
+    n.extend_from_slice(b".npy");
+    n
+}
+
+/// `name` without its extension.
+pub fn stem(name: &[u8]) -> &[u8] {
+    match name.iter().rposition(|&b| b == b'.') {
+        Some(i) if i > 0 => &name[..i],
+        _ => name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn npy_header_is_what_numpy_writes() {
+        // Bytes of np.save(f, np.zeros((375, 500, 3), np.uint8))[:128], numpy 2.x.
+        let mut want = b"\x93NUMPY\x01\x00v\x00{'descr': '|u1', 'fortran_order': False, 'shape': (375, 500, 3), }".to_vec();
+        want.resize(127, b' ');
+        want.push(b'\n');
+        assert_eq!(header(ViewKind::Npy, 500, 375), want);
+        assert_eq!(size(ViewKind::Npy, 500, 375), 128 + 500 * 375 * 3);
+        assert_eq!(header(ViewKind::Ppm, 5, 3), b"P6\n5 3\n255\n");
+    }
+
+    #[test]
+    fn slices_cross_the_header_boundary() {
+        let mut out = Vec::new();
+        slice_into(b"HDR", b"pixels", 1, 4, &mut out);
+        assert_eq!(out, b"DRpi");
+        slice_into(b"HDR", b"pixels", 3, 100, &mut out);
+        assert_eq!(out, b"pixels");
+        slice_into(b"HDR", b"pixels", 0, 2, &mut out);
+        assert_eq!(out, b"HD");
+        slice_into(b"HDR", b"pixels", 9, 2, &mut out);
+        assert!(out.is_empty());
+        slice_into(b"HDR", b"pixels", 50, 2, &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn npy_names_replace_the_extension() {
+        assert_eq!(npy_name(b"x.JPEG"), b"x.npy");
+        assert_eq!(npy_name(b"a.b.jpg"), b"a.b.npy");
+        assert_eq!(npy_name(b"noext"), b"noext.npy");
+        assert_eq!(npy_name(b".hidden"), b".hidden.npy");
+    }
+}
