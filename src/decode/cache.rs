@@ -161,6 +161,7 @@ mod tests {
             height: 1,
             pixels: vec![7; n * 3],
             fallback: false,
+            warning: None,
         })
     }
 

@@ -3,6 +3,10 @@
 //! IDCT and fancy upsampling, the settings Pillow uses, so pixels equal
 //! `Image.open(x).convert('RGB')`. Grayscale comes out as RGB (each value repeated).
 //!
+//! TurboJPEG 3 reports libjpeg *warnings* (corrupt-data recoveries such as extraneous bytes
+//! before a marker, a premature end of data) as failures although it has written every pixel;
+//! Pillow ignores them. Those outputs are kept (and counted), so such files still equal Pillow.
+//!
 //! What turbojpeg rejects (CMYK/YCCK cannot be converted to RGB by it, some damaged files)
 //! falls back to zune-jpeg, and a fallback at a reduced scale is box-filtered down to the size
 //! turbojpeg would have produced, so a file's size never depends on which decoder ran.
@@ -17,12 +21,19 @@ use zune_jpeg::zune_core::options::DecoderOptions;
 /// Scale denominators turbojpeg can decode at in the DCT domain (1/1, 1/2, 1/4, 1/8).
 pub const SCALES: [u32; 4] = [1, 2, 4, 8];
 
-/// Why a JPEG could not be decoded by either decoder.
+/// Largest decoded image served, bytes of RGB pixels (a 16384×10922 image): a header that
+/// claims more (up to 65535×65535, 12 GiB) is refused before any allocation.
+pub const MAX_DECODED_BYTES: u64 = 512 << 20;
+
+/// Why a JPEG could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot decode JPEG: turbojpeg: {turbo}; zune-jpeg: {fallback}")]
-pub struct DecodeError {
-    pub turbo: String,
-    pub fallback: String,
+pub enum DecodeError {
+    /// Both decoders failed.
+    #[error("cannot decode JPEG: turbojpeg: {turbo}; zune-jpeg: {fallback}")]
+    Failed { turbo: String, fallback: String },
+    /// The decoded image would exceed [`MAX_DECODED_BYTES`].
+    #[error("cannot decode JPEG: {width}x{height} RGB is more than the {} MiB limit", MAX_DECODED_BYTES >> 20)]
+    TooLarge { width: u32, height: u32 },
 }
 
 /// Decoded pixels: `height` rows of `width` RGB triples, row-major (HWC, uint8).
@@ -34,6 +45,24 @@ pub struct Rgb {
     pub pixels: Vec<u8>,
     /// True when the fallback decoder produced the pixels.
     pub fallback: bool,
+    /// The libjpeg warning turbojpeg reported while decoding, if any (pixels kept).
+    pub warning: Option<String>,
+}
+
+/// Beginnings of libjpeg's warning messages (jerror.h, `JWRN_*`): the decode went on to the
+/// end and the pixels are what libjpeg (and so Pillow) produces.
+const WARNINGS: [&str; 6] = [
+    "Corrupt JPEG data",
+    "Premature end of JPEG file",
+    "Warning: unknown JFIF revision",
+    "Invalid SOS parameters for sequential JPEG",
+    "Inconsistent progression sequence",
+    "Application transferred too few scanlines",
+];
+
+fn is_warning(msg: &str) -> bool {
+    let m = msg.strip_prefix("TurboJPEG error: ").unwrap_or(msg);
+    WARNINGS.iter().any(|w| m.starts_with(w))
 }
 
 /// Size of an image `width`×`height` decoded at 1/`denom` scale, as libjpeg-turbo computes it
@@ -149,30 +178,33 @@ fn box_downscale(src: &[u8], sw: u32, sh: u32, denom: u32, dst: &mut [u8]) {
 /// `width`×`height` (from the index). turbojpeg first, zune-jpeg when turbojpeg fails.
 /// Errors: both decoders failed, or the frame's size is not the one expected.
 pub fn decode_rgb(jpeg: &[u8], denom: u32, width: u32, height: u32) -> Result<Rgb, DecodeError> {
+    if u64::from(width) * u64::from(height) * 3 > MAX_DECODED_BYTES {
+        return Err(DecodeError::TooLarge { width, height });
+    }
     let mut pixels = vec![0u8; width as usize * height as usize * 3];
     let turbo_err = match turbo(jpeg, denom, &mut pixels, width, height) {
-        Ok(()) => {
-            return Ok(Rgb {
-                width,
-                height,
-                pixels,
-                fallback: false,
-            });
+        Ok(()) => None,
+        Err(e) if is_warning(&e) => Some(e),
+        Err(e) => {
+            return match zune(jpeg, denom, &mut pixels, width, height) {
+                Ok(()) => Ok(Rgb {
+                    width,
+                    height,
+                    pixels,
+                    fallback: true,
+                    warning: None,
+                }),
+                Err(fallback) => Err(DecodeError::Failed { turbo: e, fallback }),
+            };
         }
-        Err(e) => e,
     };
-    match zune(jpeg, denom, &mut pixels, width, height) {
-        Ok(()) => Ok(Rgb {
-            width,
-            height,
-            pixels,
-            fallback: true,
-        }),
-        Err(fallback) => Err(DecodeError {
-            turbo: turbo_err,
-            fallback,
-        }),
-    }
+    Ok(Rgb {
+        width,
+        height,
+        pixels,
+        fallback: false,
+        warning: turbo_err,
+    })
 }
 
 #[cfg(test)]
@@ -202,6 +234,11 @@ mod tests {
     #[test]
     fn garbage_is_an_error_not_a_panic() {
         let e = decode_rgb(b"\xFF\xD8\xFF\xE0not a jpeg", 1, 4, 4).unwrap_err();
-        assert!(!e.turbo.is_empty() && !e.fallback.is_empty(), "{e}");
+        assert!(matches!(e, DecodeError::Failed { .. }), "{e}");
+        let e = decode_rgb(b"\xFF\xD8", 1, 65535, 65535).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot decode JPEG: 65535x65535 RGB is more than the 512 MiB limit"
+        );
     }
 }

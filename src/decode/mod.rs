@@ -46,6 +46,8 @@ pub struct DecodeStats {
     pub decodes: AtomicU64,
     /// Of those, decoded by the fallback decoder.
     pub fallbacks: AtomicU64,
+    /// Of those, decoded with a libjpeg warning (corrupt data recovered; pixels kept).
+    pub warnings: AtomicU64,
     /// Samples that could not be decoded (answered EIO).
     pub failures: AtomicU64,
     /// READs answered from the decoded cache.
@@ -228,6 +230,7 @@ impl Decoder {
                         "max_side": views.max_side },
             "threads": self.opts.threads, "ahead_files": self.opts.ahead,
             "decodes": s.decodes.load(Relaxed), "fallback_decodes": s.fallbacks.load(Relaxed),
+            "warning_decodes": s.warnings.load(Relaxed),
             "failures": s.failures.load(Relaxed), "hits": s.hits.load(Relaxed),
             "misses": s.misses.load(Relaxed), "joined": s.joined.load(Relaxed),
             "decoded_ahead": s.ahead.load(Relaxed),
@@ -259,6 +262,13 @@ impl Inner {
         let result = match result {
             Ok(px) => {
                 self.stats.decodes.fetch_add(1, Relaxed);
+                if let Some(w) = &px.warning {
+                    self.stats.warnings.fetch_add(1, Relaxed);
+                    log::info!(
+                        "{}: libjpeg warning, pixels kept: {w}",
+                        self.ns.path_of(t.jpeg_ino)
+                    );
+                }
                 if px.fallback {
                     self.stats.fallbacks.fetch_add(1, Relaxed);
                     log::info!(

@@ -35,6 +35,33 @@ def source(tmp_path_factory) -> pathlib.Path:
     return make_jpeg_tree(tmp_path_factory.mktemp("src"))
 
 
+def need_mount():
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("SKIPPED: mounting needs root and /dev/fuse")
+
+
+@pytest.fixture(scope="session")
+def pack(source, tmp_path_factory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("pack") / "data.pack"
+    subprocess.run([loosefs_bin(), "pack", str(source), str(out)], check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def decoded_mount(pack, tmp_path_factory):
+    """The pack mounted with both decoded views: x.npy beside x.JPEG, and x.JPEG serving PPM."""
+    need_mount()
+    work = tmp_path_factory.mktemp("dec")
+    mnt = work / "mnt"
+    mnt.mkdir()
+    b = loosefs_bin()
+    subprocess.run([b, "mount", str(pack), str(mnt), "--decode", "npy,ppm", "--log", str(work / "daemon.log")], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run([b, "umount", str(mnt)], check=True)
+
+
 @pytest.fixture(scope="session")
 def mount(source, tmp_path_factory):
     if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
