@@ -6,7 +6,9 @@ among this process and its workers).
 
 Loaders: `imagefolder` (torchvision ImageFolder + DataLoader, the standard train transform
 RandomResizedCrop(224) + RandomHorizontalFlip + ToTensor, batch 32) and `dali` (readers.file +
-CPU decode + random resized crop 224 + flip, batch 32, device_id=None).
+CPU decode + random resized crop 224 + flip, batch 32, device_id=None); for the decoded views,
+`folder` (ImageFolder with its default loader and no transform: every sample opened by PIL and
+converted to RGB, the loop of a JPEG vs PPM comparison) and `npy` (np.load of every .npy file).
 
     bench/loader_pass.py --root DIR --loader imagefolder --workers 2 --order shuffled --limit 2000
 """
@@ -44,6 +46,50 @@ def imagefolder(a):
     return n, time.perf_counter() - t0, first
 
 
+def order(a, n):
+    import random
+
+    idx = list(range(n))
+    if a.order == "shuffled":
+        random.Random(a.seed).shuffle(idx)
+    return idx[: a.limit] if a.limit else idx
+
+
+def folder(a):
+    import torchvision
+
+    ds = torchvision.datasets.ImageFolder(a.root)
+    idx = order(a, len(ds))
+    t0 = time.perf_counter()
+    first = None
+    for k, i in enumerate(idx):
+        img, _ = ds[i]
+        if first is None:
+            first = time.perf_counter() - t0
+    return len(idx), time.perf_counter() - t0, first
+
+
+def npy(a):
+    import os
+
+    import numpy as np
+
+    paths = []
+    for d, dirs, names in os.walk(a.root):
+        dirs.sort()
+        paths += [os.path.join(d, n) for n in sorted(names) if n.endswith(".npy")]
+    idx = order(a, len(paths))
+    t0 = time.perf_counter()
+    first = None
+    pixels = 0
+    for i in idx:
+        x = np.load(paths[i])
+        pixels += x.shape[0] * x.shape[1]
+        if first is None:
+            first = time.perf_counter() - t0
+    return len(idx), time.perf_counter() - t0, first
+
+
 def dali(a):
     from nvidia.dali import fn, pipeline_def, types
 
@@ -72,13 +118,14 @@ def dali(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", required=True)
-    ap.add_argument("--loader", choices=["imagefolder", "dali"], default="imagefolder")
+    ap.add_argument("--loader", choices=["imagefolder", "dali", "folder", "npy"], default="imagefolder")
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--order", choices=["inorder", "shuffled"], default="inorder")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=0)
     a = ap.parse_args()
-    n, secs, first = (dali if a.loader == "dali" else imagefolder)(a)
+    loaders = {"imagefolder": imagefolder, "dali": dali, "folder": folder, "npy": npy}
+    n, secs, first = loaders[a.loader](a)
     cpu, rss = rusage()
     print(json.dumps({"files": n, "seconds": secs, "files_per_s": n / secs, "first_batch_s": first,
                       "cpu_s": cpu, "max_rss_bytes": rss, "p50_us": None, "p95_us": None, "p99_us": None}))

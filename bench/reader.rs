@@ -3,6 +3,10 @@
 //! order or shuffled, and prints one JSON line: files, bytes, seconds, files/s, MB/s and
 //! per-file latency percentiles (µs). Compiled, so Python overhead does not hide the filesystem.
 //!
+//! `--op decode` instead loads every JPEG into memory first (untimed) and times decoding them
+//! to RGB with loosefs' own decoder (turbojpeg) on N threads: the in-process decode rate that
+//! the decoded views are measured against.
+//!
 //!     loosefs-reader --root /mnt/set --threads 4 --order shuffled --seed 1
 
 use clap::{Parser, ValueEnum};
@@ -21,6 +25,7 @@ enum Order {
 enum Op {
     Read,
     Stat,
+    Decode,
 }
 
 #[derive(Parser)]
@@ -69,6 +74,20 @@ fn main() {
     if a.limit > 0 {
         files.truncate(a.limit);
     }
+    let jpegs: Vec<(Vec<u8>, u32, u32)> = match a.op {
+        Op::Decode => files
+            .iter()
+            .filter_map(|p| {
+                let b = std::fs::read(p).ok()?;
+                let i = loosefs::format::jpeg::probe(&b)?;
+                Some((b, i.width, i.height))
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    if let Op::Decode = a.op {
+        files.truncate(jpegs.len());
+    }
     let next = AtomicUsize::new(0);
     let t0 = Instant::now();
     let results: Vec<(u64, Vec<u32>)> = std::thread::scope(|s| {
@@ -89,6 +108,13 @@ fn main() {
                                     .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
                                 f.read_to_end(&mut buf)
                                     .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+                            }
+                            Op::Decode => {
+                                let (b, w, h) = &jpegs[i];
+                                loosefs::decode::codec::decode_rgb(b, 1, *w, *h)
+                                    .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+                                    .pixels
+                                    .len()
                             }
                             Op::Stat => std::fs::metadata(p)
                                 .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
@@ -122,7 +148,7 @@ fn main() {
             "files_per_s": lat.len() as f64 / secs, "mb_per_s": bytes as f64 / 1e6 / secs,
             "p50_us": pct(0.5), "p95_us": pct(0.95), "p99_us": pct(0.99), "threads": a.threads,
             "order": match a.order { Order::Inorder => "inorder", Order::Shuffled => "shuffled" },
-            "op": match a.op { Op::Read => "read", Op::Stat => "stat" },
+            "op": match a.op { Op::Read => "read", Op::Stat => "stat", Op::Decode => "decode" },
         })
     );
 }

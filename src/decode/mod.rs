@@ -2,11 +2,13 @@
 //!
 //! A READ of a view is answered from the decoded cache when the image is there (on the FUSE
 //! thread: a copy of the slice asked for). Otherwise the read joins the single flight of that
-//! sample ([`cache::DecodedCache::join`]): the first miss hands the decode to a pool of
-//! `threads` decode threads (turbojpeg, [`codec`]) and returns at once, so a FUSE thread never
-//! decodes; every read queued on the sample is answered from the pool when the image is ready.
+//! sample ([`cache::DecodedCache::join`]): the first miss reads the JPEG's bytes (on the FUSE
+//! thread, which may wait for the disk: decode threads never do) and hands the decode to a pool
+//! of `threads` decode threads (turbojpeg, [`codec`]), so a FUSE thread never decodes; every
+//! read queued on the sample is answered from the pool when the image is ready.
 //! A read at the start of the sample that follows one read just before it in pack order is
-//! taken as an in-order reader, and the next `ahead` JPEGs in pack order are decoded ahead.
+//! taken as an in-order reader: the next `ahead` JPEGs in pack order are asked from the disk
+//! (`WILLNEED`) and decoded ahead.
 
 pub mod cache;
 pub mod codec;
@@ -58,7 +60,7 @@ pub struct DecodeStats {
     pub joined: AtomicU64,
     /// Decodes started ahead of an in-order reader.
     pub ahead: AtomicU64,
-    /// Time per decode (reading the JPEG from the pack included).
+    /// Time per decode (turbojpeg or the fallback; the JPEG already in memory).
     pub decode_time: Histogram,
 }
 
@@ -148,8 +150,14 @@ impl Decoder {
             }
             Join::Lead => {
                 inner.stats.misses.fetch_add(1, Relaxed);
-                let inner = self.inner.clone();
-                self.pool.spawn(move || inner.decode(t));
+                let mut jpeg = Vec::new();
+                match inner.read_jpeg(&t, &mut jpeg) {
+                    Ok(()) => {
+                        let inner = self.inner.clone();
+                        self.pool.spawn(move || inner.decode(t, &jpeg));
+                    }
+                    Err(e) => inner.finish(&t, Err(e)),
+                }
             }
         }
     }
@@ -195,8 +203,21 @@ impl Decoder {
             };
             if inner.cache.start((n - 1) as u32) {
                 inner.stats.ahead.fetch_add(1, Relaxed);
+                if let Some(r) = inner.ns.data_range(n) {
+                    crate::pagecache::will_need(inner.ns.pack().map(), &r);
+                }
                 let inner = self.inner.clone();
-                self.pool.spawn(move || inner.decode(nt));
+                self.pool.spawn(move || {
+                    JPEG_BUF.with_borrow_mut(|buf| {
+                        match inner.read_jpeg(&nt, buf) {
+                            Ok(()) => inner.decode(nt, buf),
+                            Err(e) => inner.finish(&nt, Err(e)),
+                        }
+                        if buf.capacity() > 4 << 20 {
+                            *buf = Vec::new();
+                        }
+                    });
+                });
             }
         }
     }
@@ -241,27 +262,27 @@ impl Decoder {
 }
 
 impl Inner {
-    /// Reads and decodes the JPEG of `t`, caches it and answers everyone waiting on it.
-    fn decode(&self, t: ViewTarget) {
+    /// Reads (and checks) the JPEG bytes of `t` into `buf`, then releases their pack pages.
+    fn read_jpeg(&self, t: &ViewTarget, buf: &mut Vec<u8>) -> Result<(), FsError> {
+        let len = u32::try_from(t.jpeg_size)
+            .map_err(|_| FsError::Corrupt("JPEG larger than 4 GiB".into()))?;
+        let n = self.ns.read(t.jpeg_ino, 0, len, buf)?.len();
+        buf.truncate(n);
+        if let Some(range) = self.ns.data_range(t.jpeg_ino) {
+            (self.release)(&range);
+        }
+        Ok(())
+    }
+
+    /// Decodes `jpeg` (the bytes of `t`), caches the image and answers everyone waiting on it.
+    fn decode(&self, t: ViewTarget, jpeg: &[u8]) {
         let t0 = Instant::now();
-        let key = (t.jpeg_ino - 1) as u32;
-        let result = JPEG_BUF.with_borrow_mut(|buf| {
-            let len = u32::try_from(t.jpeg_size)
-                .map_err(|_| FsError::Corrupt("JPEG larger than 4 GiB".into()))?;
-            let jpeg = self.ns.read(t.jpeg_ino, 0, len, buf)?;
-            if let Some(range) = self.ns.data_range(t.jpeg_ino) {
-                (self.release)(&range);
-            }
-            let out = codec::decode_rgb(jpeg, t.denom, t.width, t.height)
-                .map_err(|e| FsError::Corrupt(e.to_string()));
-            if buf.capacity() > 4 << 20 {
-                *buf = Vec::new();
-            }
-            out
-        });
+        let result = codec::decode_rgb(jpeg, t.denom, t.width, t.height)
+            .map_err(|e| FsError::Corrupt(e.to_string()));
         let result = match result {
             Ok(px) => {
                 self.stats.decodes.fetch_add(1, Relaxed);
+                self.stats.decode_time.record(t0.elapsed());
                 if let Some(w) = &px.warning {
                     self.stats.warnings.fetch_add(1, Relaxed);
                     log::info!(
@@ -276,15 +297,20 @@ impl Inner {
                         self.ns.path_of(t.jpeg_ino)
                     );
                 }
-                self.stats.decode_time.record(t0.elapsed());
                 Ok(Arc::new(px))
             }
-            Err(e) => {
-                self.stats.failures.fetch_add(1, Relaxed);
-                log::error!("decode {}: {e}", self.ns.path_of(t.jpeg_ino));
-                Err(e)
-            }
+            Err(e) => Err(e),
         };
+        self.finish(&t, result);
+    }
+
+    /// Ends the single flight of `t`: caches a success, logs a failure, answers the waiters.
+    fn finish(&self, t: &ViewTarget, result: Result<Arc<Rgb>, FsError>) {
+        if let Err(e) = &result {
+            self.stats.failures.fetch_add(1, Relaxed);
+            log::error!("decode {}: {e}", self.ns.path_of(t.jpeg_ino));
+        }
+        let key = (t.jpeg_ino - 1) as u32;
         for w in self.cache.complete(key, &result) {
             w(result.clone());
         }
