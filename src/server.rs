@@ -347,8 +347,11 @@ impl Server {
     }
 
     /// Residency accounting and read-ahead for a read of `[offset, offset+size)` of the sample
-    /// stored at pack bytes `range`.
-    /// Returns true when the read continues a sequential stream.
+    /// stored at pack bytes `range`. Only the first read of a sample (offset 0) counts for the
+    /// streams, as a read of the whole sample: the kernel reads ahead inside a file itself, and
+    /// the several READs of one large sample are not a walk through the pack.
+    /// Returns true when the read continues an established stream (it falls in read-ahead the
+    /// stream already issued: at least the third sample in a row).
     fn before_read(&self, range: &std::ops::Range<u64>, offset: u64, size: u32) -> bool {
         let s = range.start + offset.min(range.end - range.start);
         let e = s.saturating_add(u64::from(size)).min(range.end);
@@ -363,11 +366,19 @@ impl Server {
             // One batch of I/O for the rest of the sample instead of page-by-page faults.
             pagecache::will_need(map, &(s..range.end));
         }
-        let advice = self.prefetch.on_read(s, e);
+        if offset != 0 {
+            return false;
+        }
+        self.walk(range)
+    }
+
+    /// Feeds a whole-sample read (or push) of pack bytes `range` to the stream detector and
+    /// issues the read-ahead it advises. Returns true when it continues an established stream.
+    fn walk(&self, range: &std::ops::Range<u64>) -> bool {
+        let advice = self.prefetch.on_read(range.start, range.end);
         if advice.hit {
             self.stats.prefetch_hits.fetch_add(1, Relaxed);
         }
-        let sequential = advice.hit || advice.prefetch.is_some();
         if let Some(r) = advice.prefetch {
             self.prefetchd.request(r.clone());
             self.stats.prefetch_requests.fetch_add(1, Relaxed);
@@ -375,7 +386,7 @@ impl Server {
                 .prefetch_bytes
                 .fetch_add(r.end - r.start, Relaxed);
         }
-        sequential
+        advice.hit
     }
 
     /// Starts the push-ahead thread: while a reader walks the pack in order, the samples after
@@ -440,12 +451,15 @@ impl Server {
                 return;
             };
             cur = next;
-            if self.is_pushed(next) {
-                continue;
-            }
             let Some(range) = self.ns.data_range(next) else {
                 continue;
             };
+            // The reader will find this in the kernel's cache and never READ it: the stream
+            // moves past it here, so the reader's next READ still continues the stream.
+            self.prefetch.skip(&range);
+            if self.is_pushed(next) {
+                continue;
+            }
             if self.ns.view(next).is_some() {
                 continue; // its inode serves decoded pixels, not these bytes
             }
