@@ -70,7 +70,11 @@ def main():
     ap.add_argument("--order", choices=["inorder", "shuffled"], default="shuffled")
     ap.add_argument("--decode-cache", default="2G", help="decoded cache budget of the decode mounts")
     ap.add_argument("--no-cold", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="CI smoke run: 1 repetition, 100 samples per warm loop, no local-disk copies")
     a = ap.parse_args()
+    if a.quick:
+        a.repeat, a.limit = 1, a.limit or 100
     data = a.data.resolve()
     work = a.work
     if work.exists():
@@ -94,10 +98,11 @@ def main():
     outdir.mkdir(parents=True, exist_ok=True)
     try:
         # The same decoded bytes on the local disk, copied from the mounts.
-        progress("writing the decoded files to the local disk")
-        for kind in ("ppm", "npy"):
-            src = mounts[f"{kind}-loosefs"][0]
-            shutil.copytree(src, work / f"{kind}-ext4", ignore=shutil.ignore_patterns(".loosefs"))
+        if not a.quick:
+            progress("writing the decoded files to the local disk")
+            for kind in ("ppm", "npy"):
+                src = mounts[f"{kind}-loosefs"][0]
+                shutil.copytree(src, work / f"{kind}-ext4", ignore=shutil.ignore_patterns(".loosefs"))
         targets = {
             "jpeg-orig": (data, "folder"),
             "jpeg-loosefs": (mounts["jpeg-loosefs"][0], "folder"),
@@ -106,6 +111,8 @@ def main():
             "npy-loosefs": (mounts["npy-loosefs"][0], "npy"),
             "npy-ext4": (work / "npy-ext4", "npy"),
         }
+        if a.quick:
+            targets = {n: t for n, t in targets.items() if not n.endswith("-ext4")}
         warm = {n: [] for n in targets}
         for n, (root, loader) in targets.items():
             progress(f"warm-up pass: {n}")

@@ -328,4 +328,19 @@ fn concurrent_readers_share_one_decode_and_the_cache_budget_holds() {
         peak <= limit,
         "daemon peak RSS {peak} > budget + 64 MiB ({limit})"
     );
+
+    // drop-cache empties the decoded cache and the kernel's pages of the views: the next read
+    // decodes again and still returns the same bytes.
+    let before = dec(&stats(&m.mnt), "decodes");
+    let o = loosefs(&[&"drop-cache", &m.mnt]);
+    assert!(o.status.success());
+    let s = stats(&m.mnt);
+    assert_eq!(
+        s["decode"]["cache"]["bytes"].as_u64(),
+        Some(0),
+        "{}",
+        s["decode"]
+    );
+    assert_eq!(std::fs::read(&one).unwrap(), reads[0]);
+    assert_eq!(dec(&stats(&m.mnt), "decodes"), before + 1);
 }

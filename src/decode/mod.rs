@@ -18,7 +18,7 @@ use crate::namespace::{FsError, Namespace, ViewTarget};
 use crate::stats::Histogram;
 use cache::{DecodedCache, Join, Waiter};
 use codec::Rgb;
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -71,8 +71,9 @@ struct Inner {
     release: Release,
     /// Samples expected next by in-order readers (the file after each recently started one).
     expected: Mutex<VecDeque<u64>>,
-    /// View inodes served since the last [`Decoder::clear`] (for page-cache invalidation).
-    served: Mutex<HashSet<u64>>,
+    /// One bit per record and view kind (npy, ppm): served since the last [`Decoder::clear`]
+    /// (for page-cache invalidation).
+    served: [Vec<AtomicU64>; 2],
 }
 
 /// The decode service of a mount.
@@ -99,6 +100,7 @@ impl Decoder {
         opts: DecodeOptions,
         release: Release,
     ) -> std::io::Result<Decoder> {
+        let records = ns.pack().totals().records as usize;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(opts.threads.max(1))
             .thread_name(|i| format!("loosefs-decode-{i}"))
@@ -111,7 +113,11 @@ impl Decoder {
                 stats: DecodeStats::default(),
                 release,
                 expected: Mutex::new(VecDeque::with_capacity(EXPECTED)),
-                served: Mutex::new(HashSet::new()),
+                served: std::array::from_fn(|_| {
+                    std::iter::repeat_with(|| AtomicU64::new(0))
+                        .take(records.div_ceil(64))
+                        .collect()
+                }),
             }),
             pool,
             opts,
@@ -166,11 +172,10 @@ impl Decoder {
     /// recently), decodes the next files ahead.
     fn note_start(&self, t: &ViewTarget) {
         let inner = &self.inner;
-        inner
-            .served
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(t.ino);
+        let (kind, i) = (t.kind as usize, (t.jpeg_ino - 1) as usize);
+        if let Some(w) = inner.served[kind].get(i / 64) {
+            w.fetch_or(1 << (i % 64), Relaxed);
+        }
         let next = inner.ns.next_file(t.jpeg_ino);
         let in_order = {
             let mut q = inner.expected.lock().unwrap_or_else(|p| p.into_inner());
@@ -238,8 +243,22 @@ impl Decoder {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
-        let mut served = self.inner.served.lock().unwrap_or_else(|p| p.into_inner());
-        served.drain().collect()
+        let mut inos = Vec::new();
+        for (kind, bits) in self.inner.served.iter().enumerate() {
+            for (w, word) in bits.iter().enumerate() {
+                let mut b = word.swap(0, Relaxed);
+                while b != 0 {
+                    let jpeg = (w * 64 + b.trailing_zeros() as usize) as u64 + 1;
+                    inos.push(if kind == view::ViewKind::Npy as usize {
+                        jpeg | crate::namespace::NPY_BIT
+                    } else {
+                        jpeg
+                    });
+                    b &= b - 1;
+                }
+            }
+        }
+        inos
     }
 
     /// The `decode` section of the stats report.

@@ -33,6 +33,27 @@ def test_bench_quick_completes_and_outputs_parse(source, tmp_path):
     assert (run / "files_per_s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_decode_bench_quick_completes_and_outputs_parse(source, tmp_path):
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("SKIPPED: the bench mounts; it needs root and /dev/fuse")
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "decode.py"), "--data", str(source), "--quick", "--out", str(out),
+         "--work", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run,) = list(out.iterdir())
+    res = json.loads((run / "results.json").read_text())
+    assert set(res["warm"]) == {"jpeg-orig", "jpeg-loosefs", "ppm-loosefs", "npy-loosefs"}
+    assert all(t["median"] > 0 for t in res["warm"].values())
+    assert res["cold"]["npy_mount_raw4"]["median"] > 0 and res["cold"]["turbojpeg_1_thread"]["median"] > 0
+    assert res["meta"]["npy_daemon"]["decodes"] > 0
+    md = (run / "results.md").read_text()
+    assert "| target | loop | files/s | ratio |" in md and "×" in md
+    assert (run / "decode.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.parametrize("loader,workers", [("imagefolder", 2), ("dali", 0)])
 def test_loader_pass_reports_parse(mount, loader, workers):
     r = subprocess.run(
