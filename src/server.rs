@@ -454,10 +454,10 @@ impl Server {
             let Some(range) = self.ns.data_range(next) else {
                 continue;
             };
-            // The reader will find this in the kernel's cache and never READ it: the stream
-            // moves past it here, so the reader's next READ still continues the stream.
-            self.prefetch.skip(&range);
+            // A sample in the kernel's cache is never READ by the reader: the stream moves past
+            // it here, so the reader's next READ still continues the stream.
             if self.is_pushed(next) {
+                self.prefetch.skip(&range);
                 continue;
             }
             if self.ns.view(next).is_some() {
@@ -473,6 +473,7 @@ impl Server {
                     // kernel dropped it (see `read`), not that it raced the store.
                     if store(next, data).is_ok() {
                         self.mark_pushed(next);
+                        self.prefetch.skip(&range);
                         self.stats.pushed_samples.fetch_add(1, Relaxed);
                         self.stats.pushed_bytes.fetch_add(len, Relaxed);
                     }
