@@ -133,6 +133,10 @@ impl Decoder {
     /// from a decode thread.
     pub fn read(&self, t: ViewTarget, offset: u64, size: u32, reply: Reply) {
         let inner = &self.inner;
+        let (kind, i) = (t.kind as usize, (t.jpeg_ino - 1) as usize);
+        if let Some(w) = inner.served[kind].get(i / 64) {
+            w.fetch_or(1 << (i % 64), Relaxed);
+        }
         if offset == 0 {
             self.note_start(&t);
         }
@@ -172,10 +176,6 @@ impl Decoder {
     /// recently), decodes the next files ahead.
     fn note_start(&self, t: &ViewTarget) {
         let inner = &self.inner;
-        let (kind, i) = (t.kind as usize, (t.jpeg_ino - 1) as usize);
-        if let Some(w) = inner.served[kind].get(i / 64) {
-            w.fetch_or(1 << (i % 64), Relaxed);
-        }
         let next = inner.ns.next_file(t.jpeg_ino);
         let in_order = {
             let mut q = inner.expected.lock().unwrap_or_else(|p| p.into_inner());
