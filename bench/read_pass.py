@@ -11,17 +11,13 @@ machine hits both; prints median and min-max files/s and the ratio mount/origina
 import argparse
 import json
 import os
+import pathlib
 import statistics
 import sys
 import time
 
-
-def file_list(root):
-    out = []
-    for d, dirs, names in os.walk(root):
-        dirs.sort()
-        out.extend(os.path.join(d, n) for n in sorted(names))
-    return out
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from run import files_under as file_list  # noqa: E402
 
 
 def raw_pass(root):

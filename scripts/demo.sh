@@ -57,4 +57,31 @@ echo "== warm read passes, same run: original directory vs loosefs mount"
 echo "== loosefs umount $MNT"
 "$BIN" umount "$MNT"
 trap - EXIT
-echo "demo done: pack $PACK, daemon log $WORK/daemon.log"
+DEC=$WORK/decoded
+mkdir -p "$DEC"
+if mountpoint -q "$DEC" 2>/dev/null || ! stat "$DEC" >/dev/null 2>&1; then
+  "$BIN" umount "$DEC" || true
+fi
+echo "== loosefs mount $PACK $DEC --decode npy,ppm (x.npy beside x.JPEG, x.JPEG serves a PPM)"
+"$BIN" mount "$PACK" "$DEC" --decode npy,ppm --log "$WORK/daemon-decoded.log"
+trap '"$BIN" umount "$DEC" 2>/dev/null || true' EXIT
+"$VENV/bin/python" - "$SRC" "$DEC" <<'PY'
+import os, sys, time
+import numpy as np
+from PIL import Image
+src, dec = sys.argv[1], sys.argv[2]
+files = [(c, f) for c in sorted(os.listdir(src)) for f in sorted(os.listdir(os.path.join(src, c)))]
+for name, step in (("first pass (decodes)", 0), ("second pass (cached)", 1)):
+    t = time.perf_counter()
+    for c, f in files:
+        np.load(os.path.join(dec, c, os.path.splitext(f)[0] + ".npy"))
+    print(f"np.load of every .npy view, {name}: {len(files) / (time.perf_counter() - t):.0f} files/s")
+same = all(np.array_equal(np.load(os.path.join(dec, c, os.path.splitext(f)[0] + ".npy")),
+                          np.asarray(Image.open(os.path.join(src, c, f)).convert("RGB"))) for c, f in files[:100])
+print(f"first 100 .npy views equal Pillow's decode of the JPEG: {same}")
+sys.exit(0 if same else 1)
+PY
+"$BIN" stats "$DEC" | grep -E "^(decode|decoded|daemon) "
+"$BIN" umount "$DEC"
+trap - EXIT
+echo "demo done: pack $PACK, daemon logs $WORK/daemon.log $WORK/daemon-decoded.log"

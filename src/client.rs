@@ -63,6 +63,28 @@ pub fn format_stats(v: &Value) -> String {
         mb(g(&["pin", "pinned_bytes"])),
         mb(g(&["pin", "target_bytes"]))
     );
+    let d = g(&["decode"]);
+    if !d.is_null() {
+        out += &format!(
+            "decode      {} decodes ({} fallback, {} with warnings, {} failed), {} hits, {} joined, {} ahead; p50 {} µs, p99 {} µs\n",
+            d["decodes"],
+            d["fallback_decodes"],
+            d["warning_decodes"],
+            d["failures"],
+            d["hits"],
+            d["joined"],
+            d["decoded_ahead"],
+            d["decode_us"]["p50_us"],
+            d["decode_us"]["p99_us"]
+        );
+        out += &format!(
+            "decoded     {:.1} of {:.1} MB cached, {} images, {} evictions\n",
+            mb(&d["cache"]["bytes"]),
+            mb(&d["cache"]["budget_bytes"]),
+            d["cache"]["entries"],
+            d["cache"]["evictions"]
+        );
+    }
     out += &format!(
         "warm        {} {:.1}/{:.1} MB at {:.0} MB/s\n",
         g(&["warm", "state"]).as_str().unwrap_or("?"),

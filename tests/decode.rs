@@ -10,7 +10,7 @@ use common::*;
 use loosefs::decode::codec::{decode_rgb, pick_denom, scaled_dims};
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn stats(mnt: &Path) -> Value {
     let o = loosefs(&[&"stats", &mnt, &"--json"]);
@@ -85,6 +85,16 @@ fn npy_shape(b: &[u8]) -> (u32, u32, usize) {
     (dims[1], dims[0], 10 + hlen)
 }
 
+/// A temporary tree made by `make` and its pack: (tempdir, source, pack).
+fn packed_tree(make: fn(&Path)) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    make(&src);
+    let pack = tmp.path().join("v.pack");
+    assert!(loosefs(&[&"pack", &src, &pack]).status.success());
+    (tmp, src, pack)
+}
+
 fn listing(dir: &Path) -> BTreeSet<String> {
     std::fs::read_dir(dir)
         .unwrap()
@@ -96,11 +106,7 @@ fn listing(dir: &Path) -> BTreeSet<String> {
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn npy_views_have_exact_sizes_and_decoded_pixels() {
     require_mount();
-    let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src");
-    view_tree(&src);
-    let pack = tmp.path().join("v.pack");
-    assert!(loosefs(&[&"pack", &src, &pack]).status.success());
+    let (tmp, src, pack) = packed_tree(view_tree);
     let m = mount(&pack, &tmp.path().join("mnt"), &["--decode", "npy"]);
 
     // Listings: each decodable JPEG followed by its view; no duplicate names.
@@ -180,11 +186,7 @@ fn npy_views_have_exact_sizes_and_decoded_pixels() {
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn decoded_only_ppm_and_max_side() {
     require_mount();
-    let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src");
-    make_tree(&src);
-    let pack = tmp.path().join("v.pack");
-    assert!(loosefs(&[&"pack", &src, &pack]).status.success());
+    let (tmp, src, pack) = packed_tree(make_tree);
 
     let only = mount(
         &pack,
