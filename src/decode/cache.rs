@@ -34,10 +34,15 @@ struct State {
 /// Figures for the stats report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct CacheFigures {
+    /// Budget, bytes of pixels.
     pub budget_bytes: u64,
+    /// Bytes of pixels cached now.
     pub bytes: u64,
+    /// Images cached now.
     pub entries: u64,
+    /// Images evicted since the mount.
     pub evictions: u64,
+    /// Decodes under way.
     pub in_flight: u64,
 }
 

@@ -30,16 +30,28 @@ pub const MAX_DECODED_BYTES: u64 = 512 << 20;
 pub enum DecodeError {
     /// Both decoders failed.
     #[error("cannot decode JPEG: turbojpeg: {turbo}; zune-jpeg: {fallback}")]
-    Failed { turbo: String, fallback: String },
+    Failed {
+        /// turbojpeg's message.
+        turbo: String,
+        /// zune-jpeg's message.
+        fallback: String,
+    },
     /// The decoded image would exceed [`MAX_DECODED_BYTES`].
     #[error("cannot decode JPEG: {width}x{height} RGB is more than the {} MiB limit", MAX_DECODED_BYTES >> 20)]
-    TooLarge { width: u32, height: u32 },
+    TooLarge {
+        /// Decoded width in pixels.
+        width: u32,
+        /// Decoded height in pixels.
+        height: u32,
+    },
 }
 
 /// Decoded pixels: `height` rows of `width` RGB triples, row-major (HWC, uint8).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rgb {
+    /// Width in pixels.
     pub width: u32,
+    /// Height in pixels.
     pub height: u32,
     /// `width * height * 3` bytes.
     pub pixels: Vec<u8>,

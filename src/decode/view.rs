@@ -36,7 +36,9 @@ impl Views {
 /// Format of one decoded view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ViewKind {
+    /// NumPy .npy v1.0, uint8, shape (H, W, 3).
     Npy,
+    /// Binary PPM (P6), RGB, maxval 255.
     Ppm,
 }
 
