@@ -312,7 +312,7 @@ impl Server {
                 if offset + b.len() as u64 >= range.end - range.start {
                     self.mark_pushed(ino); // now in the kernel's cache: nothing to push
                 }
-                self.after_read(range, offset + b.len() as u64);
+                self.after_read(range, offset..offset + b.len() as u64);
             }
             reply(out);
             // A check of a large sample may have grown the buffer; keep at most 1 MiB per thread.
@@ -334,14 +334,17 @@ impl Server {
         }
     }
 
-    /// Once a sample has been read to its end, its pack pages are dropped (unless pinned or
-    /// `--keep-pack-cache`): the kernel now holds the bytes in the mount's own page cache, and
-    /// keeping the pack's copy too would cache every sample twice.
-    fn after_read(&self, range: &std::ops::Range<u64>, end_in_sample: u64) {
-        if range.start + end_in_sample < range.end {
-            return;
-        }
-        if release_pack_pages(&self.ns, &self.pin, self.opts.keep_pack_cache, range) {
+    /// Once bytes `served` of the sample stored at pack bytes `range` have been served, their
+    /// pack pages are dropped (unless pinned or `--keep-pack-cache`): the kernel now holds them
+    /// in the mount's own page cache, and keeping the pack's copy too would cache every sample
+    /// twice. Each READ drops only what it served: the kernel sends the READs of one file
+    /// concurrently, and dropping the whole sample when its last chunk is served could drop
+    /// pages an earlier chunk's READ has not read yet.
+    fn after_read(&self, range: &std::ops::Range<u64>, served: std::ops::Range<u64>) {
+        let r = range.start + served.start..range.start + served.end;
+        if release_pack_pages(&self.ns, &self.pin, self.opts.keep_pack_cache, &r)
+            && r.end >= range.end
+        {
             self.stats.samples_evicted.fetch_add(1, Relaxed);
         }
     }
@@ -480,7 +483,7 @@ impl Server {
                 }
                 Err(e) => log::error!("push {}: {e}", self.ns.path_of(next)),
             }
-            self.after_read(&range, len);
+            self.after_read(&range, 0..len);
             bytes += len;
             if bytes >= PUSH_BYTES {
                 return;
