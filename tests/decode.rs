@@ -123,8 +123,8 @@ fn npy_views_have_exact_sizes_and_decoded_pixels() {
         "img_3.npy",
         "notes.txt",
     ]
-    .iter()
-    .map(|s| s.to_string())
+    .into_iter()
+    .map(String::from)
     .collect();
     assert_eq!(c0, want);
     let raw_names = std::fs::read_dir(m.mnt.join("class_0")).unwrap().count();
@@ -201,8 +201,8 @@ fn decoded_only_ppm_and_max_side() {
         "img_3.npy",
         "notes.txt",
     ]
-    .iter()
-    .map(|s| s.to_string())
+    .into_iter()
+    .map(String::from)
     .collect();
     assert_eq!(c0, want);
     assert!(!only.mnt.join("class_0/img_0.JPEG").exists());
