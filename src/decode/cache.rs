@@ -75,12 +75,6 @@ impl DecodedCache {
         self.lock().lru.get(&key).cloned()
     }
 
-    /// True when `key` is cached or being decoded.
-    pub fn has(&self, key: u32) -> bool {
-        let s = self.lock();
-        s.inflight.contains_key(&key) || s.lru.contains(&key)
-    }
-
     /// Number of decodes under way.
     pub fn in_flight(&self) -> usize {
         self.lock().inflight.len()
@@ -215,6 +209,6 @@ mod tests {
         assert!(matches!(c.join(6, waiter()), Join::Lead));
         let ws = c.complete(6, &Err(FsError::Corrupt("bad".into())));
         assert_eq!(ws.len(), 1);
-        assert!(!c.has(6));
+        assert!(c.get(6).is_none() && c.figures().in_flight == 0);
     }
 }

@@ -124,11 +124,6 @@ impl Decoder {
         })
     }
 
-    /// Counters.
-    pub fn stats(&self) -> &DecodeStats {
-        &self.inner.stats
-    }
-
     /// Answers a READ of `[offset, offset+size)` of view `t` through `reply`, now (cached) or
     /// from a decode thread.
     pub fn read(&self, t: ViewTarget, offset: u64, size: u32, reply: Reply) {
