@@ -1,15 +1,17 @@
 //! Client side of the control directory: what `loosefs stats`, `warm` and `drop-cache` do. They
-//! read `<mnt>/.loosefs/<name>` (one lookup runs the command) and parse its JSON.
+//! read `<mnt>/.loosefs/<name>` (one lookup runs the command) into the typed reports of
+//! [`crate::report`].
 
+use crate::report::{Report, WarmState};
 use anyhow::{Context, Result};
-use serde_json::Value;
+use serde::de::DeserializeOwned;
 use std::path::Path;
 use std::time::Duration;
 
-/// Reads and parses control file `name` of the loosefs mount at `mnt`.
+/// Reads control file `name` of the loosefs mount at `mnt` as a `T`.
 ///
-/// Errors: `mnt` is not a loosefs mount (no control directory), or the content is not JSON.
-pub fn read_control(mnt: &Path, name: &str) -> Result<Value> {
+/// Errors: `mnt` is not a loosefs mount (no control directory), or the content is not a `T`.
+pub fn read_control<T: DeserializeOwned>(mnt: &Path, name: &str) -> Result<T> {
     let p = mnt.join(".loosefs").join(name);
     let bytes = std::fs::read(&p).with_context(|| {
         format!(
@@ -18,112 +20,112 @@ pub fn read_control(mnt: &Path, name: &str) -> Result<Value> {
             mnt.display()
         )
     })?;
-    serde_json::from_slice(&bytes).with_context(|| format!("{} is not JSON", p.display()))
+    serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a report this loosefs understands", p.display()))
 }
 
 /// Human-readable summary of a stats report.
-pub fn format_stats(v: &Value) -> String {
+pub fn format_stats(r: &Report) -> String {
+    let mb = |x: u64| x as f64 / 1e6;
     let mut out = String::new();
-    let g = |path: &[&str]| -> &Value { path.iter().fold(v, |v, k| &v[*k]) };
-    let mb = |x: &Value| x.as_f64().unwrap_or(0.0) / 1e6;
     out += &format!(
         "pack        {} ({:.1} MB, {} samples, {:.1} MB resident)\n",
-        g(&["pack", "path"]).as_str().unwrap_or("?"),
-        mb(g(&["pack", "bytes"])),
-        g(&["pack", "samples"]),
-        mb(g(&["pack", "resident_bytes"]))
+        r.pack.path,
+        mb(r.pack.bytes),
+        r.pack.samples,
+        mb(r.pack.resident_bytes)
     );
+    let d = &r.daemon;
     out += &format!(
         "daemon      pid {}, up {:.0} s, RSS {:.1} MB (peak {:.1}), locked {:.1} MB, {} threads\n",
-        g(&["daemon", "pid"]),
-        g(&["daemon", "uptime_s"]).as_f64().unwrap_or(0.0),
-        mb(g(&["daemon", "rss_bytes"])),
-        mb(g(&["daemon", "rss_peak_bytes"])),
-        mb(g(&["daemon", "locked_bytes"])),
-        g(&["daemon", "threads"])
+        d.pid,
+        d.uptime_s,
+        mb(d.rss_bytes),
+        mb(d.rss_peak_bytes),
+        mb(d.locked_bytes),
+        d.threads
     );
     out += &format!(
         "served      {:.1} MB, {} errors\n",
-        mb(g(&["bytes_served"])),
-        g(&["errors"])
+        mb(r.bytes_served),
+        r.errors
     );
     out += &format!(
         "page cache  {} hits, {} misses\n",
-        g(&["page_cache", "hits"]),
-        g(&["page_cache", "misses"])
+        r.page_cache.hits, r.page_cache.misses
     );
     out += &format!(
         "read-ahead  {} requests, {:.1} MB, {} hits\n",
-        g(&["prefetch", "requests"]),
-        mb(g(&["prefetch", "bytes"])),
-        g(&["prefetch", "hits"])
+        r.prefetch.requests,
+        mb(r.prefetch.bytes),
+        r.prefetch.hits
+    );
+    out += &format!(
+        "push-ahead  {} samples, {:.1} MB, {} resets\n",
+        r.push_ahead.samples,
+        mb(r.push_ahead.bytes),
+        r.push_ahead.resets
     );
     out += &format!(
         "pinned      {:.1} of {:.1} MB\n",
-        mb(g(&["pin", "pinned_bytes"])),
-        mb(g(&["pin", "target_bytes"]))
+        mb(r.pin.pinned_bytes),
+        mb(r.pin.target_bytes)
     );
-    let d = g(&["decode"]);
-    if !d.is_null() {
+    if let Some(d) = &r.decode {
         out += &format!(
             "decode      {} decodes ({} fallback, {} with warnings, {} failed), {} hits, {} joined, {} ahead; p50 {} µs, p99 {} µs\n",
-            d["decodes"],
-            d["fallback_decodes"],
-            d["warning_decodes"],
-            d["failures"],
-            d["hits"],
-            d["joined"],
-            d["decoded_ahead"],
-            d["decode_us"]["p50_us"],
-            d["decode_us"]["p99_us"]
+            d.decodes,
+            d.fallback_decodes,
+            d.warning_decodes,
+            d.failures,
+            d.hits,
+            d.joined,
+            d.decoded_ahead,
+            d.decode_us.p50_us,
+            d.decode_us.p99_us
         );
         out += &format!(
             "decoded     {:.1} of {:.1} MB cached, {} images, {} evictions\n",
-            mb(&d["cache"]["bytes"]),
-            mb(&d["cache"]["budget_bytes"]),
-            d["cache"]["entries"],
-            d["cache"]["evictions"]
+            mb(d.cache.bytes),
+            mb(d.cache.budget_bytes),
+            d.cache.entries,
+            d.cache.evictions
         );
     }
+    let w = &r.warm;
     out += &format!(
         "warm        {} {:.1}/{:.1} MB at {:.0} MB/s\n",
-        g(&["warm", "state"]).as_str().unwrap_or("?"),
-        mb(g(&["warm", "bytes_done"])),
-        mb(g(&["warm", "bytes_total"])),
-        g(&["warm", "mb_per_s"]).as_f64().unwrap_or(0.0)
+        w.state.as_str(),
+        mb(w.bytes_done),
+        mb(w.bytes_total),
+        w.mb_per_s
     );
     out += "latency µs  op        count      p50      p90      p99      max\n";
-    if let Some(m) = g(&["latency_us"]).as_object() {
-        for (op, l) in m {
-            let f = |k: &str| l[k].as_f64().unwrap_or(0.0);
-            out += &format!(
-                "            {op:8} {:>6} {:>8.1} {:>8.1} {:>8.1} {:>8.1}\n",
-                l["count"],
-                f("p50_us"),
-                f("p90_us"),
-                f("p99_us"),
-                f("max_us")
-            );
-        }
+    for (op, l) in &r.latency_us {
+        out += &format!(
+            "            {op:8} {:>6} {:>8.1} {:>8.1} {:>8.1} {:>8.1}\n",
+            l.count, l.p50_us, l.p90_us, l.p99_us, l.max_us
+        );
     }
     out
 }
 
 /// Starts a warm if none is running and prints progress until it is done.
+///
+/// Errors: the mount cannot be read, or the warm failed.
 pub fn wait_warm(mnt: &Path) -> Result<()> {
     loop {
-        let v = read_control(mnt, "stats")?;
-        let w = &v["warm"];
-        let state = w["state"].as_str().unwrap_or("?").to_string();
+        let w = read_control::<Report>(mnt, "stats")?.warm;
         eprintln!(
-            "warm: {state} {:.1}/{:.1} MB ({:.0} MB/s)",
-            w["bytes_done"].as_f64().unwrap_or(0.0) / 1e6,
-            w["bytes_total"].as_f64().unwrap_or(0.0) / 1e6,
-            w["mb_per_s"].as_f64().unwrap_or(0.0)
+            "warm: {} {:.1}/{:.1} MB ({:.0} MB/s)",
+            w.state.as_str(),
+            w.bytes_done as f64 / 1e6,
+            w.bytes_total as f64 / 1e6,
+            w.mb_per_s
         );
-        match state.as_str() {
-            "done" => return Ok(()),
-            "failed" => anyhow::bail!("the warm failed; see the daemon log"),
+        match w.state {
+            WarmState::Done => return Ok(()),
+            WarmState::Failed => anyhow::bail!("the warm failed; see the daemon log"),
             _ => std::thread::sleep(Duration::from_millis(500)),
         }
     }

@@ -1,18 +1,15 @@
-//! The FUSE adaptor: translates fuser 0.18 calls into [`Namespace`] calls and back. No
-//! filesystem logic lives here.
+//! The FUSE adaptor: translates fuser 0.18 calls into [`Server`] calls and the server's
+//! replies (attributes with their TTLs, bytes, errors) back. No filesystem logic lives here.
 //!
-//! Kernel settings chosen in `init` and replies (see `../shared/research/rust-fuse.md`):
-//! `FUSE_PARALLEL_DIROPS` (no per-directory lock on lookups), long entry/attr TTLs (the pack is
-//! immutable), negative lookups answered as ino-0 entries so the kernel caches them,
-//! zero-message open/opendir (ENOSYS once: no OPEN/RELEASE round trips, page cache and
-//! directory listings kept across opens), a quiet ENOTTY for the `isatty` ioctl Python sends on
-//! every `open()`, and `max_write` left at its default so reads can be up to `max_pages`.
-//! Measured on the 1000-image sample, Python `open().read()` warm pass: 4.0k files/s with
-//! OPEN+IOCTL+RELEASE per file, 8-10k files/s with only the IOCTL left.
+//! Kernel settings chosen in `init` and in replies: `FUSE_PARALLEL_DIROPS` (no per-directory
+//! lock on lookups), READDIRPLUS on every listing, negative lookups answered as inode-0
+//! entries so the kernel caches them, zero-message open/opendir/flush (ENOSYS once: no
+//! OPEN/RELEASE round trips, page cache and listings kept across opens), a quiet ENOTTY for the
+//! `isatty` ioctl Python sends on every `open()`, and `max_write` left at its default so reads
+//! can be up to `max_pages`. `docs/DESIGN.md` gives the measurements behind each.
 
-use crate::format::index::Kind;
-use crate::namespace::{Attr, FsError};
-use crate::server::Server;
+use crate::catalog::{Attr, FsError, Kind};
+use crate::server::{Entry, Server, TTL};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags, IoctlFlags,
     KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
@@ -22,9 +19,6 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// How long the kernel may cache entries and attributes (the pack never changes while mounted).
-pub const TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// A [`Server`] over FUSE.
 pub struct LooseFs {
@@ -64,6 +58,10 @@ impl LooseFs {
         }
     }
 
+    fn entry(&self, reply: ReplyEntry, e: &Entry) {
+        reply.entry_with_ttls(&e.ttl, &e.ttl, &self.file_attr(&e.attr), Generation(0));
+    }
+
     fn fail(&self, op: &str, ino: u64, e: &FsError) -> Errno {
         errno(&self.server, op, ino, e)
     }
@@ -76,10 +74,7 @@ fn errno(server: &Server, op: &str, ino: u64, e: &FsError) -> Errno {
         FsError::NotDir => Errno::ENOTDIR,
         FsError::IsDir => Errno::EISDIR,
         FsError::Corrupt(why) => {
-            log::error!(
-                "{op} {}: {why}; answering EIO",
-                server.namespace().path_of(ino)
-            );
+            log::error!("{op} {}: {why}; answering EIO", server.path_of(ino));
             Errno::EIO
         }
     }
@@ -131,13 +126,7 @@ impl Filesystem for LooseFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.server.lookup(parent.0, name.as_bytes()) {
-            Ok((a, false)) => reply.entry(&TTL, &self.file_attr(&a), Generation(0)),
-            Ok((a, true)) => reply.entry_with_ttls(
-                &Duration::ZERO,
-                &Duration::ZERO,
-                &self.file_attr(&a),
-                Generation(0),
-            ),
+            Ok(e) => self.entry(reply, &e),
             // An entry with inode 0 is a negative entry the kernel caches for TTL.
             Err(FsError::NotFound) => reply.entry(&TTL, &negative_attr(), Generation(0)),
             Err(e) => reply.error(self.fail("lookup", parent.0, &e)),
@@ -150,10 +139,7 @@ impl Filesystem for LooseFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.server.getattr(ino.0) {
-            Ok((a, volatile)) => reply.attr(
-                if volatile { &Duration::ZERO } else { &TTL },
-                &self.file_attr(&a),
-            ),
+            Ok(e) => reply.attr(&e.ttl, &self.file_attr(&e.attr)),
             Err(e) => reply.error(self.fail("getattr", ino.0, &e)),
         }
     }
@@ -247,21 +233,13 @@ impl Filesystem for LooseFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let ttl = if crate::control::is_control(ino.0) {
-            Duration::ZERO
-        } else {
-            TTL
-        };
-        let r = self.server.readdir(ino.0, offset, |e| {
-            let Ok(a) = self.server.listing_attr(e.ino) else {
-                return false;
-            };
+        let r = self.server.readdirplus(ino.0, offset, |e, entry| {
             reply.add(
                 INodeNo(e.ino),
                 e.next_offset,
                 OsStr::from_bytes(&e.name),
-                &ttl,
-                &self.file_attr(&a),
+                &entry.ttl,
+                &self.file_attr(&entry.attr),
                 Generation(0),
             )
         });

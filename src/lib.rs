@@ -1,23 +1,32 @@
 //! loosefs: mount a packed machine-learning dataset so unmodified loaders see ordinary files.
 //!
-//! Layers, bottom up: [`format`] (the pack: a ZIP64 archive plus a fixed-record index),
-//! [`namespace`] (inodes, lookups, listings and checked reads, testable without a mount),
-//! [`server`] (the namespace plus [`stats`], [`prefetch`], [`pagecache`] pinning, [`warm`] and
-//! the [`control`] directory, and [`decode`]d views), [`fuse`] (a thin fuser adaptor), [`mount`] (daemon lifecycle), and the commands
-//! [`packer`] (`pack`, reading a [`source`] tree or zip) and [`verify`] (`verify`, `info`).
+//! The read path, top down (`docs/DESIGN.md` walks it from a FUSE READ to bytes):
+//! [`fuse`] (a thin fuser adaptor) → [`server`] (the router over backends: catalog, stored
+//! samples, decoded views, control files) → [`catalog`] (what files exist and where their bytes
+//! come from, an [`catalog::Extent`] per file) → [`readahead`] and [`samples`] (read-ahead in
+//! storage order, checked reads) over [`storage`] (byte ranges of objects and their page
+//! cache) → [`decode`] for decoded views. Beside it: [`ino`] (inode spaces), [`view`] (view
+//! geometry), [`stats`] and [`report`] (counters and the typed reports), [`memory`] (budgets),
+//! [`options`] and [`mount`] (the daemon's options and lifecycle), [`client`] (the `stats`,
+//! `warm`, `drop-cache` commands), and the pack itself: [`format`], [`packer`] (`pack`, reading
+//! a [`source`] tree or zip) and [`verify`] (`verify`, `info`).
 
+pub mod catalog;
 pub mod client;
-pub mod control;
 pub mod decode;
 pub mod format;
 pub mod fuse;
+pub mod ino;
+pub mod memory;
 pub mod mount;
-pub mod namespace;
+pub mod options;
 pub mod packer;
-pub mod pagecache;
-pub mod prefetch;
+pub mod readahead;
+pub mod report;
+pub mod samples;
 pub mod server;
 pub mod source;
 pub mod stats;
+pub mod storage;
 pub mod verify;
-pub mod warm;
+pub mod view;

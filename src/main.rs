@@ -1,7 +1,7 @@
 //! The `loosefs` command line: parses arguments (clap) and calls the library.
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use loosefs::format::reader::Pack;
 use std::path::PathBuf;
 
@@ -14,75 +14,6 @@ use std::path::PathBuf;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
-}
-
-/// A decoded view (`--decode`).
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum ViewArg {
-    /// `x.npy` beside every JPEG `x.JPEG`: NumPy .npy v1.0, uint8, shape (H, W, 3).
-    Npy,
-    /// `x.JPEG` itself serves a binary PPM (P6) of its RGB pixels.
-    Ppm,
-}
-
-/// Decoded views of the JPEG samples.
-#[derive(Args)]
-struct DecodeArgs {
-    /// Serve decoded views of every JPEG: `npy`, `ppm`, or both (`--decode npy,ppm`).
-    #[arg(long, value_enum, value_delimiter = ',')]
-    decode: Vec<ViewArg>,
-    /// With `--decode npy`: list only the `.npy` views, not the JPEGs.
-    #[arg(long)]
-    decoded_only: bool,
-    /// Decode at the smallest DCT scale (1/2, 1/4, 1/8) whose longer side is still ≥ N pixels.
-    #[arg(long, value_name = "N")]
-    decode_max_side: Option<u32>,
-    /// Budget of the decoded cache (bytes of pixels, least recently used evicted), e.g. 2G.
-    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_budget)]
-    decode_cache: u64,
-    /// Decode threads (default: one per core).
-    #[arg(long, value_name = "N")]
-    decode_threads: Option<usize>,
-    /// JPEGs decoded ahead of a reader that walks the pack in order (0 disables).
-    #[arg(long, value_name = "N", default_value_t = 8)]
-    decode_ahead: usize,
-}
-
-impl DecodeArgs {
-    fn views(&self) -> Result<loosefs::decode::view::Views> {
-        let v = loosefs::decode::view::Views {
-            npy: self.decode.contains(&ViewArg::Npy),
-            ppm: self.decode.contains(&ViewArg::Ppm),
-            decoded_only: self.decoded_only,
-            max_side: self.decode_max_side,
-        };
-        if v.decoded_only && !v.npy {
-            anyhow::bail!(
-                "--decoded-only needs --decode npy (a PPM view already replaces the JPEG)"
-            );
-        }
-        if v.max_side.is_some() && !v.any() {
-            anyhow::bail!("--decode-max-side needs --decode npy or --decode ppm");
-        }
-        if v.max_side == Some(0) {
-            anyhow::bail!("--decode-max-side must be at least 1");
-        }
-        Ok(v)
-    }
-
-    fn options(&self) -> loosefs::decode::DecodeOptions {
-        loosefs::decode::DecodeOptions {
-            cache_bytes: self.decode_cache,
-            threads: self
-                .decode_threads
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
-            ahead: self.decode_ahead,
-        }
-    }
-}
-
-fn parse_budget(s: &str) -> Result<u64, String> {
-    loosefs::pagecache::parse_size(s)?.ok_or_else(|| "give a size such as 512M or 2G".into())
 }
 
 #[derive(Subcommand)]
@@ -119,42 +50,8 @@ enum Cmd {
     Mount {
         pack: PathBuf,
         mountpoint: PathBuf,
-        /// Serve in the foreground instead of starting a daemon.
-        #[arg(long, short = 'f')]
-        foreground: bool,
-        /// FUSE worker threads. A thread waiting for the disk serves nothing else, so this caps
-        /// the reads in flight on a cold pack.
-        #[arg(long, default_value_t = 16)]
-        threads: usize,
-        /// Kernel read-ahead for this mount in KiB (0 keeps the kernel default of 128). Measured
-        /// on the ImageNet sample, cold, 1 reader, 5 runs: 1024 gave +33% in order but -25%
-        /// shuffled (one READ per sample instead of two in parallel), so the default is 0.
-        #[arg(long, default_value_t = 0)]
-        read_ahead_kb: u32,
-        /// Log file of the background daemon (default: discarded). Level from RUST_LOG.
-        #[arg(long)]
-        log: Option<PathBuf>,
-        /// Largest read-ahead window in pack order, MiB (0 disables read-ahead across samples).
-        #[arg(long, default_value_t = 64)]
-        prefetch_max_mb: u64,
-        /// Keep this much of the pack resident (mlock), from its start: a size such as 2G or
-        /// 512M, or `all`. Refused when it does not fit in available memory or the cgroup limit.
-        #[arg(long, value_parser = parse_pin)]
-        pin: Option<u64>,
-        /// Stream the whole pack into the page cache in the background after mounting.
-        #[arg(long)]
-        warm: bool,
-        /// Keep a sample's pack pages cached after serving it. By default they are dropped: the
-        /// mount's own page cache holds the same bytes, and keeping both caches them twice.
-        #[arg(long)]
-        keep_pack_cache: bool,
-        /// While a reader walks the pack in order, push this many following samples into the
-        /// kernel's page cache ahead of it (FUSE_NOTIFY_STORE), so their reads need no round
-        /// trip to the daemon. 0 disables.
-        #[arg(long, default_value_t = 64)]
-        push_ahead: usize,
         #[command(flatten)]
-        decode: DecodeArgs,
+        opts: loosefs::options::MountArgs,
     },
     /// Print a mount's statistics (requests, bytes, page-cache and read-ahead hits, pinned
     /// bytes, warm progress, latency percentiles).
@@ -207,10 +104,6 @@ enum Cmd {
     },
 }
 
-fn parse_pin(s: &str) -> Result<u64, String> {
-    Ok(loosefs::pagecache::parse_size(s)?.unwrap_or(u64::MAX))
-}
-
 fn open(pack: &std::path::Path) -> Result<Pack> {
     Pack::open(pack).with_context(|| format!("cannot open pack {}", pack.display()))
 }
@@ -257,34 +150,10 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Mount {
             pack,
             mountpoint,
-            foreground,
-            threads,
-            read_ahead_kb,
-            log,
-            prefetch_max_mb,
-            pin,
-            warm,
-            keep_pack_cache,
-            push_ahead,
-            decode,
-        } => {
-            let opts = loosefs::mount::MountOptions {
-                foreground,
-                threads,
-                read_ahead_kb,
-                log,
-                prefetch_max_mb,
-                pin,
-                warm,
-                keep_pack_cache,
-                push_ahead,
-                views: decode.views()?,
-                decode: decode.options(),
-            };
-            loosefs::mount::mount(&pack, &mountpoint, &opts)?;
-        }
+            opts,
+        } => loosefs::mount::mount(&pack, &mountpoint, &opts)?,
         Cmd::Stats { mountpoint, json } => {
-            let v = loosefs::client::read_control(&mountpoint, "stats")?;
+            let v: loosefs::report::Report = loosefs::client::read_control(&mountpoint, "stats")?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
@@ -292,7 +161,8 @@ fn run(cli: Cli) -> Result<i32> {
             }
         }
         Cmd::Warm { mountpoint, wait } => {
-            let v = loosefs::client::read_control(&mountpoint, "warm")?;
+            let v: loosefs::report::WarmCommandReport =
+                loosefs::client::read_control(&mountpoint, "warm")?;
             if !wait {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
@@ -300,7 +170,8 @@ fn run(cli: Cli) -> Result<i32> {
             }
         }
         Cmd::DropCache { mountpoint } => {
-            let v = loosefs::client::read_control(&mountpoint, "drop-cache")?;
+            let v: loosefs::report::DropCacheReport =
+                loosefs::client::read_control(&mountpoint, "drop-cache")?;
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
         Cmd::Umount { mountpoint, lazy } => loosefs::mount::unmount(&mountpoint, lazy)?,

@@ -10,8 +10,8 @@
 
 use crate::format::reader::Pack;
 use crate::fuse::LooseFs;
-use crate::namespace::Namespace;
-use crate::server::{Server, ServerOptions};
+use crate::options::MountArgs;
+use crate::server::Server;
 use anyhow::{Context, Result, bail};
 use fuser::{Config, MountOption, Session, SessionACL};
 use std::io::{Read, Write};
@@ -22,33 +22,6 @@ use std::time::Duration;
 
 /// Environment variable carrying the readiness pipe's fd from the launcher to the daemon.
 const READY_FD_ENV: &str = "LOOSEFS_READY_FD";
-
-/// Options of `loosefs mount`.
-#[derive(Debug, Clone)]
-pub struct MountOptions {
-    /// Stay in the foreground (do not daemonise).
-    pub foreground: bool,
-    /// FUSE event-loop threads.
-    pub threads: usize,
-    /// Kernel read-ahead for the mount's backing device info, KiB (0 = leave the default).
-    pub read_ahead_kb: u32,
-    /// Where the background daemon writes its log (default: discarded).
-    pub log: Option<PathBuf>,
-    /// Largest read-ahead window in pack order, MiB (0 disables).
-    pub prefetch_max_mb: u64,
-    /// Pin this many bytes of the pack (`Some(u64::MAX)`: all of it).
-    pub pin: Option<u64>,
-    /// Warm the whole pack into the page cache after mounting.
-    pub warm: bool,
-    /// Keep samples' pack pages cached after serving them.
-    pub keep_pack_cache: bool,
-    /// Samples pushed ahead of an in-order reader into the kernel's cache (0 disables).
-    pub push_ahead: usize,
-    /// Decoded views served.
-    pub views: crate::decode::view::Views,
-    /// Decode pool and cache.
-    pub decode: crate::decode::DecodeOptions,
-}
 
 /// State of a path that is about to become a mountpoint.
 fn check_mountpoint(mnt: &Path) -> Result<PathBuf> {
@@ -125,12 +98,13 @@ fn unescape_mountinfo(s: &str) -> String {
 
 /// `loosefs mount`: validates the pack and the mountpoint, then serves in the foreground or
 /// launches the daemon and waits until the mount is ready.
-pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountOptions) -> Result<()> {
+pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
+    opts.decode.views()?;
     let pack =
         Pack::open(pack_path).with_context(|| format!("cannot mount {}", pack_path.display()))?;
     let mnt_abs = check_mountpoint(mnt)?;
     if let Some(bytes) = opts.pin {
-        crate::pagecache::check_pin_budget(bytes.min(pack.file_len()))
+        crate::memory::check_pin_budget(bytes.min(pack.file_len()))
             .with_context(|| format!("cannot pin {}", pack_path.display()))?;
     }
     if opts.foreground {
@@ -145,7 +119,7 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountOptions) -> Result<()> {
     launch(pack_path, mnt, opts)
 }
 
-fn launch(pack_path: &Path, mnt: &Path, opts: &MountOptions) -> Result<()> {
+fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     // Called from `loosefs mount ...`: re-run it with --foreground as the daemon.
     let (rx, tx) = nix::unistd::pipe().context("cannot create a pipe")?;
     nix::fcntl::fcntl(
@@ -186,9 +160,10 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountOptions) -> Result<()> {
 
 /// Serves the pack until unmounted or signalled. `ready` (if any) receives `ready\n` once the
 /// mount answers.
-fn serve(pack: Pack, mnt: &Path, opts: &MountOptions, ready: Option<OwnedFd>) -> Result<()> {
+fn serve(pack: Pack, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Result<()> {
     let euid = nix::unistd::geteuid();
     let meta = std::fs::metadata(pack.path())?;
+    let pack_path = pack.path().to_path_buf();
     use std::os::unix::fs::MetadataExt;
     let name: String = pack
         .path()
@@ -206,7 +181,8 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountOptions, ready: Option<OwnedFd>) ->
                 .collect()
         })
         .unwrap_or_default();
-    if opts.views.any() {
+    let views = opts.decode.views()?;
+    if views.any() {
         // Decoded images (hundreds of KiB each) are allocated and freed all the time: a fixed
         // mmap threshold gives their memory back to the system on free, so the daemon's RSS
         // follows the decoded cache instead of the allocator's high-water mark.
@@ -215,18 +191,9 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountOptions, ready: Option<OwnedFd>) ->
             libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
         }
     }
-    let server = Arc::new(Server::new(
-        Namespace::with_views(pack, opts.views),
-        ServerOptions {
-            prefetch_max: opts.prefetch_max_mb << 20,
-            pin: opts.pin,
-            warm: opts.warm,
-            keep_pack_cache: opts.keep_pack_cache,
-            mountpoint: mnt.display().to_string(),
-            threads: opts.threads,
-            decode: opts.decode,
-        },
-    ));
+    let server = Server::local(pack, views, opts.server_options(mnt))
+        .context("cannot open the pack for serving")?;
+    let server = Arc::new(server);
     let fs = LooseFs::new(server.clone(), meta.uid(), meta.gid());
     let mut cfg = Config::default();
     cfg.mount_options = vec![
@@ -248,10 +215,9 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountOptions, ready: Option<OwnedFd>) ->
     let bg = session.spawn()?;
     let notifier = bg.notifier();
     let pusher = bg.notifier();
-    server.start_push(
-        opts.push_ahead,
-        Box::new(move |ino, data| pusher.store(fuser::INodeNo(ino), 0, data)),
-    );
+    server.start_push(Box::new(move |ino, data| {
+        pusher.store(fuser::INodeNo(ino), 0, data)
+    }));
     server.set_invalidate(Box::new(move |ino| {
         let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
     }));
@@ -271,7 +237,7 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountOptions, ready: Option<OwnedFd>) ->
         drop(f);
         redirect_stderr(opts.log.as_deref())?;
     }
-    log::info!("serving {} at {}", mnt.display(), mnt.display());
+    log::info!("serving {} at {}", pack_path.display(), mnt.display());
     let (tx, rx) = std::sync::mpsc::channel();
     let signals_handle = signals.handle();
     std::thread::spawn(move || {

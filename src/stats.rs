@@ -1,11 +1,10 @@
-//! Daemon statistics: lock-free counters and latency histograms updated on the request path,
-//! turned into a JSON-serialisable [`Snapshot`] for `<mnt>/.loosefs/stats` and `loosefs stats`.
+//! Request statistics: lock-free counters and latency histograms updated on the request path,
+//! read into a [`crate::report::Report`] for `<mnt>/.loosefs/stats` and `loosefs stats`.
 //!
 //! Latencies go into 64 power-of-two nanosecond buckets per operation (one atomic add per
 //! request); percentiles are read from the bucket upper bounds, so they are accurate to a
 //! factor of two at worst, and exact enough to tell 10 µs from 100 µs.
 
-use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
@@ -101,18 +100,9 @@ impl Histogram {
     }
 }
 
-/// Latency summary of one operation, µs (bucket upper bounds capped at the maximum: at most
-/// 2× the true value).
-#[derive(Debug, Clone, Serialize)]
-pub struct Latency {
-    pub count: u64,
-    pub p50_us: f64,
-    pub p90_us: f64,
-    pub p99_us: f64,
-    pub max_us: f64,
-}
+pub use crate::report::Latency;
 
-/// All counters of a running daemon.
+/// Request counters of a running daemon (read-ahead and decode keep their own).
 #[derive(Debug, Default)]
 pub struct Stats {
     latency: [Histogram; 7],
@@ -120,24 +110,6 @@ pub struct Stats {
     pub errors: AtomicU64,
     /// Bytes returned by READ.
     pub bytes_served: AtomicU64,
-    /// READs whose pack bytes were all resident in the page cache when served.
-    pub page_cache_hits: AtomicU64,
-    /// READs that had to wait for at least one pack page from disk.
-    pub page_cache_misses: AtomicU64,
-    /// Bytes the read-ahead asked the kernel to bring in.
-    pub prefetch_bytes: AtomicU64,
-    /// Read-ahead requests issued.
-    pub prefetch_requests: AtomicU64,
-    /// READs that fell inside a range already prefetched by their stream.
-    pub prefetch_hits: AtomicU64,
-    /// Samples pushed ahead into the kernel's page cache (FUSE_NOTIFY_STORE).
-    pub pushed_samples: AtomicU64,
-    /// Bytes pushed ahead.
-    pub pushed_bytes: AtomicU64,
-    /// Times the kernel asked for a pushed sample (its cache was dropped) and pushing restarted.
-    pub push_resets: AtomicU64,
-    /// Samples whose pack pages were dropped after being served in full.
-    pub samples_evicted: AtomicU64,
 }
 
 impl Stats {

@@ -7,7 +7,8 @@
 mod common;
 
 use common::*;
-use loosefs::decode::codec::{decode_rgb, pick_denom, scaled_dims};
+use loosefs::decode::codec::decode_rgb;
+use loosefs::view::{pick_denom, scaled_dims};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

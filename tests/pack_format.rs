@@ -5,9 +5,65 @@
 mod common;
 
 use common::*;
+use loosefs::catalog::native::NativeCatalog;
+use loosefs::catalog::{Attr, Catalog, DirEntry, FsError};
 use loosefs::format::reader::Pack;
 use loosefs::format::{FormatError, INDEX_MEMBER};
-use loosefs::namespace::{FsError, Namespace, ROOT_INO};
+use loosefs::ino::ROOT_INO;
+use loosefs::samples::{CHECK_CHUNK, Samples};
+use loosefs::storage::local::LocalStorage;
+use std::sync::Arc;
+
+/// The native catalog of a pack and checked reads from its local file, with no mount.
+struct Ns {
+    cat: Arc<NativeCatalog>,
+    samples: Samples,
+}
+
+impl Ns {
+    fn new(p: Pack) -> Ns {
+        let storage = Arc::new(LocalStorage::for_pack(&p).unwrap());
+        let cat = Arc::new(NativeCatalog::new(p, Default::default()));
+        let samples = Samples::new(cat.clone(), storage);
+        Ns { cat, samples }
+    }
+    fn readdir(
+        &self,
+        ino: u64,
+        off: u64,
+    ) -> Result<std::vec::IntoIter<DirEntry<'static>>, FsError> {
+        let mut v = Vec::new();
+        self.cat.readdir(ino, off, &mut |e| {
+            v.push(DirEntry {
+                name: e.name.into_owned().into(),
+                ..e
+            });
+            false
+        })?;
+        Ok(v.into_iter())
+    }
+    fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
+        self.cat.lookup(parent, name)
+    }
+    fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
+        self.cat.getattr(ino)
+    }
+    fn path_of(&self, ino: u64) -> String {
+        self.cat.path_of(ino)
+    }
+    fn next_file(&self, ino: u64) -> Option<u64> {
+        self.cat.next_file(ino)
+    }
+    fn read<'b>(
+        &self,
+        ino: u64,
+        off: u64,
+        size: u32,
+        buf: &'b mut Vec<u8>,
+    ) -> Result<&'b [u8], FsError> {
+        self.samples.read(ino, off, size, buf)
+    }
+}
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -153,7 +209,7 @@ fn zip_tools_accept_the_pack_and_extract_the_source_tree() {
 #[test]
 fn namespace_lookups_listings_and_reads() {
     let (_tmp, src, out) = tree_and_pack("4096");
-    let ns = Namespace::new(Pack::open(&out).unwrap());
+    let ns = Ns::new(Pack::open(&out).unwrap());
     let names = |ino| -> Vec<String> {
         ns.readdir(ino, 0)
             .unwrap()
@@ -592,23 +648,23 @@ fn samples_larger_than_a_check_chunk_are_checked_in_chunks_and_served_by_range()
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
     std::fs::create_dir_all(src.join("big")).unwrap();
-    let n = loosefs::namespace::CHECK_CHUNK + 3 * 4096 + 17;
+    let n = CHECK_CHUNK + 3 * 4096 + 17;
     let data: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::write(src.join("big/blob.bin"), &data).unwrap();
     let out = tmp.path().join("b.pack");
     pack(&src, &out, &[]);
-    let ns = Namespace::new(Pack::open(&out).unwrap());
+    let ns = Ns::new(Pack::open(&out).unwrap());
     let dir = ns.lookup(ROOT_INO, b"big").unwrap();
     let f = ns.lookup(dir.ino, b"blob.bin").unwrap();
     let mut buf = Vec::new();
-    for off in [0usize, 4096, loosefs::namespace::CHECK_CHUNK - 5, n - 100] {
+    for off in [0usize, 4096, CHECK_CHUNK - 5, n - 100] {
         let got = ns.read(f.ino, off as u64, 1 << 20, &mut buf).unwrap();
         assert_eq!(got, &data[off..(off + (1 << 20)).min(n)], "offset {off}");
     }
     // Damage a byte past the first chunk: the chunked check catches it, from any offset.
     let off = data_offset(&out, "big/blob.bin") + n as u64 - 10;
     flip(&out, off);
-    let ns = Namespace::new(Pack::open(&out).unwrap());
+    let ns = Ns::new(Pack::open(&out).unwrap());
     let dir = ns.lookup(ROOT_INO, b"big").unwrap();
     let f = ns.lookup(dir.ino, b"blob.bin").unwrap();
     assert!(matches!(
@@ -625,7 +681,7 @@ fn next_file_walks_pack_order() {
         .into_iter()
         .map(|(_, i)| u64::from(i) + 1)
         .collect();
-    let ns = Namespace::new(p);
+    let ns = Ns::new(p);
     let mut walked = Vec::new();
     let mut cur = order[0];
     walked.push(cur);

@@ -6,7 +6,7 @@
 //! across a decode.
 
 use super::codec::Rgb;
-use crate::namespace::FsError;
+use crate::catalog::FsError;
 use lru::LruCache;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,20 +31,7 @@ struct State {
     inflight: HashMap<u32, Vec<Waiter>>,
 }
 
-/// Figures for the stats report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct CacheFigures {
-    /// Budget, bytes of pixels.
-    pub budget_bytes: u64,
-    /// Bytes of pixels cached now.
-    pub bytes: u64,
-    /// Images cached now.
-    pub entries: u64,
-    /// Images evicted since the mount.
-    pub evictions: u64,
-    /// Decodes under way.
-    pub in_flight: u64,
-}
+pub use crate::report::CacheFigures;
 
 /// Decoded images bounded by `budget` bytes of pixels.
 pub struct DecodedCache {

@@ -11,15 +11,13 @@
 //! falls back to zune-jpeg, and a fallback at a reduced scale is box-filtered down to the size
 //! turbojpeg would have produced, so a file's size never depends on which decoder ran.
 
+use crate::view::scaled_dims;
 use std::cell::RefCell;
 use turbojpeg::{Decompressor, Image, PixelFormat, ScalingFactor};
 use zune_jpeg::JpegDecoder;
 use zune_jpeg::zune_core::bytestream::ZCursor;
 use zune_jpeg::zune_core::colorspace::ColorSpace;
 use zune_jpeg::zune_core::options::DecoderOptions;
-
-/// Scale denominators turbojpeg can decode at in the DCT domain (1/1, 1/2, 1/4, 1/8).
-pub const SCALES: [u32; 4] = [1, 2, 4, 8];
 
 /// Largest decoded image served, bytes of RGB pixels (a 16384×10922 image): a header that
 /// claims more (up to 65535×65535, 12 GiB) is refused before any allocation.
@@ -75,25 +73,6 @@ const WARNINGS: [&str; 6] = [
 fn is_warning(msg: &str) -> bool {
     let m = msg.strip_prefix("TurboJPEG error: ").unwrap_or(msg);
     WARNINGS.iter().any(|w| m.starts_with(w))
-}
-
-/// Size of an image `width`×`height` decoded at 1/`denom` scale, as libjpeg-turbo computes it
-/// (`TJSCALED`: each side rounded up).
-pub fn scaled_dims(width: u32, height: u32, denom: u32) -> (u32, u32) {
-    (width.div_ceil(denom), height.div_ceil(denom))
-}
-
-/// The smallest scale denominator from [`SCALES`] whose scaled longer side is still ≥
-/// `max_side` (1 when `max_side` is `None` or the image is already smaller).
-pub fn pick_denom(width: u32, height: u32, max_side: Option<u32>) -> u32 {
-    let Some(target) = max_side else { return 1 };
-    let long = width.max(height);
-    SCALES
-        .iter()
-        .rev()
-        .copied()
-        .find(|&d| long.div_ceil(d) >= target)
-        .unwrap_or(1)
 }
 
 thread_local! {
@@ -222,17 +201,6 @@ pub fn decode_rgb(jpeg: &[u8], denom: u32, width: u32, height: u32) -> Result<Rg
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn denominators_keep_the_long_side_at_least_max_side() {
-        assert_eq!(pick_denom(500, 375, None), 1);
-        assert_eq!(pick_denom(500, 375, Some(256)), 1); // 250 < 256
-        assert_eq!(pick_denom(500, 375, Some(250)), 2);
-        assert_eq!(pick_denom(500, 375, Some(63)), 8); // ceil(500/8) = 63
-        assert_eq!(pick_denom(500, 375, Some(64)), 4);
-        assert_eq!(pick_denom(100, 80, Some(1000)), 1);
-        assert_eq!(scaled_dims(501, 375, 2), (251, 188));
-    }
 
     #[test]
     fn box_downscale_averages_blocks_and_edges() {

@@ -1,4 +1,7 @@
-//! Decoded views of a JPEG sample and their byte layout: a file is a small header followed by
+//! Geometry of decoded views (shared by the catalog, which sizes them, and the decoder, which
+//! fills them): which views a mount serves, the DCT scale rule, names, and the byte layout.
+//!
+//! A view file is a small header followed by
 //! the RGB pixels (HWC, uint8), so every size is known at `stat` time from the dimensions in
 //! the index, and any byte range is a slice of the header or of the cached pixels.
 //!
@@ -7,6 +10,66 @@
 //!   `\n` so that the data starts at a multiple of 64 bytes — byte-identical to `np.save` of a
 //!   uint8 array of shape (H, W, 3).
 //! - PPM: Netpbm binary `P6` (netpbm.sourceforge.net/doc/ppm.html): `P6\n<W> <H>\n255\n`.
+
+/// Scale denominators turbojpeg can decode at in the DCT domain (1/1, 1/2, 1/4, 1/8).
+pub const SCALES: [u32; 4] = [1, 2, 4, 8];
+
+/// Size of an image `width`×`height` decoded at 1/`denom` scale, as libjpeg-turbo computes it
+/// (`TJSCALED`: each side rounded up).
+pub fn scaled_dims(width: u32, height: u32, denom: u32) -> (u32, u32) {
+    (width.div_ceil(denom), height.div_ceil(denom))
+}
+
+/// The smallest scale denominator from [`SCALES`] whose scaled longer side is still ≥
+/// `max_side` (1 when `max_side` is `None` or the image is already smaller).
+pub fn pick_denom(width: u32, height: u32, max_side: Option<u32>) -> u32 {
+    let Some(target) = max_side else { return 1 };
+    let long = width.max(height);
+    SCALES
+        .iter()
+        .rev()
+        .copied()
+        .find(|&d| long.div_ceil(d) >= target)
+        .unwrap_or(1)
+}
+
+/// Shape of one decoded view of one JPEG: what the catalog records so that `stat` knows the
+/// size and the decoder knows what to produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ViewGeom {
+    /// Format of the view file.
+    pub kind: ViewKind,
+    /// Decoded width in pixels (after scaling).
+    pub width: u32,
+    /// Decoded height in pixels (after scaling).
+    pub height: u32,
+    /// DCT scale denominator (1, 2, 4 or 8).
+    pub denom: u32,
+}
+
+impl ViewGeom {
+    /// The view of a `width`×`height` JPEG scaled by [`pick_denom`] for `max_side`.
+    pub fn new(kind: ViewKind, width: u32, height: u32, max_side: Option<u32>) -> ViewGeom {
+        let denom = pick_denom(width, height, max_side);
+        let (width, height) = scaled_dims(width, height, denom);
+        ViewGeom {
+            kind,
+            width,
+            height,
+            denom,
+        }
+    }
+
+    /// The view file's header bytes.
+    pub fn header(&self) -> Vec<u8> {
+        header(self.kind, self.width, self.height)
+    }
+
+    /// The view file's size in bytes (header + pixels).
+    pub fn size(&self) -> u64 {
+        size(self.kind, self.width, self.height)
+    }
+}
 
 /// Which decoded views a mount serves (`loosefs mount --decode …`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -104,6 +167,17 @@ pub fn stem(name: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn denominators_keep_the_long_side_at_least_max_side() {
+        assert_eq!(pick_denom(500, 375, None), 1);
+        assert_eq!(pick_denom(500, 375, Some(256)), 1); // 250 < 256
+        assert_eq!(pick_denom(500, 375, Some(250)), 2);
+        assert_eq!(pick_denom(500, 375, Some(63)), 8); // ceil(500/8) = 63
+        assert_eq!(pick_denom(500, 375, Some(64)), 4);
+        assert_eq!(pick_denom(100, 80, Some(1000)), 1);
+        assert_eq!(scaled_dims(501, 375, 2), (251, 188));
+    }
 
     #[test]
     fn npy_header_is_what_numpy_writes() {

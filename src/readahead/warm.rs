@@ -1,16 +1,15 @@
-//! Whole-pack warm: streams the pack's sample data sequentially into the page cache on a
-//! background thread, so a shuffled first epoch runs from memory instead of random reads.
+//! Whole-object warm: streams a storage object's sample data sequentially into its cache on
+//! background threads, so a shuffled first epoch runs from memory instead of random reads.
 //!
-//! Four threads take 8 MiB steps front to back from a shared counter and read them with `pread`
-//! (several requests in flight: on this machine's virtio disk one stream reads at 0.3-2.8 GB/s,
-//! four at up to 6.9 GB/s, measured with parallel `dd`). Progress is the contiguous prefix done;
-//! it stops
-//! at a budget: the pinned size when pinning, else what fits in `MemAvailable` at the start less
-//! a margin, so warming never pushes the trainer's memory out.
+//! Four threads take 8 MiB steps front to back from a shared counter (several requests in
+//! flight: a virtual or network disk streams several times faster with four outstanding reads
+//! than with one; `docs/DESIGN.md` has the figures). Progress is the contiguous prefix done. It
+//! stops at a budget: the pinned size when pinning, else what fits in `MemAvailable` at the
+//! start less a margin, so warming never pushes the trainer's memory out.
 
-use crate::pagecache::{MEMORY_MARGIN, mem_available};
-use serde::Serialize;
-use std::os::unix::fs::FileExt;
+use crate::catalog::ObjectId;
+use crate::memory::{MEMORY_MARGIN, mem_available};
+use crate::storage::Storage;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -19,20 +18,9 @@ const STEP: usize = 8 << 20;
 /// Concurrent reads while warming.
 const READERS: usize = 4;
 
-/// Warm progress as reported in stats.
-#[derive(Debug, Clone, Serialize)]
-pub struct WarmStatus {
-    /// `idle`, `running`, `done` or `failed`.
-    pub state: &'static str,
-    pub bytes_done: u64,
-    pub bytes_total: u64,
-    /// Throughput so far, MB/s (10^6 bytes).
-    pub mb_per_s: f64,
-    /// true when the budget was smaller than the pack's sample data.
-    pub limited_by_memory: bool,
-}
+pub use crate::report::{WarmState, WarmStatus};
 
-/// Background warmer of one pack.
+/// Background warmer of one storage object.
 #[derive(Debug, Default)]
 pub struct Warmer {
     state: AtomicU8,
@@ -48,11 +36,12 @@ const DONE: u8 = 2;
 const FAILED: u8 = 3;
 
 impl Warmer {
-    /// Starts warming `[0, data_end)` of `file` unless a warm is already running. Returns false
+    /// Starts warming `[0, data_end)` of `obj` unless a warm is already running. Returns false
     /// if one was running. `budget` caps the bytes read (None: memory-derived budget).
     pub fn start(
         self: &Arc<Self>,
-        file: std::fs::File,
+        storage: Arc<dyn Storage>,
+        obj: ObjectId,
         data_end: u64,
         budget: Option<u64>,
     ) -> bool {
@@ -98,7 +87,7 @@ impl Warmer {
                                 }
                                 let off = k * STEP as u64;
                                 let n = STEP.min((limit - off) as usize);
-                                if let Err(e) = file.read_exact_at(&mut buf[..n], off) {
+                                if let Err(e) = storage.read_at(obj, off, &mut buf[..n]) {
                                     log::error!("warm: read at {off} failed: {e}");
                                     failed.store(true, Relaxed);
                                     return;
@@ -146,10 +135,10 @@ impl Warmer {
             });
         WarmStatus {
             state: match self.state.load(Relaxed) {
-                RUNNING => "running",
-                DONE => "done",
-                FAILED => "failed",
-                _ => "idle",
+                RUNNING => WarmState::Running,
+                DONE => WarmState::Done,
+                FAILED => WarmState::Failed,
+                _ => WarmState::Idle,
             },
             bytes_done: done,
             bytes_total: self.total.load(Relaxed),

@@ -1,19 +1,15 @@
-//! Read-ahead in pack order, across sample boundaries.
-//!
-//! The kernel reads ahead within one file; it cannot know that file k+1 follows file k in the
-//! pack. This detects sequential progress per *region* of the pack (not per file handle: several
-//! DataLoader workers interleave, each walking its own region) and asks the kernel to bring the
-//! next bytes in (`madvise(WILLNEED)` on the pack mapping: asynchronous, no thread of ours).
-//! Modelled on mountpoint-s3's prefetcher: a stream starts on the second consecutive read, with
-//! a 1 MiB window that doubles each time the reader consumes half of it, up to a cap; a read
-//! that matches no stream starts a candidate stream, replacing the least recently used one.
+//! Stream detection over storage offsets: which reads walk an object in order, and how far
+//! ahead of each walk to read. Modelled on mountpoint-s3's prefetcher: a stream starts on the
+//! second consecutive read, with a 1 MiB window that doubles each time the reader consumes half
+//! of it, up to a cap; a read that matches no stream starts a candidate stream, replacing the
+//! least recently used one. Streams are per region of the object, not per file handle, so
+//! several DataLoader workers each walking their own region are separate streams.
 //!
 //! A read continues a stream only when it starts near the stream's end: right after it for a
-//! candidate, within a gap plus a few samples (the stream's last read size) either side once
-//! the stream is established, so several readers sharing one walk (a
-//! reader pool taking files in order) are one stream, while shuffled reads almost never land
-//! there. (Matching anywhere inside the growing window, as before, let 4 shuffled readers keep
-//! false streams alive: one cold shuffled pass over a 1.3 GB pack prefetched all of it.)
+//! candidate; within a gap plus a few samples (the stream's last read size) either side once
+//! the stream is established, so several readers sharing one walk (a reader pool taking files
+//! in order) are one stream, while shuffled reads almost never land there. `docs/DESIGN.md`
+//! gives the measurements behind this rule.
 
 use std::ops::Range;
 use std::sync::Mutex;
@@ -49,36 +45,36 @@ struct Stream {
 /// What the caller should do after a read.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Advice {
-    /// Range of the pack to prefetch now, if any.
+    /// Range of the object to read ahead now, if any.
     pub prefetch: Option<Range<u64>>,
-    /// The read fell inside a range this stream had already prefetched.
+    /// The read fell inside a range this stream had already read ahead (an established stream).
     pub hit: bool,
+    /// The read continues a stream (the read before it ended right here): an in-order reader,
+    /// even with read-ahead disabled.
+    pub continues: bool,
 }
 
-/// Stream detector over pack offsets.
+/// Stream detector over the offsets of one storage object.
 #[derive(Debug)]
-pub struct Prefetcher {
+pub struct Streams {
     inner: Mutex<(Vec<Stream>, u64)>,
     max_window: u64,
     limit: u64,
 }
 
-impl Prefetcher {
-    /// A prefetcher for a pack whose sample data ends at `limit` bytes, with windows up to
-    /// `max_window` bytes (0 disables read-ahead).
-    pub fn new(limit: u64, max_window: u64) -> Prefetcher {
-        Prefetcher {
+impl Streams {
+    /// Streams over an object whose sample data ends at `limit` bytes, with windows up to
+    /// `max_window` bytes (0 disables read-ahead; streams are still detected).
+    pub fn new(limit: u64, max_window: u64) -> Streams {
+        Streams {
             inner: Mutex::new((vec![Stream::default(); STREAMS], 0)),
             max_window,
             limit,
         }
     }
 
-    /// Notes a read of pack bytes `[start, end)` and says what to prefetch.
+    /// Notes a read of object bytes `[start, end)` and says what to read ahead.
     pub fn on_read(&self, start: u64, end: u64) -> Advice {
-        if self.max_window == 0 {
-            return Advice::default();
-        }
         let Ok(mut g) = self.inner.lock() else {
             return Advice::default();
         };
@@ -110,13 +106,17 @@ impl Prefetcher {
         s.len = end - start;
         let hit = s.window > 0 && end <= s.ahead;
         s.next = s.next.max(end);
-        if s.window == 0 {
-            s.window = MIN_WINDOW.min(self.max_window);
-        }
         let mut advice = Advice {
             prefetch: None,
             hit,
+            continues: true,
         };
+        if self.max_window == 0 {
+            return advice; // detection only: a candidate for ever, no hits, no read-ahead
+        }
+        if s.window == 0 {
+            s.window = MIN_WINDOW.min(self.max_window);
+        }
         // Extend when less than half a window remains ahead of the reader.
         if s.ahead < s.next + s.window / 2 {
             let from = s.ahead.max(s.next);
@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn sequential_reads_prefetch_with_a_growing_window() {
-        let p = Prefetcher::new(1 << 40, MAX_WINDOW);
+        let p = Streams::new(1 << 40, MAX_WINDOW);
         let (s, e) = sample(0, 0);
         assert_eq!(
             p.on_read(s, e),
@@ -197,7 +197,7 @@ mod tests {
 
     #[test]
     fn interleaved_regions_are_separate_streams_and_jumps_reset() {
-        let p = Prefetcher::new(1 << 40, MAX_WINDOW);
+        let p = Streams::new(1 << 40, MAX_WINDOW);
         let bases = [0u64, 10 << 30, 20 << 30, 30 << 30];
         let mut hits = [0; 4];
         for k in 0..500 {
@@ -208,7 +208,7 @@ mod tests {
         }
         assert!(hits.iter().all(|&h| h > 450), "{hits:?}");
         // Random jumps: no prefetch at all.
-        let p = Prefetcher::new(1 << 40, MAX_WINDOW);
+        let p = Streams::new(1 << 40, MAX_WINDOW);
         let mut x: u64 = 12345;
         let mut prefetched = 0;
         for _ in 0..1000 {
@@ -222,7 +222,7 @@ mod tests {
     }
 
     /// Reads of 40 KB samples every 44 KiB: `order` gives the sample of each read.
-    fn bytes_prefetched(p: &Prefetcher, order: impl Iterator<Item = u64>) -> (u64, u32) {
+    fn bytes_prefetched(p: &Streams, order: impl Iterator<Item = u64>) -> (u64, u32) {
         let (mut bytes, mut hits) = (0, 0);
         for k in order {
             let s = k * 44 * 1024;
@@ -245,7 +245,7 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             order.swap(i, ((x >> 33) % (i as u64 + 1)) as usize);
         }
-        let p = Prefetcher::new(n * 44 * 1024, MAX_WINDOW);
+        let p = Streams::new(n * 44 * 1024, MAX_WINDOW);
         let (bytes, _) = bytes_prefetched(&p, order.into_iter());
         let pack = n * 44 * 1024;
         assert!(
@@ -258,7 +258,7 @@ mod tests {
     fn readers_sharing_one_walk_are_one_stream() {
         // 4 readers taking files in order from a shared counter: reads arrive a little out of
         // order (here: each group of 4 reversed).
-        let p = Prefetcher::new(1 << 40, MAX_WINDOW);
+        let p = Streams::new(1 << 40, MAX_WINDOW);
         let order = (0..4000u64).map(|k| (k / 4) * 4 + 3 - k % 4);
         let (bytes, hits) = bytes_prefetched(&p, order);
         assert!(hits > 3800, "{hits}");
@@ -267,7 +267,7 @@ mod tests {
 
     #[test]
     fn skipped_samples_keep_the_stream() {
-        let p = Prefetcher::new(1 << 40, MAX_WINDOW);
+        let p = Streams::new(1 << 40, MAX_WINDOW);
         for k in 0..10 {
             let (s, e) = sample(0, k);
             p.on_read(s, e);
@@ -284,12 +284,15 @@ mod tests {
 
     #[test]
     fn prefetch_stops_at_the_end_of_the_data_and_can_be_disabled() {
-        let p = Prefetcher::new(300_000, MAX_WINDOW);
+        let p = Streams::new(300_000, MAX_WINDOW);
         p.on_read(0, 100_000);
         let a = p.on_read(100_000, 200_000);
         assert_eq!(a.prefetch, Some(200_000..300_000));
-        let off = Prefetcher::new(1 << 40, 0);
+        let off = Streams::new(1 << 40, 0);
         off.on_read(0, 10);
-        assert_eq!(off.on_read(10, 20), Advice::default());
+        let a = off.on_read(10, 20);
+        assert_eq!((a.prefetch, a.hit), (None, false));
+        assert!(a.continues, "streams are still detected");
+        assert!(!off.on_read(1 << 30, (1 << 30) + 10).continues);
     }
 }

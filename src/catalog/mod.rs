@@ -1,0 +1,183 @@
+//! Catalogs: what files a mount shows and where each file's bytes come from.
+//!
+//! A [`Catalog`] answers the namespace questions (lookup, attributes, listings, storage order)
+//! and, for every file, gives an [`Extent`]: the storage object holding its bytes, the byte
+//! range inside it, the checksum those bytes must match, and the [`Transform`] that turns them
+//! into the file's content. The read path never asks what kind of catalog it serves: the native
+//! pack index ([`native`]) is one implementation; catalogs over other packed formats or remote
+//! objects give extents in the same terms.
+
+pub mod native;
+
+use crate::view::{ViewGeom, Views};
+use std::borrow::Cow;
+use std::ops::Range;
+use std::path::PathBuf;
+
+/// Why a request failed; the FUSE adaptor maps each to an errno.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FsError {
+    /// No such inode or name (ENOENT).
+    #[error("no such file or directory")]
+    NotFound,
+    /// A directory operation on a file (ENOTDIR).
+    #[error("not a directory")]
+    NotDir,
+    /// A file operation on a directory (EISDIR).
+    #[error("is a directory")]
+    IsDir,
+    /// Stored data failed its check or lies outside the pack (EIO). The string says why.
+    #[error("corrupt sample: {0}")]
+    Corrupt(String),
+}
+
+/// File or directory.
+pub use crate::format::index::Kind;
+
+/// Attributes of an inode, in the units `stat(2)` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: u64,
+    /// Size in bytes (directories: 4096).
+    pub size: u64,
+    /// Allocated 512-byte blocks, counted in whole 4 KiB pages as ext4 does.
+    pub blocks: u64,
+    /// Modification time, seconds since the epoch.
+    pub mtime_sec: i64,
+    /// Nanoseconds of the modification time (< 10^9).
+    pub mtime_nsec: u32,
+    /// File or directory.
+    pub kind: Kind,
+    /// Permission bits (the source's, minus every write bit).
+    pub perm: u16,
+    /// Link count: 1 for files; 1 for directories too, the "subdirectory count unknown" value
+    /// (as btrfs reports), since counting subdirectories would cost O(children).
+    pub nlink: u32,
+    /// Preferred I/O size in bytes (`st_blksize`).
+    pub blksize: u32,
+}
+
+/// One directory entry as a listing returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry<'a> {
+    /// Inode of the entry.
+    pub ino: u64,
+    /// Offset to pass to continue after this entry.
+    pub next_offset: u64,
+    /// File or directory.
+    pub kind: Kind,
+    /// Name within the directory.
+    pub name: Cow<'a, [u8]>,
+}
+
+/// Figures for `statfs(2)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsStats {
+    /// Total size in `bsize` blocks.
+    pub blocks: u64,
+    /// Number of inodes (files and directories).
+    pub files: u64,
+    /// Block size, bytes.
+    pub bsize: u32,
+    /// Longest name, bytes.
+    pub namelen: u32,
+}
+
+/// Index of a storage object (a pack file, a shard, a remote object) among a catalog's
+/// [`Catalog::objects`].
+pub type ObjectId = u32;
+
+/// A storage object a catalog's bytes come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Where it is (a local path today).
+    pub path: PathBuf,
+    /// Its size, bytes.
+    pub len: u64,
+    /// End of the sample data inside it (read-ahead and warm stop here), bytes.
+    pub data_end: u64,
+}
+
+/// How a file's content is made from its stored bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transform {
+    /// The stored bytes are the content.
+    Identity,
+    /// The stored bytes are a JPEG; the content is this decoded view of it.
+    Decode(ViewGeom),
+}
+
+/// Where the bytes of one file come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extent {
+    /// The catalog record the bytes belong to (a view's JPEG record).
+    pub record: u32,
+    /// The storage object holding them.
+    pub object: ObjectId,
+    /// Byte range of the stored bytes inside the object.
+    pub range: Range<u64>,
+    /// CRC-32 (IEEE, as zip) the stored bytes must match before any of them is served.
+    pub crc32: u32,
+    /// What turns the stored bytes into the file's content.
+    pub transform: Transform,
+}
+
+impl Extent {
+    /// Length of the stored bytes.
+    pub fn len(&self) -> u64 {
+        self.range.end - self.range.start
+    }
+
+    /// True when no bytes are stored (an empty file).
+    pub fn is_empty(&self) -> bool {
+        self.range.is_empty()
+    }
+}
+
+/// What files exist and where their bytes come from. Implementations are immutable once built
+/// and shared by every FUSE thread.
+pub trait Catalog: Send + Sync {
+    /// Attributes of `ino`. Errors: [`FsError::NotFound`].
+    fn getattr(&self, ino: u64) -> Result<Attr, FsError>;
+
+    /// Looks up `name` in directory `parent` (`.` and `..` included).
+    /// Errors: [`FsError::NotFound`], [`FsError::NotDir`].
+    fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, FsError>;
+
+    /// Lists directory `ino` from `offset` (0 = from the start; `.` and `..` first), calling
+    /// `add` per entry until it returns true (full). Errors: [`FsError::NotFound`],
+    /// [`FsError::NotDir`].
+    fn readdir(
+        &self,
+        ino: u64,
+        offset: u64,
+        add: &mut dyn FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<(), FsError>;
+
+    /// Where the bytes of file `ino` come from. Errors: [`FsError::NotFound`],
+    /// [`FsError::IsDir`], [`FsError::Corrupt`] (the recorded range lies outside the data).
+    fn extent(&self, ino: u64) -> Result<Extent, FsError>;
+
+    /// The file after `ino` in storage order (the order its bytes lie in the objects), `None`
+    /// after the last one. Read-ahead and push-ahead walk it.
+    fn next_file(&self, ino: u64) -> Option<u64>;
+
+    /// Path of `ino` from the mount root, for log messages (e.g. `n01440764/x.JPEG`).
+    fn path_of(&self, ino: u64) -> String;
+
+    /// Figures for `statfs`.
+    fn statfs(&self) -> FsStats;
+
+    /// Number of records: record numbers are `0..records()` (per-record bitsets are this long).
+    fn records(&self) -> u64;
+
+    /// Number of files (samples).
+    fn files(&self) -> u64;
+
+    /// The storage objects extents refer to, by [`ObjectId`].
+    fn objects(&self) -> &[ObjectInfo];
+
+    /// The decoded views this catalog shows.
+    fn views(&self) -> Views;
+}

@@ -1,0 +1,333 @@
+//! The catalog of a native loosefs pack: names, directories and attributes read in place from
+//! the pack's index, every file's bytes a range of the one pack file (object 0), checked
+//! against the CRC-32 the index records.
+//!
+//! Decoded views (`--decode`) are part of the namespace: the `.npy` view of a JPEG record is
+//! [`Node::Npy`], listed right after the JPEG under its stem + `.npy` (a real file of that name
+//! wins; of two JPEGs with one stem the first by name gets it); the PPM view takes over the
+//! JPEG's own inode. Their sizes come from the JPEG dimensions the index records, so `stat`
+//! never decodes.
+
+use super::{Attr, Catalog, DirEntry, Extent, FsError, FsStats, Kind, ObjectInfo, Transform};
+use crate::format::index::Record;
+use crate::format::reader::Pack;
+use crate::ino::{Node, record_ino};
+use crate::view::{self, ViewGeom, ViewKind, Views};
+use std::borrow::Cow;
+
+/// `st_blksize` reported for every file, in bytes. Python's `BufferedReader` sizes its buffer
+/// from it, so a large value lets `open(...).read()` and PIL fetch a sample in one request.
+pub const BLKSIZE: u32 = 128 * 1024;
+
+/// The catalog of one native pack.
+#[derive(Debug)]
+pub struct NativeCatalog {
+    pack: Pack,
+    views: Views,
+    objects: Vec<ObjectInfo>,
+}
+
+impl NativeCatalog {
+    /// The catalog of an opened pack, showing the decoded `views` of every JPEG sample (a
+    /// file whose JPEG dimensions are in the index).
+    pub fn new(pack: Pack, views: Views) -> NativeCatalog {
+        let objects = vec![ObjectInfo {
+            path: pack.path().to_path_buf(),
+            len: pack.file_len(),
+            data_end: pack.totals().data_end,
+        }];
+        NativeCatalog {
+            pack,
+            views,
+            objects,
+        }
+    }
+
+    /// The underlying pack.
+    pub fn pack(&self) -> &Pack {
+        &self.pack
+    }
+
+    fn decodable(r: &Record) -> bool {
+        !r.is_dir && r.width > 0 && r.height > 0
+    }
+
+    fn record(&self, i: u32) -> Result<Record, FsError> {
+        self.pack.index().record(i).ok_or(FsError::NotFound)
+    }
+
+    /// The record and decoded view (if any) behind inode `ino`.
+    fn resolve(&self, ino: u64) -> Result<(u32, Record, Option<ViewGeom>), FsError> {
+        let (i, kind) = match Node::of(ino).ok_or(FsError::NotFound)? {
+            Node::Record(i) => (i, self.views.ppm.then_some(ViewKind::Ppm)),
+            Node::Npy(i) if self.views.npy => (i, Some(ViewKind::Npy)),
+            _ => return Err(FsError::NotFound),
+        };
+        let r = self.record(i)?;
+        let geom = match kind {
+            Some(k) if Self::decodable(&r) => {
+                Some(ViewGeom::new(k, r.width, r.height, self.views.max_side))
+            }
+            Some(ViewKind::Npy) => return Err(FsError::NotFound),
+            _ => None,
+        };
+        Ok((i, r, geom))
+    }
+
+    fn attr_of(&self, ino: u64, r: &Record, geom: Option<ViewGeom>) -> Attr {
+        let size = match geom {
+            _ if r.is_dir => 4096,
+            Some(g) => g.size(),
+            None => r.size,
+        };
+        Attr {
+            ino,
+            size,
+            blocks: size.div_ceil(4096) * 8,
+            mtime_sec: r.mtime_sec,
+            mtime_nsec: r.mtime_nsec.min(999_999_999),
+            kind: r.kind(),
+            perm: (r.mode & 0o7555) as u16,
+            nlink: 1,
+            blksize: BLKSIZE,
+        }
+    }
+
+    /// The child of directory `p` whose `.npy` view is named `stem` + `.npy`: the first JPEG
+    /// sample (by name) with that stem.
+    fn npy_owner(&self, p: &Record, stem: &[u8]) -> Option<u32> {
+        let ix = self.pack.index();
+        let end = ix.children(p).end;
+        let mut i = ix.lower_bound(p, stem);
+        while i < end {
+            let c = ix.record(i)?;
+            let name = ix.name(&c);
+            if !name.starts_with(stem) {
+                return None;
+            }
+            if view::stem(name) == stem && Self::decodable(&c) {
+                return Some(i);
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// Name of the `.npy` view listed beside child record `i` (named `name`) of `p`, if any.
+    fn npy_sibling(&self, p: &Record, i: u32, c: &Record, name: &[u8]) -> Option<Vec<u8>> {
+        if !self.views.npy || !Self::decodable(c) {
+            return None;
+        }
+        let n = view::npy_name(name);
+        let ix = self.pack.index();
+        (self.npy_owner(p, view::stem(name)) == Some(i) && ix.find_child(p, &n).is_none())
+            .then_some(n)
+    }
+
+    fn dir(&self, ino: u64) -> Result<(u32, Record), FsError> {
+        let (i, r, _) = match Node::of(ino) {
+            Some(Node::Record(_)) => self.resolve(ino)?,
+            Some(Node::Npy(_)) => return Err(FsError::NotDir),
+            _ => return Err(FsError::NotFound),
+        };
+        if !r.is_dir {
+            return Err(FsError::NotDir);
+        }
+        Ok((i, r))
+    }
+}
+
+impl Catalog for NativeCatalog {
+    fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
+        let (_, r, geom) = self.resolve(ino)?;
+        Ok(self.attr_of(ino, &r, geom))
+    }
+
+    fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
+        let (_, p) = self.dir(parent)?;
+        match name {
+            b"." => return self.getattr(parent),
+            b".." => return self.getattr(record_ino(p.parent)),
+            _ => {}
+        }
+        let ix = self.pack.index();
+        if let Some(i) = ix.find_child(&p, name) {
+            let r = ix.record(i).ok_or(FsError::NotFound)?;
+            if self.views.hides_jpeg() && Self::decodable(&r) {
+                return Err(FsError::NotFound);
+            }
+            return self.getattr(record_ino(i));
+        }
+        if self.views.npy {
+            if let Some(stem) = name.strip_suffix(b".npy") {
+                if let Some(i) = self.npy_owner(&p, stem) {
+                    return self.getattr(Node::Npy(i).ino());
+                }
+            }
+        }
+        Err(FsError::NotFound)
+    }
+
+    /// Entries: `.`, `..`, then the children in name order, each JPEG followed by its `.npy`
+    /// view when served (child `k` is at position `2 + 2k`, its view at `3 + 2k`).
+    fn readdir(
+        &self,
+        ino: u64,
+        offset: u64,
+        add: &mut dyn FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<(), FsError> {
+        let (_, r) = self.dir(ino)?;
+        let ix = self.pack.index();
+        let dots = [(ino, &b"."[..]), (record_ino(r.parent), &b".."[..])];
+        for (k, (ino, name)) in dots.into_iter().enumerate().skip(offset as usize) {
+            let e = DirEntry {
+                ino,
+                next_offset: k as u64 + 1,
+                kind: Kind::Dir,
+                name: Cow::Borrowed(name),
+            };
+            if add(e) {
+                return Ok(());
+            }
+        }
+        let kids = ix.children(&r);
+        let first = u32::try_from(offset.saturating_sub(2) / 2)
+            .unwrap_or(u32::MAX)
+            .min(kids.len() as u32);
+        for i in kids.start + first..kids.end {
+            let pos = 2 + 2 * u64::from(i - kids.start);
+            let Some(c) = ix.record(i) else { break };
+            let name = ix.name(&c);
+            if pos + 1 > offset && !(self.views.hides_jpeg() && Self::decodable(&c)) {
+                let e = DirEntry {
+                    ino: record_ino(i),
+                    next_offset: pos + 1,
+                    kind: c.kind(),
+                    name: Cow::Borrowed(name),
+                };
+                if add(e) {
+                    return Ok(());
+                }
+            }
+            if pos + 2 > offset {
+                if let Some(n) = self.npy_sibling(&r, i, &c, name) {
+                    let e = DirEntry {
+                        ino: Node::Npy(i).ino(),
+                        next_offset: pos + 2,
+                        kind: Kind::File,
+                        name: Cow::Owned(n),
+                    };
+                    if add(e) {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn extent(&self, ino: u64) -> Result<Extent, FsError> {
+        let (i, r, geom) = self.resolve(ino)?;
+        if r.is_dir {
+            return Err(FsError::IsDir);
+        }
+        let range = self.pack.data_range(&r).ok_or_else(|| {
+            FsError::Corrupt(format!(
+                "data range {}+{} is outside the pack",
+                r.data_off, r.size
+            ))
+        })?;
+        Ok(Extent {
+            record: i,
+            object: 0,
+            range,
+            crc32: r.crc32,
+            transform: geom.map_or(Transform::Identity, Transform::Decode),
+        })
+    }
+
+    /// Pack order: depth first, names sorted (the order `loosefs pack` writes the data in),
+    /// skipping directories. O(depth) amortised. A view inode continues from its JPEG.
+    fn next_file(&self, ino: u64) -> Option<u64> {
+        let ix = self.pack.index();
+        let mut cur = Node::of(ino)?.record()?;
+        let mut descend = false; // true: enter `cur` (a directory) instead of moving past it
+        // Every step moves to a record with a higher number or up to a parent (whose number is
+        // lower): bounded by twice the records, so a malformed tree cannot loop forever.
+        for _ in 0..=2 * u64::from(ix.len()) + 2 {
+            let r = ix.record(cur)?;
+            if descend {
+                let kids = ix.children(&r);
+                if kids.is_empty() {
+                    descend = false; // empty directory: move past it
+                    continue;
+                }
+                cur = kids.start;
+            } else {
+                if cur == 0 {
+                    return None; // past the root: no more files
+                }
+                let parent = ix.record(r.parent)?;
+                if cur + 1 < ix.children(&parent).end {
+                    cur += 1;
+                } else {
+                    cur = r.parent;
+                    continue;
+                }
+            }
+            let r = ix.record(cur)?;
+            if !r.is_dir {
+                return Some(record_ino(cur));
+            }
+            descend = true;
+        }
+        None
+    }
+
+    fn path_of(&self, ino: u64) -> String {
+        let Some(node) = Node::of(ino) else {
+            return format!("inode {ino}");
+        };
+        let Some(rec) = node.record() else {
+            return format!("inode {ino}");
+        };
+        let ix = self.pack.index();
+        let mut parts = Vec::new();
+        let mut cur = rec;
+        while cur != 0 && parts.len() < 4096 {
+            let Ok(r) = self.record(cur) else { break };
+            parts.push(String::from_utf8_lossy(ix.name(&r)).into_owned());
+            cur = r.parent;
+        }
+        parts.reverse();
+        if let (Node::Npy(_), Some(last)) = (node, parts.last_mut()) {
+            *last = String::from_utf8_lossy(&view::npy_name(last.as_bytes())).into_owned();
+        }
+        parts.join("/")
+    }
+
+    fn statfs(&self) -> FsStats {
+        FsStats {
+            blocks: self.pack.file_len().div_ceil(4096),
+            files: self.pack.totals().records,
+            bsize: 4096,
+            namelen: 255,
+        }
+    }
+
+    fn records(&self) -> u64 {
+        self.pack.totals().records
+    }
+
+    fn files(&self) -> u64 {
+        self.pack.totals().files
+    }
+
+    fn objects(&self) -> &[ObjectInfo] {
+        &self.objects
+    }
+
+    fn views(&self) -> Views {
+        self.views
+    }
+}

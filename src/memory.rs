@@ -1,0 +1,151 @@
+//! Memory budgets: sizes as users write them, the memory available to this process
+//! (`MemAvailable` and the cgroup limit), and the check a pin must pass before anything is
+//! locked — locked pages count against the cgroup and cannot be reclaimed, so an oversize pin
+//! would invite the OOM killer.
+
+use anyhow::{Result, bail};
+
+/// Memory left free when checking a pin or warm budget, bytes.
+pub const MEMORY_MARGIN: u64 = 512 << 20;
+
+/// Parses a size: plain bytes or with a K/M/G/T suffix (powers of 1024), e.g. `512M`, `2G`.
+/// `all` gives `None`.
+pub fn parse_size(s: &str) -> Result<Option<u64>, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("all") {
+        return Ok(None);
+    }
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => {
+                    return Err(format!(
+                        "unknown size suffix in {s:?} (use K, M, G, T or all)"
+                    ));
+                }
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a size: {s:?}"))?;
+    if v.is_nan() || v < 0.0 {
+        return Err(format!("not a size: {s:?}"));
+    }
+    Ok(Some((v * mult as f64) as u64))
+}
+
+/// `MemAvailable` from /proc/meminfo, bytes.
+pub fn mem_available() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
+/// Room left under this process's cgroup memory limit, bytes, with the limit file's path;
+/// `None` when unlimited or unknown. Reads cgroup v2 (`memory.max − memory.current`, under
+/// `/sys/fs/cgroup` or `/sys/fs/cgroup/unified`) and v1 (`memory.limit_in_bytes −
+/// memory.usage_in_bytes` under `/sys/fs/cgroup/memory`).
+pub fn cgroup_room() -> Option<(u64, String)> {
+    let cg = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let read = |p: &str| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+    let mut best: Option<(u64, String)> = None;
+    for line in cg.lines() {
+        let mut f = line.splitn(3, ':');
+        let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
+        let candidates: Vec<(String, String)> = if ctrl.is_empty() {
+            ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+                .iter()
+                .map(|root| {
+                    (
+                        format!("{root}{path}/memory.max"),
+                        format!("{root}{path}/memory.current"),
+                    )
+                })
+                .collect()
+        } else if ctrl.split(',').any(|c| c == "memory") {
+            let d = format!("/sys/fs/cgroup/memory{path}");
+            vec![(
+                format!("{d}/memory.limit_in_bytes"),
+                format!("{d}/memory.usage_in_bytes"),
+            )]
+        } else {
+            continue;
+        };
+        for (max_p, cur_p) in candidates {
+            // "max" (v2) fails to parse; v1 reports ~2^63 for unlimited.
+            let (Some(max), Some(cur)) = (read(&max_p), read(&cur_p)) else {
+                continue;
+            };
+            if max >= 1 << 62 {
+                continue;
+            }
+            let room = max.saturating_sub(cur);
+            if best.as_ref().is_none_or(|(r, _)| room < *r) {
+                best = Some((room, max_p));
+            }
+        }
+    }
+    best
+}
+
+/// Checks that `bytes` can be pinned: it must fit in `MemAvailable` and under the cgroup limit,
+/// with [`MEMORY_MARGIN`] to spare. The error says which limit and by how much.
+pub fn check_pin_budget(bytes: u64) -> Result<()> {
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    if let Some(avail) = mem_available() {
+        if bytes + MEMORY_MARGIN > avail {
+            bail!(
+                "cannot pin {:.2} GiB: only {:.2} GiB of memory is available (MemAvailable) and {:.2} GiB must stay free; \
+                 pin less (--pin SIZE) or free memory",
+                gib(bytes),
+                gib(avail),
+                gib(MEMORY_MARGIN)
+            );
+        }
+    }
+    if let Some((room, limit_file)) = cgroup_room() {
+        if bytes + MEMORY_MARGIN > room {
+            bail!(
+                "cannot pin {:.2} GiB: the cgroup limit {limit_file} leaves {:.2} GiB and {:.2} GiB must stay free \
+                 (locked pages count against it and cannot be reclaimed); pin less or raise memory.max",
+                gib(bytes),
+                gib(room),
+                gib(MEMORY_MARGIN)
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("all"), Ok(None));
+        assert_eq!(parse_size("4096"), Ok(Some(4096)));
+        assert_eq!(parse_size("512M"), Ok(Some(512 << 20)));
+        assert_eq!(parse_size("2g"), Ok(Some(2 << 30)));
+        assert_eq!(parse_size("1.5K"), Ok(Some(1536)));
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("-1G").is_err());
+    }
+
+    #[test]
+    fn memory_readings_are_sane() {
+        let avail = mem_available().expect("MemAvailable on Linux");
+        assert!(avail > 0);
+        assert!(check_pin_budget(u64::MAX / 4).is_err());
+        assert!(check_pin_budget(1 << 20).is_ok());
+    }
+}

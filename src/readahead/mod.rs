@@ -1,0 +1,321 @@
+//! Read-ahead: everything the read path does to have stored bytes in memory before a reader
+//! asks for them, and to drop them once served.
+//!
+//! The kernel reads ahead within one file; it cannot know that file k+1 follows file k in the
+//! pack, and a loader opens a fresh file for every sample. [`ReadAhead`] sees every READ of
+//! stored bytes with its [`Extent`] and works in *storage order*:
+//!
+//! - **Residency** ([`ReadAhead::before_read`]): a READ whose bytes are not all cached counts a
+//!   page-cache miss and asks the storage for the rest of the sample in one request
+//!   (`will_need`) instead of page-by-page faults.
+//! - **Streams** ([`stream`]): the first READ of each sample (offset 0) is fed to a stream
+//!   detector over storage offsets. A read that continues a stream widens a window (1 MiB,
+//!   doubling, up to `--prefetch-max-mb`) that a background thread asks the storage for in
+//!   4 MiB `will_need` steps, so FUSE threads never block submitting read-ahead I/O.
+//!   The decoder asks the same detector whether a view read continues a stream
+//!   ([`ReadAhead::walk`]) to decide when to decode ahead.
+//! - **Push-ahead** ([`push`]): a READ that hits an established stream asks the push thread to
+//!   put the next samples into the kernel's page cache of their inodes, so the reader's next
+//!   files need no round trip at all.
+//! - **Release** ([`ReadAhead::after_read`]): the stored pages of what a READ served are
+//!   dropped (unless pinned or `--keep-pack-cache`): the kernel now holds those bytes in the
+//!   mount's own page cache, and keeping both would cache every sample twice. Each READ drops
+//!   only what it served, since the kernel sends the READs of one file concurrently.
+//! - **Pin** ([`pin`]) keeps a prefix locked in memory; **warm** ([`warm`]) streams the
+//!   sample data in with several reads in flight.
+//!
+//! `docs/DESIGN.md` has the measurements behind each knob.
+
+pub mod pin;
+pub mod push;
+pub mod stream;
+pub mod warm;
+
+use crate::catalog::{Extent, ObjectId};
+use crate::ino::record_ino;
+use crate::report::{DropCacheReport, PinReport, PrefetchReport, PushReport, WarmStatus};
+use crate::samples::Samples;
+use pin::Pinner;
+use push::{Pusher, Store};
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::Sender;
+use stream::{Advice, Streams};
+use warm::Warmer;
+
+/// Read-ahead settings (`loosefs mount` options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadAheadOptions {
+    /// Largest read-ahead window in storage order, bytes (0 disables read-ahead).
+    pub window_max: u64,
+    /// Samples pushed ahead of an in-order reader (0 disables push-ahead).
+    pub push_ahead: usize,
+    /// Keep stored pages cached after serving them.
+    pub keep_cache: bool,
+    /// Bytes of the first object to pin from its start; `Some(u64::MAX)` for all.
+    pub pin: Option<u64>,
+}
+
+/// Read-ahead counters.
+#[derive(Debug, Default)]
+pub struct ReadAheadStats {
+    /// READs whose stored bytes were all resident when served.
+    pub page_cache_hits: AtomicU64,
+    /// READs that had to wait for at least one page from the device.
+    pub page_cache_misses: AtomicU64,
+    /// Bytes read ahead.
+    pub prefetch_bytes: AtomicU64,
+    /// Read-ahead requests issued.
+    pub prefetch_requests: AtomicU64,
+    /// READs that fell inside a range already read ahead by their stream.
+    pub prefetch_hits: AtomicU64,
+    /// Samples pushed into the kernel's page cache.
+    pub pushed_samples: AtomicU64,
+    /// Bytes pushed.
+    pub pushed_bytes: AtomicU64,
+    /// Times a pushed sample was READ (the kernel dropped it) and pushing restarted.
+    pub push_resets: AtomicU64,
+    /// Samples whose stored pages were dropped after being served in full.
+    pub samples_evicted: AtomicU64,
+}
+
+/// The read-ahead of one mount.
+pub struct ReadAhead {
+    samples: Arc<Samples>,
+    /// One detector per storage object.
+    streams: Vec<Streams>,
+    prefetch: Sender<(ObjectId, Range<u64>)>,
+    push: Pusher,
+    pin: Arc<Pinner>,
+    warm: Arc<Warmer>,
+    opts: ReadAheadOptions,
+    /// Counters.
+    pub stats: ReadAheadStats,
+}
+
+impl ReadAhead {
+    /// Read-ahead over `samples`; starts the read-ahead thread, and the pin when asked (the
+    /// caller has checked the pin budget).
+    pub fn new(samples: Arc<Samples>, opts: ReadAheadOptions) -> ReadAhead {
+        let objects = samples.catalog().objects();
+        let streams = objects
+            .iter()
+            .map(|o| Streams::new(o.data_end, opts.window_max))
+            .collect();
+        let ra = ReadAhead {
+            prefetch: start_prefetch_thread(samples.clone()),
+            push: Pusher::new(samples.catalog().records()),
+            streams,
+            pin: Arc::default(),
+            warm: Arc::default(),
+            opts,
+            stats: ReadAheadStats::default(),
+            samples,
+        };
+        if let Some(bytes) = opts.pin {
+            ra.pin.start(ra.samples.storage().clone(), 0, bytes);
+        }
+        ra
+    }
+
+    /// Starts pushing samples ahead of in-order readers through `store` (no-op when disabled).
+    pub fn start_push(self: &Arc<Self>, store: Store) {
+        if self.opts.push_ahead > 0 {
+            push::start(self, self.opts.push_ahead, store);
+        }
+    }
+
+    /// Before serving `[offset, offset+size)` of the stored bytes of `ext`: residency
+    /// accounting and `will_need`, and for a sample's first READ (offset 0, counted as a read of
+    /// the whole sample) the stream walk and push-ahead.
+    pub fn before_read(&self, ext: &Extent, offset: u64, size: u32) {
+        if offset == 0 && self.push.is_pushed(ext.record) {
+            // The kernel asked for a sample it was given: its copy was dropped (drop_caches,
+            // memory pressure). Forget what was pushed so pushing resumes.
+            self.push.reset();
+            self.stats.push_resets.fetch_add(1, Relaxed);
+        }
+        let s = ext.range.start + offset.min(ext.len());
+        let e = s.saturating_add(u64::from(size)).min(ext.range.end);
+        if s >= e {
+            return;
+        }
+        let storage = self.samples.storage();
+        if storage.resident(ext.object, &(s..e)) {
+            self.stats.page_cache_hits.fetch_add(1, Relaxed);
+        } else {
+            self.stats.page_cache_misses.fetch_add(1, Relaxed);
+            storage.will_need(ext.object, &(s..ext.range.end));
+        }
+        if offset == 0 && self.walk(ext).hit {
+            self.push.request(record_ino(ext.record));
+        }
+    }
+
+    /// After serving bytes `served` (offsets within the sample) of `ext`: a sample read to its
+    /// end is in the kernel's cache now (nothing to push), and the served pages are released.
+    pub fn after_read(&self, ext: &Extent, served: Range<u64>) {
+        if served.end >= ext.len() {
+            self.push.mark(ext.record);
+        }
+        self.release_served(ext, served);
+    }
+
+    /// Feeds a whole-sample read of `ext` to its object's stream detector and issues the
+    /// read-ahead it advises.
+    pub fn walk(&self, ext: &Extent) -> Advice {
+        let Some(streams) = self.streams.get(ext.object as usize) else {
+            return Advice::default();
+        };
+        let advice = streams.on_read(ext.range.start, ext.range.end);
+        if advice.hit {
+            self.stats.prefetch_hits.fetch_add(1, Relaxed);
+        }
+        if let Some(r) = &advice.prefetch {
+            let _ = self.prefetch.send((ext.object, r.clone()));
+            self.stats.prefetch_requests.fetch_add(1, Relaxed);
+            self.stats
+                .prefetch_bytes
+                .fetch_add(r.end - r.start, Relaxed);
+        }
+        advice
+    }
+
+    /// Moves the stream `ext` continues past it without a READ (a pushed sample).
+    fn skip(&self, ext: &Extent) {
+        if let Some(s) = self.streams.get(ext.object as usize) {
+            s.skip(&ext.range);
+        }
+    }
+
+    /// Asks the storage for the stored bytes of `ext` now (decode-ahead).
+    pub fn will_need(&self, ext: &Extent) {
+        self.samples.storage().will_need(ext.object, &ext.range);
+    }
+
+    /// Releases the stored pages of bytes `served` of `ext` (see the module doc). Returns true
+    /// when pages were dropped.
+    pub fn release_served(&self, ext: &Extent, served: Range<u64>) -> bool {
+        let r = ext.range.start + served.start..ext.range.start + served.end;
+        if self.opts.keep_cache {
+            return false;
+        }
+        let pinned = if ext.object == 0 {
+            self.pin.pinned.load(Relaxed)
+        } else {
+            0
+        };
+        if r.end <= pinned {
+            return false;
+        }
+        let _ = self
+            .samples
+            .storage()
+            .release(ext.object, &(r.start.max(pinned)..r.end));
+        if r.end >= ext.range.end {
+            self.stats.samples_evicted.fetch_add(1, Relaxed);
+        }
+        true
+    }
+
+    /// Starts a warm of the first object's sample data unless one is running (budget: the pin
+    /// when pinning, else free memory). Returns false if one was running.
+    pub fn start_warm(&self) -> bool {
+        let Some(o) = self.samples.catalog().objects().first() else {
+            return false;
+        };
+        let budget = self.opts.pin.map(|p| p.min(o.len));
+        let storage = self.samples.storage().clone();
+        self.warm.start(storage, 0, o.data_end, budget)
+    }
+
+    /// Forgets every stream, push mark and warm progress, and evicts every unpinned stored
+    /// page (drop-cache). `inodes_invalidated` is left for the caller.
+    pub fn drop_cache(&self) -> DropCacheReport {
+        let storage = self.samples.storage();
+        let objects = self.samples.catalog().objects();
+        let before = self.resident_bytes();
+        let mut error = None;
+        for (k, o) in objects.iter().enumerate() {
+            // Pinned pages stay (that is what pinning is for); only the rest is evicted.
+            let pinned = if k == 0 { self.pin.pinned_pages() } else { 0 };
+            if pinned < o.len {
+                if let Err(e) = storage.evict(k as ObjectId, &(pinned..o.len)) {
+                    error.get_or_insert(e.to_string());
+                }
+            }
+        }
+        self.streams.iter().for_each(Streams::reset);
+        self.warm.reset();
+        self.push.reset();
+        DropCacheReport {
+            pack_resident_bytes_before: before,
+            pack_resident_bytes_after: self.resident_bytes(),
+            pinned_bytes: self.pin.pinned.load(Relaxed),
+            inodes_invalidated: 0,
+            error,
+        }
+    }
+
+    /// Bytes of all storage objects cached now.
+    pub fn resident_bytes(&self) -> u64 {
+        let storage = self.samples.storage();
+        let objects = self.samples.catalog().objects();
+        (0..objects.len())
+            .map(|k| storage.resident_bytes(k as ObjectId, &(0..objects[k].len)))
+            .sum()
+    }
+
+    /// The `prefetch`, `push_ahead`, `pin` and `warm` sections of the stats report.
+    pub fn report(&self) -> (PrefetchReport, PushReport, PinReport, WarmStatus) {
+        let s = &self.stats;
+        (
+            PrefetchReport {
+                max_window_bytes: self.opts.window_max,
+                requests: s.prefetch_requests.load(Relaxed),
+                bytes: s.prefetch_bytes.load(Relaxed),
+                hits: s.prefetch_hits.load(Relaxed),
+            },
+            PushReport {
+                samples: s.pushed_samples.load(Relaxed),
+                bytes: s.pushed_bytes.load(Relaxed),
+                resets: s.push_resets.load(Relaxed),
+            },
+            PinReport {
+                target_bytes: self.pin.target.load(Relaxed),
+                pinned_bytes: self.pin.pinned.load(Relaxed),
+            },
+            self.warm.status(),
+        )
+    }
+
+    /// Whether stored pages are kept after serving (`--keep-pack-cache`).
+    pub fn keeps_cache(&self) -> bool {
+        self.opts.keep_cache
+    }
+}
+
+/// Starts the thread that turns read-ahead requests into `will_need` calls in 4 MiB steps, in
+/// order, so the FUSE threads never block submitting read-ahead I/O.
+fn start_prefetch_thread(samples: Arc<Samples>) -> Sender<(ObjectId, Range<u64>)> {
+    let (tx, rx) = std::sync::mpsc::channel::<(ObjectId, Range<u64>)>();
+    let spawned = std::thread::Builder::new()
+        .name("loosefs-prefetch".into())
+        .spawn(move || {
+            const STEP: u64 = 4 << 20;
+            let storage = samples.storage();
+            for (obj, r) in rx {
+                let mut off = r.start;
+                while off < r.end {
+                    let end = (off + STEP).min(r.end);
+                    storage.will_need(obj, &(off..end));
+                    off = end;
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("cannot start the read-ahead thread: {e}");
+    }
+    tx
+}

@@ -1,0 +1,254 @@
+//! Typed reports of the control files: the daemon fills them, `loosefs stats`, the bench and
+//! the tests read them back with the same types (serde JSON), so no reader walks the JSON by
+//! string paths. Field names are the JSON keys; sizes are bytes, times as their names say.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Latency summary of one operation, µs (power-of-two bucket upper bounds capped at the
+/// maximum: at most 2× the true value).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// Requests recorded.
+    pub count: u64,
+    /// Median, µs.
+    pub p50_us: f64,
+    /// 90th percentile, µs.
+    pub p90_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// Largest, µs (exact).
+    pub max_us: f64,
+}
+
+/// The content of `<mnt>/.loosefs/stats`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// What is served.
+    pub pack: PackReport,
+    /// The serving process.
+    pub daemon: DaemonReport,
+    /// Requests answered, by operation name (`lookup`, `getattr`, `readdir`, `read`, `statfs`,
+    /// `ioctl`, `control`).
+    pub requests: BTreeMap<String, u64>,
+    /// Requests answered with an error other than ENOENT/ENOTDIR/EISDIR.
+    pub errors: u64,
+    /// Bytes returned by READ.
+    pub bytes_served: u64,
+    /// Residency of the stored bytes when READs arrived.
+    pub page_cache: PageCacheReport,
+    /// Read-ahead in storage order.
+    pub prefetch: PrefetchReport,
+    /// Samples pushed into the kernel's cache ahead of in-order readers.
+    pub push_ahead: PushReport,
+    /// The pinned prefix.
+    pub pin: PinReport,
+    /// The whole-pack warm.
+    pub warm: WarmStatus,
+    /// Decoded views, when served.
+    pub decode: Option<DecodeReport>,
+    /// Latency per operation name.
+    pub latency_us: BTreeMap<String, Latency>,
+}
+
+/// The `pack` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PackReport {
+    /// Path of the pack (the first storage object).
+    pub path: String,
+    /// Size of the storage objects.
+    pub bytes: u64,
+    /// Files served.
+    pub samples: u64,
+    /// Bytes of the storage objects in the page cache now.
+    pub resident_bytes: u64,
+}
+
+/// The `daemon` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DaemonReport {
+    /// Process id.
+    pub pid: u32,
+    /// Seconds since the mount.
+    pub uptime_s: f64,
+    /// Resident set (VmRSS).
+    pub rss_bytes: u64,
+    /// Peak resident set (VmHWM).
+    pub rss_peak_bytes: u64,
+    /// Locked memory (VmLck).
+    pub locked_bytes: u64,
+    /// FUSE threads.
+    pub threads: usize,
+    /// Where it is mounted.
+    pub mountpoint: String,
+}
+
+/// The `page_cache` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageCacheReport {
+    /// READs whose stored bytes were all resident.
+    pub hits: u64,
+    /// READs that waited for at least one page from the device.
+    pub misses: u64,
+    /// Samples whose stored pages were dropped after being served in full.
+    pub samples_evicted_after_serving: u64,
+    /// `--keep-pack-cache`.
+    pub keep_pack_cache: bool,
+}
+
+/// The `prefetch` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrefetchReport {
+    /// Largest read-ahead window.
+    pub max_window_bytes: u64,
+    /// Read-ahead requests issued.
+    pub requests: u64,
+    /// Bytes asked for.
+    pub bytes: u64,
+    /// READs that fell inside a range already read ahead.
+    pub hits: u64,
+}
+
+/// The `push_ahead` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushReport {
+    /// Samples pushed.
+    pub samples: u64,
+    /// Bytes pushed.
+    pub bytes: u64,
+    /// Times the kernel asked for a pushed sample (its copy was dropped) and pushing restarted.
+    pub resets: u64,
+}
+
+/// The `pin` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinReport {
+    /// Bytes to pin.
+    pub target_bytes: u64,
+    /// Bytes pinned so far.
+    pub pinned_bytes: u64,
+}
+
+/// State of a warm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WarmState {
+    /// Never started, or reset by drop-cache.
+    Idle,
+    /// Under way.
+    Running,
+    /// Finished.
+    Done,
+    /// Stopped by a read error (logged).
+    Failed,
+}
+
+impl WarmState {
+    /// The name used in reports: `idle`, `running`, `done`, `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WarmState::Idle => "idle",
+            WarmState::Running => "running",
+            WarmState::Done => "done",
+            WarmState::Failed => "failed",
+        }
+    }
+}
+
+/// Warm progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WarmStatus {
+    /// Where it stands.
+    pub state: WarmState,
+    /// The contiguous prefix read.
+    pub bytes_done: u64,
+    /// Bytes to read (the budget or the sample data, whichever is smaller).
+    pub bytes_total: u64,
+    /// Throughput so far, MB/s (10^6 bytes).
+    pub mb_per_s: f64,
+    /// True when the budget was smaller than the sample data.
+    pub limited_by_memory: bool,
+}
+
+/// The `decode` section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecodeReport {
+    /// Views served.
+    pub views: ViewsReport,
+    /// Decode threads.
+    pub threads: usize,
+    /// Files decoded ahead of an in-order reader.
+    pub ahead_files: usize,
+    /// Images decoded.
+    pub decodes: u64,
+    /// Of those, by the fallback decoder.
+    pub fallback_decodes: u64,
+    /// Of those, with a libjpeg warning (pixels kept).
+    pub warning_decodes: u64,
+    /// Samples that could not be decoded (answered EIO).
+    pub failures: u64,
+    /// READs answered from the decoded cache.
+    pub hits: u64,
+    /// READs that started a decode.
+    pub misses: u64,
+    /// READs that waited for a decode under way.
+    pub joined: u64,
+    /// Decodes started ahead of an in-order reader.
+    pub decoded_ahead: u64,
+    /// The decoded cache.
+    pub cache: CacheFigures,
+    /// Time per decode.
+    pub decode_us: Latency,
+}
+
+/// Which views a mount serves (`--decode`, `--decoded-only`, `--decode-max-side`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewsReport {
+    /// `.npy` views.
+    pub npy: bool,
+    /// PPM views.
+    pub ppm: bool,
+    /// JPEGs hidden.
+    pub decoded_only: bool,
+    /// Longer side at least this after DCT scaling, pixels.
+    pub max_side: Option<u32>,
+}
+
+/// Figures of the decoded cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheFigures {
+    /// Budget, bytes of pixels.
+    pub budget_bytes: u64,
+    /// Bytes of pixels cached now.
+    pub bytes: u64,
+    /// Images cached now.
+    pub entries: u64,
+    /// Images evicted since the mount.
+    pub evictions: u64,
+    /// Decodes under way.
+    pub in_flight: u64,
+}
+
+/// The content of `<mnt>/.loosefs/drop-cache` (the command's result).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DropCacheReport {
+    /// Stored bytes in the page cache before.
+    pub pack_resident_bytes_before: u64,
+    /// Stored bytes in the page cache after (pinned pages stay).
+    pub pack_resident_bytes_after: u64,
+    /// Bytes pinned.
+    pub pinned_bytes: u64,
+    /// Inodes whose kernel-cached pages were dropped.
+    pub inodes_invalidated: u64,
+    /// Why eviction failed, if it did.
+    pub error: Option<String>,
+}
+
+/// The content of `<mnt>/.loosefs/warm` (the command's result).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WarmCommandReport {
+    /// False when a warm was already running.
+    pub started: bool,
+    /// Progress.
+    pub warm: WarmStatus,
+}

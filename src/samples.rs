@@ -1,0 +1,116 @@
+//! Checked reads of stored sample bytes: a catalog [`Extent`] read from [`Storage`], the whole
+//! sample checked against its CRC-32 the first time any part of it is served. A sample that
+//! fails answers [`FsError::Corrupt`] (EIO) every time and none of its bytes is ever served.
+//! Bytes are read into the caller's buffer rather than copied out of a mapping, so serving a
+//! pack does not grow the daemon's resident set.
+
+use crate::catalog::{Catalog, Extent, FsError};
+use crate::ino::Bitset;
+use crate::storage::Storage;
+use std::sync::Arc;
+
+/// Samples up to this size are checked and served with one read; larger ones are checked in
+/// chunks of this size, bytes.
+pub const CHECK_CHUNK: usize = 16 << 20;
+
+/// The stored samples of one catalog, read from one storage.
+pub struct Samples {
+    catalog: Arc<dyn Catalog>,
+    storage: Arc<dyn Storage>,
+    /// Records whose bytes matched their CRC-32 (served at least once).
+    verified: Bitset,
+}
+
+impl Samples {
+    /// Serves the files of `catalog` from `storage`.
+    pub fn new(catalog: Arc<dyn Catalog>, storage: Arc<dyn Storage>) -> Samples {
+        Samples {
+            verified: Bitset::new(catalog.records()),
+            catalog,
+            storage,
+        }
+    }
+
+    /// The catalog served.
+    pub fn catalog(&self) -> &Arc<dyn Catalog> {
+        &self.catalog
+    }
+
+    /// The storage read from.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    /// Up to `size` bytes of the stored bytes of file `ino` from `offset`; see
+    /// [`Samples::read_extent`].
+    pub fn read<'b>(
+        &self,
+        ino: u64,
+        offset: u64,
+        size: u32,
+        buf: &'b mut Vec<u8>,
+    ) -> Result<&'b [u8], FsError> {
+        self.read_extent(&self.catalog.extent(ino)?, offset, size, buf)
+    }
+
+    /// Up to `size` bytes of the stored bytes of `ext` from `offset` (empty at or past the
+    /// end), read into `buf` (reused across calls; it grows to at most the larger of the
+    /// request and [`CHECK_CHUNK`]). Errors: [`FsError::Corrupt`] for a failed check or an I/O
+    /// error.
+    pub fn read_extent<'b>(
+        &self,
+        ext: &Extent,
+        offset: u64,
+        size: u32,
+        buf: &'b mut Vec<u8>,
+    ) -> Result<&'b [u8], FsError> {
+        let len = ext.len();
+        let start = offset.min(len);
+        let end = offset.saturating_add(u64::from(size)).min(len);
+        let io = |e: std::io::Error| FsError::Corrupt(format!("cannot read the pack: {e}"));
+        if !self.verified.contains(ext.record) {
+            if len <= CHECK_CHUNK as u64 {
+                // Small sample (the usual case): one read serves the check and the request.
+                buf.resize(len as usize, 0);
+                self.storage
+                    .read_at(ext.object, ext.range.start, buf)
+                    .map_err(io)?;
+                self.check(ext, crc32fast::hash(buf))?;
+                return Ok(&buf[start as usize..end as usize]);
+            }
+            let mut h = crc32fast::Hasher::new();
+            let mut off = 0;
+            while off < len {
+                let n = (len - off).min(CHECK_CHUNK as u64) as usize;
+                buf.resize(n, 0);
+                self.storage
+                    .read_at(ext.object, ext.range.start + off, buf)
+                    .map_err(io)?;
+                h.update(buf);
+                off += n as u64;
+            }
+            self.check(ext, h.finalize())?;
+        }
+        buf.resize((end - start) as usize, 0);
+        self.storage
+            .read_at(ext.object, ext.range.start + start, buf)
+            .map_err(io)?;
+        Ok(&buf[..])
+    }
+
+    fn check(&self, ext: &Extent, crc: u32) -> Result<(), FsError> {
+        if crc != ext.crc32 {
+            return Err(FsError::Corrupt(format!(
+                "CRC-32 {crc:08x} does not match the index ({:08x})",
+                ext.crc32
+            )));
+        }
+        self.verified.insert(ext.record);
+        Ok(())
+    }
+
+    /// Records whose bytes have been served (checked) since the mount.
+    pub fn served(&self) -> impl Iterator<Item = u32> + '_ {
+        self.verified.iter()
+    }
+}

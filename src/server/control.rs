@@ -1,0 +1,169 @@
+//! The control backend: the hidden directory `<mnt>/.loosefs/`, reachable by path and never
+//! listed in the root (ImageFolder would take a listed directory for a class).
+//!
+//! Each *lookup* of a control file produces a fresh snapshot inode holding the file's whole
+//! content, with zero entry and attribute TTLs, so every `open` sees current data even though
+//! the kernel caches file pages across opens on this mount. `stats` renders the statistics;
+//! `warm` and `drop-cache` are commands: looking one up runs it once and its content is the
+//! result. Only `stats` is listed (listing must not run commands).
+
+use super::{Entry, TTL};
+use crate::catalog::{Attr, DirEntry, FsError, Kind};
+use crate::ino::{Node, ROOT_INO};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Name of the control directory in the mount root.
+pub const DIR_NAME: &[u8] = b".loosefs";
+/// Files listed in the control directory (control file `k` is `LISTED[k]` in listings).
+pub const LISTED: &[&str] = &["stats"];
+/// Snapshots kept at most (older ones are dropped; reading them then answers ENOENT).
+const KEEP: usize = 256;
+
+#[derive(Debug, Default)]
+struct Snapshots {
+    content: HashMap<u64, Arc<Vec<u8>>>,
+    /// Snapshot numbers, oldest first.
+    order: VecDeque<u64>,
+    last: u64,
+}
+
+/// The control directory and its snapshots.
+#[derive(Debug, Default)]
+pub struct Control {
+    snaps: Mutex<Snapshots>,
+}
+
+impl Control {
+    /// Attributes of the control directory (cached like the pack's directories).
+    pub fn dir_entry() -> Entry {
+        let attr = Attr {
+            ino: Node::ControlDir.ino(),
+            size: 4096,
+            blocks: 8,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            kind: Kind::Dir,
+            perm: 0o555,
+            nlink: 1,
+            blksize: 4096,
+        };
+        Entry { attr, ttl: TTL }
+    }
+
+    /// Attributes of control file `k` holding `size` bytes (never cached by the kernel).
+    fn file_entry(k: u64, size: u64) -> Entry {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let attr = Attr {
+            ino: Node::ControlFile(k).ino(),
+            size,
+            blocks: size.div_ceil(512),
+            mtime_sec: now,
+            mtime_nsec: 0,
+            kind: Kind::File,
+            perm: 0o444,
+            nlink: 1,
+            blksize: 4096,
+        };
+        Entry {
+            attr,
+            ttl: Duration::ZERO,
+        }
+    }
+
+    fn get(&self, k: u64) -> Option<Arc<Vec<u8>>> {
+        self.snaps.lock().ok()?.content.get(&k).cloned()
+    }
+
+    /// Looks up `name` in the control directory: `content` runs the control file (`None` for
+    /// an unknown name) and its output becomes a new snapshot. Errors: [`FsError::NotFound`].
+    pub fn lookup(
+        &self,
+        name: &[u8],
+        content: impl FnOnce(&str) -> Option<Vec<u8>>,
+    ) -> Result<Entry, FsError> {
+        let name = std::str::from_utf8(name).map_err(|_| FsError::NotFound)?;
+        let bytes = content(name).ok_or(FsError::NotFound)?;
+        let size = bytes.len() as u64;
+        let mut g = self.snaps.lock().map_err(|_| FsError::NotFound)?;
+        g.last += 1;
+        let k = LISTED.len() as u64 + g.last;
+        g.content.insert(k, Arc::new(bytes));
+        g.order.push_back(k);
+        while g.order.len() > KEEP {
+            if let Some(old) = g.order.pop_front() {
+                g.content.remove(&old);
+            }
+        }
+        Ok(Self::file_entry(k, size))
+    }
+
+    /// Attributes of a control node.
+    pub fn getattr(&self, node: Node) -> Result<Entry, FsError> {
+        match node {
+            Node::ControlDir => Ok(Self::dir_entry()),
+            Node::ControlFile(k) => {
+                let size = self.get(k).map_or(0, |c| c.len() as u64);
+                Ok(Self::file_entry(k, size))
+            }
+            _ => Err(FsError::NotFound),
+        }
+    }
+
+    /// Lists the control directory from `offset`: `.`, `..`, then [`LISTED`].
+    pub fn readdir(&self, offset: u64, add: &mut dyn FnMut(DirEntry<'_>) -> bool) {
+        let dots = [(Node::ControlDir.ino(), "."), (ROOT_INO, "..")];
+        let files = LISTED
+            .iter()
+            .enumerate()
+            .map(|(k, n)| (Node::ControlFile(k as u64).ino(), *n));
+        for (pos, (ino, name)) in dots.into_iter().chain(files).enumerate() {
+            if (pos as u64) < offset {
+                continue;
+            }
+            let e = DirEntry {
+                ino,
+                next_offset: pos as u64 + 1,
+                kind: if pos < 2 { Kind::Dir } else { Kind::File },
+                name: name.as_bytes().into(),
+            };
+            if add(e) {
+                return;
+            }
+        }
+    }
+
+    /// Up to `size` bytes of control file `node` from `offset`, handed to `reply`.
+    pub fn read(
+        &self,
+        node: Node,
+        offset: u64,
+        size: u32,
+        reply: impl FnOnce(Result<&[u8], FsError>),
+    ) {
+        let content = match node {
+            Node::ControlFile(k) => self.get(k),
+            _ => None,
+        };
+        match &content {
+            Some(c) => {
+                let s = (offset as usize).min(c.len());
+                let e = (s + size as usize).min(c.len());
+                reply(Ok(&c[s..e]))
+            }
+            None if node == Node::ControlDir => reply(Err(FsError::IsDir)),
+            None => reply(Err(FsError::NotFound)),
+        }
+    }
+
+    /// The kernel forgot `node`: its snapshot goes.
+    pub fn forget(&self, node: Node) {
+        if let (Node::ControlFile(k), Ok(mut g)) = (node, self.snaps.lock()) {
+            g.content.remove(&k);
+            g.order.retain(|&i| i != k);
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! The router: answers every filesystem request by sending it to the backend that owns the
+//! inode — the catalog (names and attributes), stored samples (checked reads with read-ahead),
+//! decoded views (the decoder) or the control directory — and times it. Free of FUSE types:
+//! the adaptor in [`crate::fuse`] only translates, and tests drive a `Server` directly.
+//!
+//! The read path of a file is one walk down: [`Catalog::extent`] says where its bytes are and
+//! how they become its content; stored bytes go through [`ReadAhead`] and [`Samples`], decoded
+//! views through the [`Decoder`]. Nothing here depends on where the bytes live.
+
+mod control;
+mod report;
+
+use crate::catalog::native::NativeCatalog;
+use crate::catalog::{Attr, Catalog, DirEntry, Extent, FsError, FsStats, Transform};
+use crate::decode::{DecodeOptions, Decoder, ViewTarget};
+use crate::format::reader::Pack;
+use crate::ino::{Node, ROOT_INO, record_ino};
+use crate::readahead::push::Store;
+use crate::readahead::{ReadAhead, ReadAheadOptions};
+use crate::report::DropCacheReport;
+use crate::samples::Samples;
+use crate::stats::{Op, Stats};
+use crate::storage::Storage;
+use crate::storage::local::LocalStorage;
+use crate::view::Views;
+use control::Control;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+pub use control::DIR_NAME as CONTROL_DIR_NAME;
+
+/// How long the kernel may cache entries and attributes of the catalog (it never changes while
+/// mounted).
+pub const TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Largest read buffer a FUSE thread keeps between requests, bytes (a FUSE read is at most
+/// 1 MiB with the default `max_pages`).
+const MAX_KEPT_BUF: usize = 1 << 20;
+
+thread_local! {
+    /// Per-thread read buffer: at most one request (or one check chunk) per FUSE thread.
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Callback that drops the kernel's cached pages of one inode of the mount.
+pub type Invalidate = Box<dyn Fn(u64) + Send + Sync>;
+
+/// An entry or attribute reply: the attributes and how long the kernel may cache them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// Attributes.
+    pub attr: Attr,
+    /// Cache lifetime of the entry and its attributes (zero: ask again every time).
+    pub ttl: Duration,
+}
+
+impl Entry {
+    fn cached(attr: Attr) -> Entry {
+        Entry { attr, ttl: TTL }
+    }
+}
+
+/// How the daemon serves, from `loosefs mount` options.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Read-ahead, push-ahead, release and pinning.
+    pub readahead: ReadAheadOptions,
+    /// Start a whole-pack warm at mount.
+    pub warm: bool,
+    /// Mountpoint (for stats).
+    pub mountpoint: String,
+    /// FUSE threads (for stats).
+    pub threads: usize,
+    /// Decode pool and cache, used when the catalog shows decoded views.
+    pub decode: DecodeOptions,
+}
+
+/// A catalog being served.
+pub struct Server {
+    catalog: Arc<dyn Catalog>,
+    samples: Arc<Samples>,
+    readahead: Arc<ReadAhead>,
+    decoder: Option<Decoder>,
+    control: Control,
+    /// Request counters and latency histograms.
+    pub stats: Stats,
+    opts: ServerOptions,
+    started: Instant,
+    invalidate: OnceLock<Invalidate>,
+}
+
+impl Server {
+    /// Serves `catalog` from `storage`. Starts pinning and warming when asked (the caller has
+    /// checked the pin budget).
+    pub fn new(
+        catalog: Arc<dyn Catalog>,
+        storage: Arc<dyn Storage>,
+        opts: ServerOptions,
+    ) -> Server {
+        let samples = Arc::new(Samples::new(catalog.clone(), storage));
+        let readahead = Arc::new(ReadAhead::new(samples.clone(), opts.readahead));
+        let decoder = catalog.views().any().then(|| {
+            Decoder::new(samples.clone(), readahead.clone(), opts.decode)
+                .inspect_err(|e| log::error!("cannot start the decode threads: {e}"))
+                .ok()
+        });
+        if opts.warm {
+            readahead.start_warm();
+        }
+        Server {
+            catalog,
+            samples,
+            readahead,
+            decoder: decoder.flatten(),
+            control: Control::default(),
+            stats: Stats::default(),
+            opts,
+            started: Instant::now(),
+            invalidate: OnceLock::new(),
+        }
+    }
+
+    /// Serves a native pack from its local file, showing `views`.
+    pub fn local(pack: Pack, views: Views, opts: ServerOptions) -> std::io::Result<Server> {
+        let storage = Arc::new(LocalStorage::for_pack(&pack)?);
+        Ok(Server::new(
+            Arc::new(NativeCatalog::new(pack, views)),
+            storage,
+            opts,
+        ))
+    }
+
+    /// Installs the kernel page-cache invalidation used by `drop-cache`.
+    pub fn set_invalidate(&self, f: Invalidate) {
+        let _ = self.invalidate.set(f);
+    }
+
+    /// Starts pushing samples ahead of in-order readers through `store` (FUSE_NOTIFY_STORE).
+    pub fn start_push(&self, store: Store) {
+        self.readahead.start_push(store);
+    }
+
+    /// The catalog served.
+    pub fn catalog(&self) -> &Arc<dyn Catalog> {
+        &self.catalog
+    }
+
+    /// Path of `ino` for log messages.
+    pub fn path_of(&self, ino: u64) -> String {
+        match Node::of(ino) {
+            Some(n) if n.is_control() => format!(".loosefs (inode {ino})"),
+            _ => self.catalog.path_of(ino),
+        }
+    }
+
+    /// Looks up `name` in directory `parent`.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Entry, FsError> {
+        let t0 = Instant::now();
+        let r = match Node::of(parent) {
+            Some(Node::ControlDir) => self.control.lookup(name, |n| self.run_control(n)),
+            Some(Node::ControlFile(_)) => Err(FsError::NotDir),
+            _ if parent == ROOT_INO && name == control::DIR_NAME => Ok(Control::dir_entry()),
+            _ => self.catalog.lookup(parent, name).map(Entry::cached),
+        };
+        self.finish(Op::Lookup, t0, r)
+    }
+
+    /// Attributes of `ino`.
+    pub fn getattr(&self, ino: u64) -> Result<Entry, FsError> {
+        let t0 = Instant::now();
+        let r = self.entry(ino);
+        self.finish(Op::Getattr, t0, r)
+    }
+
+    fn entry(&self, ino: u64) -> Result<Entry, FsError> {
+        match Node::of(ino) {
+            Some(n) if n.is_control() => self.control.getattr(n),
+            _ => self.catalog.getattr(ino).map(Entry::cached),
+        }
+    }
+
+    /// Lists directory `ino` from `offset`, calling `add` per entry until it returns true.
+    pub fn readdir(
+        &self,
+        ino: u64,
+        offset: u64,
+        mut add: impl FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<(), FsError> {
+        let t0 = Instant::now();
+        let r = match Node::of(ino) {
+            Some(Node::ControlDir) => {
+                self.control.readdir(offset, &mut add);
+                Ok(())
+            }
+            Some(Node::ControlFile(_)) => Err(FsError::NotDir),
+            _ => self.catalog.readdir(ino, offset, &mut add),
+        };
+        self.finish(Op::Readdir, t0, r)
+    }
+
+    /// As [`Server::readdir`], with each entry's attributes (READDIRPLUS). Entries listed in
+    /// the control directory are never cached by the kernel.
+    pub fn readdirplus(
+        &self,
+        ino: u64,
+        offset: u64,
+        mut add: impl FnMut(&DirEntry<'_>, &Entry) -> bool,
+    ) -> Result<(), FsError> {
+        let volatile = Node::of(ino).is_some_and(Node::is_control);
+        self.readdir(ino, offset, |e| {
+            let Ok(mut entry) = self.entry(e.ino) else {
+                return false;
+            };
+            if volatile {
+                entry.ttl = Duration::ZERO;
+            }
+            add(&e, &entry)
+        })
+    }
+
+    /// Reads up to `size` bytes of `ino` at `offset` and hands them to `reply`: before
+    /// returning, or later from a decode thread for a decoded view not yet decoded.
+    pub fn read(
+        &self,
+        ino: u64,
+        offset: u64,
+        size: u32,
+        reply: impl FnOnce(Result<&[u8], FsError>) + Send + 'static,
+    ) {
+        let t0 = Instant::now();
+        let node = Node::of(ino);
+        if let Some(n) = node.filter(|n| n.is_control()) {
+            self.control.read(n, offset, size, reply);
+            self.stats.done(Op::Control, t0);
+            return;
+        }
+        match self.catalog.extent(ino) {
+            Ok(ext) => match ext.transform {
+                Transform::Identity => self.read_stored(&ext, offset, size, reply),
+                Transform::Decode(geom) => match &self.decoder {
+                    Some(d) => d.read(
+                        ViewTarget {
+                            ino,
+                            jpeg: ext,
+                            geom,
+                        },
+                        offset,
+                        size,
+                        Box::new(reply),
+                    ),
+                    None => reply(Err(FsError::Corrupt(
+                        "the decode threads are not running".into(),
+                    ))),
+                },
+            },
+            Err(e) => {
+                self.stats.errors.fetch_add(1, Relaxed);
+                reply(Err(e));
+            }
+        }
+        self.stats.done(Op::Read, t0);
+    }
+
+    /// Stored bytes: read-ahead bookkeeping, a checked read, release of what was served.
+    fn read_stored(
+        &self,
+        ext: &Extent,
+        offset: u64,
+        size: u32,
+        reply: impl FnOnce(Result<&[u8], FsError>),
+    ) {
+        self.readahead.before_read(ext, offset, size);
+        READ_BUF.with_borrow_mut(|buf| {
+            let out = self.samples.read_extent(ext, offset, size, buf);
+            match &out {
+                Ok(b) => {
+                    self.stats.bytes_served.fetch_add(b.len() as u64, Relaxed);
+                    self.readahead
+                        .after_read(ext, offset..offset + b.len() as u64);
+                }
+                Err(_) => {
+                    self.stats.errors.fetch_add(1, Relaxed);
+                }
+            }
+            reply(out);
+            // A check of a large sample may have grown the buffer; keep at most 1 MiB per thread.
+            if buf.capacity() > MAX_KEPT_BUF {
+                *buf = Vec::new();
+            }
+        });
+    }
+
+    /// `statfs` figures.
+    pub fn statfs(&self) -> FsStats {
+        let t0 = Instant::now();
+        let s = self.catalog.statfs();
+        self.stats.done(Op::Statfs, t0);
+        s
+    }
+
+    /// Counts an ioctl (answered ENOTTY by the adaptor).
+    pub fn ioctl(&self) {
+        self.stats.done(Op::Ioctl, Instant::now());
+    }
+
+    /// The kernel forgot `ino`.
+    pub fn forget(&self, ino: u64) {
+        if let Some(n) = Node::of(ino).filter(|n| n.is_control()) {
+            self.control.forget(n);
+        }
+    }
+
+    fn finish<T>(&self, op: Op, t0: Instant, r: Result<T, FsError>) -> Result<T, FsError> {
+        if matches!(r, Err(FsError::Corrupt(_))) {
+            self.stats.errors.fetch_add(1, Relaxed);
+        }
+        self.stats.done(op, t0);
+        r
+    }
+
+    /// Runs control file `name`, returning its content (pretty JSON and a newline).
+    fn run_control(&self, name: &str) -> Option<Vec<u8>> {
+        let json = match name {
+            "stats" => serde_json::to_vec_pretty(&self.report()),
+            "warm" => serde_json::to_vec_pretty(&self.warm()),
+            "drop-cache" => serde_json::to_vec_pretty(&self.drop_cache()),
+            _ => return None,
+        };
+        let mut out = json.ok()?;
+        out.push(b'\n');
+        Some(out)
+    }
+
+    /// Empties the caches the daemon owns and evicts the unpinned stored pages; drops the
+    /// kernel's cached pages of every file served so far.
+    pub fn drop_cache(&self) -> DropCacheReport {
+        let mut r = self.readahead.drop_cache();
+        let views = self.decoder.as_ref().map(|d| d.clear()).unwrap_or_default();
+        if let Some(inv) = self.invalidate.get() {
+            for ino in self.samples.served().map(record_ino).chain(views) {
+                inv(ino);
+                r.inodes_invalidated += 1;
+            }
+        }
+        r
+    }
+}

@@ -1,0 +1,71 @@
+//! The stats report of a running server, and the `warm` command's answer: gathered from the
+//! request counters, the read-ahead, the decoder and `/proc/self/status`.
+
+use super::Server;
+use crate::report::{DaemonReport, PackReport, PageCacheReport, Report, WarmCommandReport};
+use std::sync::atomic::Ordering::Relaxed;
+
+/// A `/proc/self/status` memory figure (`VmRSS:` etc.), bytes; 0 when unreadable.
+fn status_bytes(status: &str, key: &str) -> u64 {
+    status
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
+impl Server {
+    /// The statistics report (the content of `.loosefs/stats`).
+    pub fn report(&self) -> Report {
+        let s = &self.stats;
+        let ra = &self.readahead.stats;
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let objects = self.catalog.objects();
+        let lat = s.latencies();
+        let (prefetch, push_ahead, pin, warm) = self.readahead.report();
+        Report {
+            pack: PackReport {
+                path: objects
+                    .first()
+                    .map(|o| o.path.display().to_string())
+                    .unwrap_or_default(),
+                bytes: objects.iter().map(|o| o.len).sum(),
+                samples: self.catalog.files(),
+                resident_bytes: self.readahead.resident_bytes(),
+            },
+            daemon: DaemonReport {
+                pid: std::process::id(),
+                uptime_s: self.started.elapsed().as_secs_f64(),
+                rss_bytes: status_bytes(&status, "VmRSS:"),
+                rss_peak_bytes: status_bytes(&status, "VmHWM:"),
+                locked_bytes: status_bytes(&status, "VmLck:"),
+                threads: self.opts.threads,
+                mountpoint: self.opts.mountpoint.clone(),
+            },
+            requests: lat.iter().map(|(n, l)| (n.to_string(), l.count)).collect(),
+            errors: s.errors.load(Relaxed),
+            bytes_served: s.bytes_served.load(Relaxed),
+            page_cache: PageCacheReport {
+                hits: ra.page_cache_hits.load(Relaxed),
+                misses: ra.page_cache_misses.load(Relaxed),
+                samples_evicted_after_serving: ra.samples_evicted.load(Relaxed),
+                keep_pack_cache: self.readahead.keeps_cache(),
+            },
+            prefetch,
+            push_ahead,
+            pin,
+            warm,
+            decode: self.decoder.as_ref().map(|d| d.report()),
+            latency_us: lat.into_iter().map(|(n, l)| (n.to_string(), l)).collect(),
+        }
+    }
+
+    /// Starts a whole-pack warm unless one is running (the `warm` control file).
+    pub fn warm(&self) -> WarmCommandReport {
+        let started = self.readahead.start_warm();
+        let (.., warm) = self.readahead.report();
+        WarmCommandReport { started, warm }
+    }
+}

@@ -1,0 +1,43 @@
+//! Storage: how the bytes of storage objects are read, and the page-cache verbs the read path
+//! needs around those reads. A [`Storage`] knows nothing of files, samples or formats: it reads
+//! byte ranges of the objects a catalog names ([`crate::catalog::ObjectId`]) and says what is
+//! cached. [`local::LocalStorage`] serves local files through the kernel's page cache; a remote
+//! implementation (ranged GETs into a local block cache) answers the same calls.
+
+pub mod local;
+
+use crate::catalog::ObjectId;
+use std::io;
+use std::ops::Range;
+
+/// Reads byte ranges of storage objects and manages their cached copies. Ranges are clamped to
+/// the object; verbs that only advise (will-need, release) never fail the read path.
+pub trait Storage: Send + Sync {
+    /// Size of object `obj`, bytes (0 for an unknown object).
+    fn len(&self, obj: ObjectId) -> u64;
+
+    /// Fills `buf` from byte `off` of `obj`. Errors: I/O errors, or a range past the end
+    /// (`UnexpectedEof`).
+    fn read_at(&self, obj: ObjectId, off: u64, buf: &mut [u8]) -> io::Result<()>;
+
+    /// Asks for `r` to be brought into the cache asynchronously (no wait).
+    fn will_need(&self, obj: ObjectId, r: &Range<u64>);
+
+    /// Cached bytes of `r`, counted in whole pages.
+    fn resident_bytes(&self, obj: ObjectId, r: &Range<u64>) -> u64;
+
+    /// Whether every page of `r` is cached.
+    fn resident(&self, obj: ObjectId, r: &Range<u64>) -> bool;
+
+    /// Drops the cached copy of `r` once it has been served (whole pages inside `r` only; pages
+    /// in use elsewhere or pinned stay).
+    fn release(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()>;
+
+    /// Evicts the cached copy of `r` entirely, including this process's own mappings of it, so
+    /// the next read goes to the device. `r` must not overlap a pinned range.
+    fn evict(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()>;
+
+    /// Pins `r` in memory (it stays cached whatever the memory pressure) for the life of the
+    /// storage. Errors: the pin is refused (e.g. `RLIMIT_MEMLOCK`, `ENOMEM`).
+    fn pin(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()>;
+}
