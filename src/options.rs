@@ -4,11 +4,25 @@
 use crate::decode::DecodeOptions;
 use crate::memory::parse_size;
 use crate::readahead::ReadAheadOptions;
-use crate::server::ServerOptions;
 use crate::view::Views;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
+
+/// How the daemon serves, from `loosefs mount` options.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Read-ahead, push-ahead, release and pinning.
+    pub readahead: ReadAheadOptions,
+    /// Start a whole-pack warm at mount.
+    pub warm: bool,
+    /// Mountpoint (for stats).
+    pub mountpoint: String,
+    /// FUSE threads (for stats).
+    pub threads: usize,
+    /// Decode pool and cache, used when the catalog shows decoded views.
+    pub decode: DecodeOptions,
+}
 
 /// Options of `loosefs mount` (everything but the pack and the mountpoint).
 #[derive(Args, Debug, Clone)]

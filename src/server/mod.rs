@@ -8,15 +8,17 @@
 //! views through the [`Decoder`]. Nothing here depends on where the bytes live.
 
 mod control;
+mod data;
 mod report;
 
 use crate::catalog::native::NativeCatalog;
-use crate::catalog::{Attr, Catalog, DirEntry, Extent, FsError, FsStats, Transform};
-use crate::decode::{DecodeOptions, Decoder, ViewTarget};
+use crate::catalog::{Attr, Catalog, DirEntry, FsError, FsStats};
+use crate::decode::Decoder;
 use crate::format::reader::Pack;
-use crate::ino::{Node, ROOT_INO, record_ino};
+use crate::ino::{Node, ROOT_INO};
+pub use crate::options::ServerOptions;
+use crate::readahead::ReadAhead;
 use crate::readahead::push::Store;
-use crate::readahead::{ReadAhead, ReadAheadOptions};
 use crate::report::DropCacheReport;
 use crate::samples::Samples;
 use crate::stats::{Op, Stats};
@@ -24,6 +26,7 @@ use crate::storage::Storage;
 use crate::storage::local::LocalStorage;
 use crate::view::Views;
 use control::Control;
+use data::Data;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -33,15 +36,6 @@ pub use control::DIR_NAME as CONTROL_DIR_NAME;
 /// How long the kernel may cache entries and attributes of the catalog (it never changes while
 /// mounted).
 pub const TTL: Duration = Duration::from_secs(24 * 3600);
-
-/// Largest read buffer a FUSE thread keeps between requests, bytes (a FUSE read is at most
-/// 1 MiB with the default `max_pages`).
-const MAX_KEPT_BUF: usize = 1 << 20;
-
-thread_local! {
-    /// Per-thread read buffer: at most one request (or one check chunk) per FUSE thread.
-    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
 
 /// Callback that drops the kernel's cached pages of one inode of the mount.
 pub type Invalidate = Box<dyn Fn(u64) + Send + Sync>;
@@ -61,27 +55,10 @@ impl Entry {
     }
 }
 
-/// How the daemon serves, from `loosefs mount` options.
-#[derive(Debug, Clone)]
-pub struct ServerOptions {
-    /// Read-ahead, push-ahead, release and pinning.
-    pub readahead: ReadAheadOptions,
-    /// Start a whole-pack warm at mount.
-    pub warm: bool,
-    /// Mountpoint (for stats).
-    pub mountpoint: String,
-    /// FUSE threads (for stats).
-    pub threads: usize,
-    /// Decode pool and cache, used when the catalog shows decoded views.
-    pub decode: DecodeOptions,
-}
-
 /// A catalog being served.
 pub struct Server {
     catalog: Arc<dyn Catalog>,
-    samples: Arc<Samples>,
-    readahead: Arc<ReadAhead>,
-    decoder: Option<Decoder>,
+    data: Data,
     control: Control,
     /// Request counters and latency histograms.
     pub stats: Stats,
@@ -110,9 +87,11 @@ impl Server {
         }
         Server {
             catalog,
-            samples,
-            readahead,
-            decoder: decoder.flatten(),
+            data: Data {
+                samples,
+                readahead,
+                decoder: decoder.flatten(),
+            },
             control: Control::default(),
             stats: Stats::default(),
             opts,
@@ -138,7 +117,7 @@ impl Server {
 
     /// Starts pushing samples ahead of in-order readers through `store` (FUSE_NOTIFY_STORE).
     pub fn start_push(&self, store: Store) {
-        self.readahead.start_push(store);
+        self.data.readahead.start_push(store);
     }
 
     /// The catalog served.
@@ -236,59 +215,15 @@ impl Server {
             return;
         }
         match self.catalog.extent(ino) {
-            Ok(ext) => match ext.transform {
-                Transform::Identity => self.read_stored(&ext, offset, size, reply),
-                Transform::Decode(geom) => match &self.decoder {
-                    Some(d) => d.read(
-                        ViewTarget {
-                            ino,
-                            jpeg: ext,
-                            geom,
-                        },
-                        offset,
-                        size,
-                        Box::new(reply),
-                    ),
-                    None => reply(Err(FsError::Corrupt(
-                        "the decode threads are not running".into(),
-                    ))),
-                },
-            },
+            Ok(ext) => self
+                .data
+                .read(ino, ext, offset, size, &self.stats, Box::new(reply)),
             Err(e) => {
                 self.stats.errors.fetch_add(1, Relaxed);
                 reply(Err(e));
             }
         }
         self.stats.done(Op::Read, t0);
-    }
-
-    /// Stored bytes: read-ahead bookkeeping, a checked read, release of what was served.
-    fn read_stored(
-        &self,
-        ext: &Extent,
-        offset: u64,
-        size: u32,
-        reply: impl FnOnce(Result<&[u8], FsError>),
-    ) {
-        self.readahead.before_read(ext, offset, size);
-        READ_BUF.with_borrow_mut(|buf| {
-            let out = self.samples.read_extent(ext, offset, size, buf);
-            match &out {
-                Ok(b) => {
-                    self.stats.bytes_served.fetch_add(b.len() as u64, Relaxed);
-                    self.readahead
-                        .after_read(ext, offset..offset + b.len() as u64);
-                }
-                Err(_) => {
-                    self.stats.errors.fetch_add(1, Relaxed);
-                }
-            }
-            reply(out);
-            // A check of a large sample may have grown the buffer; keep at most 1 MiB per thread.
-            if buf.capacity() > MAX_KEPT_BUF {
-                *buf = Vec::new();
-            }
-        });
     }
 
     /// `statfs` figures.
@@ -323,7 +258,7 @@ impl Server {
     fn run_control(&self, name: &str) -> Option<Vec<u8>> {
         let json = match name {
             "stats" => serde_json::to_vec_pretty(&self.report()),
-            "warm" => serde_json::to_vec_pretty(&self.warm()),
+            "warm" => serde_json::to_vec_pretty(&self.parts().warm()),
             "drop-cache" => serde_json::to_vec_pretty(&self.drop_cache()),
             _ => return None,
         };
@@ -332,17 +267,25 @@ impl Server {
         Some(out)
     }
 
+    fn parts(&self) -> report::Parts<'_> {
+        report::Parts {
+            catalog: self.catalog.as_ref(),
+            data: &self.data,
+            stats: &self.stats,
+            opts: &self.opts,
+            started: self.started,
+        }
+    }
+
+    /// The statistics report (the content of `.loosefs/stats`).
+    pub fn report(&self) -> crate::report::Report {
+        self.parts().report()
+    }
+
     /// Empties the caches the daemon owns and evicts the unpinned stored pages; drops the
     /// kernel's cached pages of every file served so far.
     pub fn drop_cache(&self) -> DropCacheReport {
-        let mut r = self.readahead.drop_cache();
-        let views = self.decoder.as_ref().map(|d| d.clear()).unwrap_or_default();
-        if let Some(inv) = self.invalidate.get() {
-            for ino in self.samples.served().map(record_ino).chain(views) {
-                inv(ino);
-                r.inodes_invalidated += 1;
-            }
-        }
-        r
+        self.data
+            .drop_cache(self.invalidate.get().map(|f| f.as_ref()))
     }
 }

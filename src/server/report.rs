@@ -1,9 +1,13 @@
 //! The stats report of a running server, and the `warm` command's answer: gathered from the
 //! request counters, the read-ahead, the decoder and `/proc/self/status`.
 
-use super::Server;
+use super::ServerOptions;
+use super::data::Data;
+use crate::catalog::Catalog;
 use crate::report::{DaemonReport, PackReport, PageCacheReport, Report, WarmCommandReport};
+use crate::stats::Stats;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
 
 /// A `/proc/self/status` memory figure (`VmRSS:` etc.), bytes; 0 when unreadable.
 fn status_bytes(status: &str, key: &str) -> u64 {
@@ -16,15 +20,24 @@ fn status_bytes(status: &str, key: &str) -> u64 {
         * 1024
 }
 
-impl Server {
+/// What a report is gathered from: the parts of a running server.
+pub(super) struct Parts<'a> {
+    pub(super) catalog: &'a dyn Catalog,
+    pub(super) data: &'a Data,
+    pub(super) stats: &'a Stats,
+    pub(super) opts: &'a ServerOptions,
+    pub(super) started: Instant,
+}
+
+impl Parts<'_> {
     /// The statistics report (the content of `.loosefs/stats`).
-    pub fn report(&self) -> Report {
-        let s = &self.stats;
-        let ra = &self.readahead.stats;
+    pub(super) fn report(&self) -> Report {
+        let s = self.stats;
+        let ra = &self.data.readahead.stats;
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         let objects = self.catalog.objects();
         let lat = s.latencies();
-        let (prefetch, push_ahead, pin, warm) = self.readahead.report();
+        let (prefetch, push_ahead, pin, warm) = self.data.readahead.report();
         Report {
             pack: PackReport {
                 path: objects
@@ -33,7 +46,7 @@ impl Server {
                     .unwrap_or_default(),
                 bytes: objects.iter().map(|o| o.len).sum(),
                 samples: self.catalog.files(),
-                resident_bytes: self.readahead.resident_bytes(),
+                resident_bytes: self.data.readahead.resident_bytes(),
             },
             daemon: DaemonReport {
                 pid: std::process::id(),
@@ -51,21 +64,21 @@ impl Server {
                 hits: ra.page_cache_hits.load(Relaxed),
                 misses: ra.page_cache_misses.load(Relaxed),
                 samples_evicted_after_serving: ra.samples_evicted.load(Relaxed),
-                keep_pack_cache: self.readahead.keeps_cache(),
+                keep_pack_cache: self.data.readahead.keeps_cache(),
             },
             prefetch,
             push_ahead,
             pin,
             warm,
-            decode: self.decoder.as_ref().map(|d| d.report()),
+            decode: self.data.decoder.as_ref().map(|d| d.report()),
             latency_us: lat.into_iter().map(|(n, l)| (n.to_string(), l)).collect(),
         }
     }
 
     /// Starts a whole-pack warm unless one is running (the `warm` control file).
-    pub fn warm(&self) -> WarmCommandReport {
-        let started = self.readahead.start_warm();
-        let (.., warm) = self.readahead.report();
+    pub(super) fn warm(&self) -> WarmCommandReport {
+        let started = self.data.readahead.start_warm();
+        let (.., warm) = self.data.readahead.report();
         WarmCommandReport { started, warm }
     }
 }

@@ -1,0 +1,104 @@
+//! The data backend: serves the bytes of catalog files. Stored bytes go through read-ahead and
+//! checked reads; decoded views go to the decoder. It also empties every cache it owns on
+//! `drop-cache`.
+
+use crate::catalog::{Extent, FsError, Transform};
+use crate::decode::{Decoder, ViewTarget};
+use crate::ino::record_ino;
+use crate::readahead::ReadAhead;
+use crate::report::DropCacheReport;
+use crate::samples::Samples;
+use crate::stats::Stats;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Largest read buffer a FUSE thread keeps between requests, bytes (a FUSE read is at most
+/// 1 MiB with the default `max_pages`).
+const MAX_KEPT_BUF: usize = 1 << 20;
+
+thread_local! {
+    /// Per-thread read buffer: at most one request (or one check chunk) per FUSE thread.
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The answer to a READ, called once on whatever thread has the bytes.
+pub type Reply = Box<dyn FnOnce(Result<&[u8], FsError>) + Send>;
+
+/// Stored samples, their read-ahead and the decoder of their views.
+pub(super) struct Data {
+    pub(super) samples: Arc<Samples>,
+    pub(super) readahead: Arc<ReadAhead>,
+    pub(super) decoder: Option<Decoder>,
+}
+
+impl Data {
+    /// Answers a READ of `[offset, offset+size)` of file `ino`, whose bytes are `ext`.
+    pub(super) fn read(
+        &self,
+        ino: u64,
+        ext: Extent,
+        offset: u64,
+        size: u32,
+        stats: &Stats,
+        reply: Reply,
+    ) {
+        match ext.transform {
+            Transform::Identity => self.read_stored(&ext, offset, size, stats, reply),
+            Transform::Decode(geom) => match &self.decoder {
+                Some(d) => d.read(
+                    ViewTarget {
+                        ino,
+                        jpeg: ext,
+                        geom,
+                    },
+                    offset,
+                    size,
+                    reply,
+                ),
+                None => reply(Err(FsError::Corrupt(
+                    "the decode threads are not running".into(),
+                ))),
+            },
+        }
+    }
+
+    /// Stored bytes: read-ahead bookkeeping, a checked read, release of what was served.
+    fn read_stored(&self, ext: &Extent, offset: u64, size: u32, stats: &Stats, reply: Reply) {
+        self.readahead.before_read(ext, offset, size);
+        READ_BUF.with_borrow_mut(|buf| {
+            let out = self.samples.read_extent(ext, offset, size, buf);
+            match &out {
+                Ok(b) => {
+                    stats.bytes_served.fetch_add(b.len() as u64, Relaxed);
+                    self.readahead
+                        .after_read(ext, offset..offset + b.len() as u64);
+                }
+                Err(_) => {
+                    stats.errors.fetch_add(1, Relaxed);
+                }
+            }
+            reply(out);
+            // A check of a large sample may have grown the buffer; keep at most 1 MiB per thread.
+            if buf.capacity() > MAX_KEPT_BUF {
+                *buf = Vec::new();
+            }
+        });
+    }
+
+    /// Empties the caches of the data path and evicts the unpinned stored pages; `invalidate`
+    /// drops the kernel's cached pages of every file served so far.
+    pub(super) fn drop_cache(
+        &self,
+        invalidate: Option<&(dyn Fn(u64) + Send + Sync)>,
+    ) -> DropCacheReport {
+        let mut r = self.readahead.drop_cache();
+        let views = self.decoder.as_ref().map(|d| d.clear()).unwrap_or_default();
+        if let Some(inv) = invalidate {
+            for ino in self.samples.served().map(record_ino).chain(views) {
+                inv(ino);
+                r.inodes_invalidated += 1;
+            }
+        }
+        r
+    }
+}
