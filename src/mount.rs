@@ -76,6 +76,17 @@ pub fn mount_fstype(path: &Path) -> Option<String> {
     })
 }
 
+/// The device (`major:minor`) of the mount at exactly `path`, from /proc/self/mountinfo (no
+/// request reaches the filesystem, so this never waits on a FUSE daemon).
+fn mount_device(path: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = path.to_str()?;
+    info.lines().rev().find_map(|line| {
+        let f: Vec<&str> = line.split(' ').collect();
+        (unescape_mountinfo(f.get(4)?) == want).then(|| f.get(2).map(|s| s.to_string()))?
+    })
+}
+
 /// Undoes mountinfo's octal escapes (`\040` for a space, etc.).
 fn unescape_mountinfo(s: &str) -> String {
     let b = s.as_bytes();
@@ -246,12 +257,18 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Re
             let _ = tx.send(sig);
         }
     });
+    // The mount's device: a signal unmounts `mnt` only while this mount is still the one there.
+    let our_dev = mount_device(mnt);
     loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(sig) => {
-                log::info!("signal {sig}: unmounting {}", mnt.display());
-                if let Err(e) = unmount(mnt, true) {
-                    log::error!("{e:#}");
+                if our_dev.is_some() && mount_device(mnt) == our_dev {
+                    log::info!("signal {sig}: unmounting {}", mnt.display());
+                    if let Err(e) = unmount(mnt, true) {
+                        log::error!("{e:#}");
+                    }
+                } else {
+                    log::info!("signal {sig}: {} is no longer this mount", mnt.display());
                 }
                 break;
             }
@@ -260,10 +277,15 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Re
         }
     }
     signals_handle.close();
-    match bg.join() {
-        Ok(()) => log::info!("unmounted {}", mnt.display()),
-        Err(e) => log::warn!("session ended with {e}"),
+    let t0 = std::time::Instant::now();
+    while !bg.guard.is_finished() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
     }
+    // The session is over: the kernel has let go of this mount. Dropping `bg` would unmount
+    // `mnt` by path, which by now may be a new mount of the same directory; so it is not
+    // dropped, and its device fd closes when the process exits.
+    log::info!("unmounted {}", mnt.display());
+    std::mem::forget(bg);
     Ok(())
 }
 

@@ -9,6 +9,10 @@ use common::*;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
+
+/// `loosefs umount` as a command line.
+const LOOSEFS_UMOUNT: [&str; 2] = [env!("CARGO_BIN_EXE_loosefs"), "umount"];
 
 fn errno_of(r: std::io::Result<impl Sized>) -> Option<i32> {
     r.err().and_then(|e| e.raw_os_error())
@@ -186,6 +190,45 @@ fn every_way_of_unmounting_leaves_nothing_behind() {
             std::fs::metadata(&m.mnt).is_ok(),
             "{name}: mountpoint unusable"
         );
+    }
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn remounting_right_after_an_unmount_stays_mounted() {
+    require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_src, pack) = packed(tmp.path());
+    let mnt = tmp.path().join("mnt");
+    let methods: [&[&str]; 3] = [&LOOSEFS_UMOUNT, &["umount"], &["fusermount3", "-u"]];
+    for cmd in methods {
+        let name = cmd.join(" ");
+        let old = mount(&pack, &mnt, &[]);
+        let old_pid = old.pid;
+        let o = Command::new(cmd[0])
+            .args(&cmd[1..])
+            .arg(&mnt)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{name}: {err}");
+        // Not dropped: its Drop would detach whatever is mounted at `mnt`, i.e. the new mount.
+        std::mem::forget(old);
+        let new = mount(&pack, &mnt, &[]);
+        assert!(
+            wait_exit(old_pid, 10),
+            "{name}: the old daemon is still running"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            is_mounted(&mnt),
+            "{name}: the new mount vanished when the old daemon exited"
+        );
+        assert!(
+            std::fs::read_dir(&mnt).unwrap().count() > 0,
+            "{name}: empty"
+        );
+        drop(new);
     }
 }
 
