@@ -294,6 +294,18 @@ fn data_offset(out: &Path, rel: &str) -> u64 {
     p.index().record(i).unwrap().data_off
 }
 
+/// Rewrites the index of the pack at `path` as a forger would: `edit` changes the index bytes,
+/// then the checksum is recomputed so only the tree check can catch it.
+fn forge_index(path: &Path, edit: impl FnOnce(&mut [u8])) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let t = loosefs::format::trailer::Trailer::parse_tail(&bytes[bytes.len() - 4096..]).unwrap();
+    let ix = &mut bytes[t.index_offset as usize..(t.index_offset + t.index_len) as usize];
+    edit(ix);
+    let c = loosefs::format::index::checksum(ix);
+    ix[120..128].copy_from_slice(&c.to_le_bytes());
+    std::fs::write(path, bytes).unwrap();
+}
+
 fn flip(path: &Path, at: u64) {
     let mut b = std::fs::read(path).unwrap();
     b[at as usize] ^= 0x55;
@@ -694,4 +706,50 @@ fn next_file_walks_pack_order() {
         "successors follow the data order, through nested and empty dirs"
     );
     assert_eq!(ns.next_file(0), None);
+}
+
+#[test]
+fn packs_with_forged_trees_are_refused_by_info_verify_and_mount() {
+    use loosefs::format::index::{HEADER_LEN, RECORD_LEN};
+    let field = |rec: usize, off: usize| HEADER_LEN + rec * RECORD_LEN + off;
+    // Record 1 is the first class directory; record 1's first child and child count at +4, +8;
+    // a record's parent at +0.
+    type Edit = fn(&mut [u8], &dyn Fn(usize, usize) -> usize);
+    let forgeries: [(&str, Edit); 3] = [
+        ("a directory that is its own child", |ix, f| {
+            ix[f(1, 4)..f(1, 4) + 4].copy_from_slice(&1u32.to_le_bytes());
+            ix[f(1, 8)..f(1, 8) + 4].copy_from_slice(&1u32.to_le_bytes());
+        }),
+        (
+            "a self-parented file (record 5 is class_0/img_0.JPEG)",
+            |ix, f| {
+                ix[f(5, 0)..f(5, 0) + 4].copy_from_slice(&5u32.to_le_bytes());
+            },
+        ),
+        ("two directories listing each other", |ix, f| {
+            ix[f(1, 4)..f(1, 4) + 4].copy_from_slice(&2u32.to_le_bytes());
+            ix[f(2, 4)..f(2, 4) + 4].copy_from_slice(&1u32.to_le_bytes());
+        }),
+    ];
+    for (what, edit) in forgeries {
+        let (tmp, _src, out) = tree_and_pack("4096");
+        forge_index(&out, |ix| edit(ix, &field));
+        let mnt = tmp.path().join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        for args in [vec!["info"], vec!["verify"], vec!["mount"]] {
+            let mut c = Command::new("timeout");
+            c.arg("20").arg(bin()).args(&args).arg(&out);
+            if args[0] == "mount" {
+                c.arg(&mnt);
+            }
+            let o = c.output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(
+                o.status.code(),
+                Some(2),
+                "{what}: {args:?} accepted it: {err}"
+            );
+            assert!(err.contains("index record"), "{what}: {args:?}: {err}");
+        }
+    }
 }

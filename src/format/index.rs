@@ -232,7 +232,9 @@ pub fn build(nodes: &[Node], align: u32) -> Result<Vec<u8>, FormatError> {
 }
 
 /// xxh3-64 of the index with the checksum field itself left out.
-fn checksum(index: &[u8]) -> u64 {
+/// The index checksum: xxh3-64 of the whole index with the checksum field itself (bytes
+/// 120..128 of the header) left out; the value the header stores at byte 120.
+pub fn checksum(index: &[u8]) -> u64 {
     let mut h = Xxh3::new();
     h.update(&index[..CHECKSUM_AT]);
     h.update(&index[HEADER_LEN..]);
@@ -318,6 +320,122 @@ impl<'a> IndexView<'a> {
             names,
             totals,
         })
+    }
+
+    /// Checks the tree the records form, in one pass: the root is record 0, a directory that
+    /// is its own parent; records are numbered breadth first, so the children of successive
+    /// directories are successive ranges that together cover records `1..` exactly once, each
+    /// child names the directory that lists it as its parent, and every child is numbered
+    /// after its parent (so no cycle can exist); files have no children and their data lies in
+    /// `[0, data_end)`; names are non-empty, contain no `/` or NUL, are not `.` or `..`, and are
+    /// strictly increasing within a directory (unique, so lookups can binary-search); the
+    /// file and directory counts match the header. A checksum is no signature: anyone can
+    /// write one, so a pack is checked before anything walks it.
+    ///
+    /// Errors: [`FormatError::Corrupt`] naming the first bad record and what is wrong.
+    pub fn validate_tree(&self) -> Result<(), FormatError> {
+        let bad = |i: u32, why: String| FormatError::Corrupt(format!("index record {i}: {why}"));
+        let n = self.len();
+        let root = self.record(0).ok_or_else(|| bad(0, "missing".into()))?;
+        if !root.is_dir || root.parent != 0 {
+            return Err(bad(
+                0,
+                "the root must be a directory that is its own parent".into(),
+            ));
+        }
+        let (mut next_child, mut files, mut dirs) = (1u32, 0u64, 0u64);
+        for i in 0..n {
+            let r = self.record(i).ok_or_else(|| bad(i, "missing".into()))?;
+            let name_end = (r.name_off as usize).checked_add(r.name_len as usize);
+            if name_end.is_none_or(|e| e > self.names.len()) {
+                return Err(bad(i, "its name lies outside the name table".into()));
+            }
+            if r.is_dir {
+                dirs += 1;
+            } else {
+                files += 1;
+                if r.n_children != 0 {
+                    return Err(bad(i, "a file with children".into()));
+                }
+                if r.data_off
+                    .checked_add(r.size)
+                    .is_none_or(|e| e > self.totals.data_end)
+                {
+                    return Err(bad(
+                        i,
+                        format!(
+                            "data {}+{} lies outside the sample data (which ends at {})",
+                            r.data_off, r.size, self.totals.data_end
+                        ),
+                    ));
+                }
+            }
+            if i > 0 {
+                let name = self.name(&r);
+                if name.is_empty()
+                    || name == b"."
+                    || name == b".."
+                    || name.contains(&b'/')
+                    || name.contains(&0)
+                {
+                    return Err(bad(
+                        i,
+                        format!("invalid name {:?}", String::from_utf8_lossy(name)),
+                    ));
+                }
+            }
+            if !r.is_dir || r.n_children == 0 {
+                continue;
+            }
+            if r.first_child != next_child {
+                return Err(bad(
+                    i,
+                    format!(
+                        "its children start at record {} where {next_child} was expected (not breadth first, or shared)",
+                        r.first_child
+                    ),
+                ));
+            }
+            let end = r.first_child.checked_add(r.n_children).filter(|&e| e <= n);
+            let end = end.ok_or_else(|| bad(i, "its children run past the record table".into()))?;
+            let mut prev: Option<&[u8]> = None;
+            for c in r.first_child..end {
+                let child = self.record(c).ok_or_else(|| bad(c, "missing".into()))?;
+                if child.parent != i {
+                    return Err(bad(
+                        c,
+                        format!(
+                            "listed under directory {i} but names {} as its parent",
+                            child.parent
+                        ),
+                    ));
+                }
+                let name = self.name(&child);
+                if prev.is_some_and(|p| p >= name) {
+                    return Err(bad(
+                        c,
+                        format!(
+                            "name {:?} is not after its sibling's in byte order (duplicate or unsorted)",
+                            String::from_utf8_lossy(name)
+                        ),
+                    ));
+                }
+                prev = Some(name);
+            }
+            next_child = end;
+        }
+        if next_child != n {
+            return Err(FormatError::Corrupt(format!(
+                "index: records {next_child}..{n} belong to no directory"
+            )));
+        }
+        if files != self.totals.files || dirs != self.totals.dirs {
+            return Err(FormatError::Corrupt(format!(
+                "index: {files} files and {dirs} directories, but the header says {} and {}",
+                self.totals.files, self.totals.dirs
+            )));
+        }
+        Ok(())
     }
 
     /// Totals from the header.
@@ -434,6 +552,47 @@ mod tests {
             file(4, "z", 12288, 30),
             file(0, "c", 16384, 40),
         ]
+    }
+
+    /// The sample tree's index with record `rec`'s u32 at byte `field` set to `v`, re-checksummed
+    /// (as a forger would), then parsed and validated. Records (breadth first): 0 /, 1 a/,
+    /// 2 b/, 3 c, 4 a/x, 5 a/y, 6 b/z. Fields: 0 parent, 4 first child, 8 children.
+    fn forged(edits: &[(u32, usize, u32)]) -> Result<(), FormatError> {
+        let mut bytes = build(&sample_tree(), 4096).unwrap();
+        for &(rec, field, v) in edits {
+            let o = HEADER_LEN + rec as usize * RECORD_LEN + field;
+            bytes[o..o + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        let c = checksum(&bytes);
+        bytes[CHECKSUM_AT..CHECKSUM_AT + 8].copy_from_slice(&c.to_le_bytes());
+        IndexView::parse(&bytes)?.validate_tree()
+    }
+
+    #[test]
+    fn forged_trees_are_refused_with_the_reason() {
+        assert!(forged(&[]).is_ok());
+        let why = |edits: &[(u32, usize, u32)]| match forged(edits) {
+            Err(FormatError::Corrupt(m)) => m,
+            other => panic!("{edits:?} accepted: {other:?}"),
+        };
+        // A directory that lists itself as a child, and a self-parented file.
+        assert!(why(&[(1, 4, 1), (1, 8, 1)]).contains("record 1"));
+        assert!(why(&[(4, 0, 4)]).contains("names 4 as its parent"));
+        // A cycle: a/ lists b/ as its child, b/ lists a/.
+        let m = why(&[(1, 4, 2), (1, 8, 1), (2, 4, 1), (2, 8, 1)]);
+        assert!(m.contains("record"), "{m}");
+        // A file with children, a root that is not its own parent, children past the table.
+        assert!(why(&[(3, 8, 1)]).contains("file with children"));
+        assert!(why(&[(0, 0, 1)]).contains("root"));
+        assert!(why(&[(2, 8, 9)]).contains("past the record table"));
+        // Data outside the sample data.
+        let o = 24; // data_off (u64): set its low word far out
+        assert!(why(&[(6, o, u32::MAX)]).contains("outside the sample data"));
+        // Duplicate names: a/y renamed to a/x (same name bytes offset and length).
+        let ix_bytes = build(&sample_tree(), 4096).unwrap();
+        let ix = IndexView::parse(&ix_bytes).unwrap();
+        let x = ix.record(4).unwrap();
+        assert!(why(&[(5, 12, x.name_off)]).contains("duplicate or unsorted"));
     }
 
     #[test]

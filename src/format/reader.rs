@@ -1,6 +1,6 @@
 //! Opens a pack for serving: memory-maps the whole file, finds the index through the trailer,
-//! checks it (magic, version, checksum, bounds) and keeps it in place. Opening costs one hash
-//! pass over the index and no per-record parsing.
+//! checks it (magic, version, checksum, bounds, and the tree its records form) and keeps it in
+//! place. Opening costs one hash pass and one validation pass over the index.
 
 use super::FormatError;
 use super::index::{IndexView, Record, Totals};
@@ -65,7 +65,9 @@ impl Pack {
         }
         let index =
             trailer.index_offset as usize..(trailer.index_offset + trailer.index_len) as usize;
-        let totals = IndexView::parse(&map[index.clone()])?.totals();
+        let view = IndexView::parse(&map[index.clone()])?;
+        view.validate_tree()?;
+        let totals = view.totals();
         if totals.data_end > trailer.index_offset {
             return Err(FormatError::Truncated(format!(
                 "sample data reaches byte {} but the index starts at {}",
