@@ -63,20 +63,18 @@ impl LooseFs {
     }
 
     fn fail(&self, op: &str, ino: u64, e: &FsError) -> Errno {
-        errno(&self.server, op, ino, e)
+        log::debug!("{op} {}: {e}", self.server.path_of(ino));
+        errno(e)
     }
 }
 
-/// The errno for `e`; corruption is logged with the file's path.
-fn errno(server: &Server, op: &str, ino: u64, e: &FsError) -> Errno {
+/// The errno for `e`. Whoever found the error has logged it (once); the adaptor only maps it.
+fn errno(e: &FsError) -> Errno {
     match e {
         FsError::NotFound => Errno::ENOENT,
         FsError::NotDir => Errno::ENOTDIR,
         FsError::IsDir => Errno::EISDIR,
-        FsError::Corrupt(why) => {
-            log::error!("{op} {}: {why}; answering EIO", server.path_of(ino));
-            Errno::EIO
-        }
+        FsError::Corrupt(_) => Errno::EIO,
     }
 }
 
@@ -179,10 +177,9 @@ impl Filesystem for LooseFs {
         reply: ReplyData,
     ) {
         // The reply may be sent later from a decode thread (decoded views).
-        let server = self.server.clone();
         self.server.read(ino.0, offset, size, move |r| match r {
             Ok(bytes) => reply.data(bytes),
-            Err(e) => reply.error(errno(&server, "read", ino.0, &e)),
+            Err(e) => reply.error(errno(&e)),
         })
     }
 

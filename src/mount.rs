@@ -175,6 +175,7 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Re
     let euid = nix::unistd::geteuid();
     let meta = std::fs::metadata(pack.path())?;
     let pack_path = pack.path().to_path_buf();
+    let lease_file = pack.file().try_clone()?;
     use std::os::unix::fs::MetadataExt;
     let name: String = pack
         .path()
@@ -241,7 +242,9 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Re
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGIO,
     ])?;
+    let lease = Lease::take(&pack_path, lease_file);
     if let Some(fd) = ready {
         let mut f = std::fs::File::from(fd);
         let _ = f.write_all(b"ready\n");
@@ -261,6 +264,15 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Re
     let our_dev = mount_device(mnt);
     loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(signal_hook::consts::SIGIO) => {
+                if let Some(l) = &lease {
+                    server.retire(&format!(
+                        "{} is being modified in place (opened for writing or truncated) while mounted",
+                        pack_path.display()
+                    ));
+                    l.release();
+                }
+            }
             Ok(sig) => {
                 if our_dev.is_some() && mount_device(mnt) == our_dev {
                     log::info!("signal {sig}: unmounting {}", mnt.display());
@@ -287,6 +299,41 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Re
     log::info!("unmounted {}", mnt.display());
     std::mem::forget(bg);
     Ok(())
+}
+
+/// A read lease on the pack (`fcntl(F_SETLEASE, F_RDLCK)`): a process that opens the pack for
+/// writing or truncates it is held in `open`/`truncate` while the kernel sends the daemon
+/// SIGIO, so the daemon stops reading the pack before any byte of it changes, then releases
+/// the lease. Replacing a pack by rename touches no lease: the mount keeps the old file.
+struct Lease {
+    file: std::fs::File,
+}
+
+impl Lease {
+    /// Takes the lease on `file` (the pack at `path`); `None`, with a warning, where leases are
+    /// not available (the filesystem, or another process has the pack open for writing).
+    fn take(path: &Path, file: std::fs::File) -> Option<Lease> {
+        // SAFETY: fcntl on an fd this process owns; F_SETLEASE takes an integer argument.
+        let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, libc::F_RDLCK) };
+        if rc != 0 {
+            log::warn!(
+                "cannot take a lease on {}: {}; modifying it in place while mounted will not be \
+                 detected (replace a pack by writing a new file and renaming it over the old one)",
+                path.display(),
+                std::io::Error::last_os_error()
+            );
+            return None;
+        }
+        Some(Lease { file })
+    }
+
+    /// Gives the lease up, letting the writer proceed. Waits briefly first so that requests
+    /// already past the catalog's check finish reading the mapped index.
+    fn release(&self) {
+        std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: as in `take`.
+        unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+    }
 }
 
 /// Raises the kernel read-ahead of the mount's bdi (`/sys/class/bdi/MAJ:MIN/read_ahead_kb`).

@@ -1,6 +1,7 @@
 //! Checked reads of stored sample bytes: a catalog [`Extent`] read from [`Storage`], the whole
 //! sample checked against its CRC-32 the first time any part of it is served. A sample that
-//! fails answers [`FsError::Corrupt`] (EIO) every time and none of its bytes is ever served.
+//! fails answers [`FsError::Corrupt`] (EIO) every time and none of its bytes is ever served;
+//! it is logged once with its path, and later requests fail at once without reading it again.
 //! Bytes are read into the caller's buffer rather than copied out of a mapping, so serving a
 //! pack does not grow the daemon's resident set.
 
@@ -19,6 +20,8 @@ pub struct Samples {
     storage: Arc<dyn Storage>,
     /// Records whose bytes matched their CRC-32 (served at least once).
     verified: Bitset,
+    /// Records whose bytes did not match their CRC-32.
+    failed: Bitset,
 }
 
 impl Samples {
@@ -26,6 +29,7 @@ impl Samples {
     pub fn new(catalog: Arc<dyn Catalog>, storage: Arc<dyn Storage>) -> Samples {
         Samples {
             verified: Bitset::new(catalog.records()),
+            failed: Bitset::new(catalog.records()),
             catalog,
             storage,
         }
@@ -67,7 +71,14 @@ impl Samples {
         let len = ext.len();
         let start = offset.min(len);
         let end = offset.saturating_add(u64::from(size)).min(len);
-        let io = |e: std::io::Error| FsError::Corrupt(format!("cannot read the pack: {e}"));
+        let io = |e: std::io::Error| {
+            let why = format!("cannot read the pack: {e}");
+            log::error!("{}: {why}; answering EIO", self.path(ext));
+            FsError::Corrupt(why)
+        };
+        if self.failed.contains(ext.record) {
+            return Err(FsError::Corrupt("failed its CRC-32 check (logged)".into()));
+        }
         if !self.verified.contains(ext.record) {
             if len <= CHECK_CHUNK as u64 {
                 // Small sample (the usual case): one read serves the check and the request.
@@ -98,12 +109,20 @@ impl Samples {
         Ok(&buf[..])
     }
 
+    fn path(&self, ext: &Extent) -> String {
+        self.catalog.path_of(crate::ino::record_ino(ext.record))
+    }
+
     fn check(&self, ext: &Extent, crc: u32) -> Result<(), FsError> {
         if crc != ext.crc32 {
-            return Err(FsError::Corrupt(format!(
+            let why = format!(
                 "CRC-32 {crc:08x} does not match the index ({:08x})",
                 ext.crc32
-            )));
+            );
+            if !self.failed.insert(ext.record) {
+                log::error!("{}: {why}; answering EIO", self.path(ext));
+            }
+            return Err(FsError::Corrupt(why));
         }
         self.verified.insert(ext.record);
         Ok(())

@@ -180,4 +180,8 @@ pub trait Catalog: Send + Sync {
 
     /// The decoded views this catalog shows.
     fn views(&self) -> Views;
+
+    /// Stops reading the catalog's own data for good (its storage was modified under it):
+    /// every later request answers [`FsError::Corrupt`] with `why`, and nothing walks it.
+    fn retire(&self, why: &str);
 }

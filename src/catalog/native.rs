@@ -9,11 +9,12 @@
 //! never decodes.
 
 use super::{Attr, Catalog, DirEntry, Extent, FsError, FsStats, Kind, ObjectInfo, Transform};
-use crate::format::index::Record;
+use crate::format::index::{IndexView, Record};
 use crate::format::reader::Pack;
 use crate::ino::{Node, record_ino};
 use crate::view::{self, ViewGeom, ViewKind, Views};
 use std::borrow::Cow;
+use std::sync::OnceLock;
 
 /// `st_blksize` reported for every file, in bytes. Python's `BufferedReader` sizes its buffer
 /// from it, so a large value lets `open(...).read()` and PIL fetch a sample in one request.
@@ -25,6 +26,8 @@ pub struct NativeCatalog {
     pack: Pack,
     views: Views,
     objects: Vec<ObjectInfo>,
+    /// Set once the pack was modified in place: why every request now fails.
+    retired: OnceLock<String>,
 }
 
 impl NativeCatalog {
@@ -40,6 +43,7 @@ impl NativeCatalog {
             pack,
             views,
             objects,
+            retired: OnceLock::new(),
         }
     }
 
@@ -52,8 +56,17 @@ impl NativeCatalog {
         !r.is_dir && r.width > 0 && r.height > 0
     }
 
+    /// The index, unless the catalog was retired (its pack modified in place: the mapped
+    /// index may be gone or rewritten, so nothing reads it any more).
+    fn ix(&self) -> Result<IndexView<'_>, FsError> {
+        match self.retired.get() {
+            Some(why) => Err(FsError::Corrupt(why.clone())),
+            None => Ok(self.pack.index()),
+        }
+    }
+
     fn record(&self, i: u32) -> Result<Record, FsError> {
-        self.pack.index().record(i).ok_or(FsError::NotFound)
+        self.ix()?.record(i).ok_or(FsError::NotFound)
     }
 
     /// The record and decoded view (if any) behind inode `ino`.
@@ -96,7 +109,7 @@ impl NativeCatalog {
     /// The child of directory `p` whose `.npy` view is named `stem` + `.npy`: the first JPEG
     /// sample (by name) with that stem.
     fn npy_owner(&self, p: &Record, stem: &[u8]) -> Option<u32> {
-        let ix = self.pack.index();
+        let ix = self.ix().ok()?;
         let end = ix.children(p).end;
         let mut i = ix.lower_bound(p, stem);
         while i < end {
@@ -119,7 +132,7 @@ impl NativeCatalog {
             return None;
         }
         let n = view::npy_name(name);
-        let ix = self.pack.index();
+        let ix = self.ix().ok()?;
         (self.npy_owner(p, view::stem(name)) == Some(i) && ix.find_child(p, &n).is_none())
             .then_some(n)
     }
@@ -150,7 +163,7 @@ impl Catalog for NativeCatalog {
             b".." => return self.getattr(record_ino(p.parent)),
             _ => {}
         }
-        let ix = self.pack.index();
+        let ix = self.ix()?;
         if let Some(i) = ix.find_child(&p, name) {
             let r = ix.record(i).ok_or(FsError::NotFound)?;
             if self.views.hides_jpeg() && Self::decodable(&r) {
@@ -177,7 +190,7 @@ impl Catalog for NativeCatalog {
         add: &mut dyn FnMut(DirEntry<'_>) -> bool,
     ) -> Result<(), FsError> {
         let (_, r) = self.dir(ino)?;
-        let ix = self.pack.index();
+        let ix = self.ix()?;
         let dots = [(ino, &b"."[..]), (record_ino(r.parent), &b".."[..])];
         for (k, (ino, name)) in dots.into_iter().enumerate().skip(offset as usize) {
             let e = DirEntry {
@@ -249,7 +262,7 @@ impl Catalog for NativeCatalog {
     /// Pack order: depth first, names sorted (the order `loosefs pack` writes the data in),
     /// skipping directories. O(depth) amortised. A view inode continues from its JPEG.
     fn next_file(&self, ino: u64) -> Option<u64> {
-        let ix = self.pack.index();
+        let ix = self.ix().ok()?;
         let mut cur = Node::of(ino)?.record()?;
         let mut descend = false; // true: enter `cur` (a directory) instead of moving past it
         // Every step moves to a record with a higher number or up to a parent (whose number is
@@ -291,7 +304,9 @@ impl Catalog for NativeCatalog {
         let Some(rec) = node.record() else {
             return format!("inode {ino}");
         };
-        let ix = self.pack.index();
+        let Ok(ix) = self.ix() else {
+            return format!("inode {ino}");
+        };
         let mut parts = Vec::new();
         let mut cur = rec;
         while cur != 0 && parts.len() < 4096 {
@@ -329,5 +344,9 @@ impl Catalog for NativeCatalog {
 
     fn views(&self) -> Views {
         self.views
+    }
+
+    fn retire(&self, why: &str) {
+        let _ = self.retired.set(why.to_string());
     }
 }

@@ -96,6 +96,8 @@ struct Inner {
     /// Records whose npy (0) and ppm (1) views were served since the last [`Decoder::clear`]
     /// (for page-cache invalidation).
     served: [Bitset; 2],
+    /// Records whose JPEG could not be decoded: logged once, answered EIO at once after that.
+    undecodable: Bitset,
 }
 
 /// The decode service of a mount.
@@ -132,6 +134,7 @@ impl Decoder {
                 cache: DecodedCache::new(opts.cache_bytes),
                 stats: DecodeStats::default(),
                 served: [Bitset::new(records), Bitset::new(records)],
+                undecodable: Bitset::new(records),
             }),
             pool,
             opts,
@@ -142,6 +145,13 @@ impl Decoder {
     /// from a decode thread.
     pub fn read(&self, t: ViewTarget, offset: u64, size: u32, reply: Reply) {
         let inner = &self.inner;
+        if inner.undecodable.contains(t.jpeg.record) {
+            inner.stats.failures.fetch_add(1, Relaxed);
+            reply(Err(FsError::Corrupt(
+                "the JPEG cannot be decoded (logged)".into(),
+            )));
+            return;
+        }
         inner.served[t.geom.kind as usize].insert(t.jpeg.record);
         if offset == 0 && inner.readahead.walk(&t.jpeg).continues {
             self.decode_ahead(&t);
@@ -296,16 +306,20 @@ impl Inner {
                 }
                 Ok(Arc::new(px))
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                if !self.undecodable.insert(t.jpeg.record) {
+                    log::error!("decode {}: {e}; answering EIO", self.path(t));
+                }
+                Err(e)
+            }
         };
         self.finish(t, result);
     }
 
     /// Ends the single flight of `t`: caches a success, logs a failure, answers the waiters.
     fn finish(&self, t: &ViewTarget, result: Result<Arc<Rgb>, FsError>) {
-        if let Err(e) = &result {
-            self.stats.failures.fetch_add(1, Relaxed);
-            log::error!("decode {}: {e}", self.path(t));
+        if result.is_err() {
+            self.stats.failures.fetch_add(1, Relaxed); // logged where it was found
         }
         for w in self.cache.complete(t.jpeg.record, &result) {
             w(result.clone());

@@ -10,7 +10,7 @@
 
 use super::ReadAhead;
 use crate::catalog::Transform;
-use crate::ino::{Bitset, record_ino};
+use crate::ino::Bitset;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, OnceLock};
@@ -108,16 +108,14 @@ fn push_run(ra: &ReadAhead, ino: u64, files: usize, store: &Store, buf: &mut Vec
         if ext.transform != Transform::Identity || ext.len() > MAX_PUSH_SAMPLE {
             continue; // a decoded view's inode serves pixels, not these bytes
         }
-        match ra.samples.read_extent(&ext, 0, ext.len() as u32, buf) {
-            Ok(data) => {
-                if store(next, data).is_ok() {
-                    ra.push.mark(ext.record);
-                    ra.skip(&ext);
-                    ra.stats.pushed_samples.fetch_add(1, Relaxed);
-                    ra.stats.pushed_bytes.fetch_add(ext.len(), Relaxed);
-                }
+        // A failed read was logged once by the checked read; nothing is pushed for it.
+        if let Ok(data) = ra.samples.read_extent(&ext, 0, ext.len() as u32, buf) {
+            if store(next, data).is_ok() {
+                ra.push.mark(ext.record);
+                ra.skip(&ext);
+                ra.stats.pushed_samples.fetch_add(1, Relaxed);
+                ra.stats.pushed_bytes.fetch_add(ext.len(), Relaxed);
             }
-            Err(e) => log::error!("push {}: {e}", catalog.path_of(record_ino(ext.record))),
         }
         ra.release_served(&ext, 0..ext.len());
         bytes += ext.len();

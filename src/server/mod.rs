@@ -120,6 +120,13 @@ impl Server {
         self.data.readahead.start_push(store);
     }
 
+    /// Stops serving the catalog for good because its storage was modified in place: logs
+    /// `why` once; every later request that would read the catalog answers EIO.
+    pub fn retire(&self, why: &str) {
+        log::error!("{why}; every file now answers EIO (unmount and mount again)");
+        self.catalog.retire(why);
+    }
+
     /// The catalog served.
     pub fn catalog(&self) -> &Arc<dyn Catalog> {
         &self.catalog
