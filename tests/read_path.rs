@@ -9,6 +9,14 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// The read-path tests run one at a time: one of them empties every cache of the machine
+/// (`drop_caches`), and the others assert exact cache hits, misses and request counts.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn stats(mnt: &Path) -> Value {
     let o = loosefs(&[&"stats", &mnt, &"--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -39,6 +47,7 @@ fn read_all_and_compare(src: &Path, mnt: &Path, names: &[String]) -> u64 {
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn control_directory_is_hidden_but_reachable_and_stats_count_reads() {
     require_mount();
+    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     let (src, pack) = packed(tmp.path());
     // Push-ahead off: this test checks exact READ and byte accounting.
@@ -86,6 +95,7 @@ fn control_directory_is_hidden_but_reachable_and_stats_count_reads() {
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn in_order_reads_prefetch_ahead_and_drop_cache_makes_reads_cold() {
     require_mount();
+    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     let (src, pack) = packed(tmp.path());
     // Push-ahead off: this test counts READ requests and pack-cache misses of read-ahead alone.
@@ -164,6 +174,7 @@ fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn warm_streams_the_whole_pack_into_the_page_cache() {
     require_mount();
+    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     let (src, pack) = packed(tmp.path());
     // Push-ahead off: this test counts READ requests and pack-cache misses of read-ahead alone.
@@ -206,6 +217,7 @@ fn drop_all_caches() {
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn pinned_pack_survives_drop_caches_and_oversize_pins_are_refused() {
     require_mount();
+    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     let (src, pack) = packed(tmp.path());
     let pack_len = std::fs::metadata(&pack).unwrap().len();
@@ -318,6 +330,7 @@ impl Drop for MemCgroup {
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn push_ahead_serves_the_next_samples_without_a_round_trip() {
     require_mount();
+    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     let (src, pack) = packed(tmp.path());
     let m = mount(&pack, &tmp.path().join("mnt"), &[]);
