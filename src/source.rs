@@ -20,6 +20,9 @@ pub enum ItemKind {
     File { size: u64, member: Option<usize> },
 }
 
+/// A name no entry at the top of a pack may have: mounts show their control directory there.
+pub const RESERVED_ROOT_NAME: &str = ".loosefs";
+
 /// One directory or file to pack.
 #[derive(Debug, Clone)]
 pub struct Item {
@@ -55,16 +58,28 @@ impl Source {
     pub fn open(src: &Path, out: &Path, follow_links: bool) -> Result<Source> {
         let meta = std::fs::metadata(src)
             .with_context(|| format!("cannot read source {}", src.display()))?;
-        if meta.is_dir() {
-            walk_dir(src, out, follow_links)
+        let source = if meta.is_dir() {
+            walk_dir(src, out, follow_links)?
         } else if meta.is_file() {
-            walk_zip(src, &meta)
+            walk_zip(src, &meta)?
         } else {
             bail!(
                 "source {} is not a directory or a zip archive",
                 src.display()
             )
+        };
+        if let Some(i) = source
+            .items
+            .iter()
+            .find(|i| i.parent.is_none() && i.name == RESERVED_ROOT_NAME)
+        {
+            bail!(
+                "{}: the name `{RESERVED_ROOT_NAME}` at the top of a pack is reserved for the mount's control \
+                 directory; rename it, or move it one level down",
+                i.path.display()
+            );
         }
+        Ok(source)
     }
 
     /// Reads the bytes of file item `item`.

@@ -753,3 +753,36 @@ fn packs_with_forged_trees_are_refused_by_info_verify_and_mount() {
         }
     }
 }
+
+#[test]
+fn a_top_level_loosefs_entry_is_refused_at_pack_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join(".loosefs")).unwrap();
+    std::fs::write(src.join(".loosefs/stats"), b"mine").unwrap();
+    std::fs::create_dir_all(src.join("a/.loosefs")).unwrap();
+    std::fs::write(src.join("a/.loosefs/ok"), b"nested is fine").unwrap();
+    let out = tmp.path().join("o.pack");
+    let o = loosefs(&[&"pack", &src, &out]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(".loosefs") && err.contains("reserved"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing written");
+    // The same from a zip.
+    let zip_path = tmp.path().join("s.zip");
+    let mut z = zip::ZipWriter::new(std::fs::File::create(&zip_path).unwrap());
+    let opts = zip::write::SimpleFileOptions::default();
+    z.start_file(".loosefs/stats", opts).unwrap();
+    std::io::Write::write_all(&mut z, b"mine").unwrap();
+    z.finish().unwrap();
+    let o = loosefs(&[&"pack", &zip_path, &out]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("reserved"), "{err}");
+    // Below the top it packs.
+    std::fs::remove_dir_all(src.join(".loosefs")).unwrap();
+    assert!(loosefs(&[&"pack", &src, &out]).status.success());
+}

@@ -384,3 +384,48 @@ fn decoded_views_are_listed_sized_and_served_through_the_decoder() {
     assert_eq!(d.decodes, jpegs as u64);
     assert_eq!(d.failures, 0);
 }
+
+#[test]
+fn a_top_level_loosefs_in_a_foreign_pack_is_never_listed_and_the_control_directory_wins() {
+    use loosefs::format::writer::{EntryMeta, PackWriter, ROOT};
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("foreign.pack");
+    let meta = |mode| EntryMeta {
+        mode,
+        mtime_sec: 1_700_000_000,
+        mtime_nsec: 0,
+    };
+    let mut w =
+        PackWriter::new(std::fs::File::create(&path).unwrap(), 4096, meta(0o40755)).unwrap();
+    let d = w.add_dir(ROOT, ".loosefs", meta(0o40755)).unwrap();
+    w.add_file(
+        d,
+        "stats",
+        meta(0o100644),
+        b"mine",
+        crc32fast::hash(b"mine"),
+        None,
+    )
+    .unwrap();
+    w.add_file(
+        ROOT,
+        "x.bin",
+        meta(0o100644),
+        b"x",
+        crc32fast::hash(b"x"),
+        None,
+    )
+    .unwrap();
+    w.finish().unwrap();
+    let s = server(Pack::open(&path).unwrap(), Views::default(), 0);
+    let mut names = Vec::new();
+    s.readdir(ROOT_INO, 0, |e| {
+        names.push(String::from_utf8_lossy(&e.name).into_owned());
+        false
+    })
+    .unwrap();
+    assert_eq!(names, [".", "..", "x.bin"]);
+    // Every lookup of the name reaches the control directory, listed or not.
+    let r: Report = control(&s, "stats");
+    assert_eq!(r.pack.samples, 2);
+}

@@ -180,6 +180,11 @@ impl Server {
                 Ok(())
             }
             Some(Node::ControlFile(_)) => Err(FsError::NotDir),
+            // A pack written by another tool may hold `.loosefs` at its top: the control
+            // directory takes that name, so the entry is never listed.
+            _ if ino == ROOT_INO => self.catalog.readdir(ino, offset, &mut |e| {
+                *e.name != *control::DIR_NAME && add(e)
+            }),
             _ => self.catalog.readdir(ino, offset, &mut add),
         };
         self.finish(Op::Readdir, t0, r)
