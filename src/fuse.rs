@@ -75,6 +75,7 @@ fn errno(e: &FsError) -> Errno {
         FsError::NotDir => Errno::ENOTDIR,
         FsError::IsDir => Errno::EISDIR,
         FsError::Corrupt(_) => Errno::EIO,
+        FsError::Denied => Errno::EACCES,
     }
 }
 
@@ -122,8 +123,8 @@ impl Filesystem for LooseFs {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.server.lookup(parent.0, name.as_bytes()) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.server.lookup_as(req.uid(), parent.0, name.as_bytes()) {
             Ok(e) => self.entry(reply, &e),
             // An entry with inode 0 is a negative entry the kernel caches for TTL.
             Err(FsError::NotFound) => reply.entry(&TTL, &negative_attr(), Generation(0)),

@@ -172,7 +172,6 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
 /// Serves the pack until unmounted or signalled. `ready` (if any) receives `ready\n` once the
 /// mount answers.
 fn serve(pack: Pack, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Result<()> {
-    let euid = nix::unistd::geteuid();
     let meta = std::fs::metadata(pack.path())?;
     let pack_path = pack.path().to_path_buf();
     let lease_file = pack.file().try_clone()?;
@@ -215,7 +214,7 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Re
         MountOption::FSName(format!("loosefs:{name}")),
         MountOption::Subtype("loosefs".into()),
     ];
-    cfg.acl = if euid.is_root() {
+    cfg.acl = if opts.allow_other {
         SessionACL::All
     } else {
         SessionACL::Owner

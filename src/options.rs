@@ -20,6 +20,9 @@ pub struct ServerOptions {
     pub mountpoint: String,
     /// FUSE threads (for stats).
     pub threads: usize,
+    /// The mount's owner (the user who mounted it): with root, the only user who may run the
+    /// control commands.
+    pub owner: u32,
     /// Decode pool and cache, used when the catalog shows decoded views.
     pub decode: DecodeOptions,
 }
@@ -61,6 +64,12 @@ pub struct MountArgs {
     /// trip to the daemon. 0 disables.
     #[arg(long, default_value_t = 64)]
     pub push_ahead: usize,
+    /// Let every local user read the mount (FUSE `allow_other`; a non-root user needs
+    /// `user_allow_other` in /etc/fuse.conf). By default only the user who mounted it can,
+    /// whatever the files' permission bits say. Control commands (`warm`, `drop-cache`) stay
+    /// the owner's and root's.
+    #[arg(long)]
+    pub allow_other: bool,
     #[command(flatten)]
     pub decode: DecodeArgs,
 }
@@ -78,6 +87,7 @@ impl MountArgs {
             warm: self.warm,
             mountpoint: mountpoint.display().to_string(),
             threads: self.threads,
+            owner: nix::unistd::geteuid().as_raw(),
             decode: self.decode.options(),
         }
     }

@@ -436,3 +436,58 @@ fn foreground_mount_serves_until_signalled() {
     assert!(child.wait().unwrap().success());
     assert!(!is_mounted(&mnt));
 }
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn only_the_owner_reads_unless_allow_other_and_commands_stay_the_owners() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    // Let another user reach the mountpoint's directory.
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (src, pack) = packed(tmp.path());
+    let name = &files(&src)[0];
+    // `cat` as user nobody (65534): its exit code and stderr.
+    let cat_as_nobody = |p: &Path| {
+        let o = Command::new("cat")
+            .arg(p)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        (
+            o.status.success(),
+            o.stdout,
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let m = mount(&pack, &tmp.path().join("mnt"), &[]);
+    let (ok, _, err) = cat_as_nobody(&m.mnt.join(name));
+    assert!(
+        !ok && err.contains("Permission denied"),
+        "another user read it: {err}"
+    );
+    assert!(
+        std::fs::read(m.mnt.join(name)).is_ok(),
+        "the owner reads it"
+    );
+    drop(m);
+    let m = mount(&pack, &tmp.path().join("mnt2"), &["--allow-other"]);
+    let (ok, bytes, err) = cat_as_nobody(&m.mnt.join(name));
+    assert!(ok, "--allow-other: {err}");
+    assert!(bytes == std::fs::read(src.join(name)).unwrap());
+    let (ok, _, err) = cat_as_nobody(&m.mnt.join(".loosefs/stats"));
+    assert!(ok, "stats is readable by all: {err}");
+    for cmd in ["drop-cache", "warm"] {
+        let (ok, _, err) = cat_as_nobody(&m.mnt.join(".loosefs").join(cmd));
+        assert!(
+            !ok && err.contains("Permission denied"),
+            "{cmd} ran for another user: {err}"
+        );
+    }
+    assert!(
+        loosefs(&[&"drop-cache", &m.mnt]).status.success(),
+        "root runs it"
+    );
+}

@@ -67,6 +67,7 @@ fn options(push_ahead: usize) -> ServerOptions {
         warm: false,
         mountpoint: "/test".into(),
         threads: 4,
+        owner: 1000,
         decode: DecodeOptions {
             cache_bytes: 256 << 20,
             threads: 2,
@@ -341,6 +342,16 @@ fn control_directory_is_hidden_reachable_and_runs_commands_once_per_lookup() {
     let r: Report = control(&s, "stats");
     assert_eq!(r.warm.bytes_done, r.warm.bytes_total);
     assert!(r.requests["control"] >= 3);
+    // Commands are the owner's (uid 1000 here) and root's; stats is anyone's.
+    let d = dir.attr.ino;
+    assert_eq!(
+        s.lookup_as(1234, d, b"drop-cache").unwrap_err(),
+        FsError::Denied
+    );
+    assert_eq!(s.lookup_as(1234, d, b"warm").unwrap_err(), FsError::Denied);
+    assert!(s.lookup_as(1234, d, b"stats").is_ok());
+    assert!(s.lookup_as(0, d, b"drop-cache").is_ok());
+    assert!(s.lookup_as(1000, d, b"warm").is_ok());
 }
 
 #[test]

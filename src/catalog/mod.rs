@@ -29,6 +29,10 @@ pub enum FsError {
     /// Stored data failed its check or lies outside the pack (EIO). The string says why.
     #[error("corrupt sample: {0}")]
     Corrupt(String),
+    /// The caller may not do this (EACCES): a control command from a user other than the
+    /// mount's owner or root.
+    #[error("permission denied")]
+    Denied,
 }
 
 /// File or directory.

@@ -78,15 +78,16 @@ impl Control {
         self.snaps.lock().ok()?.content.get(&k).cloned()
     }
 
-    /// Looks up `name` in the control directory: `content` runs the control file (`None` for
-    /// an unknown name) and its output becomes a new snapshot. Errors: [`FsError::NotFound`].
+    /// Looks up `name` in the control directory: `content` runs the control file and its
+    /// output becomes a new snapshot. Errors: [`FsError::NotFound`], and whatever `content`
+    /// answers.
     pub fn lookup(
         &self,
         name: &[u8],
-        content: impl FnOnce(&str) -> Option<Vec<u8>>,
+        content: impl FnOnce(&str) -> Result<Vec<u8>, FsError>,
     ) -> Result<Entry, FsError> {
         let name = std::str::from_utf8(name).map_err(|_| FsError::NotFound)?;
-        let bytes = content(name).ok_or(FsError::NotFound)?;
+        let bytes = content(name)?;
         let size = bytes.len() as u64;
         let mut g = self.snaps.lock().map_err(|_| FsError::NotFound)?;
         g.last += 1;

@@ -140,11 +140,18 @@ impl Server {
         }
     }
 
-    /// Looks up `name` in directory `parent`.
+    /// Looks up `name` in directory `parent`, as the mount's owner.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Entry, FsError> {
+        self.lookup_as(self.opts.owner, parent, name)
+    }
+
+    /// Looks up `name` in directory `parent` for user `uid`: the control commands (`warm`,
+    /// `drop-cache`) run only for the mount's owner and root ([`FsError::Denied`] otherwise).
+    pub fn lookup_as(&self, uid: u32, parent: u64, name: &[u8]) -> Result<Entry, FsError> {
         let t0 = Instant::now();
+        let trusted = uid == 0 || uid == self.opts.owner;
         let r = match Node::of(parent) {
-            Some(Node::ControlDir) => self.control.lookup(name, |n| self.run_control(n)),
+            Some(Node::ControlDir) => self.control.lookup(name, |n| self.run_control(n, trusted)),
             Some(Node::ControlFile(_)) => Err(FsError::NotDir),
             _ if parent == ROOT_INO && name == control::DIR_NAME => Ok(Control::dir_entry()),
             _ => self.catalog.lookup(parent, name).map(Entry::cached),
@@ -266,17 +273,19 @@ impl Server {
         r
     }
 
-    /// Runs control file `name`, returning its content (pretty JSON and a newline).
-    fn run_control(&self, name: &str) -> Option<Vec<u8>> {
+    /// Runs control file `name`, returning its content (pretty JSON and a newline). Commands
+    /// run only for a `trusted` caller. Errors: [`FsError::NotFound`], [`FsError::Denied`].
+    fn run_control(&self, name: &str, trusted: bool) -> Result<Vec<u8>, FsError> {
         let json = match name {
             "stats" => serde_json::to_vec_pretty(&self.report()),
+            "warm" | "drop-cache" if !trusted => return Err(FsError::Denied),
             "warm" => serde_json::to_vec_pretty(&self.parts().warm()),
             "drop-cache" => serde_json::to_vec_pretty(&self.drop_cache()),
-            _ => return None,
+            _ => return Err(FsError::NotFound),
         };
-        let mut out = json.ok()?;
+        let mut out = json.map_err(|e| FsError::Corrupt(e.to_string()))?;
         out.push(b'\n');
-        Some(out)
+        Ok(out)
     }
 
     fn parts(&self) -> report::Parts<'_> {
