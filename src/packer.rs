@@ -138,13 +138,23 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let prefix = format!(".{out_name}.");
+    remove_stale_temp_files(&out_dir, &prefix);
     let tmp = tempfile::Builder::new()
-        .prefix(&format!(".{out_name}."))
-        .suffix(".tmp")
+        .prefix(&prefix)
+        .suffix(TEMP_SUFFIX)
         .tempfile_in(&out_dir)
         .with_context(|| format!("cannot create a temp file in {}", out_dir.display()))?;
+    // Held until the pack is renamed into place or removed: a temp file nobody holds is a
+    // leftover of a pack that was killed (SIGKILL, a crash, a power cut).
+    flock(tmp.as_file(), libc::LOCK_EX | libc::LOCK_NB)
+        .with_context(|| format!("cannot lock {}", tmp.path().display()))?;
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
     let pool = rayon::ThreadPoolBuilder::new()
@@ -239,4 +249,43 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
         skipped: skipped.clone(),
         seconds: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// Suffix of the temp file a pack is written to (`.OUT.XXXXXX.tmp` beside OUT).
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// `flock(2)` on `file`. Errors: the lock is held elsewhere (`LOCK_NB`) or not supported.
+fn flock(file: &std::fs::File, op: libc::c_int) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock only takes the fd of an open file and an integer operation.
+    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Removes temp files `dir/PREFIX*.tmp` that no running pack holds (see the lock taken on a
+/// pack's own temp file): leftovers of packs of the same OUT that were killed.
+fn remove_stale_temp_files(dir: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if !name.starts_with(prefix) || !name.ends_with(TEMP_SUFFIX) {
+            continue;
+        }
+        let path = e.path();
+        let Ok(f) = std::fs::File::open(&path) else {
+            continue;
+        };
+        if flock(&f, libc::LOCK_EX | libc::LOCK_NB).is_ok() && std::fs::remove_file(&path).is_ok() {
+            eprintln!(
+                "removed {}, left by an earlier pack of the same output that was killed",
+                path.display()
+            );
+        }
+    }
 }

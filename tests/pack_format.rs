@@ -513,33 +513,59 @@ fn interrupted_pack_leaves_nothing_named_out() {
         }
     }
     let out = tmp.path().join("big.pack");
-    let mut child = Command::new(bin())
-        .arg("pack")
-        .arg(&src)
-        .arg(&out)
-        .arg("--jobs")
-        .arg("1")
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(60));
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    );
-    let status = child.wait().unwrap();
-    if status.success() {
-        // Finished before the signal landed: then the pack must be complete.
-        assert!(Pack::open(&out).is_ok());
-        eprintln!("note: the pack finished before SIGINT arrived");
-    } else {
-        assert!(!out.exists(), "an interrupted pack must not leave {out:?}");
+    let temps = || -> Vec<PathBuf> {
+        std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with(".tmp"))
+            .collect()
+    };
+    // Starts a pack and returns it once its temp file holds data (it is under way).
+    let start = || {
+        let child = Command::new(bin())
+            .arg("pack")
+            .arg(&src)
+            .arg(&out)
+            .arg("--jobs")
+            .arg("1")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        while !temps()
+            .iter()
+            .any(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 1 << 20))
+        {
+            assert!(t.elapsed().as_secs() < 20, "the pack never started writing");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        child
+    };
+    use nix::sys::signal::Signal;
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        let child = start();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{sig}: {err}");
+        assert!(err.contains("interrupted"), "{sig}: {err}");
+        assert!(
+            !out.exists(),
+            "{sig}: an interrupted pack must not leave {out:?}"
+        );
+        assert!(temps().is_empty(), "{sig}: temp files left: {:?}", temps());
     }
-    let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .filter(|n| n.to_string_lossy().ends_with(".tmp"))
-        .collect();
-    assert!(leftovers.is_empty(), "temp files left: {leftovers:?}");
+    // A killed pack cannot clean up; the next pack of the same output does.
+    let mut child = start();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(temps().len(), 1, "SIGKILL leaves its temp file");
+    let o = loosefs(&[&"pack", &src, &out]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("removed") && err.contains("killed"), "{err}");
+    assert!(temps().is_empty(), "left: {:?}", temps());
+    assert!(Pack::open(&out).is_ok());
 }
 
 #[test]
