@@ -73,11 +73,12 @@ pub fn format_stats(r: &Report) -> String {
     );
     if let Some(d) = &r.decode {
         out += &format!(
-            "decode      {} decodes ({} fallback, {} with warnings, {} failed), {} hits, {} joined, {} ahead; p50 {} µs, p99 {} µs\n",
+            "decode      {} decodes ({} fallback, {} with warnings, {} failed reads, {} damaged refused), {} hits, {} joined, {} ahead; p50 {} µs, p99 {} µs\n",
             d.decodes,
             d.fallback_decodes,
             d.warning_decodes,
             d.failures,
+            d.damaged_refused,
             d.hits,
             d.joined,
             d.decoded_ahead,

@@ -127,6 +127,11 @@ pub struct DecodeArgs {
     /// JPEGs decoded ahead of a reader that walks the pack in order (0 disables).
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub decode_ahead: usize,
+    /// Serve what libjpeg recovers from truncated or corrupt JPEGs (grey where data is missing),
+    /// as Pillow does with `ImageFile.LOAD_TRUNCATED_IMAGES = True`. By default their views
+    /// answer EIO, as Pillow refuses them.
+    #[arg(long)]
+    pub decode_accept_damaged: bool,
 }
 
 impl DecodeArgs {
@@ -158,6 +163,7 @@ impl DecodeArgs {
                 .decode_threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
             ahead: self.decode_ahead,
+            accept_damaged: self.decode_accept_damaged,
         }
     }
 }

@@ -185,8 +185,12 @@ pub struct DecodeReport {
     pub fallback_decodes: u64,
     /// Of those, with a libjpeg warning (pixels kept).
     pub warning_decodes: u64,
-    /// Samples that could not be decoded (answered EIO).
+    /// READs answered EIO because the sample could not be decoded.
     pub failures: u64,
+    /// Damaged JPEGs (truncated or corrupt scans) refused, as Pillow refuses them.
+    pub damaged_refused: u64,
+    /// `--decode-accept-damaged`: libjpeg's recovery of damaged JPEGs is served.
+    pub accept_damaged: bool,
     /// READs answered from the decoded cache.
     pub hits: u64,
     /// READs that started a decode.

@@ -109,6 +109,7 @@ fn npy_views_have_exact_sizes_and_decoded_pixels() {
     require_mount();
     let (tmp, src, pack) = packed_tree(view_tree);
     let m = mount(&pack, &tmp.path().join("mnt"), &["--decode", "npy"]);
+    let log_path = m.log.clone();
 
     // Listings: each decodable JPEG followed by its view; no duplicate names.
     let c0 = listing(&m.mnt.join("class_0"));
@@ -151,7 +152,8 @@ fn npy_views_have_exact_sizes_and_decoded_pixels() {
         if f == "class_0/img_1.JPEG" {
             continue; // its view's name belongs to a real file
         }
-        if f.ends_with("bad.JPEG") {
+        if f.ends_with("bad.JPEG") || f.ends_with("trunc.JPEG") {
+            // An impossible size, and a truncated scan (refused as Pillow refuses it).
             let e = std::fs::read(&view).unwrap_err();
             assert_eq!(e.raw_os_error(), Some(libc::EIO), "{f}: {e}");
             continue;
@@ -166,21 +168,42 @@ fn npy_views_have_exact_sizes_and_decoded_pixels() {
     }
     assert_eq!(
         checked,
-        12 + 3,
-        "12 generated JPEGs with views + warn + cmyk + trunc"
+        12 + 2,
+        "12 generated JPEGs with views + warn (extraneous bytes) + cmyk"
     );
     let s = stats(&m.mnt);
     assert!(
         dec(&s, "fallback_decodes") >= 1,
         "CMYK goes to the fallback: {s}"
     );
-    assert!(dec(&s, "warning_decodes") >= 1, "{s}");
     assert!(dec(&s, "failures") >= 1, "{s}");
-    let log = std::fs::read_to_string(&m.log).unwrap();
+    assert_eq!(dec(&s, "damaged_refused"), 1, "{s}");
+    drop(m);
+    let log = std::fs::read_to_string(&log_path).unwrap();
     assert!(
-        log.contains("class_2/bad.JPEG") && log.contains("16000x16000 RGB is more than"),
+        log.contains("class_2/bad.JPEG") && log.contains("16000x16000 RGB (732 MiB) from 2050 bytes"),
         "{log}"
     );
+    assert!(
+        log.contains("class_2/trunc.JPEG") && log.contains("damaged JPEG (Premature end"),
+        "{log}"
+    );
+    // With --decode-accept-damaged, libjpeg's recovery of the truncated file is served.
+    let m = mount(
+        &pack,
+        &tmp.path().join("damaged"),
+        &["--decode", "npy", "--decode-accept-damaged"],
+    );
+    let got = std::fs::read(m.mnt.join("class_2/trunc.npy")).unwrap();
+    let (w, h, data) = npy_shape(&got);
+    let jpeg = std::fs::read(src.join("class_2/trunc.JPEG")).unwrap();
+    assert!(got[data..] == decode_rgb(&jpeg, 1, w, h).unwrap().pixels[..]);
+    let s = stats(&m.mnt);
+    assert!(
+        dec(&s, "warning_decodes") >= 1,
+        "the recovery is counted: {s}"
+    );
+    assert_eq!(dec(&s, "damaged_refused"), 0, "{s}");
 }
 
 #[test]

@@ -72,6 +72,7 @@ fn options(push_ahead: usize) -> ServerOptions {
             cache_bytes: 256 << 20,
             threads: 2,
             ahead: 8,
+            accept_damaged: false,
         },
     }
 }

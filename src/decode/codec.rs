@@ -4,8 +4,13 @@
 //! `Image.open(x).convert('RGB')`. Grayscale comes out as RGB (each value repeated).
 //!
 //! TurboJPEG 3 reports libjpeg *warnings* (corrupt-data recoveries such as extraneous bytes
-//! before a marker, a premature end of data) as failures although it has written every pixel;
-//! Pillow ignores them. Those outputs are kept (and counted), so such files still equal Pillow.
+//! before a marker, a premature end of data) as failures although it has written every pixel.
+//! [`decode_rgb`] keeps those pixels. [`decode_checked`], what the mount uses, follows Pillow's
+//! defaults instead: extraneous bytes before a marker (common in ImageNet, harmless) keep the
+//! pixels; a truncated or corrupt scan, which Pillow refuses ("image file is truncated",
+//! "broken data stream"), is an error unless [`Policy::accept_damaged`] (Pillow's
+//! `ImageFile.LOAD_TRUNCATED_IMAGES = True`). It also refuses, before allocating anything, an
+//! image whose header claims far more pixels than its compressed size can hold.
 //!
 //! What turbojpeg rejects (CMYK/YCCK cannot be converted to RGB by it, some damaged files)
 //! falls back to zune-jpeg, and a fallback at a reduced scale is box-filtered down to the size
@@ -33,6 +38,27 @@ pub enum DecodeError {
         turbo: String,
         /// zune-jpeg's message.
         fallback: String,
+    },
+    /// libjpeg recovered from damage (a truncated or corrupt scan): the pixels are partly
+    /// invented, so they are not served unless [`Policy::accept_damaged`].
+    #[error(
+        "damaged JPEG ({warning}); Pillow refuses it too (serve libjpeg's recovery with --decode-accept-damaged)"
+    )]
+    Damaged {
+        /// libjpeg's warning.
+        warning: String,
+    },
+    /// The header claims more pixels than the policy allows for a file of this size.
+    #[error("cannot decode JPEG: {width}x{height} RGB ({} MiB) from {jpeg_bytes} bytes of JPEG is over the limit of {} MiB for it (a forged or broken header?)", (u64::from(*width) * u64::from(*height) * 3) >> 20, limit >> 20)]
+    Oversized {
+        /// Decoded width in pixels.
+        width: u32,
+        /// Decoded height in pixels.
+        height: u32,
+        /// Size of the JPEG, bytes.
+        jpeg_bytes: u64,
+        /// The limit for it, bytes of RGB.
+        limit: u64,
     },
     /// The decoded image would exceed [`MAX_DECODED_BYTES`].
     #[error("cannot decode JPEG: {width}x{height} RGB is more than the {} MiB limit", MAX_DECODED_BYTES >> 20)]
@@ -73,6 +99,61 @@ const WARNINGS: [&str; 6] = [
 fn is_warning(msg: &str) -> bool {
     let m = msg.strip_prefix("TurboJPEG error: ").unwrap_or(msg);
     WARNINGS.iter().any(|w| m.starts_with(w))
+}
+
+/// Whether a libjpeg warning is one Pillow decodes through with no error: bytes between the
+/// end of a scan and the next marker (`JWRN_EXTRANEOUS_DATA`), the rest of the image intact.
+fn is_benign(warning: &str) -> bool {
+    warning.contains("extraneous bytes before marker")
+}
+
+/// Images at most this large decoded are never refused for their compression ratio, bytes.
+pub const RATIO_FLOOR_BYTES: u64 = 64 << 20;
+/// Decoded bytes allowed per byte of JPEG above [`RATIO_FLOOR_BYTES`]. A flat 4000x3000 image
+/// compresses about 250:1; a forged header in a small file claims thousands to one.
+pub const MAX_RATIO: u64 = 1024;
+
+/// What [`decode_checked`] accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Serve libjpeg's recovery of a truncated or corrupt scan (grey where data is missing).
+    pub accept_damaged: bool,
+    /// Largest decoded image, bytes of RGB (at most [`MAX_DECODED_BYTES`]).
+    pub max_bytes: u64,
+}
+
+/// [`decode_rgb`] under `policy`: refuses, before allocating, an image larger than
+/// `policy.max_bytes` or than [`MAX_RATIO`] × the JPEG's size (above [`RATIO_FLOOR_BYTES`]),
+/// and a damaged one unless `policy.accept_damaged`.
+/// Errors: those of [`decode_rgb`], [`DecodeError::Oversized`], [`DecodeError::Damaged`].
+pub fn decode_checked(
+    jpeg: &[u8],
+    denom: u32,
+    width: u32,
+    height: u32,
+    policy: Policy,
+) -> Result<Rgb, DecodeError> {
+    let want = u64::from(width) * u64::from(height) * 3;
+    let limit = policy.max_bytes.min(
+        (jpeg.len() as u64)
+            .saturating_mul(MAX_RATIO)
+            .max(RATIO_FLOOR_BYTES),
+    );
+    if want > limit {
+        return Err(DecodeError::Oversized {
+            width,
+            height,
+            jpeg_bytes: jpeg.len() as u64,
+            limit,
+        });
+    }
+    let rgb = decode_rgb(jpeg, denom, width, height)?;
+    match &rgb.warning {
+        Some(w) if !is_benign(w) && !policy.accept_damaged => Err(DecodeError::Damaged {
+            warning: w.strip_prefix("TurboJPEG error: ").unwrap_or(w).to_string(),
+        }),
+        _ => Ok(rgb),
+    }
 }
 
 thread_local! {
@@ -209,6 +290,24 @@ mod tests {
         let mut dst = [0u8; 6];
         box_downscale(&src, 3, 1, 2, &mut dst);
         assert_eq!(dst, [50, 25, 1, 7, 8, 9]);
+    }
+
+    #[test]
+    fn forged_sizes_are_refused_before_allocating() {
+        let policy = Policy {
+            accept_damaged: false,
+            max_bytes: MAX_DECODED_BYTES,
+        };
+        // A 100 KB file claiming 16000x10000 (480 MB of RGB): 4800 to one.
+        let e = decode_checked(&vec![0u8; 100_000], 1, 16000, 10000, policy).unwrap_err();
+        assert!(matches!(e, DecodeError::Oversized { .. }), "{e}");
+        // The decode budget caps it too.
+        let small = Policy {
+            max_bytes: 1 << 20,
+            ..policy
+        };
+        let e = decode_checked(&vec![0u8; 1 << 20], 1, 1000, 1000, small).unwrap_err();
+        assert!(matches!(e, DecodeError::Oversized { .. }), "{e}");
     }
 
     #[test]

@@ -35,6 +35,19 @@ pub struct DecodeOptions {
     pub threads: usize,
     /// Files decoded ahead of an in-order reader.
     pub ahead: usize,
+    /// Serve libjpeg's recovery of truncated or corrupt JPEGs instead of EIO.
+    pub accept_damaged: bool,
+}
+
+impl DecodeOptions {
+    /// What the codec accepts under these options: damaged images only when asked, and no
+    /// image larger than the decoded cache's budget.
+    pub fn policy(&self) -> codec::Policy {
+        codec::Policy {
+            accept_damaged: self.accept_damaged,
+            max_bytes: self.cache_bytes.min(codec::MAX_DECODED_BYTES),
+        }
+    }
 }
 
 /// The answer to a READ: called once, on whatever thread has the bytes.
@@ -51,6 +64,8 @@ pub struct DecodeStats {
     pub warnings: AtomicU64,
     /// Samples that could not be decoded (answered EIO).
     pub failures: AtomicU64,
+    /// Of those, damaged JPEGs refused (truncated or corrupt scans).
+    pub damaged: AtomicU64,
     /// READs answered from the decoded cache.
     pub hits: AtomicU64,
     /// READs that started a decode.
@@ -98,6 +113,8 @@ struct Inner {
     served: [Bitset; 2],
     /// Records whose JPEG could not be decoded: logged once, answered EIO at once after that.
     undecodable: Bitset,
+    /// What the codec accepts.
+    policy: codec::Policy,
 }
 
 /// The decode service of a mount.
@@ -135,6 +152,7 @@ impl Decoder {
                 stats: DecodeStats::default(),
                 served: [Bitset::new(records), Bitset::new(records)],
                 undecodable: Bitset::new(records),
+                policy: opts.policy(),
             }),
             pool,
             opts,
@@ -205,6 +223,9 @@ impl Decoder {
             let Some(nt) = view_of(catalog.as_ref(), t.geom.kind, n) else {
                 continue;
             };
+            if inner.undecodable.contains(nt.jpeg.record) {
+                continue;
+            }
             if inner.cache.start(nt.jpeg.record) {
                 inner.stats.ahead.fetch_add(1, Relaxed);
                 inner.readahead.will_need(&nt.jpeg);
@@ -249,6 +270,8 @@ impl Decoder {
             fallback_decodes: s.fallbacks.load(Relaxed),
             warning_decodes: s.warnings.load(Relaxed),
             failures: s.failures.load(Relaxed),
+            damaged_refused: s.damaged.load(Relaxed),
+            accept_damaged: self.opts.accept_damaged,
             hits: s.hits.load(Relaxed),
             misses: s.misses.load(Relaxed),
             joined: s.joined.load(Relaxed),
@@ -287,8 +310,13 @@ impl Inner {
     /// Decodes `jpeg` (the bytes of `t`), caches the image and answers everyone waiting on it.
     fn decode(&self, t: &ViewTarget, jpeg: &[u8]) {
         let t0 = Instant::now();
-        let result = codec::decode_rgb(jpeg, t.geom.denom, t.geom.width, t.geom.height)
-            .map_err(|e| FsError::Corrupt(e.to_string()));
+        let (denom, width, height) = (t.geom.denom, t.geom.width, t.geom.height);
+        let result = codec::decode_checked(jpeg, denom, width, height, self.policy).map_err(|e| {
+            if matches!(e, codec::DecodeError::Damaged { .. }) {
+                self.stats.damaged.fetch_add(1, Relaxed);
+            }
+            FsError::Corrupt(e.to_string())
+        });
         let result = match result {
             Ok(px) => {
                 self.stats.decodes.fetch_add(1, Relaxed);
