@@ -223,7 +223,28 @@ fn main() {
         .filter_module("fuser::mnt", log::LevelFilter::Error)
         .parse_env("RUST_LOG")
         .init();
-    match run(Cli::parse()) {
+    // Called by mount(8) as a helper (`mount -t fuse.loosefs`, an fstab line): the options
+    // come as `-o a,b=c` and become `loosefs mount` flags.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let argv0 = args
+        .first()
+        .map(std::path::Path::new)
+        .and_then(|p| p.file_name());
+    let cli = if argv0.is_some_and(|n| loosefs::options::HELPER_NAMES.iter().any(|h| n == *h)) {
+        match loosefs::options::helper_args(&args) {
+            Ok(a) => {
+                loosefs::mount::set_command_line(a.clone());
+                Cli::parse_from(a)
+            }
+            Err(e) => {
+                eprintln!("loosefs: error: {e:#}");
+                std::process::exit(2);
+            }
+        }
+    } else {
+        Cli::parse()
+    };
+    match run(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("loosefs: error: {e:#}");

@@ -20,6 +20,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The `loosefs mount …` command line when it is not the process's own (the mount(8) helper
+/// translates its `-o` options into one).
+static COMMAND_LINE: std::sync::OnceLock<Vec<std::ffi::OsString>> = std::sync::OnceLock::new();
+
+/// Records `args` (`loosefs mount PACK DIR …`) as the command line the daemon is started with.
+pub fn set_command_line(args: Vec<std::ffi::OsString>) {
+    let _ = COMMAND_LINE.set(args);
+}
+
 /// Environment variable carrying the readiness pipe's fd from the launcher to the daemon.
 const READY_FD_ENV: &str = "LOOSEFS_READY_FD";
 
@@ -140,7 +149,11 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     let exe = std::env::current_exe().context("cannot find the loosefs executable")?;
     let mut cmd = std::process::Command::new(exe);
     // The daemon is this same command line, in the foreground: every option reaches it.
-    cmd.args(std::env::args_os().skip(1)).arg("--foreground");
+    let args = COMMAND_LINE
+        .get()
+        .cloned()
+        .unwrap_or_else(|| std::env::args_os().collect());
+    cmd.args(args.iter().skip(1)).arg("--foreground");
     cmd.env(READY_FD_ENV, tx.as_raw_fd().to_string())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -221,8 +234,16 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Re
     };
     cfg.n_threads = Some(opts.threads.max(1));
     cfg.clone_fd = true;
-    let session = Session::new(fs, mnt, &cfg)
-        .with_context(|| format!("cannot mount at {}", mnt.display()))?;
+    let session = if nix::unistd::geteuid().is_root() {
+        let source = format!("loosefs:{name}");
+        let fd = mount_fuse(mnt, &source, opts.allow_other)
+            .with_context(|| format!("cannot mount at {}", mnt.display()))?;
+        let acl = cfg.acl;
+        Session::from_fd(fs, fd, acl, cfg)
+    } else {
+        Session::new(fs, mnt, &cfg)
+    }
+    .with_context(|| format!("cannot mount at {}", mnt.display()))?;
     let bg = session.spawn()?;
     let notifier = bg.notifier();
     let pusher = bg.notifier();
@@ -298,6 +319,37 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Re
     log::info!("unmounted {}", mnt.display());
     std::mem::forget(bg);
     Ok(())
+}
+
+/// Filesystem type of a loosefs mount, as `/proc/mounts`, `findmnt`, `df -T` and fstab name it.
+pub const FS_TYPE: &str = "fuse.loosefs";
+
+/// Mounts a FUSE filesystem of type [`FS_TYPE`] at `mnt` (root only) and returns the
+/// `/dev/fuse` descriptor that serves it: read-only, `nosuid`, `nodev`, `noatime`,
+/// `default_permissions`, and `allow_other` when asked. (fuser's own mount names every
+/// filesystem plain `fuse`.)
+fn mount_fuse(mnt: &Path, source: &str, allow_other: bool) -> Result<OwnedFd> {
+    use nix::mount::MsFlags;
+    use std::os::unix::fs::PermissionsExt;
+    let dev = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .context("cannot open /dev/fuse (is the fuse module loaded?)")?;
+    let rootmode = std::fs::metadata(mnt)?.permissions().mode();
+    let mut data = format!(
+        "fd={},rootmode={rootmode:o},user_id={},group_id={},default_permissions",
+        dev.as_raw_fd(),
+        nix::unistd::getuid(),
+        nix::unistd::getgid()
+    );
+    if allow_other {
+        data.push_str(",allow_other");
+    }
+    let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOATIME;
+    nix::mount::mount(Some(source), mnt, Some(FS_TYPE), flags, Some(data.as_str()))
+        .with_context(|| format!("mount(2) of type {FS_TYPE}"))?;
+    Ok(OwnedFd::from(dev))
 }
 
 /// A read lease on the pack (`fcntl(F_SETLEASE, F_RDLCK)`): a process that opens the pack for

@@ -171,3 +171,130 @@ impl DecodeArgs {
 fn parse_budget(s: &str) -> Result<u64, String> {
     parse_size(s)?.ok_or_else(|| "give a size such as 512M or 2G".into())
 }
+
+/// Names under which the binary acts as a mount(8) helper (`mount -t fuse.loosefs`, fstab).
+pub const HELPER_NAMES: [&str; 2] = ["mount.fuse.loosefs", "mount.loosefs"];
+
+/// mount(8) and FUSE options that need nothing from loosefs: it always mounts read-only,
+/// `nosuid`, `nodev`, `noatime`, with `default_permissions`.
+const IGNORED_OPTIONS: [&str; 22] = [
+    "ro",
+    "rw",
+    "defaults",
+    "auto",
+    "noauto",
+    "user",
+    "nouser",
+    "users",
+    "owner",
+    "group",
+    "_netdev",
+    "nofail",
+    "noatime",
+    "relatime",
+    "strictatime",
+    "nosuid",
+    "nodev",
+    "noexec",
+    "exec",
+    "async",
+    "sync",
+    "default_permissions",
+];
+
+/// Turns a mount(8) helper invocation, `mount.fuse.loosefs PACK DIR [-sfnv] [-N NS] [-o OPTS]
+/// [-t TYPE]`, into the equivalent `loosefs mount PACK DIR --option value …` command line.
+/// `-o` options are the long options of `loosefs mount` with `_` or `-` (`warm`,
+/// `pin=8G`, `decode=npy+ppm` for `--decode npy,ppm`, `allow_other`, `log=/var/log/x`),
+/// plus mount(8)'s generic ones, which are accepted and ignored (`ro`, `rw`, `nofail`,
+/// `x-systemd.*`, `comment=…`; loosefs is always read-only). Errors: a missing PACK or DIR.
+pub fn helper_args(args: &[std::ffi::OsString]) -> Result<Vec<std::ffi::OsString>> {
+    use std::ffi::OsString;
+    let mut out: Vec<OsString> = vec!["loosefs".into(), "mount".into()];
+    let mut positional = Vec::new();
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("-o") => {
+                let opts = it.next().map(|o| o.to_string_lossy().into_owned());
+                for o in opts.iter().flat_map(|o| o.split(',')) {
+                    let (k, v) = o.split_once('=').map_or((o, None), |(k, v)| (k, Some(v)));
+                    if o.is_empty()
+                        || IGNORED_OPTIONS.contains(&k)
+                        || k.starts_with("x-")
+                        || k == "comment"
+                        || k == "fsname"
+                        || k == "subtype"
+                    {
+                        continue;
+                    }
+                    out.push(format!("--{}", k.replace('_', "-")).into());
+                    if let Some(v) = v {
+                        let v = if k == "decode" {
+                            v.replace(['+', ':'], ",")
+                        } else {
+                            v.into()
+                        };
+                        out.push(v.into());
+                    }
+                }
+            }
+            Some("-t" | "-N") => {
+                it.next();
+            }
+            Some(f) if f.starts_with('-') && f.len() > 1 => {} // -s -f -n -v -r: nothing to do
+            _ => positional.push(a.clone()),
+        }
+    }
+    let [pack, dir] = <[OsString; 2]>::try_from(positional).map_err(|p| {
+        anyhow::anyhow!(
+            "usage: mount.fuse.loosefs PACK MOUNTPOINT [-o OPTIONS] (got {} paths)",
+            p.len()
+        )
+    })?;
+    out.splice(2..2, [pack, dir]);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_helper_options_become_flags() {
+        let args: Vec<std::ffi::OsString> = [
+            "/sbin/mount.fuse.loosefs",
+            "/d/train.pack",
+            "/mnt/train",
+            "-o",
+            "rw,nofail,x-systemd.automount,warm,pin=8G,decode=npy+ppm,allow_other,prefetch_max_mb=16",
+            "-n",
+        ]
+        .iter()
+        .map(Into::into)
+        .collect();
+        let got: Vec<String> = helper_args(&args)
+            .unwrap()
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "loosefs",
+                "mount",
+                "/d/train.pack",
+                "/mnt/train",
+                "--warm",
+                "--pin",
+                "8G",
+                "--decode",
+                "npy,ppm",
+                "--allow-other",
+                "--prefetch-max-mb",
+                "16"
+            ]
+        );
+        assert!(helper_args(&args[..2]).is_err());
+    }
+}

@@ -181,7 +181,8 @@ fn npy_views_have_exact_sizes_and_decoded_pixels() {
     drop(m);
     let log = std::fs::read_to_string(&log_path).unwrap();
     assert!(
-        log.contains("class_2/bad.JPEG") && log.contains("16000x16000 RGB (732 MiB) from 2050 bytes"),
+        log.contains("class_2/bad.JPEG")
+            && log.contains("16000x16000 RGB (732 MiB) from 2050 bytes"),
         "{log}"
     );
     assert!(

@@ -491,3 +491,90 @@ fn only_the_owner_reads_unless_allow_other_and_commands_stay_the_owners() {
         "root runs it"
     );
 }
+
+/// `/sbin/mount.fuse.loosefs` pointing at this build for the life of the guard (removed on drop
+/// if this test created it).
+struct Helper(Option<std::path::PathBuf>);
+
+impl Helper {
+    fn install() -> Helper {
+        let link = Path::new("/sbin/mount.fuse.loosefs");
+        if std::fs::symlink_metadata(link).is_ok() {
+            return Helper(None);
+        }
+        std::os::unix::fs::symlink(bin(), link).unwrap();
+        Helper(Some(link.to_path_buf()))
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn mount_8_and_fstab_mount_a_pack_as_fuse_loosefs_with_cli_options() {
+    require_mount();
+    let _helper = Helper::install();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, pack) = packed(tmp.path());
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let o = Command::new("mount")
+        .args(["-t", "fuse.loosefs"])
+        .arg(&pack)
+        .arg(&mnt)
+        .args(["-o", "ro,nofail,warm,decode=npy,push_ahead=0"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let abs = std::fs::canonicalize(&mnt).unwrap();
+    assert_eq!(
+        loosefs::mount::mount_fstype(&abs).as_deref(),
+        Some("fuse.loosefs")
+    );
+    let name = &files(&src)[0];
+    let npy = mnt.join(name).with_extension("npy");
+    assert!(
+        std::fs::read(&npy).unwrap().starts_with(b"\x93NUMPY"),
+        "decode=npy"
+    );
+    let stats = loosefs(&[&"stats", &mnt, &"--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_ne!(v["warm"]["state"], "idle", "warm: {v}");
+    assert_eq!(v["push_ahead"]["samples"], 0);
+    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    // An fstab line (a private fstab file through `mount -T`).
+    let fstab = tmp.path().join("fstab");
+    std::fs::write(
+        &fstab,
+        format!(
+            "{} {} fuse.loosefs ro,allow_other,nofail,x-systemd.automount 0 0\n",
+            pack.display(),
+            abs.display()
+        ),
+    )
+    .unwrap();
+    let o = Command::new("mount")
+        .arg("-T")
+        .arg(&fstab)
+        .arg(&abs)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(mnt.join(name)).unwrap() == std::fs::read(src.join(name)).unwrap());
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = info
+        .lines()
+        .find(|l| l.contains(abs.to_str().unwrap()))
+        .unwrap();
+    assert!(
+        line.contains("allow_other") && line.contains("fuse.loosefs"),
+        "{line}"
+    );
+    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+}
