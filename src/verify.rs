@@ -1,8 +1,10 @@
 //! `loosefs verify` and `loosefs info`: whole-pack checks and a summary.
 //!
 //! Verify recomputes every sample's CRC-32 in parallel (rayon) and, given the source tree,
-//! compares every byte and the set of files in both directions. Each problem is reported with
-//! the sample's path.
+//! compares every byte and the set of files in both directions. It also checks the zip layer
+//! that other tools read: the central directory parses (the `zip` crate), and every member's
+//! local header has its signature, name, method, sizes and CRC-32 as the central directory
+//! says, with data exactly where the index says. Each problem is reported with the path.
 
 use crate::format::index::Totals;
 use crate::format::reader::Pack;
@@ -90,8 +92,134 @@ pub fn verify(pack: &Pack, against: Option<&Path>) -> Result<Vec<String>> {
             }
         }
     }
+    problems.extend(verify_zip(pack, &files));
     problems.sort();
     Ok(problems)
+}
+
+/// Problems of the zip layer (see the module doc), one line each.
+fn verify_zip(pack: &Pack, files: &[(String, u32)]) -> Vec<String> {
+    let ix = pack.index();
+    let mut problems = Vec::new();
+    let file = match std::fs::File::open(pack.path()) {
+        Ok(f) => f,
+        Err(e) => return vec![format!("zip: cannot open {}: {e}", pack.path().display())],
+    };
+    let mut archive = match zip::ZipArchive::new(file) {
+        Ok(a) => a,
+        Err(e) => return vec![format!("zip: the central directory does not parse: {e}")],
+    };
+    let map = pack.map();
+    let mut central = std::collections::HashMap::new();
+    for k in 0..archive.len() {
+        let m = match archive.by_index_raw(k) {
+            Ok(m) => m,
+            Err(e) => {
+                problems.push(format!("zip: member {k}: {e}"));
+                continue;
+            }
+        };
+        let name = String::from_utf8_lossy(m.name_raw()).into_owned();
+        if let Err(why) = check_local_header(map, &m) {
+            problems.push(format!(
+                "{name}: local header at {}: {why}",
+                m.header_start()
+            ));
+        }
+        if !m.is_dir() {
+            central.insert(name, (m.data_start(), m.size(), m.crc32(), m.compression()));
+        }
+    }
+    for (path, i) in files {
+        let Some(r) = ix.record(*i) else { continue };
+        match central.remove(path) {
+            None => problems.push(format!(
+                "{path}: in the index but not in the zip central directory"
+            )),
+            Some((start, size, crc, method)) => {
+                if method != zip::CompressionMethod::Stored {
+                    problems.push(format!("{path}: zip member is {method:?}, not stored"));
+                }
+                if (start, size, crc) != (r.data_off, r.size, r.crc32) {
+                    problems.push(format!(
+                        "{path}: the zip says data at {start}, {size} bytes, CRC-32 {crc:08x}; the index says {}, {}, {:08x}",
+                        r.data_off, r.size, r.crc32
+                    ));
+                }
+            }
+        }
+    }
+    central.remove(crate::format::INDEX_MEMBER);
+    for name in central.keys() {
+        problems.push(format!(
+            "{name}: in the zip central directory but not in the index"
+        ));
+    }
+    problems
+}
+
+/// Checks a member's local file header against its central directory entry.
+fn check_local_header<R: std::io::Read>(
+    map: &[u8],
+    m: &zip::read::ZipFile<'_, R>,
+) -> Result<(), String> {
+    let at = m.header_start() as usize;
+    let h = map.get(at..at + 30).ok_or("past the end of the file")?;
+    let u16_at = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]);
+    let u32_at = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
+    if u32_at(0) != 0x0403_4b50 {
+        return Err("bad signature".into());
+    }
+    let (name_len, extra_len) = (u16_at(26) as usize, u16_at(28) as usize);
+    let name = map
+        .get(at + 30..at + 30 + name_len)
+        .ok_or("name past the end of the file")?;
+    if name != m.name_raw() {
+        return Err(format!(
+            "name {:?} where the central directory says {:?}",
+            String::from_utf8_lossy(name),
+            String::from_utf8_lossy(m.name_raw())
+        ));
+    }
+    let method = u16_at(8);
+    let central_method: u16 = match m.compression() {
+        zip::CompressionMethod::Stored => 0,
+        _ => u16::MAX,
+    };
+    if central_method != u16::MAX && method != central_method {
+        return Err(format!(
+            "compression method {method} where the central directory says {central_method}"
+        ));
+    }
+    let data_descriptor = u16_at(6) & 8 != 0;
+    if !data_descriptor && u32_at(14) != m.crc32() {
+        return Err(format!(
+            "CRC-32 {:08x} where the central directory says {:08x}",
+            u32_at(14),
+            m.crc32()
+        ));
+    }
+    let (csize, usize_) = (u32_at(18), u32_at(22));
+    if !data_descriptor && csize != u32::MAX && u64::from(csize) != m.compressed_size() {
+        return Err(format!(
+            "compressed size {csize} where the central directory says {}",
+            m.compressed_size()
+        ));
+    }
+    if !data_descriptor && usize_ != u32::MAX && u64::from(usize_) != m.size() {
+        return Err(format!(
+            "size {usize_} where the central directory says {}",
+            m.size()
+        ));
+    }
+    let data_start = (at + 30 + name_len + extra_len) as u64;
+    if data_start != m.data_start() {
+        return Err(format!(
+            "data at {data_start} where the zip reader found {}",
+            m.data_start()
+        ));
+    }
+    Ok(())
 }
 
 /// Summary printed by `loosefs info`.

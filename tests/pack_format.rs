@@ -812,3 +812,46 @@ fn a_top_level_loosefs_entry_is_refused_at_pack_time() {
     std::fs::remove_dir_all(src.join(".loosefs")).unwrap();
     assert!(loosefs(&[&"pack", &src, &out]).status.success());
 }
+
+#[test]
+fn verify_checks_the_zip_layer_other_tools_read() {
+    let (tmp, _src, out) = tree_and_pack("4096");
+    let good = std::fs::read(&out).unwrap();
+    // Where the third file member's headers are, from the zip crate.
+    let mut z = zip::ZipArchive::new(std::fs::File::open(&out).unwrap()).unwrap();
+    let k = (0..z.len())
+        .filter(|&k| !z.by_index_raw(k).unwrap().is_dir())
+        .nth(2)
+        .unwrap();
+    let m = z.by_index_raw(k).unwrap();
+    let (local, central) = (m.header_start() as usize, m.central_header_start() as usize);
+    let name = String::from_utf8_lossy(m.name_raw()).into_owned();
+    drop(m);
+    // Byte offsets to damage, each in a header field no loosefs read depends on.
+    let damage = [
+        ("local signature", local + 1),
+        ("local CRC-32", local + 14),
+        ("local compressed size", local + 18),
+        ("local name", local + 30),
+        ("central CRC-32", central + 16),
+        ("central size", central + 24),
+        ("central local-header offset", central + 42),
+        ("central name", central + 46),
+    ];
+    for (what, at) in damage {
+        let bad = tmp.path().join("bad.pack");
+        let mut b = good.clone();
+        b[at] ^= 0x20;
+        std::fs::write(&bad, &b).unwrap();
+        let o = loosefs(&[&"verify", &bad]);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{what} ({name}) passed verify: {stdout}"
+        );
+        assert!(stdout.contains("MISMATCH"), "{what}: {stdout}");
+    }
+    // The undamaged pack passes, zip layer included.
+    assert!(loosefs(&[&"verify", &out]).status.success());
+}
