@@ -296,7 +296,7 @@ impl<'a> IndexView<'a> {
             || totals.records > u64::from(u32::MAX)
             || recs_end != Some(names_off)
             || names_off.checked_add(names_len) != Some(bytes.len() as u64)
-            || totals.files + totals.dirs != totals.records
+            || totals.files.checked_add(totals.dirs) != Some(totals.records)
         {
             return Err(FormatError::Corrupt(
                 "record or name table out of bounds".into(),
@@ -566,6 +566,18 @@ mod tests {
         let c = checksum(&bytes);
         bytes[CHECKSUM_AT..CHECKSUM_AT + 8].copy_from_slice(&c.to_le_bytes());
         IndexView::parse(&bytes)?.validate_tree()
+    }
+
+    #[test]
+    fn header_counts_that_overflow_are_refused() {
+        // Found by the index fuzz target: files + dirs overflowed (a panic with overflow
+        // checks; in release it wrapped to the record count and passed).
+        let mut bytes = build(&sample_tree(), 4096).unwrap();
+        bytes[32..40].copy_from_slice(&u64::MAX.to_le_bytes()); // files
+        bytes[40..48].copy_from_slice(&8u64.to_le_bytes()); // dirs: u64::MAX + 8 wraps to 7
+        let c = checksum(&bytes);
+        bytes[CHECKSUM_AT..CHECKSUM_AT + 8].copy_from_slice(&c.to_le_bytes());
+        assert!(matches!(IndexView::parse(&bytes), Err(FormatError::Corrupt(_))));
     }
 
     #[test]
