@@ -11,7 +11,7 @@ use memmap2::Mmap;
 use std::collections::BTreeMap;
 use std::io::{Cursor, Read};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// Kind of an item; files know their size and, in a zip source, their member number.
 #[derive(Debug, Clone, Copy)]
@@ -215,34 +215,26 @@ fn walk_zip(src: &Path, meta: &std::fs::Metadata) -> Result<Source> {
     // Components of every entry -> (member, is_dir, meta); implicit parent directories added.
     let mut tree: BTreeMap<Vec<String>, (Option<usize>, bool, EntryMeta)> = BTreeMap::new();
     let mut skipped = Skipped::new();
+    refuse_merged_duplicates(src, &map, &mut z)?;
     for k in 0..z.len() {
         let f = z.by_index_raw(k)?;
         let shown = src.join(f.name());
-        let Some(rel) = f.enclosed_name() else {
+        let parts = member_path(f.name_raw()).map_err(|why| {
+            anyhow::anyhow!(
+                "{}: member {:?} {why}; refusing the archive",
+                src.display(),
+                String::from_utf8_lossy(f.name_raw())
+            )
+        })?;
+        if parts.is_empty() && !f.is_dir() {
             bail!(
-                "{}: member {:?} would escape the extracted tree (absolute path or `..`); refusing the archive",
+                "{}: member {:?} names no file (empty, or only `.`); refusing the archive",
                 src.display(),
                 f.name()
             );
-        };
-        let mut parts = Vec::new();
-        for c in rel.components() {
-            match c {
-                Component::Normal(p) => {
-                    parts.push(p.to_str().map(str::to_string).with_context(|| {
-                        format!("{}: member name {:?} is not UTF-8", src.display(), f.name())
-                    })?)
-                }
-                Component::CurDir => {}
-                _ => bail!(
-                    "{}: member {:?} would escape the extracted tree",
-                    src.display(),
-                    f.name()
-                ),
-            }
         }
         if parts.is_empty() {
-            continue;
+            continue; // a `./` entry: the root itself
         }
         let mode = f.unix_mode().unwrap_or(0);
         if mode & libc::S_IFMT == libc::S_IFLNK {
@@ -342,4 +334,77 @@ fn walk_zip(src: &Path, meta: &std::fs::Metadata) -> Result<Source> {
         skipped,
         zip: Some(map),
     })
+}
+
+/// The components of zip member name `raw`, resolved lexically: `/`-separated, empty and `.`
+/// components dropped, `..` removing the component before it. Errors (the reason): not UTF-8,
+/// absolute, a NUL or backslash in it, or a `..` that would climb out of the archive's tree.
+fn member_path(raw: &[u8]) -> Result<Vec<String>, String> {
+    let name = std::str::from_utf8(raw).map_err(|_| "is not UTF-8".to_string())?;
+    if name.starts_with('/') {
+        return Err("is an absolute path (it would escape the extracted tree)".into());
+    }
+    if name.contains('\0') || name.contains('\\') {
+        return Err("contains a NUL or a backslash".into());
+    }
+    let mut parts: Vec<String> = Vec::new();
+    for c in name.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return Err("would escape the extracted tree (`..` above its top)".into());
+                }
+            }
+            c => parts.push(c.to_string()),
+        }
+    }
+    Ok(parts)
+}
+
+/// Refuses an archive whose central directory names a member twice. The zip reader keeps one
+/// entry per name, so a duplicate shows as a central-directory record no kept entry starts at:
+/// the records of the kept entries must tile the central directory from its start, with no
+/// record left after the last one.
+fn refuse_merged_duplicates(
+    src: &Path,
+    map: &[u8],
+    z: &mut zip::ZipArchive<Cursor<&[u8]>>,
+) -> Result<()> {
+    let mut starts = Vec::with_capacity(z.len());
+    for k in 0..z.len() {
+        starts.push(z.by_index_raw(k)?.central_header_start() as usize);
+    }
+    starts.sort_unstable();
+    let record_end = |at: usize| -> Option<usize> {
+        let h = map.get(at..at + 46)?;
+        let len = |o: usize| usize::from(u16::from_le_bytes([h[o], h[o + 1]]));
+        Some(at + 46 + len(28) + len(30) + len(32))
+    };
+    let name_at = |at: usize| -> String {
+        let n = map
+            .get(at + 28..at + 30)
+            .map_or(0, |b| usize::from(u16::from_le_bytes([b[0], b[1]])));
+        String::from_utf8_lossy(map.get(at + 46..at + 46 + n).unwrap_or(&[])).into_owned()
+    };
+    let mut expected = z.central_directory_start() as usize;
+    for at in starts.iter().copied().chain(std::iter::once(usize::MAX)) {
+        let dropped = if at == usize::MAX {
+            map.get(expected..expected + 4) == Some(b"PK\x01\x02")
+        } else {
+            at != expected
+        };
+        if dropped {
+            bail!(
+                "{}: member {:?} appears twice in the archive; refusing it (which copy is meant?)",
+                src.display(),
+                name_at(expected)
+            );
+        }
+        if at == usize::MAX {
+            break;
+        }
+        expected = record_end(at).context("truncated central directory")?;
+    }
+    Ok(())
 }

@@ -653,6 +653,55 @@ with zipfile.ZipFile(sys.argv[1], 'w') as z:
     }
 }
 
+/// Writes a zip with Python's zipfile (which allows what other tools produce: duplicate
+/// names, odd names); `members` are (name, content) pairs.
+fn python_zip(path: &Path, members: &[(&str, &str)]) {
+    let writes: String = members
+        .iter()
+        .map(|(n, c)| format!("z.writestr({n:?},{c:?});"))
+        .collect();
+    let py = format!(
+        "import zipfile,sys,warnings; warnings.simplefilter('ignore'); z=zipfile.ZipFile(sys.argv[1],'w'); {writes} z.close()"
+    );
+    let ok = Command::new("python3").args(["-c", &py]).arg(path).status();
+    assert!(ok.unwrap().success());
+}
+
+#[test]
+fn zip_members_are_never_dropped_silently() {
+    let tmp = tempfile::tempdir().unwrap();
+    let z = tmp.path().join("s.zip");
+    let out = tmp.path().join("s.pack");
+    let refused = |members: &[(&str, &str)], why: &str| {
+        python_zip(&z, members);
+        let o = loosefs(&[&"pack", &z, &out, &"--force"]);
+        let msg = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{members:?}: {msg}");
+        assert!(msg.contains(why), "{members:?}: {msg}");
+        assert!(!out.exists());
+    };
+    // A name twice (the zip reader keeps only the last copy): refused, naming it.
+    refused(
+        &[("a.txt", "one"), ("b.txt", "b"), ("a.txt", "two")],
+        "\"a.txt\" appears twice",
+    );
+    refused(&[("x/a.txt", "1"), ("x/a.txt", "2")], "appears twice");
+    // File members with no name.
+    refused(&[("ok.txt", "x"), (".", "dot")], "names no file");
+    // `..` inside the tree resolves; above it refuses with the right reason.
+    python_zip(&z, &[("a/../b.txt", "bee"), ("./c/./d.txt", "dee")]);
+    let o = loosefs(&[&"pack", &z, &out, &"--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p = Pack::open(&out).unwrap();
+    let names: Vec<String> = loosefs::verify::file_paths(&p)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names, ["b.txt", "c/d.txt"]);
+    std::fs::remove_file(&out).unwrap();
+    refused(&[("a/../../b.txt", "x")], "would escape");
+}
+
 #[test]
 fn shared_zip_fixture_converts_to_the_original_images() {
     let Some(sample) = shared_sample() else {

@@ -577,7 +577,10 @@ mod tests {
         bytes[40..48].copy_from_slice(&8u64.to_le_bytes()); // dirs: u64::MAX + 8 wraps to 7
         let c = checksum(&bytes);
         bytes[CHECKSUM_AT..CHECKSUM_AT + 8].copy_from_slice(&c.to_le_bytes());
-        assert!(matches!(IndexView::parse(&bytes), Err(FormatError::Corrupt(_))));
+        assert!(matches!(
+            IndexView::parse(&bytes),
+            Err(FormatError::Corrupt(_))
+        ));
     }
 
     #[test]
