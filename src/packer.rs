@@ -121,9 +121,6 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
     }
     let source = Source::open(src, out, opts.follow_links)?;
     let (root_meta, items, skipped) = (source.root, &source.items, &source.skipped);
-    for (p, why) in skipped {
-        log::warn!("skipped {}: {why}", p.display());
-    }
     let total: u64 = items
         .iter()
         .map(|i| {

@@ -904,3 +904,58 @@ fn verify_checks_the_zip_layer_other_tools_read() {
     // The undamaged pack passes, zip layer included.
     assert!(loosefs(&[&"verify", &out]).status.success());
 }
+
+#[test]
+fn appended_bytes_are_named_as_such_and_skips_are_listed_once() {
+    let (tmp, src, out) = tree_and_pack("4096");
+    let bad = tmp.path().join("appended.pack");
+    let mut b = std::fs::read(&out).unwrap();
+    b.extend_from_slice(b"xyz");
+    std::fs::write(&bad, &b).unwrap();
+    let o = loosefs(&[&"info", &bad]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        err.contains("3 bytes were appended") && !err.contains("truncated"),
+        "{err}"
+    );
+    // A skipped entry (a symbolic link) is reported once.
+    std::os::unix::fs::symlink("class_0", src.join("link")).unwrap();
+    let o = loosefs(&[&"pack", &src, &tmp.path().join("l.pack")]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(err.matches("skipped").count(), 1, "{err}");
+}
+
+#[test]
+#[ignore = "mounts a tmpfs: needs root"]
+fn a_full_filesystem_fails_the_pack_cleanly() {
+    require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("big.bin"), vec![7u8; 1 << 20]).unwrap();
+    let small = tmp.path().join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=512k", "tmpfs"])
+        .arg(&small)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let o = loosefs(&[&"pack", &src, &small.join("o.pack")]);
+    let left: Vec<_> = std::fs::read_dir(&small)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let _ = Command::new("umount").arg(&small).status();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(
+        !err.contains("ZipWriter"),
+        "a stray message from the zip writer: {err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one clear line: {err}");
+    assert!(left.is_empty(), "left on the full filesystem: {left:?}");
+}

@@ -40,6 +40,11 @@ pub enum FormatError {
     Corrupt(String),
     #[error("truncated pack: {0}")]
     Truncated(String),
+    /// A whole pack followed by this many more bytes (something was appended to the file).
+    #[error(
+        "{0} bytes were appended after the end of the pack (truncating the file by {0} bytes gives the pack back)"
+    )]
+    Appended(u64),
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }

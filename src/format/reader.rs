@@ -42,6 +42,7 @@ impl Pack {
         let tail = &map[map.len().saturating_sub(4096)..];
         let trailer = match Trailer::parse_tail(tail) {
             Ok(t) => t,
+            Err(e @ FormatError::Appended(_)) => return Err(e),
             Err(e) if map.starts_with(b"PK\x03\x04") => {
                 return Err(FormatError::NotAPack(format!(
                     "a zip archive without a loosefs trailer at its end: truncated, or not written by `loosefs pack` ({e})"

@@ -35,7 +35,8 @@ impl Trailer {
     /// Parses the last bytes of a pack file (`tail` must end where the file ends).
     ///
     /// Errors: [`FormatError::NotAPack`] when the tail is not a loosefs trailer preceded by a zip
-    /// End Of Central Directory record whose comment length is [`TRAILER_LEN`].
+    /// End Of Central Directory record whose comment length is [`TRAILER_LEN`];
+    /// [`FormatError::Appended`] when a trailer is followed by more bytes.
     pub fn parse_tail(tail: &[u8]) -> Result<Trailer, FormatError> {
         const EOCD_LEN: usize = 22;
         if tail.len() < TRAILER_LEN + EOCD_LEN {
@@ -48,6 +49,16 @@ impl Trailer {
         let eocd = &tail[tail.len() - TRAILER_LEN - EOCD_LEN..tail.len() - TRAILER_LEN];
         let comment_len = u16::from_le_bytes([eocd[20], eocd[21]]) as usize;
         if eocd[..4] != [0x50, 0x4b, 0x05, 0x06] || comment_len != TRAILER_LEN {
+            // A whole trailer earlier in the tail: bytes were appended after the pack.
+            if let Some(p) = tail
+                .windows(PREFIX.len())
+                .rposition(|w| w == PREFIX.as_bytes())
+                .filter(|&p| p + TRAILER_LEN < tail.len())
+            {
+                return Err(FormatError::Appended(
+                    (tail.len() - (p + TRAILER_LEN)) as u64,
+                ));
+            }
             return Err(FormatError::NotAPack(
                 "no loosefs trailer in the zip archive comment (not written by `loosefs pack`, or truncated)".into(),
             ));

@@ -30,7 +30,9 @@ pub const ROOT: usize = 0;
 
 /// Streams members into a new pack. Add directories before their contents, in pack order.
 pub struct PackWriter<W: Write + Seek> {
-    zip: ZipWriter<PosWriter<W>>,
+    /// `None` once finished. An unfinished writer is abandoned on drop without writing (see
+    /// the `Drop` impl).
+    zip: Option<ZipWriter<PosWriter<W>>>,
     pos: Arc<AtomicU64>,
     align: u32,
     nodes: Vec<Node>,
@@ -60,7 +62,7 @@ impl<W: Write + Seek> PackWriter<W> {
         let mut dir_paths = HashMap::new();
         dir_paths.insert(ROOT, String::new());
         Ok(PackWriter {
-            zip: ZipWriter::new(w),
+            zip: Some(ZipWriter::new(w)),
             pos,
             align,
             nodes: vec![root],
@@ -107,7 +109,7 @@ impl<W: Write + Seek> PackWriter<W> {
         let path = self.member_path(parent, name)?;
         // Directories have no data: no alignment padding for them.
         let opts = self.options(meta).with_alignment(1);
-        self.zip
+        self.zip()?
             .add_directory(format!("{path}/"), opts)
             .map_err(zip_err)?;
         let id = self.nodes.len();
@@ -136,9 +138,9 @@ impl<W: Write + Seek> PackWriter<W> {
         let opts = self
             .options(meta)
             .large_file(data.len() as u64 >= u32::MAX as u64);
-        self.zip.start_file(path, opts).map_err(zip_err)?;
+        self.zip()?.start_file(path, opts).map_err(zip_err)?;
         let data_off = self.pos.load(Ordering::Relaxed);
-        self.zip.write_all(data)?;
+        self.zip()?.write_all(data)?;
         let mut record = record_for(meta, false);
         record.data_off = data_off;
         record.size = data.len() as u64;
@@ -175,19 +177,45 @@ impl<W: Write + Seek> PackWriter<W> {
             mtime_nsec: 0,
         };
         let opts = self.options(meta).large_file(false);
-        self.zip.start_file(INDEX_MEMBER, opts).map_err(zip_err)?;
+        self.zip()?
+            .start_file(INDEX_MEMBER, opts)
+            .map_err(zip_err)?;
         let index_offset = self.pos.load(Ordering::Relaxed);
-        self.zip.write_all(&index)?;
+        self.zip()?.write_all(&index)?;
         let trailer = Trailer {
             version: index::INDEX_VERSION,
             index_offset,
             index_len: index.len() as u64,
         };
-        self.zip.set_comment(trailer.encode());
-        let w = self.zip.finish().map_err(zip_err)?;
+        let mut zip = self.zip.take().ok_or_else(finished)?;
+        zip.set_comment(trailer.encode());
+        let w = zip.finish().map_err(zip_err)?;
         w.inner
             .into_inner()
             .map_err(|e| FormatError::Io(e.into_error()))
+    }
+}
+
+impl<W: Write + Seek> PackWriter<W> {
+    fn zip(&mut self) -> Result<&mut ZipWriter<PosWriter<W>>, FormatError> {
+        self.zip.as_mut().ok_or_else(finished)
+    }
+}
+
+fn finished() -> FormatError {
+    FormatError::Io(std::io::Error::other(
+        "the pack writer was already finished",
+    ))
+}
+
+/// A writer dropped unfinished (an error or an interrupt) is abandoned: its caller removes the
+/// output, so nothing more is written to it. (The zip writer would otherwise try to write a
+/// central directory on drop, and on a full disk print its own error before the caller's.)
+impl<W: Write + Seek> Drop for PackWriter<W> {
+    fn drop(&mut self) {
+        if let Some(zip) = self.zip.take() {
+            std::mem::forget(zip);
+        }
     }
 }
 
