@@ -53,6 +53,10 @@ struct Loaded {
     jpeg: Option<JpegInfo>,
 }
 
+/// Files larger than this are not read whole by the reader threads but streamed by the
+/// writer (1 MiB at a time), so packing a file of any size costs no more memory, bytes.
+const STREAM_OVER: u64 = 64 << 20;
+
 /// Batches of item indices: up to 256 files or 64 MiB each, directories included in order.
 fn batches(items: &[Item]) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
@@ -74,13 +78,34 @@ fn batches(items: &[Item]) -> Vec<std::ops::Range<usize>> {
 }
 
 fn load(source: &Source, item: &Item) -> Result<Option<Loaded>> {
-    if matches!(item.kind, ItemKind::Dir) {
-        return Ok(None);
+    match item.kind {
+        ItemKind::Dir => return Ok(None),
+        ItemKind::File { size, .. } if size > STREAM_OVER => {
+            // Streamed by the writer: an empty placeholder.
+            return Ok(Some(Loaded {
+                data: Vec::new(),
+                crc: 0,
+                jpeg: None,
+            }));
+        }
+        ItemKind::File { .. } => {}
     }
     let data = source.read(item)?;
     let crc = crc32fast::hash(&data);
     let jpeg = jpeg::probe(&data);
     Ok(Some(Loaded { data, crc, jpeg }))
+}
+
+/// Whether file `item` is streamed by the writer (see [`STREAM_OVER`]).
+fn streamed(item: &Item) -> bool {
+    streamed_size(item) > STREAM_OVER
+}
+
+fn streamed_size(item: &Item) -> u64 {
+    match item.kind {
+        ItemKind::File { size, .. } => size,
+        ItemKind::Dir => 0,
+    }
 }
 
 fn progress_bar(total: u64, enabled: bool) -> ProgressBar {
@@ -190,6 +215,23 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
                     None => {
                         dirs += 1;
                         w.add_dir(parent, &item.name, item.meta)
+                    }
+                    Some(_) if streamed(item) => {
+                        let size = streamed_size(item);
+                        files += 1;
+                        bytes += size;
+                        pb.inc(size);
+                        source
+                            .with_reader(item, |r| {
+                                Ok(w.add_file_from(parent, &item.name, item.meta, size, r)?)
+                            })
+                            .inspect(|&id| jpegs += u64::from(w.is_jpeg(id)))
+                            .map_err(|e| match e.downcast::<crate::format::FormatError>() {
+                                Ok(f) => f,
+                                Err(e) => crate::format::FormatError::Io(std::io::Error::other(
+                                    format!("{e:#}"),
+                                )),
+                            })
                     }
                     Some(l) => {
                         files += 1;

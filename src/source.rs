@@ -82,6 +82,32 @@ impl Source {
         Ok(source)
     }
 
+    /// Calls `f` with a reader of the bytes of file item `item` (for files too large to read
+    /// whole). Errors: the file cannot be opened, or `f`'s error.
+    pub fn with_reader<T>(
+        &self,
+        item: &Item,
+        f: impl FnOnce(&mut dyn Read) -> Result<T>,
+    ) -> Result<T> {
+        match (item.kind, &self.zip) {
+            (
+                ItemKind::File {
+                    member: Some(k), ..
+                },
+                Some(map),
+            ) => {
+                let mut z = zip::ZipArchive::new(Cursor::new(&map[..]))?;
+                let mut m = z.by_index(k)?;
+                f(&mut m)
+            }
+            _ => {
+                let mut file = std::fs::File::open(&item.path)
+                    .with_context(|| format!("cannot read {}", item.path.display()))?;
+                f(&mut file)
+            }
+        }
+    }
+
     /// Reads the bytes of file item `item`.
     pub fn read(&self, item: &Item) -> Result<Vec<u8>> {
         match (item.kind, &self.zip) {

@@ -959,3 +959,42 @@ fn a_full_filesystem_fails_the_pack_cleanly() {
     assert_eq!(err.lines().count(), 1, "one clear line: {err}");
     assert!(left.is_empty(), "left on the full filesystem: {left:?}");
 }
+
+#[test]
+fn a_file_larger_than_memory_allows_is_packed_streaming() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    // 300 MB (sparse: no disk used for the source) with a few real bytes.
+    let big = src.join("d/big.bin");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(300 << 20).unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(b"head", 0).unwrap();
+    f.write_all_at(b"tail", (300 << 20) - 4).unwrap();
+    drop(f);
+    std::fs::write(src.join("d/small.txt"), b"small").unwrap();
+    let out = tmp.path().join("big.pack");
+    // Peak RSS of the packer, from the kernel's accounting of a child that ran alone.
+    let py = "import resource,subprocess,sys; r=subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); \
+              print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)";
+    let o = Command::new("python3")
+        .args(["-c", py, bin(), "pack"])
+        .arg(&src)
+        .arg(&out)
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&o.stdout);
+    let mut it = line.split_whitespace();
+    let (rc, peak_kb): (i32, u64) = (
+        it.next().unwrap().parse().unwrap(),
+        it.next().unwrap().parse().unwrap(),
+    );
+    assert_eq!(rc, 0, "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        peak_kb < 100 << 10,
+        "packing a 300 MB file peaked at {peak_kb} kB"
+    );
+    let p = Pack::open(&out).unwrap();
+    assert!(loosefs::verify::verify(&p, Some(&src)).unwrap().is_empty());
+}

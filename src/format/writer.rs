@@ -157,6 +157,66 @@ impl<W: Write + Seek> PackWriter<W> {
         Ok(id)
     }
 
+    /// Adds file `name` under directory node `parent`, copying exactly `size` bytes from
+    /// `data` in 1 MiB chunks (so a file of any size costs 1 MiB of memory), computing its
+    /// CRC-32 and JPEG header probe on the way. Returns the node number.
+    /// Errors: I/O errors; `data` ends before `size` bytes or has more (the file changed).
+    pub fn add_file_from(
+        &mut self,
+        parent: usize,
+        name: &str,
+        meta: EntryMeta,
+        size: u64,
+        data: &mut dyn std::io::Read,
+    ) -> Result<usize, FormatError> {
+        let path = self.member_path(parent, name)?;
+        let opts = self.options(meta).large_file(size >= u32::MAX as u64);
+        self.zip()?.start_file(path, opts).map_err(zip_err)?;
+        let data_off = self.pos.load(Ordering::Relaxed);
+        let mut buf = vec![0u8; 1 << 20];
+        let (mut done, mut crc) = (0u64, crc32fast::Hasher::new());
+        let mut jpeg = None;
+        loop {
+            let n = data.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            if done == 0 {
+                jpeg = super::jpeg::probe(&buf[..n]);
+            }
+            crc.update(&buf[..n]);
+            self.zip()?.write_all(&buf[..n])?;
+            done += n as u64;
+            if done > size {
+                break;
+            }
+        }
+        if done != size {
+            return Err(FormatError::Io(std::io::Error::other(format!(
+                "{name} changed while being packed: {done} bytes read where {size} were listed"
+            ))));
+        }
+        let mut record = record_for(meta, false);
+        record.data_off = data_off;
+        record.size = size;
+        record.crc32 = crc.finalize();
+        if let Some(j) = jpeg {
+            (record.width, record.height, record.components) = (j.width, j.height, j.components);
+        }
+        let id = self.nodes.len();
+        self.nodes.push(Node {
+            parent: Some(parent),
+            name: name.as_bytes().to_vec(),
+            record,
+        });
+        Ok(id)
+    }
+
+    /// Whether node `id` is a file whose JPEG header was recognised.
+    pub fn is_jpeg(&self, id: usize) -> bool {
+        self.nodes.get(id).is_some_and(|n| n.record.width > 0)
+    }
+
     /// Number of nodes added so far, root included.
     pub fn len(&self) -> usize {
         self.nodes.len()
