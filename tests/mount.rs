@@ -237,15 +237,36 @@ fn remounting_right_after_an_unmount_stays_mounted() {
 fn stale_mount_is_reported_with_the_fix() {
     require_mount();
     let tmp = tempfile::tempdir().unwrap();
-    let (_src, pack) = packed(tmp.path());
+    let (src, pack) = packed(tmp.path());
     let mnt = tmp.path().join("mnt");
     let m = mount(&pack, &mnt, &[]);
+    // A reader in the middle of an epoch when the daemon is killed: its reads fail, they do
+    // not hang.
+    let names = files(&src);
+    let reading = m.mnt.clone();
+    let reader = std::thread::spawn(move || {
+        let mut served = 0u64;
+        for n in names.iter().cycle().take(names.len() * 200) {
+            match std::fs::read(reading.join(n)) {
+                Ok(_) => served += 1,
+                Err(e) => return (served, e.raw_os_error()),
+            }
+        }
+        (served, None)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(m.pid),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
     assert!(wait_exit(m.pid, 10));
+    let (served, err) = reader.join().unwrap();
+    assert!(served > 0, "the reader read nothing before the kill");
+    assert!(
+        matches!(err, Some(libc::ENOTCONN | libc::ECONNABORTED)),
+        "a read after the kill: {err:?}"
+    );
     let e = nix::sys::statvfs::statvfs(&mnt).err();
     assert!(
         matches!(
