@@ -998,3 +998,40 @@ fn a_file_larger_than_memory_allows_is_packed_streaming() {
     let p = Pack::open(&out).unwrap();
     assert!(loosefs::verify::verify(&p, Some(&src)).unwrap().is_empty());
 }
+
+#[test]
+fn alignment_padding_stays_out_of_the_central_directory() {
+    // 70,000 files of 64 B: more entries than a plain zip end record counts, so the ZIP64 end
+    // records are rewritten too.
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    for d in 0..70 {
+        let dir = src.join(format!("d{d:02}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for k in 0..1000 {
+            std::fs::write(dir.join(format!("{k:04}.bin")), [d as u8; 64]).unwrap();
+        }
+    }
+    let out = tmp.path().join("tiny.pack");
+    pack(&src, &out, &[]);
+    let len = std::fs::metadata(&out).unwrap().len();
+    let z = zip::ZipArchive::new(std::fs::File::open(&out).unwrap()).unwrap();
+    assert_eq!(z.len(), 70_000 + 70 + 1, "files, directories and the index");
+    let cd = len - z.central_directory_start();
+    // Each central record: 46 bytes + a name of 12 bytes + a zip64 field at most; no padding.
+    assert!(
+        cd < 70_071 * 100,
+        "central directory of {cd} bytes for 70,071 entries"
+    );
+    // Local headers keep the padding: data stays 4 KiB-aligned, and the pack is what it was.
+    let p = Pack::open(&out).unwrap();
+    assert!(loosefs::verify::verify(&p, Some(&src)).unwrap().is_empty());
+    let py = "import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); assert z.testzip() is None; print(len(z.namelist()))";
+    let o = Command::new("python3")
+        .args(["-c", py])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "70071");
+}
