@@ -8,12 +8,13 @@ import sys
 
 import pytest
 
+from conftest import need_mount
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_bench_quick_completes_and_outputs_parse(source, tmp_path):
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        pytest.skip("SKIPPED: the bench mounts; it needs root and /dev/fuse")
+    need_mount()
     out = tmp_path / "results"
     r = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "run.py"), "--data", str(source), "--quick", "--out", str(out), "--work", str(tmp_path / "work")],
@@ -34,8 +35,7 @@ def test_bench_quick_completes_and_outputs_parse(source, tmp_path):
 
 
 def test_decode_bench_quick_completes_and_outputs_parse(source, tmp_path):
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        pytest.skip("SKIPPED: the bench mounts; it needs root and /dev/fuse")
+    need_mount()
     out = tmp_path / "results"
     r = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "decode.py"), "--data", str(source), "--quick", "--out", str(out),
