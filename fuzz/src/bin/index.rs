@@ -12,7 +12,11 @@ fn main() {
         };
         if ix.validate_tree().is_ok() {
             let n = loosefs_fuzz::walk(&ix);
-            assert_eq!(n as u64 + 1, ix.totals().records, "every record reachable once");
+            assert_eq!(
+                n as u64 + 1,
+                ix.totals().records,
+                "every record reachable once"
+            );
         }
     });
 }
