@@ -70,6 +70,7 @@ pub struct MountArgs {
     /// the owner's and root's.
     #[arg(long)]
     pub allow_other: bool,
+    /// Decoded views and their decoder.
     #[command(flatten)]
     pub decode: DecodeArgs,
 }
@@ -135,6 +136,8 @@ pub struct DecodeArgs {
 }
 
 impl DecodeArgs {
+    /// The views asked for. Errors: `--decoded-only` without `--decode npy`,
+    /// `--decode-max-side` without a view, or a max side of 0.
     pub fn views(&self) -> Result<Views> {
         let v = Views {
             npy: self.decode.contains(&ViewArg::Npy),
@@ -156,6 +159,7 @@ impl DecodeArgs {
         Ok(v)
     }
 
+    /// The decoder's settings (threads default to one per core).
     pub fn options(&self) -> DecodeOptions {
         DecodeOptions {
             cache_bytes: self.decode_cache,

@@ -47,10 +47,18 @@ pub struct PackReport {
     pub seconds: f64,
 }
 
-struct Loaded {
-    data: Vec<u8>,
-    crc: u32,
-    jpeg: Option<JpegInfo>,
+/// A source item as the reader threads hand it to the writer.
+enum Loaded {
+    /// A directory.
+    Dir,
+    /// A file read whole, its CRC-32 and JPEG probe done off the writing thread.
+    Whole {
+        data: Vec<u8>,
+        crc: u32,
+        jpeg: Option<JpegInfo>,
+    },
+    /// A file over [`STREAM_OVER`] bytes, streamed by the writer itself.
+    Stream(u64),
 }
 
 /// Files larger than this are not read whole by the reader threads but streamed by the
@@ -77,35 +85,17 @@ fn batches(items: &[Item]) -> Vec<std::ops::Range<usize>> {
     out
 }
 
-fn load(source: &Source, item: &Item) -> Result<Option<Loaded>> {
-    match item.kind {
-        ItemKind::Dir => return Ok(None),
-        ItemKind::File { size, .. } if size > STREAM_OVER => {
-            // Streamed by the writer: an empty placeholder.
-            return Ok(Some(Loaded {
-                data: Vec::new(),
-                crc: 0,
-                jpeg: None,
-            }));
+fn load(source: &Source, item: &Item) -> Result<Loaded> {
+    Ok(match item.kind {
+        ItemKind::Dir => Loaded::Dir,
+        ItemKind::File { size, .. } if size > STREAM_OVER => Loaded::Stream(size),
+        ItemKind::File { .. } => {
+            let data = source.read(item)?;
+            let crc = crc32fast::hash(&data);
+            let jpeg = jpeg::probe(&data);
+            Loaded::Whole { data, crc, jpeg }
         }
-        ItemKind::File { .. } => {}
-    }
-    let data = source.read(item)?;
-    let crc = crc32fast::hash(&data);
-    let jpeg = jpeg::probe(&data);
-    Ok(Some(Loaded { data, crc, jpeg }))
-}
-
-/// Whether file `item` is streamed by the writer (see [`STREAM_OVER`]).
-fn streamed(item: &Item) -> bool {
-    streamed_size(item) > STREAM_OVER
-}
-
-fn streamed_size(item: &Item) -> u64 {
-    match item.kind {
-        ItemKind::File { size, .. } => size,
-        ItemKind::Dir => 0,
-    }
+    })
 }
 
 fn progress_bar(total: u64, enabled: bool) -> ProgressBar {
@@ -189,7 +179,7 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
     let (mut files, mut dirs, mut bytes, mut jpegs) = (0u64, 0u64, 0u64, 0u64);
     let plan = batches(items);
     std::thread::scope(|s| -> Result<()> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Option<Loaded>>>>(1);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Loaded>>>(1);
         let source = &source;
         let stop_reader = stop.clone();
         s.spawn(move || {
@@ -211,37 +201,28 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
             for loaded in batch? {
                 let item = &items[next];
                 let parent = item.parent.map_or(ROOT, |p| node_of[p]);
-                node_of[next] = match loaded {
-                    None => {
+                let node = match loaded {
+                    Loaded::Dir => {
                         dirs += 1;
-                        w.add_dir(parent, &item.name, item.meta)
+                        w.add_dir(parent, &item.name, item.meta).map_err(Into::into)
                     }
-                    Some(_) if streamed(item) => {
-                        let size = streamed_size(item);
-                        files += 1;
-                        bytes += size;
+                    Loaded::Whole { data, crc, jpeg } => {
+                        (files, bytes) = (files + 1, bytes + data.len() as u64);
+                        pb.inc(data.len() as u64);
+                        w.add_file(parent, &item.name, item.meta, &data, crc, jpeg)
+                            .map_err(Into::into)
+                    }
+                    Loaded::Stream(size) => {
+                        (files, bytes) = (files + 1, bytes + size);
                         pb.inc(size);
-                        source
-                            .with_reader(item, |r| {
-                                Ok(w.add_file_from(parent, &item.name, item.meta, size, r)?)
-                            })
-                            .inspect(|&id| jpegs += u64::from(w.is_jpeg(id)))
-                            .map_err(|e| match e.downcast::<crate::format::FormatError>() {
-                                Ok(f) => f,
-                                Err(e) => crate::format::FormatError::Io(std::io::Error::other(
-                                    format!("{e:#}"),
-                                )),
-                            })
-                    }
-                    Some(l) => {
-                        files += 1;
-                        bytes += l.data.len() as u64;
-                        jpegs += u64::from(l.jpeg.is_some());
-                        pb.inc(l.data.len() as u64);
-                        w.add_file(parent, &item.name, item.meta, &l.data, l.crc, l.jpeg)
+                        source.with_reader(item, |r| {
+                            Ok(w.add_file_from(parent, &item.name, item.meta, size, r)?)
+                        })
                     }
                 }
                 .with_context(|| format!("cannot add {} to the pack", item.path.display()))?;
+                jpegs += u64::from(w.is_jpeg(node));
+                node_of[next] = node;
                 next += 1;
             }
             let secs = t0.elapsed().as_secs_f64().max(1e-9);

@@ -77,14 +77,17 @@ impl NativeCatalog {
             _ => return Err(FsError::NotFound),
         };
         let r = self.record(i)?;
-        let geom = match kind {
-            Some(k) if Self::decodable(&r) => {
-                Some(ViewGeom::new(k, r.width, r.height, self.views.max_side))
-            }
-            Some(ViewKind::Npy) => return Err(FsError::NotFound),
-            _ => None,
-        };
+        let geom = self.geom(kind, &r);
+        if kind == Some(ViewKind::Npy) && geom.is_none() {
+            return Err(FsError::NotFound);
+        }
         Ok((i, r, geom))
+    }
+
+    /// The view of `kind` that record `r` serves, if it is decodable.
+    fn geom(&self, kind: Option<ViewKind>, r: &Record) -> Option<ViewGeom> {
+        let k = kind.filter(|_| Self::decodable(r))?;
+        Some(ViewGeom::new(k, r.width, r.height, self.views.max_side))
     }
 
     fn attr_of(&self, ino: u64, r: &Record, geom: Option<ViewGeom>) -> Attr {
@@ -169,7 +172,8 @@ impl Catalog for NativeCatalog {
             if self.views.hides_jpeg() && Self::decodable(&r) {
                 return Err(FsError::NotFound);
             }
-            return self.getattr(record_ino(i));
+            let geom = self.geom(self.views.ppm.then_some(ViewKind::Ppm), &r);
+            return Ok(self.attr_of(record_ino(i), &r, geom));
         }
         if self.views.npy {
             if let Some(stem) = name.strip_suffix(b".npy") {

@@ -141,32 +141,14 @@ impl<W: Write + Seek> PackWriter<W> {
         crc32: u32,
         jpeg: Option<super::jpeg::JpegInfo>,
     ) -> Result<usize, FormatError> {
-        let path = self.member_path(parent, name)?;
-        let opts = self
-            .options(meta)
-            .large_file(data.len() as u64 >= u32::MAX as u64);
-        self.zip()?.start_file(path, opts).map_err(zip_err)?;
-        let data_off = self.pos.load(Ordering::Relaxed);
+        let data_off = self.start_member(parent, name, meta, data.len() as u64)?;
         self.zip()?.write_all(data)?;
-        let mut record = record_for(meta, false);
-        record.data_off = data_off;
-        record.size = data.len() as u64;
-        record.crc32 = crc32;
-        if let Some(j) = jpeg {
-            (record.width, record.height, record.components) = (j.width, j.height, j.components);
-        }
-        let id = self.nodes.len();
-        self.nodes.push(Node {
-            parent: Some(parent),
-            name: name.as_bytes().to_vec(),
-            record,
-        });
-        Ok(id)
+        Ok(self.push_file(parent, name, meta, data_off, data.len() as u64, crc32, jpeg))
     }
 
     /// Adds file `name` under directory node `parent`, copying exactly `size` bytes from
     /// `data` in 1 MiB chunks (so a file of any size costs 1 MiB of memory), computing its
-    /// CRC-32 and JPEG header probe on the way. Returns the node number.
+    /// CRC-32 and JPEG header probe (on the first chunk) on the way. Returns the node number.
     /// Errors: I/O errors; `data` ends before `size` bytes or has more (the file changed).
     pub fn add_file_from(
         &mut self,
@@ -176,15 +158,12 @@ impl<W: Write + Seek> PackWriter<W> {
         size: u64,
         data: &mut dyn std::io::Read,
     ) -> Result<usize, FormatError> {
-        let path = self.member_path(parent, name)?;
-        let opts = self.options(meta).large_file(size >= u32::MAX as u64);
-        self.zip()?.start_file(path, opts).map_err(zip_err)?;
-        let data_off = self.pos.load(Ordering::Relaxed);
+        let data_off = self.start_member(parent, name, meta, size)?;
         let mut buf = vec![0u8; 1 << 20];
-        let (mut done, mut crc) = (0u64, crc32fast::Hasher::new());
-        let mut jpeg = None;
+        let (mut done, mut crc, mut jpeg) = (0u64, crc32fast::Hasher::new(), None);
         loop {
-            let n = data.read(&mut buf)?;
+            // Whole chunks (a reader may return less per call), so the probe sees 1 MiB.
+            let n = fill(data, &mut buf)?;
             if n == 0 {
                 break;
             }
@@ -203,20 +182,46 @@ impl<W: Write + Seek> PackWriter<W> {
                 "{name} changed while being packed: {done} bytes read where {size} were listed"
             ))));
         }
+        Ok(self.push_file(parent, name, meta, data_off, size, crc.finalize(), jpeg))
+    }
+
+    /// Starts the zip member of a `size`-byte file; returns the offset its data starts at.
+    fn start_member(
+        &mut self,
+        parent: usize,
+        name: &str,
+        meta: EntryMeta,
+        size: u64,
+    ) -> Result<u64, FormatError> {
+        let path = self.member_path(parent, name)?;
+        let opts = self.options(meta).large_file(size >= u32::MAX as u64);
+        self.zip()?.start_file(path, opts).map_err(zip_err)?;
+        Ok(self.pos.load(Ordering::Relaxed))
+    }
+
+    /// Records a file node whose data was written at `data_off`; returns its number.
+    #[allow(clippy::too_many_arguments)]
+    fn push_file(
+        &mut self,
+        parent: usize,
+        name: &str,
+        meta: EntryMeta,
+        data_off: u64,
+        size: u64,
+        crc32: u32,
+        jpeg: Option<super::jpeg::JpegInfo>,
+    ) -> usize {
         let mut record = record_for(meta, false);
-        record.data_off = data_off;
-        record.size = size;
-        record.crc32 = crc.finalize();
+        (record.data_off, record.size, record.crc32) = (data_off, size, crc32);
         if let Some(j) = jpeg {
             (record.width, record.height, record.components) = (j.width, j.height, j.components);
         }
-        let id = self.nodes.len();
         self.nodes.push(Node {
             parent: Some(parent),
             name: name.as_bytes().to_vec(),
             record,
         });
-        Ok(id)
+        self.nodes.len() - 1
     }
 
     /// Whether node `id` is a file whose JPEG header was recognised.
@@ -274,6 +279,20 @@ impl<W: Write + Seek> PackWriter<W> {
     fn zip(&mut self) -> Result<&mut ZipWriter<PosWriter<W>>, FormatError> {
         self.zip.as_mut().ok_or_else(finished)
     }
+}
+
+/// Reads from `r` until `buf` is full or the input ends; returns the bytes read.
+fn fill(r: &mut dyn std::io::Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 fn finished() -> FormatError {

@@ -21,9 +21,6 @@ thread_local! {
     static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The answer to a READ, called once on whatever thread has the bytes.
-pub type Reply = Box<dyn FnOnce(Result<&[u8], FsError>) + Send>;
-
 /// Stored samples, their read-ahead and the decoder of their views.
 pub(super) struct Data {
     pub(super) samples: Arc<Samples>,
@@ -32,7 +29,9 @@ pub(super) struct Data {
 }
 
 impl Data {
-    /// Answers a READ of `[offset, offset+size)` of file `ino`, whose bytes are `ext`.
+    /// Answers a READ of `[offset, offset+size)` of file `ino`, whose bytes are `ext`: stored
+    /// bytes before returning, a decoded view possibly later from a decode thread (only that
+    /// case boxes the reply).
     pub(super) fn read(
         &self,
         ino: u64,
@@ -40,7 +39,7 @@ impl Data {
         offset: u64,
         size: u32,
         stats: &Stats,
-        reply: Reply,
+        reply: impl FnOnce(Result<&[u8], FsError>) + Send + 'static,
     ) {
         match ext.transform {
             Transform::Identity => self.read_stored(&ext, offset, size, stats, reply),
@@ -53,7 +52,7 @@ impl Data {
                     },
                     offset,
                     size,
-                    reply,
+                    Box::new(reply),
                 ),
                 None => reply(Err(FsError::Corrupt(
                     "the decode threads are not running".into(),
@@ -63,7 +62,14 @@ impl Data {
     }
 
     /// Stored bytes: read-ahead bookkeeping, a checked read, release of what was served.
-    fn read_stored(&self, ext: &Extent, offset: u64, size: u32, stats: &Stats, reply: Reply) {
+    fn read_stored(
+        &self,
+        ext: &Extent,
+        offset: u64,
+        size: u32,
+        stats: &Stats,
+        reply: impl FnOnce(Result<&[u8], FsError>),
+    ) {
         self.readahead.before_read(ext, offset, size);
         READ_BUF.with_borrow_mut(|buf| {
             let out = self.samples.read_extent(ext, offset, size, buf);

@@ -100,7 +100,8 @@ impl Server {
         }
     }
 
-    /// Serves a native pack from its local file, showing `views`.
+    /// Serves a native pack from its local file, showing `views`. Errors: the pack's file
+    /// handle cannot be duplicated.
     pub fn local(pack: Pack, views: Views, opts: ServerOptions) -> std::io::Result<Server> {
         let storage = Arc::new(LocalStorage::for_pack(&pack)?);
         Ok(Server::new(
@@ -234,9 +235,7 @@ impl Server {
             return;
         }
         match self.catalog.extent(ino) {
-            Ok(ext) => self
-                .data
-                .read(ino, ext, offset, size, &self.stats, Box::new(reply)),
+            Ok(ext) => self.data.read(ino, ext, offset, size, &self.stats, reply),
             Err(e) => {
                 self.stats.errors.fetch_add(1, Relaxed);
                 reply(Err(e));
