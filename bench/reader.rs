@@ -3,6 +3,16 @@
 //! order or shuffled, and prints one JSON line: files, bytes, seconds, files/s, MB/s and
 //! per-file latency percentiles (µs). Compiled, so Python overhead does not hide the filesystem.
 //!
+//! Orders: `inorder` (pack order: sorted depth-first), `shuffled` (uniform random), `block`
+//! (runs of `--block` consecutive files in random run order, as chunk-shuffling samplers read),
+//! `workers` (a DataLoader over an in-order sampler: thread t reads batches t, t+N, t+2N, ... of
+//! `--batch` consecutive files, each batch front to back). Threads take files from one shared
+//! list, except under `workers`.
+//!
+//! `--pack PACK` reads the same files' byte ranges straight from a loosefs pack with one `pread`
+//! each (the files are found in the pack's index by their path under `--root`): the direct
+//! read of the pack that a mount is measured against.
+//!
 //! `--op decode` instead loads every JPEG into memory first (untimed) and times decoding them
 //! to RGB with loosefs' own decoder (turbojpeg) on N threads: the in-process decode rate that
 //! the decoded views are measured against.
@@ -11,6 +21,7 @@
 
 use clap::{Parser, ValueEnum};
 use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -19,6 +30,8 @@ use std::time::Instant;
 enum Order {
     Inorder,
     Shuffled,
+    Block,
+    Workers,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -46,6 +59,59 @@ struct Args {
     /// Read at most this many files (0 = all).
     #[arg(long, default_value_t = 0)]
     limit: usize,
+    /// Files per run under `--order block`.
+    #[arg(long, default_value_t = 8)]
+    block: usize,
+    /// Files per batch under `--order workers`.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Read the files' byte ranges from this pack with `pread` instead of opening them.
+    #[arg(long)]
+    pack: Option<PathBuf>,
+}
+
+/// Splitmix64 stream: deterministic for a seed.
+fn rng(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    move || {
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// Fisher-Yates shuffle of `v` with `next`.
+fn shuffle<T>(v: &mut [T], next: &mut impl FnMut() -> u64) {
+    for i in (1..v.len()).rev() {
+        v.swap(i, (next() % (i as u64 + 1)) as usize);
+    }
+}
+
+/// The pack byte range of every file of `files` (paths under `root`), by index lookups.
+fn pack_ranges(
+    pack: &loosefs::format::reader::Pack,
+    root: &std::path::Path,
+    files: &[PathBuf],
+) -> Vec<std::ops::Range<u64>> {
+    let index = pack.index();
+    files
+        .iter()
+        .map(|p| {
+            let rel = p.strip_prefix(root).expect("file under root");
+            let mut rec = index.record(0).expect("root record");
+            for c in rel.components() {
+                let name = c.as_os_str().as_encoded_bytes();
+                let k = index
+                    .find_child(&rec, name)
+                    .unwrap_or_else(|| panic!("{} is not in the pack", rel.display()));
+                rec = index.record(k).expect("record");
+            }
+            pack.data_range(&rec)
+                .unwrap_or_else(|| panic!("{} is not a file in the pack", rel.display()))
+        })
+        .collect()
 }
 
 fn main() {
@@ -57,19 +123,16 @@ fn main() {
         .filter(|e| e.file_type().is_file())
         .map(|e| e.into_path())
         .collect();
-    if let Order::Shuffled = a.order {
-        // Fisher-Yates with a splitmix64 stream: deterministic for a seed.
-        let mut x = a.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut next = || {
-            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        };
-        for i in (1..files.len()).rev() {
-            files.swap(i, (next() % (i as u64 + 1)) as usize);
+    let mut next_rand = rng(a.seed);
+    match a.order {
+        Order::Shuffled => shuffle(&mut files, &mut next_rand),
+        Order::Block => {
+            let mut runs: Vec<Vec<PathBuf>> =
+                files.chunks(a.block.max(1)).map(|c| c.to_vec()).collect();
+            shuffle(&mut runs, &mut next_rand);
+            files = runs.into_iter().flatten().collect();
         }
+        Order::Inorder | Order::Workers => {}
     }
     if a.limit > 0 {
         files.truncate(a.limit);
@@ -88,20 +151,55 @@ fn main() {
     if let Op::Decode = a.op {
         files.truncate(jpegs.len());
     }
-    let next = AtomicUsize::new(0);
+    let threads = a.threads.max(1);
+    // The list each thread reads, in turn (shared by all but under `workers`).
+    let lists: Vec<Vec<usize>> = match a.order {
+        Order::Workers => {
+            let batch = a.batch.max(1);
+            (0..threads)
+                .map(|t| {
+                    (0..files.len())
+                        .filter(|i| (i / batch) % threads == t)
+                        .collect()
+                })
+                .collect()
+        }
+        _ => vec![(0..files.len()).collect()],
+    };
+    let ranges = a.pack.as_ref().map(|p| {
+        let pack = loosefs::format::reader::Pack::open(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        (
+            pack_ranges(&pack, &a.root, &files),
+            std::fs::File::open(p).expect("pack"),
+        )
+    });
+    let cursors: Vec<AtomicUsize> = (0..lists.len()).map(|_| AtomicUsize::new(0)).collect();
     let t0 = Instant::now();
     let results: Vec<(u64, Vec<u32>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..a.threads.max(1))
-            .map(|_| {
-                s.spawn(|| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (lists, cursors, files, jpegs, ranges) =
+                    (&lists, &cursors, &files, &jpegs, &ranges);
+                let (list, cursor) = (&lists[t % lists.len()], &cursors[t % lists.len()]);
+                let op = a.op;
+                s.spawn(move || {
                     let mut bytes = 0u64;
                     let mut lat = Vec::new();
                     let mut buf = Vec::with_capacity(1 << 20);
                     loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(p) = files.get(i) else { break };
+                        let k = cursor.fetch_add(1, Ordering::Relaxed);
+                        let Some(&i) = list.get(k) else { break };
+                        let p = &files[i];
                         let t = Instant::now();
-                        let n = match a.op {
+                        let n = match op {
+                            Op::Read if ranges.is_some() => {
+                                let (r, f) = ranges.as_ref().map(|(r, f)| (&r[i], f)).unwrap();
+                                buf.resize((r.end - r.start) as usize, 0);
+                                f.read_exact_at(&mut buf, r.start)
+                                    .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                                buf.len()
+                            }
                             Op::Read => {
                                 buf.clear();
                                 let mut f = std::fs::File::open(p)
@@ -147,7 +245,11 @@ fn main() {
             "files": lat.len(), "bytes": bytes, "seconds": secs,
             "files_per_s": lat.len() as f64 / secs, "mb_per_s": bytes as f64 / 1e6 / secs,
             "p50_us": pct(0.5), "p95_us": pct(0.95), "p99_us": pct(0.99), "threads": a.threads,
-            "order": match a.order { Order::Inorder => "inorder", Order::Shuffled => "shuffled" },
+            "order": match a.order {
+                Order::Inorder => "inorder", Order::Shuffled => "shuffled",
+                Order::Block => "block", Order::Workers => "workers",
+            },
+            "block": a.block, "batch": a.batch, "pread": a.pack.is_some(),
             "op": match a.op { Op::Read => "read", Op::Stat => "stat", Op::Decode => "decode" },
         })
     );

@@ -55,9 +55,11 @@ pub fn format_stats(r: &Report) -> String {
         r.page_cache.hits, r.page_cache.misses
     );
     out += &format!(
-        "read-ahead  {} requests, {:.1} MB, {} hits\n",
+        "read-ahead  {} requests, {:.1} MB: {:.1} MB served, {:.1} MB not (yet); {} hits\n",
         r.prefetch.requests,
         mb(r.prefetch.bytes),
+        mb(r.prefetch.served_bytes),
+        mb(r.prefetch.unserved_bytes),
         r.prefetch.hits
     );
     out += &format!(

@@ -103,8 +103,14 @@ pub struct PrefetchReport {
     pub max_window_bytes: u64,
     /// Read-ahead requests issued.
     pub requests: u64,
-    /// Bytes asked for.
+    /// Bytes asked for (each byte at most once until it is served).
     pub bytes: u64,
+    /// Bytes read ahead and later served (to a READ or pushed).
+    #[serde(default)]
+    pub served_bytes: u64,
+    /// Bytes read ahead and not served: dropped unused, or still waiting for their reader.
+    #[serde(default)]
+    pub unserved_bytes: u64,
     /// READs that fell inside a range already read ahead.
     pub hits: u64,
 }

@@ -218,14 +218,41 @@ fn push_ahead_follows_an_in_order_walk_and_seldom_a_shuffled_one() {
     let stored = recorder(&s);
     let mut files = Vec::new();
     walk(&s, ROOT_INO, "", &mut files);
-    for (_, ino) in &files[..3] {
-        read_all(&s, *ino);
+    // Push-ahead goes as far as the stream's look-ahead, which grows with the run: a reader
+    // that has read n files in order gets about n more pushed. Pushing never reads the device
+    // itself, so the pack is brought into the page cache first (the pack was written with its
+    // pages dropped, and read-ahead completes at the disk's pace). Files pushed are not read
+    // (the kernel would serve them).
+    std::fs::read(&pack_path).unwrap();
+    let mut reads = 0;
+    for (_, ino) in &files[..200] {
+        if stored.lock().unwrap().len() >= 8 {
+            break;
+        }
+        if !stored.lock().unwrap().iter().any(|(i, _)| i == ino) {
+            read_all(&s, *ino);
+            reads += 1;
+            // A training step between samples: the push thread keeps ahead of this reader.
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
+    assert!(
+        reads < 200,
+        "some files were pushed before the reader reached them"
+    );
     wait_for("push-ahead", || stored.lock().unwrap().len() >= 8);
     let pushed = stored.lock().unwrap().clone();
-    for (k, (ino, data)) in pushed.iter().enumerate() {
-        let (path, want) = &files[3 + k];
-        assert_eq!(ino, want, "pushed in pack order after the third file");
+    let pos = |ino: u64| files.iter().position(|f| f.1 == ino).unwrap();
+    assert!(pos(pushed[0].0) >= 3, "pushed from the third file on");
+    // A file pushed between the check above and its READ resets the marks (as a dropped copy
+    // does) and may be pushed again; without that race each is pushed once, in pack order.
+    if s.report().push_ahead.resets == 0 {
+        for w in pushed.windows(2) {
+            assert!(pos(w[1].0) > pos(w[0].0), "pushed once each, in pack order");
+        }
+    }
+    for (ino, data) in &pushed {
+        let path = &files[pos(*ino)].0;
         assert!(
             *data == std::fs::read(src.join(path)).unwrap(),
             "{path}: pushed bytes differ"
@@ -233,10 +260,9 @@ fn push_ahead_follows_an_in_order_walk_and_seldom_a_shuffled_one() {
     }
     // The push thread may still be running: the counter is at least what was stored then.
     assert!(s.report().push_ahead.samples >= pushed.len() as u64);
-    // A shuffled walk is (almost) no stream. Reads of samples the kernel holds (pushed) are
-    // skipped, as the kernel itself would serve them. The stream detector's tolerance for
-    // readers sharing a walk lets a few shuffled reads land near a stream's end, so a bound
-    // is asserted rather than zero; docs/DESIGN.md gives the measured figures.
+    // A shuffled walk is no stream: a rare pair of adjacent samples starts one, but the runs
+    // seen (one sample long) give it no look-ahead, so nothing is pushed. Reads of samples the
+    // kernel holds (pushed) are skipped, as the kernel itself would serve them.
     let s = server(Pack::open(&pack_path).unwrap(), Views::default(), 64);
     let stored = recorder(&s);
     let mut reads = 0;
@@ -250,7 +276,7 @@ fn push_ahead_follows_an_in_order_walk_and_seldom_a_shuffled_one() {
     std::thread::sleep(Duration::from_millis(300));
     let pushed = stored.lock().unwrap().len();
     assert!(
-        pushed * 5 < files.len(),
+        pushed * 100 < files.len(),
         "{pushed} of {} samples pushed for a shuffled walk ({reads} READs)",
         files.len()
     );

@@ -9,14 +9,17 @@
 //!   page-cache miss and asks the storage for the rest of the sample in one request
 //!   (`will_need`) instead of page-by-page faults.
 //! - **Streams** ([`stream`]): the first READ of each sample (offset 0) is fed to a stream
-//!   detector over storage offsets. A read that continues a stream widens a window (1 MiB,
-//!   doubling, up to `--prefetch-max-mb`) that a background thread asks the storage for in
-//!   4 MiB `will_need` steps, so FUSE threads never block submitting read-ahead I/O.
-//!   The decoder asks the same detector whether a view read continues a stream
-//!   ([`ReadAhead::walk`]) to decide when to decode ahead.
+//!   detector over storage offsets. A read that continues a stream reads ahead as far as the
+//!   runs readers have made so far say it will be served (up to `--prefetch-max-mb`); a
+//!   background thread asks the storage for it in 4 MiB `will_need` steps, so FUSE threads
+//!   never block submitting read-ahead I/O. The decoder asks the same detector whether a view
+//!   read continues a stream ([`ReadAhead::walk`]) to decide when to decode ahead.
+//! - **Ledger** ([`ledger`]): bytes read ahead are marked until served, so no byte is asked for
+//!   twice before it is served, and the stats say what read-ahead earned (bytes read ahead and
+//!   served, against bytes read ahead).
 //! - **Push-ahead** ([`push`]): a READ that hits an established stream asks the push thread to
-//!   put the next samples into the kernel's page cache of their inodes, so the reader's next
-//!   files need no round trip at all.
+//!   put the next samples, up to what the stream has read ahead, into the kernel's page cache of
+//!   their inodes, so the reader's next files need no round trip at all.
 //! - **Release** ([`ReadAhead::after_read`]): the stored pages of what a READ served are
 //!   dropped (unless pinned or `--keep-pack-cache`): the kernel now holds those bytes in the
 //!   mount's own page cache, and keeping both would cache every sample twice. Each READ drops
@@ -26,6 +29,7 @@
 //!
 //! `docs/DESIGN.md` has the measurements behind each knob.
 
+pub mod ledger;
 pub mod pin;
 pub mod push;
 pub mod stream;
@@ -35,12 +39,13 @@ use crate::catalog::{Extent, ObjectId};
 use crate::ino::record_ino;
 use crate::report::{DropCacheReport, PinReport, PrefetchReport, PushReport, WarmStatus};
 use crate::samples::Samples;
+use ledger::Ledger;
 use pin::Pinner;
 use push::{Pusher, Store};
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::SyncSender;
 use stream::{Advice, Streams};
 use warm::Warmer;
 
@@ -64,9 +69,7 @@ pub struct ReadAheadStats {
     pub page_cache_hits: AtomicU64,
     /// READs that had to wait for at least one page from the device.
     pub page_cache_misses: AtomicU64,
-    /// Bytes read ahead.
-    pub prefetch_bytes: AtomicU64,
-    /// Read-ahead requests issued.
+    /// Read-ahead requests issued (ranges sent to the storage).
     pub prefetch_requests: AtomicU64,
     /// READs that fell inside a range already read ahead by their stream.
     pub prefetch_hits: AtomicU64,
@@ -85,7 +88,9 @@ pub struct ReadAhead {
     samples: Arc<Samples>,
     /// One detector per storage object.
     streams: Vec<Streams>,
-    prefetch: Sender<(ObjectId, Range<u64>)>,
+    /// One ledger per storage object.
+    ledgers: Arc<Vec<Ledger>>,
+    prefetch: SyncSender<Prefetch>,
     push: Pusher,
     pin: Arc<Pinner>,
     warm: Arc<Warmer>,
@@ -103,14 +108,18 @@ impl ReadAhead {
             .iter()
             .map(|o| Streams::new(o.data_end, opts.window_max))
             .collect();
+        let ledgers: Arc<Vec<Ledger>> =
+            Arc::new(objects.iter().map(|o| Ledger::new(o.len)).collect());
+        let stats = ReadAheadStats::default();
         let ra = ReadAhead {
-            prefetch: start_prefetch_thread(samples.clone()),
+            prefetch: start_prefetch_thread(samples.clone(), ledgers.clone()),
+            ledgers,
             push: Pusher::new(samples.catalog().records()),
             streams,
             pin: Arc::default(),
             warm: Arc::default(),
             opts,
-            stats: ReadAheadStats::default(),
+            stats,
             samples,
         };
         if let Some(bytes) = opts.pin {
@@ -148,8 +157,11 @@ impl ReadAhead {
             self.stats.page_cache_misses.fetch_add(1, Relaxed);
             storage.will_need(ext.object, &(s..ext.range.end));
         }
-        if offset == 0 && self.walk(ext).hit {
-            self.push.request(record_ino(ext.record));
+        if offset == 0 {
+            let a = self.walk(ext);
+            if a.hit {
+                self.push.request(record_ino(ext.record), a.ahead);
+            }
         }
     }
 
@@ -168,16 +180,42 @@ impl ReadAhead {
         let Some(streams) = self.streams.get(ext.object as usize) else {
             return Advice::default();
         };
-        let advice = streams.on_read(ext.range.start, ext.range.end);
+        let catalog = self.samples.catalog();
+        let mut sample_end = |k: u64, cap: u64| {
+            let (mut ino, mut end) = (record_ino(ext.record), ext.range.end);
+            for _ in 0..k {
+                let Some(next) = catalog.next_file(ino) else {
+                    break;
+                };
+                ino = next;
+                match catalog.extent(next) {
+                    Ok(e) if e.object == ext.object => end = e.range.end.max(end),
+                    _ => break,
+                }
+                if end >= cap {
+                    break;
+                }
+            }
+            end
+        };
+        let advice = streams.on_read(ext.range.start, ext.range.end, &mut sample_end);
         if advice.hit {
             self.stats.prefetch_hits.fetch_add(1, Relaxed);
         }
         if let Some(r) = &advice.prefetch {
-            let _ = self.prefetch.send((ext.object, r.clone()));
-            self.stats.prefetch_requests.fetch_add(1, Relaxed);
-            self.stats
-                .prefetch_bytes
-                .fetch_add(r.end - r.start, Relaxed);
+            // A full queue drops the request: the thread is behind, and the reader's own
+            // misses ask for what it needs.
+            let pass = self
+                .ledgers
+                .get(ext.object as usize)
+                .map_or(1, |l| l.pass_of(&ext.range));
+            if self
+                .prefetch
+                .try_send((ext.object, r.clone(), pass))
+                .is_ok()
+            {
+                self.stats.prefetch_requests.fetch_add(1, Relaxed);
+            }
         }
         advice
     }
@@ -198,6 +236,9 @@ impl ReadAhead {
     /// when pages were dropped.
     pub fn release_served(&self, ext: &Extent, served: Range<u64>) -> bool {
         let r = ext.range.start + served.start..ext.range.start + served.end;
+        if let Some(l) = self.ledgers.get(ext.object as usize) {
+            l.serve(&r);
+        }
         if self.opts.keep_cache {
             return false;
         }
@@ -247,6 +288,7 @@ impl ReadAhead {
             }
         }
         self.streams.iter().for_each(Streams::reset);
+        self.ledgers.iter().for_each(Ledger::clear);
         self.warm.reset();
         self.push.reset();
         DropCacheReport {
@@ -274,7 +316,9 @@ impl ReadAhead {
             PrefetchReport {
                 max_window_bytes: self.opts.window_max,
                 requests: s.prefetch_requests.load(Relaxed),
-                bytes: s.prefetch_bytes.load(Relaxed),
+                bytes: self.ledgers.iter().map(|l| l.asked.load(Relaxed)).sum(),
+                served_bytes: self.ledgers.iter().map(|l| l.served.load(Relaxed)).sum(),
+                unserved_bytes: self.ledgers.iter().map(Ledger::unserved).sum(),
                 hits: s.prefetch_hits.load(Relaxed),
             },
             PushReport {
@@ -296,21 +340,34 @@ impl ReadAhead {
     }
 }
 
+/// A read-ahead request: object, byte range, and the pass of the read that advised it (see
+/// [`ledger`]).
+type Prefetch = (ObjectId, Range<u64>, u8);
+
+/// Read-ahead requests waiting for the read-ahead thread at most.
+const PREFETCH_QUEUE: usize = 256;
+
 /// Starts the thread that turns read-ahead requests into `will_need` calls in 4 MiB steps, in
-/// order, so the FUSE threads never block submitting read-ahead I/O.
-fn start_prefetch_thread(samples: Arc<Samples>) -> Sender<(ObjectId, Range<u64>)> {
-    let (tx, rx) = std::sync::mpsc::channel::<(ObjectId, Range<u64>)>();
+/// order, for the bytes its ledger has not had asked for yet, so the FUSE threads never block
+/// submitting read-ahead I/O.
+fn start_prefetch_thread(samples: Arc<Samples>, ledgers: Arc<Vec<Ledger>>) -> SyncSender<Prefetch> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Prefetch>(PREFETCH_QUEUE);
     let spawned = std::thread::Builder::new()
         .name("loosefs-prefetch".into())
         .spawn(move || {
             const STEP: u64 = 4 << 20;
             let storage = samples.storage();
-            for (obj, r) in rx {
-                let mut off = r.start;
-                while off < r.end {
-                    let end = (off + STEP).min(r.end);
-                    storage.will_need(obj, &(off..end));
-                    off = end;
+            for (obj, r, pass) in rx {
+                let Some(ledger) = ledgers.get(obj as usize) else {
+                    continue;
+                };
+                for span in ledger.claim(&r, pass) {
+                    let mut off = span.start;
+                    while off < span.end {
+                        let end = (off + STEP).min(span.end);
+                        storage.will_need(obj, &(off..end));
+                        off = end;
+                    }
                 }
             }
         });

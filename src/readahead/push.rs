@@ -7,10 +7,17 @@
 //! A sample is marked pushed only once stored, and a later READ of a marked sample means the
 //! kernel dropped its copy (`drop_caches`, memory pressure): the marks are then forgotten so
 //! pushing resumes.
+//!
+//! Only samples whose stored bytes are cached are pushed, so pushing never adds device reads.
+//! The stored pages of a pushed sample are released one run later, not at once: a reader that
+//! opened the sample just before it was pushed still sends its READ, and had the pages been
+//! released already, that READ would read the sample from the device a second time.
 
 use super::ReadAhead;
+use crate::catalog::Extent;
 use crate::catalog::Transform;
 use crate::ino::Bitset;
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, OnceLock};
@@ -31,7 +38,7 @@ const MAX_KEPT_BUF: usize = 1 << 20;
 pub(super) struct Pusher {
     /// Records pushed into the kernel's cache since the last reset.
     pushed: Bitset,
-    tx: OnceLock<SyncSender<u64>>,
+    tx: OnceLock<SyncSender<(u64, u64)>>,
 }
 
 impl Pusher {
@@ -55,25 +62,32 @@ impl Pusher {
         self.pushed.clear();
     }
 
-    /// Asks the push thread to push the samples after inode `ino` (dropped when it is busy).
-    pub(super) fn request(&self, ino: u64) {
+    /// Asks the push thread to push the samples after inode `ino` that end before storage
+    /// offset `ahead` (what the reader's stream read ahead); dropped when the thread is busy.
+    pub(super) fn request(&self, ino: u64, ahead: u64) {
         if let Some(tx) = self.tx.get() {
-            let _ = tx.try_send(ino);
+            let _ = tx.try_send((ino, ahead));
         }
     }
 }
 
 /// Starts the push thread of `ra`: up to `files` samples ahead of each request.
 pub(super) fn start(ra: &Arc<ReadAhead>, files: usize, store: Store) {
-    let (tx, rx) = std::sync::mpsc::sync_channel::<u64>(64);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, u64)>(64);
     let weak = Arc::downgrade(ra);
     let spawned = std::thread::Builder::new()
         .name("loosefs-push".into())
         .spawn(move || {
             let mut buf = Vec::new();
-            for ino in rx {
+            // Samples pushed by the previous run, whose stored pages are still cached.
+            let mut unreleased: VecDeque<Extent> = VecDeque::new();
+            for (ino, ahead) in rx {
                 let Some(ra) = weak.upgrade() else { break };
-                push_run(&ra, ino, files, &store, &mut buf);
+                let before = unreleased.len();
+                push_run(&ra, ino, ahead, files, &store, &mut buf, &mut unreleased);
+                for ext in unreleased.drain(..before) {
+                    ra.release_served(&ext, 0..ext.len());
+                }
                 if buf.capacity() > MAX_KEPT_BUF {
                     buf = Vec::new();
                 }
@@ -87,9 +101,22 @@ pub(super) fn start(ra: &Arc<ReadAhead>, files: usize, store: Store) {
     }
 }
 
-/// Pushes up to `files` samples following `ino` in storage order (at most [`PUSH_BYTES`]).
-fn push_run(ra: &ReadAhead, ino: u64, files: usize, store: &Store, buf: &mut Vec<u8>) {
+/// Pushes up to `files` samples following `ino` in storage order (at most [`PUSH_BYTES`]),
+/// stopping at the first that does not end before `ahead` in the same object. The samples read
+/// are appended to `unreleased`.
+fn push_run(
+    ra: &ReadAhead,
+    ino: u64,
+    ahead: u64,
+    files: usize,
+    store: &Store,
+    buf: &mut Vec<u8>,
+    unreleased: &mut VecDeque<Extent>,
+) {
     let catalog = ra.samples.catalog();
+    let Ok(origin) = catalog.extent(ino).map(|e| e.object) else {
+        return;
+    };
     let (mut cur, mut bytes) = (ino, 0u64);
     for _ in 0..files {
         let Some(next) = catalog.next_file(cur) else {
@@ -99,6 +126,9 @@ fn push_run(ra: &ReadAhead, ino: u64, files: usize, store: &Store, buf: &mut Vec
         let Ok(ext) = catalog.extent(next) else {
             continue;
         };
+        if ext.object != origin || ext.range.end > ahead {
+            return; // past what the stream expects its reader to read
+        }
         // A sample in the kernel's cache is never READ by the reader: the stream moves past
         // it here, so the reader's next READ still continues the stream.
         if ra.push.is_pushed(ext.record) {
@@ -107,6 +137,13 @@ fn push_run(ra: &ReadAhead, ino: u64, files: usize, store: &Store, buf: &mut Vec
         }
         if ext.transform != Transform::Identity || ext.len() > MAX_PUSH_SAMPLE {
             continue; // a decoded view's inode serves pixels, not these bytes
+        }
+        // Pushing never reads the device: a sample not cached is still being read ahead (its
+        // reader may well READ it before the read-ahead completes), or was just served and
+        // released (a reader got there first). Either way reading it here could read it
+        // twice; its reader READs it itself.
+        if !ra.samples.storage().resident(ext.object, &ext.range) {
+            continue;
         }
         // A failed read was logged once by the checked read; nothing is pushed for it.
         if let Ok(data) = ra.samples.read_extent(&ext, 0, ext.len() as u32, buf) {
@@ -117,8 +154,8 @@ fn push_run(ra: &ReadAhead, ino: u64, files: usize, store: &Store, buf: &mut Vec
                 ra.stats.pushed_bytes.fetch_add(ext.len(), Relaxed);
             }
         }
-        ra.release_served(&ext, 0..ext.len());
         bytes += ext.len();
+        unreleased.push_back(ext);
         if bytes >= PUSH_BYTES {
             return;
         }

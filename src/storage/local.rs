@@ -4,10 +4,12 @@
 //! `mlock` of a shared mapping, which locks the page-cache pages themselves so neither
 //! `drop_caches` nor memory pressure evicts them.
 //!
-//! Each mapping is advised `MADV_RANDOM`: without it a cold page fault reads `read_ahead_kb` of
-//! the device around the faulting page (up to several MiB), which for a shuffled epoch of 40 KB
-//! samples is a hundredfold over-read. Reads instead ask for exactly the sample, and read-ahead
-//! across samples is explicit ([`crate::readahead`]).
+//! Each mapping is advised `MADV_RANDOM` and each file `POSIX_FADV_RANDOM`: without them a cold
+//! page fault, or a `pread` that the kernel takes for part of a sequential walk (consecutive
+//! samples served one after the other, or pages read ahead just before), reads up to the
+//! device's `read_ahead_kb` around it (8 MiB on a virtio disk), which for a shuffled or
+//! block-shuffled epoch of 40 KB samples is a large over-read. Reads instead ask for exactly
+//! the sample, and read-ahead across samples is explicit ([`crate::readahead`]).
 
 use super::Storage;
 use crate::catalog::ObjectId;
@@ -35,6 +37,11 @@ impl LocalObject {
     pub fn new(file: File, map: Arc<Mmap>) -> LocalObject {
         if let Err(e) = map.advise(Advice::Random) {
             log::warn!("madvise(MADV_RANDOM) failed: {e}");
+        }
+        // SAFETY: posix_fadvise only reads its integer arguments; the fd is open.
+        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+        if rc != 0 {
+            log::warn!("posix_fadvise(POSIX_FADV_RANDOM) failed: error {rc}");
         }
         LocalObject { file, map }
     }
