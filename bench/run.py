@@ -4,12 +4,21 @@ in the same run, warm and cold, and writes results/<timestamp>/{results.json, re
 results.md, files_per_s.png}.
 
 Targets:  orig (the directory itself), loosefs (default mount), loosefs-warm (--warm: a
-          whole-pack warm starts with each cold epoch), loosefs-pin (--pin all).
+          whole-pack warm starts with each cold epoch, and the clock includes it), loosefs-pin
+          (--pin all), pread (the same files' byte ranges read straight from the pack with one
+          pread each, by the raw reader: the pack's own speed).
 Readers:  raw<N> (the compiled loosefs-reader: open/read/close per file on N threads),
           tv<N> (torchvision ImageFolder + DataLoader with N workers, standard train transform),
           dali (readers.file + CPU decode): bench/loader_pass.py, which also reports first-batch
           latency, CPU seconds and peak RSS of the reader process tree.
-Orders:   inorder (pack order) and shuffled.
+Orders:   inorder (pack order), shuffled, block<N> (runs of N consecutive files in random run
+          order, as chunk-shuffling samplers read; raw readers only) and workers (DataLoader
+          workers over an in-order sampler: reader thread t reads batches t, t+N, ... of 32
+          consecutive files; raw readers only).
+Profiles: --profiles host,cloud,hdd runs every scenario on each emulated disk (block throttling
+          of the bench, its readers and the daemons: bench/diskprofile.py). Each pass also
+          reports the bytes the group read from the disk divided by the bytes served, and each
+          profile its bandwidth bound (dd of the pack under it, in files/s).
 States:   warm (after a pass), cold (caches emptied: `sync; echo 3 > drop_caches` as root, else
           posix_fadvise(DONTNEED) on every file and the pack, as nocache does; plus
           `loosefs drop-cache`), dropped (drop_caches only: what a pinned pack survives).
@@ -30,6 +39,7 @@ import sys
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import diskprofile  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = ROOT / "target" / "release" / "loosefs"
@@ -111,11 +121,22 @@ def drop_caches(targets, files, pack, full):
     return method
 
 
+def order_args(order):
+    """The raw reader's arguments for an order name."""
+    if order.startswith("block"):
+        return ["--order", "block", "--block", order.removeprefix("block") or "8"]
+    return ["--order", order]
+
+
 def read_pass(target, reader, order, seed, limit):
     """One pass of `reader` over `target`: rawN (compiled, N threads), tvN (ImageFolder +
     DataLoader with N workers) or dali. Returns the reader's JSON result."""
     if reader.startswith("raw"):
-        args = [READER, "--root", target.path, "--threads", reader.removeprefix("raw"), "--order", order, "--seed", seed]
+        args = [READER, "--root", target.path, "--threads", reader.removeprefix("raw"), *order_args(order), "--seed", seed]
+        if target.name == "pread":
+            args += ["--pack", target.pack]
+    elif target.name == "pread" or order not in ("inorder", "shuffled"):
+        return None
     else:
         loader = ["--loader", "dali"] if reader == "dali" else ["--loader", "imagefolder", "--workers", reader.removeprefix("tv")]
         args = [sys.executable, LOADER, "--root", target.path, "--order", order, "--seed", seed, *loader]
@@ -138,6 +159,7 @@ def main():
     ap.add_argument("--states", default="warm,cold,dropped")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--limit", type=int, default=0, help="files per pass (0 = all)")
+    ap.add_argument("--profiles", default="host", help="disk profiles: host, cloud, hdd (needs root)")
     ap.add_argument("--quick", action="store_true", help="CI smoke run: 1 repeat, few files, few scenarios")
     a = ap.parse_args()
     if a.quick:
@@ -161,7 +183,8 @@ def main():
         "orig": Target("orig", data),
         "loosefs": Target("loosefs", a.work / "m-default", [], pack, a.work / "m-default"),
         "loosefs-warm": Target("loosefs-warm", a.work / "m-warm", [], pack, a.work / "m-warm"),
-        "loosefs-pin": Target("loosefs-pin", a.work / "m-pin", ["--pin", "all"], pack, a.work / "m-pin"),
+        "loosefs-pin": Target("loosefs-pin", a.work / "m-pin", ["--pin", "all", "--wait"], pack, a.work / "m-pin"),
+        "pread": Target("pread", data, pack=pack),
     }
     targets = [all_targets[n] for n in a.targets.split(",") if n]
     peer_names = [p for p in a.peers.split(",") if p]
@@ -176,59 +199,88 @@ def main():
         peer_targets, n2 = peer_mod.make_peers(peer_names, images, a.work, len(files))
         notes += n1 + n2
         targets += peer_targets
-    mounted = []
-    for tg in targets:
-        try:
-            tg.mount()
-            mounted.append(tg)
-        except subprocess.CalledProcessError as e:
-            notes.append(f"{tg.name}: mount failed ({(e.stderr or '').strip()[:200]}): skipped")
-    targets = mounted
-    rows, cold_method = [], None
+    all_targets_list = targets
+    rows, cold_method, dd = [], None, {}
+    mean_file = sum(os.path.getsize(f) for f in files) / max(1, len(files))
     scenarios = [(s, r, o) for s in a.states.split(",") for r in a.readers.split(",") for o in a.orders.split(",")]
-    try:
-        # Sequential limit for cold reads: dd of the pack.
-        dd = []
-        if "cold" in a.states:
-            for _ in range(a.repeat):
-                drop_caches(targets, files, pack, full=True)
-                t = time.perf_counter()
-                with open(pack, "rb", buffering=0) as f:
-                    while f.read(1 << 20):
-                        pass
-                dd.append(os.path.getsize(pack) / 1e6 / (time.perf_counter() - t))
-        for k, (state, reader, order) in enumerate(scenarios):
-            for rep in range(a.repeat):
-                for tg in targets:
-                    progress(f"[{k + 1}/{len(scenarios)}] {state} {reader} {order} rep {rep + 1}/{a.repeat}: {tg.name}")
-                    if state == "warm":
-                        read_pass(tg, reader, order, rep, a.limit)
-                    elif state == "cold":
-                        cold_method = drop_caches(targets, files, pack, full=True)
-                        if tg.name == "loosefs-warm":
-                            sh(BIN, "warm", tg.mnt)
-                    elif state == "dropped":
-                        read_pass(tg, reader, order, rep, a.limit)
-                        drop_caches(targets, files, pack, full=False)
-                    r = read_pass(tg, reader, order, rep, a.limit)
-                    row = {"state": state, "reader": reader, "order": order, "target": tg.name, "rep": rep, **r}
-                    if tg.is_loosefs:
-                        d = tg.stats()["daemon"]
-                        row["daemon_rss_bytes"], row["daemon_rss_peak_bytes"] = d["rss_bytes"], d["rss_peak_bytes"]
-                    rows.append(row)
-            # Partial results after every scenario: a crash or an interrupt loses nothing.
-            (outdir / "rows.partial.json").write_text(json.dumps(rows))
-    finally:
-        for tg in targets:
+    for profile in a.profiles.split(","):
+        group = None
+        if profile != "host" or len(a.profiles.split(",")) > 1:
+            if not IS_ROOT:
+                sys.exit("bench: disk profiles need root")
+            group = diskprofile.Group(profile, data)
+            group.join()  # the readers and the daemons started from here on are throttled
+            notes.append(f"profile {group.describe()}")
+        mounted = []
+        for tg in all_targets_list:
             try:
-                tg.umount()
+                tg.mount()
+                mounted.append(tg)
             except subprocess.CalledProcessError as e:
-                print(f"bench: unmount of {tg.mnt} failed: {e.stderr}", file=sys.stderr)
+                notes.append(f"{tg.name}: mount failed ({(e.stderr or '').strip()[:200]}): skipped")
+        targets = mounted
+        try:
+            # Sequential limit for cold reads: dd of the pack.
+            dd[profile] = []
+            if "cold" in a.states:
+                for _ in range(a.repeat):
+                    drop_caches(targets, files, pack, full=True)
+                    t = time.perf_counter()
+                    with open(pack, "rb", buffering=0) as f:
+                        while f.read(1 << 20):
+                            pass
+                    dd[profile].append(os.path.getsize(pack) / 1e6 / (time.perf_counter() - t))
+            for k, (state, reader, order) in enumerate(scenarios):
+                for rep in range(a.repeat):
+                    for tg in targets:
+                        progress(f"{profile} [{k + 1}/{len(scenarios)}] {state} {reader} {order} rep {rep + 1}/{a.repeat}: {tg.name}")
+                        t0 = time.perf_counter()
+                        if state == "warm":
+                            if read_pass(tg, reader, order, rep, a.limit) is None:
+                                continue
+                        elif state == "cold":
+                            cold_method = drop_caches(targets, files, pack, full=True)
+                            t0 = time.perf_counter()
+                            if tg.name == "loosefs-warm":
+                                sh(BIN, "warm", tg.mnt)
+                        elif state == "dropped":
+                            if read_pass(tg, reader, order, rep, a.limit) is None:
+                                continue
+                            drop_caches(targets, files, pack, full=False)
+                        disk0 = group.read_bytes() if group else None
+                        t1 = time.perf_counter()
+                        r = read_pass(tg, reader, order, rep, a.limit)
+                        if r is None:
+                            continue
+                        row = {"profile": profile, "state": state, "reader": reader, "order": order, "target": tg.name, "rep": rep, **r}
+                        if tg.name == "loosefs-warm" and state == "cold":
+                            # The clock includes the warm started with the epoch.
+                            row["files_per_s"] = r["files"] / (r["seconds"] + (t1 - t0))
+                        if group:
+                            row["disk_bytes"] = group.read_bytes() - disk0
+                            row["disk_ratio"] = row["disk_bytes"] / max(1, r["bytes"])
+                        if tg.is_loosefs:
+                            st = tg.stats()
+                            d = st["daemon"]
+                            row["daemon_rss_bytes"], row["daemon_rss_peak_bytes"] = d["rss_bytes"], d["rss_peak_bytes"]
+                            row["prefetch_bytes"] = st["prefetch"]["bytes"]
+                            row["prefetch_unserved_bytes"] = st["prefetch"].get("unserved_bytes")
+                        rows.append(row)
+                # Partial results after every scenario: a crash or an interrupt loses nothing.
+                (outdir / "rows.partial.json").write_text(json.dumps(rows))
+        finally:
+            for tg in targets:
+                try:
+                    tg.umount()
+                except subprocess.CalledProcessError as e:
+                    print(f"bench: unmount of {tg.mnt} failed: {e.stderr}", file=sys.stderr)
+    targets = all_targets_list
     progress("")
     summary = summarise(rows, [t.name for t in targets])
     meta = {
         "run": run_id, "data": str(data), "files": len(files), "pack": str(pack), "pack_bytes": os.path.getsize(pack),
         "pack_seconds": pack_seconds, "cold_method": cold_method, "dd_pack_mb_per_s": dd, "repeat": a.repeat,
+        "mean_file_bytes": mean_file,
         "limit": a.limit, "mount_seconds": {t.name: t.mount_seconds for t in targets if t.mount_seconds is not None},
         "pack_seconds_by_tool": pack_times, "notes": notes,
         "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
@@ -249,18 +301,19 @@ def main():
 def summarise(rows, names):
     out = []
     seen = []
+    key_of = lambda r: (r.get("profile", "host"), r["state"], r["reader"], r["order"])  # noqa: E731
     for r in rows:
-        k = (r["state"], r["reader"], r["order"])
+        k = key_of(r)
         if k not in seen:
             seen.append(k)
     for k in seen:
-        entry = {"state": k[0], "reader": k[1], "order": k[2], "targets": {}}
+        entry = {"profile": k[0], "state": k[1], "reader": k[2], "order": k[3], "targets": {}}
         for n in names:
-            v = [r["files_per_s"] for r in rows if (r["state"], r["reader"], r["order"], r["target"]) == (*k, n)]
-            sel = [r for r in rows if (r["state"], r["reader"], r["order"], r["target"]) == (*k, n)]
+            sel = [r for r in rows if key_of(r) == k and r["target"] == n]
+            v = [r["files_per_s"] for r in sel]
             if v:
                 t = {"median": statistics.median(v), "min": min(v), "max": max(v)}
-                for key in ("p95_us", "p99_us", "first_batch_s", "cpu_s", "max_rss_bytes", "daemon_rss_peak_bytes"):
+                for key in ("p95_us", "p99_us", "first_batch_s", "cpu_s", "max_rss_bytes", "daemon_rss_peak_bytes", "disk_ratio"):
                     vals = [r[key] for r in sel if r.get(key) is not None]
                     if vals:
                         t[key] = statistics.median(vals)
@@ -277,7 +330,9 @@ def markdown(meta, summary, names):
         f"Run {meta['run']}: {meta['files']} files from `{meta['data']}`, pack {meta['pack_bytes'] / 1e6:.0f} MB "
         f"(packed in {meta['pack_seconds']:.1f} s); {meta['repeat']} repetitions, median (min-max) files/s, "
         f"ratio against the original files in the same run. Cold method: {meta['cold_method']}. "
-        f"Sequential cold read of the pack: {', '.join(f'{x:.0f}' for x in meta['dd_pack_mb_per_s'])} MB/s. "
+        "Sequential cold read of the pack (dd), MB/s, and the bandwidth bound it sets in files/s: "
+        + "; ".join(f"{p}: {', '.join(f'{x:.0f}' for x in v)} MB/s = {statistics.median(v) * 1e6 / meta['mean_file_bytes']:,.0f} files/s"
+                    for p, v in meta["dd_pack_mb_per_s"].items() if v) + ". "
         f"Command: `{meta['command']}`.",
         "",
         "Image build time on the same tree: " + ", ".join(f"{k} {v:.1f} s" for k, v in meta["pack_seconds_by_tool"].items()) + ". "
@@ -285,8 +340,11 @@ def markdown(meta, summary, names):
         "",
         *(f"Note: {n}" for n in meta["notes"]),
         "",
-        "| state | reader | order | " + " | ".join(names) + " |",
-        "|---|---|---|" + "---|" * len(names),
+        "Cells: median files/s (min–max), **ratio** against orig's median in the same run, and under a"
+        " disk profile the bytes read from the disk ÷ bytes served (`disk ×`).",
+        "",
+        "| profile | state | reader | order | " + " | ".join(names) + " |",
+        "|---|---|---|---|" + "---|" * len(names),
     ]
     for e in summary:
         cells = []
@@ -296,8 +354,9 @@ def markdown(meta, summary, names):
                 cells.append("–")
                 continue
             ratio = f" **{t['ratio_vs_orig']:.2f}×**" if t.get("ratio_vs_orig") and n != "orig" else ""
-            cells.append(f"{t['median']:,.0f} ({t['min']:,.0f}–{t['max']:,.0f}){ratio}")
-        lines.append(f"| {e['state']} | {e['reader']} | {e['order']} | " + " | ".join(cells) + " |")
+            disk = f", disk {t['disk_ratio']:.2f}×" if t.get("disk_ratio") is not None else ""
+            cells.append(f"{t['median']:,.0f} ({t['min']:,.0f}–{t['max']:,.0f}){ratio}{disk}")
+        lines.append(f"| {e['profile']} | {e['state']} | {e['reader']} | {e['order']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -310,7 +369,7 @@ def chart(summary, names, path):
     except ImportError:
         print("bench: matplotlib missing, no chart", file=sys.stderr)
         return
-    labels = [f"{e['state']}\n{e['reader']} {e['order']}" for e in summary]
+    labels = [f"{e['profile']} {e['state']}\n{e['reader']} {e['order']}" for e in summary]
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(labels)), 4.5))
     width = 0.8 / len(names)
     for i, n in enumerate(names):

@@ -113,6 +113,48 @@ pub fn format_stats(r: &Report) -> String {
     out
 }
 
+/// Prints the progress of the pin and the warm of the mount at `mnt` until both are complete
+/// (`loosefs mount --wait`); `warm` says whether a warm was asked for.
+///
+/// Errors: the mount cannot be read, the pin stopped short (see the daemon log), or the warm
+/// failed.
+pub fn wait_pin_and_warm(mnt: &Path, warm: bool) -> Result<()> {
+    let mut last = (u64::MAX, u64::MAX);
+    let mut stalled = 0;
+    loop {
+        let r = read_control::<Report>(mnt, "stats")?;
+        let (p, w) = (&r.pin, &r.warm);
+        let pin_done = p.pinned_bytes >= p.target_bytes;
+        let warm_done = !warm || w.state == WarmState::Done;
+        eprintln!(
+            "pin: {:.1}/{:.1} MB; warm: {} {:.1}/{:.1} MB",
+            p.pinned_bytes as f64 / 1e6,
+            p.target_bytes as f64 / 1e6,
+            w.state.as_str(),
+            w.bytes_done as f64 / 1e6,
+            w.bytes_total as f64 / 1e6,
+        );
+        if warm && w.state == WarmState::Failed {
+            anyhow::bail!("the warm failed; see the daemon log");
+        }
+        if pin_done && warm_done {
+            return Ok(());
+        }
+        // A pin that stops moving failed (the daemon logged why).
+        let now = (p.pinned_bytes, w.bytes_done);
+        stalled = if now == last { stalled + 1 } else { 0 };
+        if stalled >= 120 && !pin_done {
+            anyhow::bail!(
+                "the pin stopped at {} of {} bytes; see the daemon log",
+                p.pinned_bytes,
+                p.target_bytes
+            );
+        }
+        last = now;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// Starts a warm if none is running and prints progress until it is done.
 ///
 /// Errors: the mount cannot be read, or the warm failed.

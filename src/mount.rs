@@ -176,6 +176,9 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
             mnt.display(),
             child.id()
         );
+        if opts.wait && (opts.pin.is_some() || opts.warm) {
+            crate::client::wait_pin_and_warm(mnt, opts.warm)?;
+        }
         return Ok(());
     }
     let status = child.wait()?;

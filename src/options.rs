@@ -55,6 +55,10 @@ pub struct MountArgs {
     /// Stream the whole pack into the page cache in the background after mounting.
     #[arg(long)]
     pub warm: bool,
+    /// Return only once `--pin` and `--warm` are complete, showing their progress (without it
+    /// they proceed in the background and `loosefs stats` shows how far they are).
+    #[arg(long)]
+    pub wait: bool,
     /// Keep a sample's pack pages cached after serving it. By default they are dropped: the
     /// mount's own page cache holds the same bytes, and keeping both caches them twice.
     #[arg(long)]

@@ -1,6 +1,12 @@
 //! Pinning: keeps a prefix of a storage object in memory (see [`Storage::pin`]), locked in
 //! 64 MiB steps from its start (storage order) on a background thread, so progress is visible
-//! in the stats and the mount answers while the pin proceeds.
+//! in the stats and the mount answers while the pin proceeds (`loosefs mount --wait` returns
+//! once it is done).
+//!
+//! Each step is first asked for whole (`will_need`, with the next step asked before the
+//! current one is locked), so the device streams it in large requests: locking alone faults
+//! the mapping page by page (it is advised random), which measured about 65 MB/s on a disk that
+//! streams the pack at about 500 MB/s.
 
 use crate::catalog::ObjectId;
 use crate::storage::Storage;
@@ -30,8 +36,14 @@ impl Pinner {
             .name("loosefs-pin".into())
             .spawn(move || {
                 let mut off = 0;
+                if bytes > 0 {
+                    storage.will_need(obj, &(0..STEP.min(bytes)));
+                }
                 while off < bytes {
                     let end = (off + STEP).min(bytes);
+                    if end < bytes {
+                        storage.will_need(obj, &(end..(end + STEP).min(bytes)));
+                    }
                     if let Err(e) = storage.pin(obj, &(off..end)) {
                         log::error!("pinning bytes {off}..{end} failed: {e}");
                         return;

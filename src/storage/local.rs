@@ -29,6 +29,38 @@ const PAGE: u64 = 4096;
 pub struct LocalObject {
     file: File,
     map: Arc<Mmap>,
+    /// Largest `will_need` request the kernel honours whole, bytes (see [`will_need_step`]).
+    step: usize,
+}
+
+/// The most one `MADV_WILLNEED` (or `POSIX_FADV_WILLNEED`, or `readahead(2)`) call reads: the
+/// kernel caps each at the larger of the device's read-ahead (`read_ahead_kb`) and its largest
+/// request (`max_sectors_kb`) and silently drops the rest (mm/readahead.c,
+/// `force_page_cache_ra`). With the common 128 KiB read-ahead a 4 MiB hint would read only
+/// its first 128 KiB, so hints are sent in steps of this size. 128 KiB when the device's
+/// settings cannot be read (not a block device, or no sysfs).
+fn will_need_step(file: &File) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(dev) = file.metadata().map(|m| m.dev()) else {
+        return 128 << 10;
+    };
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let base = std::path::PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    // A partition has no queue of its own: its disk's is one level up.
+    let queue = [base.join("queue"), base.join("../queue")]
+        .into_iter()
+        .find(|q| q.exists());
+    let read_kb = |name: &str| -> Option<usize> {
+        std::fs::read_to_string(queue.as_ref()?.join(name))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let kb = read_kb("read_ahead_kb")
+        .unwrap_or(0)
+        .max(read_kb("max_sectors_kb").unwrap_or(0));
+    (kb.clamp(128, 8192)) << 10
 }
 
 impl LocalObject {
@@ -43,7 +75,8 @@ impl LocalObject {
         if rc != 0 {
             log::warn!("posix_fadvise(POSIX_FADV_RANDOM) failed: error {rc}");
         }
-        LocalObject { file, map }
+        let step = will_need_step(&file);
+        LocalObject { file, map, step }
     }
 
     /// The page-aligned part of `r` inside the mapping, as offsets.
@@ -92,9 +125,12 @@ impl Storage for LocalStorage {
     fn will_need(&self, obj: ObjectId, r: &Range<u64>) {
         let Ok(o) = self.object(obj) else { return };
         if let Some(p) = o.pages(r) {
-            let _ = o
-                .map
-                .advise_range(Advice::WillNeed, p.start, p.end - p.start);
+            let mut off = p.start;
+            while off < p.end {
+                let len = o.step.min(p.end - off);
+                let _ = o.map.advise_range(Advice::WillNeed, off, len);
+                off += len;
+            }
         }
     }
 
