@@ -21,7 +21,7 @@
 //!   put the next samples, up to what the stream has read ahead, into the kernel's page cache of
 //!   their inodes, so the reader's next files need no round trip at all.
 //! - **Release** ([`ReadAhead::after_read`]): the stored pages of what a READ served are
-//!   dropped (unless pinned or `--keep-pack-cache`): the kernel now holds those bytes in the
+//!   dropped (unless pinned, warming or `--keep-pack-cache`): the kernel now holds those bytes in the
 //!   mount's own page cache, and keeping both would cache every sample twice. Each READ drops
 //!   only what it served, since the kernel sends the READs of one file concurrently.
 //! - **Pin** ([`pin`]) keeps a prefix locked in memory; **warm** ([`warm`]) streams the
@@ -239,7 +239,9 @@ impl ReadAhead {
         if let Some(l) = self.ledgers.get(ext.object as usize) {
             l.serve(&r);
         }
-        if self.opts.keep_cache {
+        // While a warm runs it brings every stored page in: a page served and dropped now would
+        // be read from the device a second time by the warm.
+        if self.opts.keep_cache || self.warm.running() {
             return false;
         }
         let pinned = if ext.object == 0 {
@@ -269,6 +271,12 @@ impl ReadAhead {
         let budget = self.opts.pin.map(|p| p.min(o.len));
         let storage = self.samples.storage().clone();
         self.warm.start(storage, 0, o.data_end, budget)
+    }
+
+    /// Marks a reader's request as being served while the guard lives: a running warm gives
+    /// way (see [`warm`]).
+    pub fn foreground(&self) -> warm::Foreground {
+        self.warm.foreground()
     }
 
     /// Forgets every stream, push mark and warm progress, and evicts every unpinned stored

@@ -271,17 +271,17 @@ impl Streams {
         }
         let k = runs.lookahead(s.reads).unwrap_or(s.reads);
         let cap = (s.next + self.max_window).min(self.limit).min(fence);
-        let target = if k == 0 {
-            end
-        } else {
-            sample_end(k, cap).min(cap)
-        };
-        let look = target.saturating_sub(s.next);
+        // The look-ahead in bytes at the stream's mean sample size decides whether to ask; the
+        // catalog is walked for the exact sample boundary only then (a walk per request, not per
+        // read, since this runs under the lock every reader of the object takes).
+        let estimate = k
+            .saturating_mul(s.bytes / s.reads.max(1))
+            .min(cap.saturating_sub(s.next));
         // Ask again only when less than half of the look-ahead remains in front of the reader.
         let remaining = s.ahead.saturating_sub(s.next);
-        if look > 0 && remaining < look / 2 + 1 {
+        if estimate > 0 && remaining < estimate / 2 + 1 {
             let from = s.ahead.max(s.next);
-            let to = target;
+            let to = sample_end(k, cap).min(cap);
             if to > from {
                 advice.prefetch = Some(from..to);
                 s.ahead = to;

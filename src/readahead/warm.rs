@@ -6,6 +6,11 @@
 //! than with one; `docs/DESIGN.md` has the figures). Progress is the contiguous prefix done. It
 //! stops at a budget: the pinned size when pinning, else what fits in `MemAvailable` at the
 //! start less a margin, so warming never pushes the trainer's memory out.
+//!
+//! Readers come first: each step is read in 1 MiB parts, and while any request of a reader is
+//! being served ([`Warmer::foreground`]) only the first warm thread goes on, so a reader's miss
+//! waits behind at most 1 MiB of warm reads in the device's queue (on a throttled or slow disk
+//! that queue is served in order) instead of four 8 MiB ones.
 
 use crate::catalog::ObjectId;
 use crate::memory::{MEMORY_MARGIN, mem_available};
@@ -15,6 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 const STEP: usize = 8 << 20;
+/// Bytes per read within a step.
+const PART: usize = 1 << 20;
 /// Concurrent reads while warming.
 const READERS: usize = 4;
 
@@ -28,6 +35,18 @@ pub struct Warmer {
     total: AtomicU64,
     limited: AtomicBool,
     started: Mutex<Option<(Instant, Option<Instant>)>>,
+    /// Reader requests being served now.
+    busy: Arc<AtomicU64>,
+}
+
+/// Marks a reader's request as being served while it lives (see [`Warmer::foreground`]).
+#[derive(Debug)]
+pub struct Foreground(Arc<AtomicU64>);
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
 }
 
 const IDLE: u8 = 0;
@@ -77,9 +96,11 @@ impl Warmer {
                 let finished = Mutex::new(vec![false; steps as usize]);
                 let failed = AtomicBool::new(false);
                 std::thread::scope(|s| {
-                    for _ in 0..READERS {
-                        s.spawn(|| {
-                            let mut buf = vec![0u8; STEP];
+                    for t in 0..READERS {
+                        let (next, failed, finished, storage, me) =
+                            (&next, &failed, &finished, &storage, &me);
+                        s.spawn(move || {
+                            let mut buf = vec![0u8; PART];
                             loop {
                                 let k = next.fetch_add(1, Relaxed);
                                 if k >= steps || failed.load(Relaxed) {
@@ -87,10 +108,19 @@ impl Warmer {
                                 }
                                 let off = k * STEP as u64;
                                 let n = STEP.min((limit - off) as usize);
-                                if let Err(e) = storage.read_at(obj, off, &mut buf[..n]) {
-                                    log::error!("warm: read at {off} failed: {e}");
-                                    failed.store(true, Relaxed);
-                                    return;
+                                let mut part = 0;
+                                while part < n {
+                                    while t > 0 && me.busy.load(Relaxed) > 0 {
+                                        std::thread::sleep(std::time::Duration::from_millis(2));
+                                    }
+                                    let len = PART.min(n - part);
+                                    let at = off + part as u64;
+                                    if let Err(e) = storage.read_at(obj, at, &mut buf[..len]) {
+                                        log::error!("warm: read at {at} failed: {e}");
+                                        failed.store(true, Relaxed);
+                                        return;
+                                    }
+                                    part += len;
                                 }
                                 // Progress = the contiguous prefix of finished steps.
                                 if let Ok(mut f) = finished.lock() {
@@ -118,6 +148,18 @@ impl Warmer {
             self.state.store(FAILED, Relaxed);
         }
         true
+    }
+
+    /// Notes that a reader's request is being served until the guard is dropped: warm threads
+    /// but one hold back meanwhile.
+    pub fn foreground(&self) -> Foreground {
+        self.busy.fetch_add(1, Relaxed);
+        Foreground(self.busy.clone())
+    }
+
+    /// Whether a warm is running.
+    pub fn running(&self) -> bool {
+        self.state.load(Relaxed) == RUNNING
     }
 
     /// Current progress.

@@ -150,6 +150,7 @@ impl Server {
     /// `drop-cache`) run only for the mount's owner and root ([`FsError::Denied`] otherwise).
     pub fn lookup_as(&self, uid: u32, parent: u64, name: &[u8]) -> Result<Entry, FsError> {
         let t0 = Instant::now();
+        let _fg = self.data.readahead.foreground();
         let trusted = uid == 0 || uid == self.opts.owner;
         let r = match Node::of(parent) {
             Some(Node::ControlDir) => self.control.lookup(name, |n| self.run_control(n, trusted)),
@@ -182,6 +183,7 @@ impl Server {
         mut add: impl FnMut(DirEntry<'_>) -> bool,
     ) -> Result<(), FsError> {
         let t0 = Instant::now();
+        let _fg = self.data.readahead.foreground();
         let r = match Node::of(ino) {
             Some(Node::ControlDir) => {
                 self.control.readdir(offset, &mut add);
@@ -234,6 +236,7 @@ impl Server {
             self.stats.done(Op::Control, t0);
             return;
         }
+        let _fg = self.data.readahead.foreground();
         match self.catalog.extent(ino) {
             Ok(ext) => self.data.read(ino, ext, offset, size, &self.stats, reply),
             Err(e) => {
