@@ -124,6 +124,14 @@ impl Bitset {
             .is_none_or(|w| w.fetch_or(bit, Relaxed) & bit != 0)
     }
 
+    /// Removes `i` (nothing past the end).
+    pub fn remove(&self, i: u32) {
+        let i = i as usize;
+        if let Some(w) = self.words.get(i / 64) {
+            w.fetch_and(!(1u64 << (i % 64)), Relaxed);
+        }
+    }
+
     /// Empties the set.
     pub fn clear(&self) {
         self.words.iter().for_each(|w| w.store(0, Relaxed));

@@ -415,10 +415,16 @@ fn pack_refuses_bad_input_and_loses_nothing() {
     assert!(!out.exists());
     // Source is a file.
     let o = loosefs(&[&"pack", &src.join("class_0/notes.txt"), &out]);
+    assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a directory"));
     // Output directory missing.
     let o = loosefs(&[&"pack", &src, &tmp.path().join("no/such/dir/o.pack")]);
-    assert!(!o.status.success());
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("does not exist"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // OUT exists: refused and untouched unless --force.
     std::fs::write(&out, b"precious").unwrap();
     let o = loosefs(&[&"pack", &src, &out]);

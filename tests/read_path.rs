@@ -70,7 +70,12 @@ fn control_directory_is_hidden_but_reachable_and_stats_count_reads() {
         ["stats"],
         "only stats is listed; commands are reachable by name"
     );
-    assert!(std::fs::metadata(m.mnt.join(".loosefs/no-such")).is_err());
+    assert_eq!(
+        std::fs::metadata(m.mnt.join(".loosefs/no-such"))
+            .unwrap_err()
+            .kind(),
+        std::io::ErrorKind::NotFound
+    );
     let before = stats(&m.mnt);
     let names = files(&src);
     let bytes = read_all_and_compare(&src, &m.mnt, &names);
@@ -221,11 +226,17 @@ fn pinned_pack_survives_drop_caches_and_oversize_pins_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let (src, pack) = packed(tmp.path());
     let pack_len = std::fs::metadata(&pack).unwrap().len();
-    let m = mount(&pack, &tmp.path().join("mnt"), &["--pin", "all"]);
-    wait_for("pinning", 60, || {
-        let s = stats(&m.mnt);
-        n(&s, &["pin", "pinned_bytes"]) == pack_len
-    });
+    // `--wait` returns only once the whole pack is pinned.
+    let m = mount(&pack, &tmp.path().join("mnt"), &["--pin", "all", "--wait"]);
+    let s = stats(&m.mnt);
+    assert_eq!(
+        (
+            n(&s, &["pin", "pinned_bytes"]),
+            n(&s, &["pin", "target_bytes"])
+        ),
+        (pack_len, pack_len),
+        "mount --pin all --wait returned before the pin was complete: {s}"
+    );
     let vmlck: u64 = std::fs::read_to_string(format!("/proc/{}/status", m.pid))
         .unwrap()
         .lines()

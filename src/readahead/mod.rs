@@ -273,7 +273,15 @@ impl ReadAhead {
         self.warm.start(storage, 0, o.data_end, budget)
     }
 
-    /// Marks a reader's request as being served while the guard lives: a running warm gives
+    /// The kernel forgot inode `ino` (and with it any page it held of it): it may be pushed
+    /// again.
+    pub fn forgotten(&self, ino: u64) {
+        if let Some(r) = crate::ino::record_of(ino) {
+            self.push.unmark(r);
+        }
+    }
+
+    /// Marks a lookup or listing as being served while the guard lives: a running warm gives
     /// way (see [`warm`]).
     pub fn foreground(&self) -> warm::Foreground {
         self.warm.foreground()

@@ -58,6 +58,11 @@ impl Pusher {
         self.pushed.insert(record);
     }
 
+    /// The kernel no longer holds `record` (its inode was forgotten).
+    pub(super) fn unmark(&self, record: u32) {
+        self.pushed.remove(record);
+    }
+
     pub(super) fn reset(&self) {
         self.pushed.clear();
     }

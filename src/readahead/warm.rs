@@ -7,10 +7,12 @@
 //! stops at a budget: the pinned size when pinning, else what fits in `MemAvailable` at the
 //! start less a margin, so warming never pushes the trainer's memory out.
 //!
-//! Readers come first: each step is read in 1 MiB parts, and while any request of a reader is
-//! being served ([`Warmer::foreground`]) only the first warm thread goes on, so a reader's miss
-//! waits behind at most 1 MiB of warm reads in the device's queue (on a throttled or slow disk
-//! that queue is served in order) instead of four 8 MiB ones.
+//! Listings come first: each step is read in 2 MiB parts, and while a lookup or a listing is
+//! being served ([`Warmer::foreground`]) only the first warm thread goes on, so the index reads
+//! of the listing that starts an epoch wait behind at most 2 MiB of warm reads in the device's
+//! queue (a throttled or slow disk serves its queue in order) instead of four 8 MiB ones.
+//! Sample READs do not hold the warm back: on a disk limited in operations per second, a warm
+//! that yields to every random miss stretches the epoch (`docs/DESIGN.md` has the figures).
 
 use crate::catalog::ObjectId;
 use crate::memory::{MEMORY_MARGIN, mem_available};
@@ -20,8 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 const STEP: usize = 8 << 20;
-/// Bytes per read within a step.
-const PART: usize = 1 << 20;
+/// Bytes per read within a step: large enough that a disk limited in operations per second
+/// still streams (150 MB/s at 200 IOPS is 750 KB per operation), small enough that a listing
+/// waits little behind one (16 ms at 125 MiB/s).
+const PART: usize = 2 << 20;
 /// Concurrent reads while warming.
 const READERS: usize = 4;
 
@@ -150,7 +154,7 @@ impl Warmer {
         true
     }
 
-    /// Notes that a reader's request is being served until the guard is dropped: warm threads
+    /// Notes that a lookup or listing is being served until the guard is dropped: warm threads
     /// but one hold back meanwhile.
     pub fn foreground(&self) -> Foreground {
         self.busy.fetch_add(1, Relaxed);

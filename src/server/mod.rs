@@ -236,7 +236,6 @@ impl Server {
             self.stats.done(Op::Control, t0);
             return;
         }
-        let _fg = self.data.readahead.foreground();
         match self.catalog.extent(ino) {
             Ok(ext) => self.data.read(ino, ext, offset, size, &self.stats, reply),
             Err(e) => {
@@ -262,8 +261,9 @@ impl Server {
 
     /// The kernel forgot `ino`.
     pub fn forget(&self, ino: u64) {
-        if let Some(n) = Node::of(ino).filter(|n| n.is_control()) {
-            self.control.forget(n);
+        match Node::of(ino) {
+            Some(n) if n.is_control() => self.control.forget(n),
+            _ => self.data.readahead.forgotten(ino),
         }
     }
 
