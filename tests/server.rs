@@ -306,7 +306,9 @@ fn read_ahead_serves_what_it_reads_in_pack_order_and_reads_nothing_for_a_shuffle
         "{p:?} for {pack_bytes}-byte pack"
     );
     assert!(p.served_bytes >= p.bytes * 98 / 100, "{p:?}");
-    // Shuffled: no read-ahead to speak of (a rare pair of neighbours, a sample or two each).
+    // Shuffled: no read-ahead to speak of. A shuffled walk makes a pair of neighbours now and
+    // then; until 8 such runs have been seen, each gets as many samples of look-ahead as it
+    // has read (2), then none: on 1000 samples that is under 3% of the pack.
     let s = server(Pack::open(&pack_path).unwrap(), Views::default(), 0);
     let _: DropCacheReport = control(&s, "drop-cache");
     for k in shuffled(files.len()) {
@@ -314,7 +316,7 @@ fn read_ahead_serves_what_it_reads_in_pack_order_and_reads_nothing_for_a_shuffle
     }
     let p = s.report().prefetch;
     assert!(
-        p.bytes * 100 <= pack_bytes,
+        p.bytes * 100 <= pack_bytes * 3,
         "{p:?} for {pack_bytes}-byte pack"
     );
 }
