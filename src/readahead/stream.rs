@@ -10,12 +10,14 @@
 //! **How far ahead** is learnt from the *runs* the readers make: a run is the number of samples
 //! one stream read before its slot was taken by another. A chunk-shuffling sampler makes runs
 //! of 8–64 samples, a shuffled one runs of one sample, a sequential one a single endless run.
-//! After a stream has read `n` samples, it reads ahead `k` more (at its mean sample size), the
+//! After a stream has read `n` samples, it reads ahead `k` more (to a sample boundary), the
 //! largest `k` such that at least [`SURVIVAL`] of the recent runs that reached `n` samples
 //! also reached `n + k` (the Kaplan–Meier view of run lengths), so that on average at least
 //! that share of what is read ahead is served within the run. With too few runs seen to judge
-//! ([`MIN_EVIDENCE`]), a stream reads ahead as many samples as it has read, up to the cap: a
-//! run that has proven itself longer than every run seen gets the full window. Streams that
+//! ([`MIN_EVIDENCE`]), a stream reads ahead as many samples as it has read while it has read two,
+//! twice as many from the third on, up to the cap: a run that has proven itself longer than
+//! every run seen gets the full window in a few requests (on a disk limited in operations per
+//! second each request counts). Streams that
 //! meet (readers of one walk arriving out of order) are merged into one.
 //! A stream asks again only when less than half of its look-ahead remains in front of the
 //! reader, so requests grow with consumption, never with the number of reads.
@@ -269,7 +271,12 @@ impl Streams {
         if self.max_window == 0 {
             return advice; // detection only
         }
-        let k = runs.lookahead(s.reads).unwrap_or(s.reads);
+        // Without evidence: a pair of neighbours is common by chance in a shuffled walk, a third
+        // in a row is not, so a stream reads ahead as many samples as it has read until then and
+        // twice as many after.
+        let k = runs
+            .lookahead(s.reads)
+            .unwrap_or(if s.reads > 2 { 2 * s.reads } else { s.reads });
         let cap = (s.next + self.max_window).min(self.limit).min(fence);
         // The look-ahead in bytes at the stream's mean sample size decides whether to ask; the
         // catalog is walked for the exact sample boundary only then (a walk per request, not per
