@@ -138,10 +138,18 @@ impl Drop for Mounted {
         if is_mounted(&self.mnt) {
             let _ = nix::mount::umount2(&self.mnt, nix::mount::MntFlags::MNT_DETACH);
         }
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+        // The daemon may have exited already and its pid been reused: kill only a process that
+        // is still this mount's daemon (its command line names the mountpoint).
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", self.pid)).unwrap_or_default();
+        let ours = cmdline
+            .split(|&b| b == 0)
+            .any(|a| a == self.mnt.as_os_str().as_encoded_bytes());
+        if ours {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
 }
 
