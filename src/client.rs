@@ -114,43 +114,54 @@ pub fn format_stats(r: &Report) -> String {
 }
 
 /// Prints the progress of the pin and the warm of the mount at `mnt` until both are complete
-/// (`loosefs mount --wait`); `warm` says whether a warm was asked for.
+/// (`loosefs mount --wait`, `loosefs warm --wait`); `pin` and `warm` say which to wait for.
 ///
-/// Errors: the mount cannot be read, the pin stopped short (see the daemon log), or the warm
-/// failed.
-pub fn wait_pin_and_warm(mnt: &Path, warm: bool) -> Result<()> {
-    let mut last = (u64::MAX, u64::MAX);
+/// Errors: the mount cannot be read, the pin stopped short (no progress for 60 s; the daemon
+/// logged why), or the warm failed.
+pub fn wait_pin_and_warm(mnt: &Path, pin: bool, warm: bool) -> Result<()> {
+    let mut last = u64::MAX;
     let mut stalled = 0;
     loop {
         let r = read_control::<Report>(mnt, "stats")?;
         let (p, w) = (&r.pin, &r.warm);
-        let pin_done = p.pinned_bytes >= p.target_bytes;
-        let warm_done = !warm || w.state == WarmState::Done;
-        eprintln!(
-            "pin: {:.1}/{:.1} MB; warm: {} {:.1}/{:.1} MB",
-            p.pinned_bytes as f64 / 1e6,
-            p.target_bytes as f64 / 1e6,
-            w.state.as_str(),
-            w.bytes_done as f64 / 1e6,
-            w.bytes_total as f64 / 1e6,
-        );
+        let pin_done = !pin || p.pinned_bytes >= p.target_bytes;
+        let mut line = Vec::new();
+        if pin {
+            line.push(format!(
+                "pin: {:.1}/{:.1} MB",
+                p.pinned_bytes as f64 / 1e6,
+                p.target_bytes as f64 / 1e6
+            ));
+        }
+        if warm {
+            line.push(format!(
+                "warm: {} {:.1}/{:.1} MB ({:.0} MB/s)",
+                w.state.as_str(),
+                w.bytes_done as f64 / 1e6,
+                w.bytes_total as f64 / 1e6,
+                w.mb_per_s
+            ));
+        }
+        eprintln!("{}", line.join("; "));
         if warm && w.state == WarmState::Failed {
             anyhow::bail!("the warm failed; see the daemon log");
         }
-        if pin_done && warm_done {
+        if pin_done && (!warm || w.state == WarmState::Done) {
             return Ok(());
         }
-        // A pin that stops moving failed (the daemon logged why).
-        let now = (p.pinned_bytes, w.bytes_done);
-        stalled = if now == last { stalled + 1 } else { 0 };
-        if stalled >= 120 && !pin_done {
+        stalled = if pin_done || p.pinned_bytes != last {
+            0
+        } else {
+            stalled + 1
+        };
+        if stalled >= 120 {
             anyhow::bail!(
                 "the pin stopped at {} of {} bytes; see the daemon log",
                 p.pinned_bytes,
                 p.target_bytes
             );
         }
-        last = now;
+        last = p.pinned_bytes;
         std::thread::sleep(Duration::from_millis(500));
     }
 }
@@ -159,19 +170,5 @@ pub fn wait_pin_and_warm(mnt: &Path, warm: bool) -> Result<()> {
 ///
 /// Errors: the mount cannot be read, or the warm failed.
 pub fn wait_warm(mnt: &Path) -> Result<()> {
-    loop {
-        let w = read_control::<Report>(mnt, "stats")?.warm;
-        eprintln!(
-            "warm: {} {:.1}/{:.1} MB ({:.0} MB/s)",
-            w.state.as_str(),
-            w.bytes_done as f64 / 1e6,
-            w.bytes_total as f64 / 1e6,
-            w.mb_per_s
-        );
-        match w.state {
-            WarmState::Done => return Ok(()),
-            WarmState::Failed => anyhow::bail!("the warm failed; see the daemon log"),
-            _ => std::thread::sleep(Duration::from_millis(500)),
-        }
-    }
+    wait_pin_and_warm(mnt, false, true)
 }

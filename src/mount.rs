@@ -177,7 +177,7 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
             child.id()
         );
         if opts.wait && (opts.pin.is_some() || opts.warm) {
-            crate::client::wait_pin_and_warm(mnt, opts.warm)?;
+            crate::client::wait_pin_and_warm(mnt, opts.pin.is_some(), opts.warm)?;
         }
         return Ok(());
     }

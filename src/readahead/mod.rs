@@ -11,9 +11,9 @@
 //! - **Streams** ([`stream`]): the first READ of each sample (offset 0) is fed to a stream
 //!   detector over storage offsets. A read that continues a stream reads ahead as far as the
 //!   runs readers have made so far say it will be served (up to `--prefetch-max-mb`); a
-//!   background thread asks the storage for it in 4 MiB `will_need` steps, so FUSE threads
-//!   never block submitting read-ahead I/O. The decoder asks the same detector whether a view
-//!   read continues a stream ([`ReadAhead::walk`]) to decide when to decode ahead.
+//!   background thread asks the storage for it (`will_need`), so FUSE threads never block
+//!   submitting read-ahead I/O. The decoder asks the same detector whether a view read
+//!   continues a stream ([`ReadAhead::walk`]) to decide when to decode ahead.
 //! - **Ledger** ([`ledger`]): bytes read ahead are marked until served, so no byte is asked for
 //!   twice before it is served, and the stats say what read-ahead earned (bytes read ahead and
 //!   served, against bytes read ahead).
@@ -21,9 +21,9 @@
 //!   put the next samples, up to what the stream has read ahead, into the kernel's page cache of
 //!   their inodes, so the reader's next files need no round trip at all.
 //! - **Release** ([`ReadAhead::after_read`]): the stored pages of what a READ served are
-//!   dropped (unless pinned, warming or `--keep-pack-cache`): the kernel now holds those bytes in the
-//!   mount's own page cache, and keeping both would cache every sample twice. Each READ drops
-//!   only what it served, since the kernel sends the READs of one file concurrently.
+//!   dropped (unless pinned, warming or `--keep-pack-cache`): the kernel now holds those bytes
+//!   in the mount's own page cache, and keeping both would cache every sample twice. Each READ
+//!   drops only what it served, since the kernel sends the READs of one file concurrently.
 //! - **Pin** ([`pin`]) keeps a prefix locked in memory; **warm** ([`warm`]) streams the
 //!   sample data in with several reads in flight.
 //!
@@ -110,7 +110,6 @@ impl ReadAhead {
             .collect();
         let ledgers: Arc<Vec<Ledger>> =
             Arc::new(objects.iter().map(|o| Ledger::new(o.len)).collect());
-        let stats = ReadAheadStats::default();
         let ra = ReadAhead {
             prefetch: start_prefetch_thread(samples.clone(), ledgers.clone()),
             ledgers,
@@ -119,7 +118,7 @@ impl ReadAhead {
             pin: Arc::default(),
             warm: Arc::default(),
             opts,
-            stats,
+            stats: ReadAheadStats::default(),
             samples,
         };
         if let Some(bytes) = opts.pin {
@@ -283,7 +282,7 @@ impl ReadAhead {
 
     /// Marks a lookup or listing as being served while the guard lives: a running warm gives
     /// way (see [`warm`]).
-    pub fn foreground(&self) -> warm::Foreground {
+    pub fn foreground(&self) -> warm::Foreground<'_> {
         self.warm.foreground()
     }
 
@@ -363,27 +362,21 @@ type Prefetch = (ObjectId, Range<u64>, u8);
 /// Read-ahead requests waiting for the read-ahead thread at most.
 const PREFETCH_QUEUE: usize = 256;
 
-/// Starts the thread that turns read-ahead requests into `will_need` calls in 4 MiB steps, in
-/// order, for the bytes its ledger has not had asked for yet, so the FUSE threads never block
-/// submitting read-ahead I/O.
+/// Starts the thread that turns read-ahead requests into `will_need` calls (which the storage
+/// splits into requests the kernel honours whole), in order, for the bytes its ledger has not
+/// had asked for yet, so the FUSE threads never block submitting read-ahead I/O.
 fn start_prefetch_thread(samples: Arc<Samples>, ledgers: Arc<Vec<Ledger>>) -> SyncSender<Prefetch> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Prefetch>(PREFETCH_QUEUE);
     let spawned = std::thread::Builder::new()
         .name("loosefs-prefetch".into())
         .spawn(move || {
-            const STEP: u64 = 4 << 20;
             let storage = samples.storage();
             for (obj, r, pass) in rx {
                 let Some(ledger) = ledgers.get(obj as usize) else {
                     continue;
                 };
                 for span in ledger.claim(&r, pass) {
-                    let mut off = span.start;
-                    while off < span.end {
-                        let end = (off + STEP).min(span.end);
-                        storage.will_need(obj, &(off..end));
-                        off = end;
-                    }
+                    storage.will_need(obj, &span);
                 }
             }
         });

@@ -207,7 +207,7 @@ impl Streams {
         } = &mut *g;
         *tick += 1;
         let now = *tick;
-        let Some(s) = streams.iter_mut().find(|s| s.continued_by(start)) else {
+        let Some(i) = streams.iter().position(|s| s.continued_by(start)) else {
             // Start a candidate stream in the least recently used slot; the run that slot
             // held has ended.
             if let Some(s) = streams.iter_mut().min_by_key(|s| s.last_used) {
@@ -226,6 +226,7 @@ impl Streams {
             }
             return Advice::default();
         };
+        let mut s = streams[i];
         s.last_used = now;
         s.len = end - start;
         s.reads += 1;
@@ -233,15 +234,10 @@ impl Streams {
         let hit = end <= s.ahead && s.reads > 2;
         s.next = s.next.max(end);
         s.start = s.start.min(start);
-        let mut s = *s;
         // Merge the streams this one now overlaps or touches (readers of one walk that arrived
         // out of order started separate streams): one run, one look-ahead.
-        for t in streams.iter_mut() {
-            if t.last_used != 0
-                && t.last_used != now
-                && t.start <= s.next + GAP
-                && s.start <= t.next + GAP
-            {
+        for (j, t) in streams.iter_mut().enumerate() {
+            if j != i && t.last_used != 0 && t.start <= s.next + GAP && s.start <= t.next + GAP {
                 s.start = s.start.min(t.start);
                 s.next = s.next.max(t.next);
                 s.ahead = s.ahead.max(t.ahead);
@@ -253,15 +249,11 @@ impl Streams {
         // Never read ahead into the run of another stream: its reader is reading it.
         let fence = streams
             .iter()
-            .filter(|t| t.last_used != 0 && t.last_used != now && t.start >= s.next)
-            .map(|t| t.start)
+            .enumerate()
+            .filter(|&(j, t)| j != i && t.last_used != 0 && t.start >= s.next)
+            .map(|(_, t)| t.start)
             .min()
             .unwrap_or(u64::MAX);
-        let Some(slot) = streams.iter_mut().find(|t| t.last_used == now) else {
-            return Advice::default();
-        };
-        *slot = s;
-        let s = slot;
         let mut advice = Advice {
             prefetch: None,
             hit,
@@ -269,6 +261,7 @@ impl Streams {
             ahead: s.ahead,
         };
         if self.max_window == 0 {
+            streams[i] = s;
             return advice; // detection only
         }
         // Without evidence: a pair of neighbours is common by chance in a shuffled walk, a third
@@ -295,6 +288,7 @@ impl Streams {
                 advice.ahead = to;
             }
         }
+        streams[i] = s;
         advice
     }
 

@@ -39,15 +39,15 @@ pub struct Warmer {
     total: AtomicU64,
     limited: AtomicBool,
     started: Mutex<Option<(Instant, Option<Instant>)>>,
-    /// Reader requests being served now.
-    busy: Arc<AtomicU64>,
+    /// Lookups and listings being served now.
+    busy: AtomicU64,
 }
 
-/// Marks a reader's request as being served while it lives (see [`Warmer::foreground`]).
+/// Marks a lookup or listing as being served while it lives (see [`Warmer::foreground`]).
 #[derive(Debug)]
-pub struct Foreground(Arc<AtomicU64>);
+pub struct Foreground<'a>(&'a AtomicU64);
 
-impl Drop for Foreground {
+impl Drop for Foreground<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Relaxed);
     }
@@ -156,9 +156,9 @@ impl Warmer {
 
     /// Notes that a lookup or listing is being served until the guard is dropped: warm threads
     /// but one hold back meanwhile.
-    pub fn foreground(&self) -> Foreground {
+    pub fn foreground(&self) -> Foreground<'_> {
         self.busy.fetch_add(1, Relaxed);
-        Foreground(self.busy.clone())
+        Foreground(&self.busy)
     }
 
     /// Whether a warm is running.
