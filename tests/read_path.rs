@@ -196,25 +196,41 @@ fn warm_streams_the_whole_pack_into_the_page_cache() {
         before < pack_len / 20,
         "{before} of {pack_len} bytes resident after drop-cache"
     );
+    // This kind of machine runs a host-configured DAMON pageout scheme (kdamond.0, `paddr`,
+    // action pageout on physical regions idle for 12 aggregation intervals): a page cached in
+    // such a region can be paged out within a second of being read, by nothing loosefs does
+    // (traced with the `filemap:mm_filemap_delete_from_page_cache` event: up to 1,800 pages of
+    // this pack within 0.5 s of a warm, all by kdamond.0). Residency is therefore checked
+    // against 90% of the sample data and the pass after the warm may read 10% of it again;
+    // a warm that read nothing fails both by ten times the margin.
+    let io_warm0 = block_read_bytes(m.pid);
     let o = loosefs(&[&"warm", &m.mnt, &"--wait"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let io_warm = block_read_bytes(m.pid) - io_warm0;
     let s = stats(&m.mnt);
     assert_eq!(s["warm"]["state"], "done");
     assert_eq!(n(&s, &["warm", "bytes_done"]), data_end);
+    // The warm read the sample data from the device (the kernel's count of the daemon's block
+    // reads, not the daemon's own bookkeeping).
+    assert!(
+        io_warm + before >= data_end / 4096 * 4096,
+        "the warm read {io_warm} bytes from the device for {data_end} bytes of sample data"
+    );
     let after = resident_bytes(&pack);
     assert!(
-        after >= data_end / 4096 * 4096,
+        after >= data_end / 10 * 9,
         "{after} of {data_end} bytes resident after warm"
     );
-    // The pass after the warm reads nothing of the sample data from the device: the daemon's
-    // own block reads (/proc/PID/io) stay within the index and central directory, which the
-    // warm does not cover and the lookups of the pass fault in.
+    // The pass after the warm reads (almost) nothing of the sample data from the device: the
+    // daemon's own block reads (/proc/PID/io) stay within the index and central directory,
+    // which the warm does not cover and the lookups of the pass fault in, plus what the
+    // pageout above took back.
     let io0 = block_read_bytes(m.pid);
     read_all_and_compare(&src, &m.mnt, &files(&src));
     let io = block_read_bytes(m.pid) - io0;
     let s = stats(&m.mnt);
     assert!(
-        io <= pack_len - data_end + (1 << 20),
+        io <= pack_len - data_end + (1 << 20) + data_end / 10,
         "after warm the pass read {io} bytes from the device: {s}"
     );
     drop(m);
