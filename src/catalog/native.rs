@@ -9,8 +9,11 @@
 //! never decodes.
 
 use super::{Attr, Catalog, DirEntry, Extent, FsError, FsStats, Kind, ObjectInfo, Transform};
-use crate::format::index::{IndexView, Record};
+use crate::format::index::{IndexView, Record, Totals};
 use crate::format::reader::Pack;
+use memmap2::Mmap;
+use std::ops::Range;
+use std::sync::Arc;
 use crate::ino::{Node, record_ino};
 use crate::view::{self, ViewGeom, ViewKind, Views};
 use std::borrow::Cow;
@@ -20,12 +23,19 @@ use std::sync::OnceLock;
 /// from it, so a large value lets `open(...).read()` and PIL fetch a sample in one request.
 pub const BLKSIZE: u32 = 128 * 1024;
 
-/// The catalog of one native pack.
+/// The catalog of one native pack, or of a foreign dataset through its loosefs index.
 #[derive(Debug)]
 pub struct NativeCatalog {
-    pack: Pack,
+    /// The mapping holding the index bytes (the pack's, or a foreign dataset's index file).
+    map: Arc<Mmap>,
+    /// The index bytes inside `map` (validated).
+    index: Range<usize>,
+    totals: Totals,
     views: Views,
     objects: Vec<ObjectInfo>,
+    /// Where each object starts in the records' `data_off` space: object `k` holds offsets
+    /// `bases[k]..bases[k] + objects[k].len` (a native pack: one object at 0).
+    bases: Vec<u64>,
     /// Set once the pack was modified in place: why every request now fails.
     retired: OnceLock<String>,
 }
@@ -40,16 +50,58 @@ impl NativeCatalog {
             data_end: pack.totals().data_end,
         }];
         NativeCatalog {
-            pack,
+            map: pack.map_arc(),
+            index: pack.index_range(),
+            totals: pack.totals(),
             views,
             objects,
+            bases: vec![0],
             retired: OnceLock::new(),
         }
     }
 
-    /// The underlying pack.
-    pub fn pack(&self) -> &Pack {
-        &self.pack
+    /// The catalog of an index whose records address several objects: `data_off` of a record
+    /// is `bases[k]` + the offset inside object `k`. `map[index]` must hold an index checked by
+    /// [`IndexView::parse`] and [`IndexView::validate_tree`]. Errors: `bases` and `objects`
+    /// differ in length or `bases` is not increasing.
+    pub fn with_objects(
+        map: Arc<Mmap>,
+        index: Range<usize>,
+        objects: Vec<ObjectInfo>,
+        bases: Vec<u64>,
+        views: Views,
+    ) -> Result<NativeCatalog, FsError> {
+        let ok = bases.len() == objects.len() && bases.windows(2).all(|w| w[0] <= w[1]);
+        let totals = map
+            .get(index.clone())
+            .and_then(|b| IndexView::parse(b).ok())
+            .map(|v| v.totals());
+        match (ok, totals) {
+            (true, Some(totals)) => Ok(NativeCatalog {
+                map,
+                index,
+                totals,
+                views,
+                objects,
+                bases,
+                retired: OnceLock::new(),
+            }),
+            _ => Err(FsError::Corrupt("malformed index or object table".into())),
+        }
+    }
+
+    /// The object and byte range inside it of a file record's data, or `None` for a
+    /// directory or a range outside every object (only possible with a corrupted record).
+    fn locate(&self, r: &Record) -> Option<(u32, Range<u64>)> {
+        if r.is_dir {
+            return None;
+        }
+        let end = r.data_off.checked_add(r.size)?;
+        let k = self.bases.partition_point(|&b| b <= r.data_off).checked_sub(1)?;
+        // An empty file may sit at the very end of the object before a later base.
+        let o = &self.objects[k];
+        let (start, end) = (r.data_off - self.bases[k], end - self.bases[k]);
+        (end <= o.data_end).then_some((k as u32, start..end))
     }
 
     fn decodable(r: &Record) -> bool {
@@ -61,7 +113,8 @@ impl NativeCatalog {
     fn ix(&self) -> Result<IndexView<'_>, FsError> {
         match self.retired.get() {
             Some(why) => Err(FsError::Corrupt(why.clone())),
-            None => Ok(self.pack.index()),
+            None => IndexView::from_validated(&self.map[self.index.clone()], self.totals)
+                .ok_or_else(|| FsError::Corrupt("index bounds".into())),
         }
     }
 
@@ -248,15 +301,15 @@ impl Catalog for NativeCatalog {
         if r.is_dir {
             return Err(FsError::IsDir);
         }
-        let range = self.pack.data_range(&r).ok_or_else(|| {
+        let (object, range) = self.locate(&r).ok_or_else(|| {
             FsError::Corrupt(format!(
-                "data range {}+{} is outside the pack",
+                "data range {}+{} is outside the stored data",
                 r.data_off, r.size
             ))
         })?;
         Ok(Extent {
             record: i,
-            object: 0,
+            object,
             range,
             crc32: r.crc32,
             transform: geom.map_or(Transform::Identity, Transform::Decode),
@@ -327,19 +380,19 @@ impl Catalog for NativeCatalog {
 
     fn statfs(&self) -> FsStats {
         FsStats {
-            blocks: self.pack.file_len().div_ceil(4096),
-            files: self.pack.totals().records,
+            blocks: self.objects.iter().map(|o| o.len).sum::<u64>().div_ceil(4096),
+            files: self.totals.records,
             bsize: 4096,
             namelen: 255,
         }
     }
 
     fn records(&self) -> u64 {
-        self.pack.totals().records
+        self.totals.records
     }
 
     fn files(&self) -> u64 {
-        self.pack.totals().files
+        self.totals.files
     }
 
     fn objects(&self) -> &[ObjectInfo] {

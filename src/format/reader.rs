@@ -112,6 +112,11 @@ impl Pack {
             .expect("index bounds were checked in Pack::open")
     }
 
+    /// Byte range of the index inside the file (and the mapping).
+    pub fn index_range(&self) -> Range<usize> {
+        self.index.clone()
+    }
+
     /// Totals from the index header.
     pub fn totals(&self) -> Totals {
         self.totals
