@@ -13,8 +13,10 @@
 
 pub mod catalog;
 pub mod client;
+pub mod dataset;
 pub mod decode;
 pub mod format;
+pub mod formats;
 pub mod fuse;
 pub mod ino;
 pub mod memory;

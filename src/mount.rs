@@ -8,10 +8,9 @@
 //! SIGINT/SIGTERM/SIGHUP and exits when the filesystem is unmounted from outside (`umount`,
 //! `fusermount3 -u`, `loosefs umount`).
 
-use crate::format::reader::Pack;
+use crate::dataset::Dataset;
 use crate::fuse::LooseFs;
 use crate::options::MountArgs;
-use crate::server::Server;
 use anyhow::{Context, Result, bail};
 use fuser::{Config, MountOption, Session, SessionACL};
 use std::io::{Read, Write};
@@ -120,11 +119,11 @@ fn unescape_mountinfo(s: &str) -> String {
 /// launches the daemon and waits until the mount is ready.
 pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     opts.decode.views()?;
-    let pack =
-        Pack::open(pack_path).with_context(|| format!("cannot mount {}", pack_path.display()))?;
+    let pack = Dataset::open(pack_path, &opts.source, !opts.foreground)
+        .with_context(|| format!("cannot mount {}", pack_path.display()))?;
     let mnt_abs = check_mountpoint(mnt)?;
     if let Some(bytes) = opts.pin {
-        crate::memory::check_pin_budget(bytes.min(pack.file_len()))
+        crate::memory::check_pin_budget(bytes.min(pack.stored_bytes()))
             .with_context(|| format!("cannot pin {}", pack_path.display()))?;
     }
     if opts.foreground {
@@ -187,10 +186,15 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
 
 /// Serves the pack until unmounted or signalled. `ready` (if any) receives `ready\n` once the
 /// mount answers.
-fn serve(pack: Pack, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Result<()> {
+fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Result<()> {
     let meta = std::fs::metadata(pack.path())?;
     let pack_path = pack.path().to_path_buf();
-    let lease_file = pack.file().try_clone()?;
+    // A native pack is leased (a writer opening it is noticed); a foreign dataset's files
+    // are checked by size and mtime when mounted.
+    let lease_file = match &pack {
+        Dataset::Pack(p) => Some(p.file().try_clone()?),
+        Dataset::Foreign(_) => None,
+    };
     use std::os::unix::fs::MetadataExt;
     let name: String = pack
         .path()
@@ -218,7 +222,8 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Re
             libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
         }
     }
-    let server = Server::local(pack, views, opts.server_options(mnt))
+    let server = pack
+        .server(views, opts.server_options(mnt))
         .context("cannot open the pack for serving")?;
     let server = Arc::new(server);
     let fs = LooseFs::new(server.clone(), meta.uid(), meta.gid());
@@ -267,7 +272,7 @@ fn serve(pack: Pack, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Re
         signal_hook::consts::SIGHUP,
         signal_hook::consts::SIGIO,
     ])?;
-    let lease = Lease::take(&pack_path, lease_file);
+    let lease = lease_file.and_then(|f| Lease::take(&pack_path, f));
     if let Some(fd) = ready {
         let mut f = std::fs::File::from(fd);
         let _ = f.write_all(b"ready\n");

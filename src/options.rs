@@ -77,6 +77,57 @@ pub struct MountArgs {
     /// Decoded views and their decoder.
     #[command(flatten)]
     pub decode: DecodeArgs,
+    /// How a source that is not a loosefs pack is read.
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
+
+/// Options for sources in other packed formats (`mount`, `info`, `pack`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct SourceArgs {
+    /// Read the source as this format instead of detecting it: tar (webdataset), zip,
+    /// tfrecord, mds, litdata, gulpio, ffcv.
+    #[arg(long, value_parser = parse_format)]
+    pub format: Option<crate::formats::Format>,
+    /// Class directory names, one per line: line i names the i-th smallest label (overrides
+    /// the format's own names).
+    #[arg(long)]
+    pub class_names: Option<PathBuf>,
+    /// Where the index of a foreign source is kept (default: $LOOSEFS_CACHE_DIR, else
+    /// ~/.cache/loosefs/index).
+    #[arg(long)]
+    pub index_dir: Option<PathBuf>,
+}
+
+fn parse_format(s: &str) -> Result<crate::formats::Format, String> {
+    crate::formats::Format::parse(s).ok_or_else(|| {
+        format!(
+            "unknown format {s:?}; known: webdataset, {}",
+            crate::formats::Format::ALL.map(|f| f.name()).join(", ")
+        )
+    })
+}
+
+impl SourceArgs {
+    /// The scan options these give. Errors: the class-names file cannot be read.
+    pub fn scan_options(&self) -> anyhow::Result<crate::formats::ScanOptions> {
+        use anyhow::Context;
+        let class_names = match &self.class_names {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("cannot read class names {}", p.display()))?
+                    .lines()
+                    .map(|l| l.trim().to_string())
+                    .filter(|l| !l.is_empty())
+                    .collect(),
+            ),
+            None => None,
+        };
+        Ok(crate::formats::ScanOptions {
+            format: self.format,
+            class_names,
+        })
+    }
 }
 
 impl MountArgs {

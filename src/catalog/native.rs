@@ -11,12 +11,12 @@
 use super::{Attr, Catalog, DirEntry, Extent, FsError, FsStats, Kind, ObjectInfo, Transform};
 use crate::format::index::{IndexView, Record, Totals};
 use crate::format::reader::Pack;
-use memmap2::Mmap;
-use std::ops::Range;
-use std::sync::Arc;
 use crate::ino::{Node, record_ino};
 use crate::view::{self, ViewGeom, ViewKind, Views};
+use memmap2::Mmap;
 use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::Arc;
 use std::sync::OnceLock;
 
 /// `st_blksize` reported for every file, in bytes. Python's `BufferedReader` sizes its buffer
@@ -97,7 +97,10 @@ impl NativeCatalog {
             return None;
         }
         let end = r.data_off.checked_add(r.size)?;
-        let k = self.bases.partition_point(|&b| b <= r.data_off).checked_sub(1)?;
+        let k = self
+            .bases
+            .partition_point(|&b| b <= r.data_off)
+            .checked_sub(1)?;
         // An empty file may sit at the very end of the object before a later base.
         let o = &self.objects[k];
         let (start, end) = (r.data_off - self.bases[k], end - self.bases[k]);
@@ -380,7 +383,12 @@ impl Catalog for NativeCatalog {
 
     fn statfs(&self) -> FsStats {
         FsStats {
-            blocks: self.objects.iter().map(|o| o.len).sum::<u64>().div_ceil(4096),
+            blocks: self
+                .objects
+                .iter()
+                .map(|o| o.len)
+                .sum::<u64>()
+                .div_ceil(4096),
             files: self.totals.records,
             bsize: 4096,
             namelen: 255,

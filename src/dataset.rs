@@ -1,0 +1,103 @@
+//! What `mount`, `info` and `pack` open: a native loosefs pack, or a dataset in another packed
+//! format served through its kept index ([`crate::formats::index`]). Both end as the same
+//! catalog type over local storage, so the read path (read-ahead, warm, pin, views, stats)
+//! does not know which it serves.
+
+use crate::catalog::native::NativeCatalog;
+use crate::format::FormatError;
+use crate::format::reader::Pack;
+use crate::formats::index::Foreign;
+use crate::options::{ServerOptions, SourceArgs};
+use crate::server::Server;
+use crate::storage::local::{LocalObject, LocalStorage};
+use crate::view::Views;
+use anyhow::{Context, Result};
+use std::path::Path;
+use std::sync::Arc;
+
+/// An opened source.
+#[derive(Debug)]
+pub enum Dataset {
+    /// A native pack.
+    Pack(Pack),
+    /// Another format, through its index.
+    Foreign(Foreign),
+}
+
+impl Dataset {
+    /// Opens `src`: a native pack unless `--format` names another format or `src` is a
+    /// directory or not a pack; then the format is detected and the kept index loaded or
+    /// built (`progress`: say so on stderr).
+    ///
+    /// Errors: a damaged native pack (its own message); a source in no known format (the
+    /// message lists what was tried); a damaged foreign source (names the file).
+    pub fn open(src: &Path, args: &SourceArgs, progress: bool) -> Result<Dataset> {
+        let opts = args.scan_options()?;
+        if opts.format.is_none() && !src.is_dir() {
+            match Pack::open(src) {
+                Ok(p) => return Ok(Dataset::Pack(p)),
+                Err(FormatError::NotAPack(why)) => {
+                    return crate::formats::index::open(
+                        src,
+                        &opts,
+                        args.index_dir.as_deref(),
+                        progress,
+                    )
+                    .map(Dataset::Foreign)
+                    .with_context(|| format!("not a loosefs pack ({why})"));
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot open pack {}", src.display()));
+                }
+            }
+        }
+        crate::formats::index::open(src, &opts, args.index_dir.as_deref(), progress)
+            .map(Dataset::Foreign)
+    }
+
+    /// The source's path (a foreign source's canonical path).
+    pub fn path(&self) -> &Path {
+        match self {
+            Dataset::Pack(p) => p.path(),
+            Dataset::Foreign(f) => &f.header.source,
+        }
+    }
+
+    /// Bytes of every file the samples are read from.
+    pub fn stored_bytes(&self) -> u64 {
+        match self {
+            Dataset::Pack(p) => p.file_len(),
+            Dataset::Foreign(f) => f.header.objects.iter().map(|o| o.len).sum(),
+        }
+    }
+
+    /// The server for this source. Errors: a file cannot be opened or mapped.
+    pub fn server(self, views: Views, opts: ServerOptions) -> std::io::Result<Server> {
+        match self {
+            Dataset::Pack(p) => Server::local(p, views, opts),
+            Dataset::Foreign(f) => {
+                let mut objs = Vec::with_capacity(f.header.objects.len());
+                for o in &f.header.objects {
+                    let file = std::fs::File::open(&o.path)?;
+                    // SAFETY: a read-only map of a dataset file; files must not change while
+                    // mounted (their size and mtime keyed the index).
+                    let map = unsafe { memmap2::Mmap::map(&file)? };
+                    objs.push(LocalObject::new(file, Arc::new(map)));
+                }
+                let cat = NativeCatalog::with_objects(
+                    f.map.clone(),
+                    f.index.clone(),
+                    f.objects(),
+                    f.header.bases.clone(),
+                    views,
+                )
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+                Ok(Server::new(
+                    Arc::new(cat),
+                    Arc::new(LocalStorage::new(objs)),
+                    opts,
+                ))
+            }
+        }
+    }
+}

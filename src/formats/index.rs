@@ -1,0 +1,386 @@
+//! The index of a foreign dataset, built once and kept: a scan ([`super::Scan`]) becomes a loosefs
+//! index (the same records a native pack carries: tree, sizes, CRC-32, JPEG dimensions) whose
+//! `data_off` addresses the dataset's own files, stored in a cache directory under a name
+//! derived from the source path and options. The next mount of the same source checks each
+//! file's size and mtime (ns) against the index header and maps the index: no sample data is
+//! read, however many samples there are.
+//!
+//! Building reads every sample once: its CRC-32 is computed (and checked against the
+//! format's own CRC where it has one: zip's CRC-32, TFRecord's CRC-32C is checked by the scan)
+//! so every later read is checked before it is served. The file is written to a temporary
+//! name and renamed, so a crash never leaves an index that looks valid.
+//!
+//! Layout: `LOOSEFSX` | u32 version (1) | u32 0 | u64 header length | header JSON | zero pad to
+//! 8 bytes | index (`docs/FORMAT.md`).
+
+use super::{Format, Scan, ScanOptions, name_classes};
+use crate::catalog::ObjectInfo;
+use crate::format::index::{self, IndexView, Node, Record};
+use anyhow::{Context, Result, bail};
+use memmap2::Mmap;
+use rayon::prelude::*;
+use std::ops::Range;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const MAGIC: &[u8; 8] = b"LOOSEFSX";
+const VERSION: u32 = 1;
+
+/// One file of the dataset as the index recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ObjectEntry {
+    pub path: PathBuf,
+    /// Size in bytes.
+    pub len: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: i64,
+}
+
+/// The index file's header.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Header {
+    pub format: Format,
+    /// The source as given, canonicalised.
+    pub source: PathBuf,
+    pub objects: Vec<ObjectEntry>,
+    /// Where object k starts in the records' `data_off` space.
+    pub bases: Vec<u64>,
+    pub fields: Vec<String>,
+    pub compression: String,
+    pub labels: String,
+    /// Class directories (0 when the tree mirrors an archive).
+    pub classes: usize,
+    pub samples: usize,
+    /// The options the index was built with (part of its key).
+    pub options: String,
+}
+
+/// An opened foreign dataset: its index, mapped.
+#[derive(Debug)]
+pub struct Foreign {
+    pub header: Header,
+    /// Where the index file is.
+    pub path: PathBuf,
+    /// True when this open built the index (false: loaded, no sample read).
+    pub built: bool,
+    /// The index file's mapping and the index bytes inside it.
+    pub map: Arc<Mmap>,
+    pub index: Range<usize>,
+}
+
+impl Foreign {
+    /// The storage objects, for the catalog.
+    pub fn objects(&self) -> Vec<ObjectInfo> {
+        self.header
+            .objects
+            .iter()
+            .map(|o| ObjectInfo {
+                path: o.path.clone(),
+                len: o.len,
+                data_end: o.len,
+            })
+            .collect()
+    }
+
+    /// The validated index.
+    pub fn view(&self) -> IndexView<'_> {
+        IndexView::parse(&self.map[self.index.clone()]).expect("validated when opened")
+    }
+}
+
+/// The cache directory for indexes: `dir` if given, else `$LOOSEFS_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/loosefs/index`, else `~/.cache/loosefs/index`.
+pub fn cache_dir(dir: Option<&Path>) -> PathBuf {
+    if let Some(d) = dir {
+        return d.to_path_buf();
+    }
+    if let Some(d) = std::env::var_os("LOOSEFS_CACHE_DIR") {
+        return PathBuf::from(d);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/var/cache"));
+    base.join("loosefs").join("index")
+}
+
+fn object_entry(p: &Path) -> Result<ObjectEntry> {
+    let m = std::fs::metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
+    Ok(ObjectEntry {
+        path: p.to_path_buf(),
+        len: m.len(),
+        mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+    })
+}
+
+/// Opens `src` as a foreign dataset: loads its kept index when every file it names still has
+/// the recorded size and mtime, else scans the source and builds (and keeps) a new one.
+/// `progress` prints what is being done to stderr.
+///
+/// Errors: the format is not detected or the source is damaged (the message names the file);
+/// a sample fails the format's own checksum; the cache directory cannot be written.
+pub fn open(
+    src: &Path,
+    opts: &ScanOptions,
+    cache: Option<&Path>,
+    progress: bool,
+) -> Result<Foreign> {
+    let src = src
+        .canonicalize()
+        .with_context(|| format!("cannot read source {}", src.display()))?;
+    let format = match opts.format {
+        Some(f) => f,
+        None => super::detect(&src)?,
+    };
+    let options = format!(
+        "format={};class-names={}",
+        format.name(),
+        opts.class_names
+            .as_ref()
+            .map(|v| v.join("\u{1f}"))
+            .unwrap_or_default()
+    );
+    let key = xxhash_rust::xxh3::xxh3_64(
+        format!("{}\u{0}{options}\u{0}v{VERSION}", src.display()).as_bytes(),
+    );
+    let dir = cache_dir(cache);
+    let path = dir.join(format!("{key:016x}.lfx"));
+    if let Ok(f) = load(&path) {
+        let fresh = f
+            .header
+            .objects
+            .iter()
+            .all(|o| object_entry(&o.path).is_ok_and(|now| now == *o))
+            && f.header.options == options
+            && f.header.source == src;
+        if fresh {
+            return Ok(f);
+        }
+    }
+    if progress {
+        eprintln!(
+            "loosefs: indexing {} ({}) once; the index is kept in {}",
+            src.display(),
+            format.name(),
+            dir.display()
+        );
+    }
+    let scan = super::scan(&src, format)?;
+    let (header, bytes) = build(&src, &scan, opts, options)?;
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the index directory {}", dir.display()))?;
+    write(&path, &header, &bytes)?;
+    let mut f = load(&path).with_context(|| format!("cannot read back {}", path.display()))?;
+    f.built = true;
+    Ok(f)
+}
+
+/// Builds the index records of `scan`: reads every sample once (CRC-32, JPEG dimensions).
+fn build(
+    src: &Path,
+    scan: &Scan,
+    opts: &ScanOptions,
+    options: String,
+) -> Result<(Header, Vec<u8>)> {
+    let objects: Vec<ObjectEntry> = scan
+        .objects
+        .iter()
+        .map(|p| object_entry(p))
+        .collect::<Result<_>>()?;
+    let mut bases = Vec::with_capacity(objects.len());
+    let mut next = 0u64;
+    for o in &objects {
+        bases.push(next);
+        next += o.len;
+    }
+    let files: Vec<std::fs::File> = scan
+        .objects
+        .iter()
+        .map(|p| std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display())))
+        .collect::<Result<_>>()?;
+    // One pass over every sample: CRC-32 and JPEG header, in parallel.
+    let probed: Vec<(u32, Option<crate::format::jpeg::JpegInfo>)> = scan
+        .samples
+        .par_iter()
+        .map(|s| -> Result<_> {
+            use std::os::unix::fs::FileExt;
+            let mut buf = vec![0u8; (s.range.end - s.range.start) as usize];
+            files[s.object as usize]
+                .read_exact_at(&mut buf, s.range.start)
+                .with_context(|| {
+                    format!(
+                        "cannot read {} bytes {}..{}",
+                        scan.objects[s.object as usize].display(),
+                        s.range.start,
+                        s.range.end
+                    )
+                })?;
+            let crc = crc32fast::hash(&buf);
+            if let Some(want) = s.crc32 {
+                if want != crc {
+                    bail!(
+                        "{}: {} fails its CRC-32 ({crc:08x}, the archive says {want:08x})",
+                        scan.objects[s.object as usize].display(),
+                        s.name
+                    );
+                }
+            }
+            Ok((crc, crate::format::jpeg::probe(&buf)))
+        })
+        .collect::<Result<_>>()?;
+    let dirs = name_classes(&scan.samples, opts.class_names.as_deref());
+    let dir_meta = |mtime: i64| Record {
+        is_dir: true,
+        mode: 0o40555,
+        mtime_sec: mtime,
+        ..Record::default()
+    };
+    let root_mtime = scan
+        .objects
+        .iter()
+        .map(|p| super::mtime_of(p))
+        .max()
+        .unwrap_or(0);
+    let mut nodes = vec![Node {
+        parent: None,
+        name: Vec::new(),
+        record: dir_meta(root_mtime),
+    }];
+    let mut dir_ids: std::collections::HashMap<Vec<String>, usize> = Default::default();
+    let mut taken: std::collections::HashSet<(usize, String)> = Default::default();
+    let mut classes = 0;
+    for ((s, (crc, jpeg)), path) in scan.samples.iter().zip(&probed).zip(&dirs) {
+        let mut parent = 0usize;
+        for depth in 1..=path.len() {
+            let key = path[..depth].to_vec();
+            parent = match dir_ids.get(&key) {
+                Some(&id) => id,
+                None => {
+                    nodes.push(Node {
+                        parent: Some(parent),
+                        name: key[depth - 1].as_bytes().to_vec(),
+                        record: dir_meta(root_mtime),
+                    });
+                    taken.insert((parent, key[depth - 1].clone()));
+                    let id = nodes.len() - 1;
+                    dir_ids.insert(key, id);
+                    classes += usize::from(depth == 1);
+                    id
+                }
+            };
+        }
+        // Keys may repeat across shards: later ones get the shard's stem as a prefix.
+        let mut name = s.name.clone();
+        if !taken.insert((parent, name.clone())) {
+            let stem = scan.objects[s.object as usize]
+                .file_stem()
+                .map(|x| x.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let mut k = 0;
+            loop {
+                name = if k == 0 {
+                    format!("{stem}_{}", s.name)
+                } else {
+                    format!("{stem}_{k}_{}", s.name)
+                };
+                if taken.insert((parent, name.clone())) {
+                    break;
+                }
+                k += 1;
+            }
+        }
+        nodes.push(Node {
+            parent: Some(parent),
+            name: name.into_bytes(),
+            record: Record {
+                mode: 0o100444,
+                data_off: bases[s.object as usize] + s.range.start,
+                size: s.range.end - s.range.start,
+                mtime_sec: s.mtime,
+                crc32: *crc,
+                components: jpeg.map_or(0, |j| j.components),
+                width: jpeg.map_or(0, |j| j.width),
+                height: jpeg.map_or(0, |j| j.height),
+                ..Record::default()
+            },
+        });
+    }
+    let bytes = index::build(&nodes, 1)
+        .with_context(|| format!("cannot build the index of {}", src.display()))?;
+    let mirrored = scan.samples.iter().all(|s| s.dir.is_some());
+    let header = Header {
+        format: scan.format,
+        source: src.to_path_buf(),
+        objects,
+        bases,
+        fields: scan.fields.clone(),
+        compression: scan.compression.clone(),
+        labels: scan.labels.clone(),
+        classes: if mirrored { 0 } else { classes },
+        samples: scan.samples.len(),
+        options,
+    };
+    Ok((header, bytes))
+}
+
+fn write(path: &Path, header: &Header, index: &[u8]) -> Result<()> {
+    let json = serde_json::to_vec(header)?;
+    let mut out = Vec::with_capacity(24 + json.len() + 8 + index.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    out.extend_from_slice(&json);
+    out.resize(out.len().div_ceil(8) * 8, 0);
+    out.extend_from_slice(index);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    std::io::Write::write_all(&mut tmp, &out)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// Loads a kept index file. Errors: missing, not an index file, or its index fails its checks.
+pub fn load(path: &Path) -> Result<Foreign> {
+    let file = std::fs::File::open(path)?;
+    // SAFETY: index files are written to a temporary name and renamed into place, never
+    // modified after; the map is read-only.
+    let map = unsafe { Mmap::map(&file)? };
+    if map.len() < 24 || &map[..8] != MAGIC {
+        bail!("{} is not a loosefs index file", path.display());
+    }
+    let version = u32::from_le_bytes(map[8..12].try_into()?);
+    if version != VERSION {
+        bail!("{}: index file version {version}", path.display());
+    }
+    let jlen = u64::from_le_bytes(map[16..24].try_into()?) as usize;
+    let jend = 24usize
+        .checked_add(jlen)
+        .filter(|&e| e <= map.len())
+        .context("truncated index file")?;
+    let header: Header = serde_json::from_slice(&map[24..jend])?;
+    let start = jend.div_ceil(8) * 8;
+    let index = start..map.len();
+    {
+        let v = IndexView::parse(map.get(index.clone()).context("truncated index file")?)?;
+        v.validate_tree()?;
+        let total: u64 = header.objects.iter().map(|o| o.len).sum();
+        if v.totals().data_end > total || header.bases.len() != header.objects.len() {
+            bail!(
+                "{}: the index does not match its object table",
+                path.display()
+            );
+        }
+    }
+    Ok(Foreign {
+        header,
+        path: path.to_path_buf(),
+        built: false,
+        map: Arc::new(map),
+        index,
+    })
+}

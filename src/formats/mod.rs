@@ -1,0 +1,376 @@
+//! Foreign packed formats (WebDataset/tar, zip, TFRecord, MDS, LitData, GulpIO, FFCV): detect a
+//! source's format, scan it once into [`Scan`] (every sample as a byte range of one of the
+//! format's files, with its label and class name), and name the ImageFolder tree the mount
+//! shows. [`index`] turns a scan into a loosefs index kept in a cache directory, so the next
+//! mount of an unchanged source reads no sample data.
+//!
+//! Layouts follow `../shared/research/formats.md` (checked byte by byte against the real
+//! writers' output); each parser's module doc names its source.
+
+pub mod ffcv;
+pub mod gulpio;
+pub mod index;
+pub mod litdata;
+pub mod mds;
+pub mod tar;
+pub mod tfrecord;
+pub mod zip;
+
+use anyhow::{Result, bail};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// A packed format loosefs can mount besides its own packs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// WebDataset shards or any tar archive (uncompressed).
+    Tar,
+    /// A zip archive (stored members).
+    Zip,
+    /// TFRecord files of `tf.train.Example` records (uncompressed).
+    Tfrecord,
+    /// A MosaicML Streaming (MDS) directory: `index.json` + shards.
+    Mds,
+    /// A LitData directory: `index.json` + chunks.
+    Litdata,
+    /// A GulpIO directory: `data_N.gulp` + `meta_N.gmeta`.
+    Gulpio,
+    /// An FFCV `.beton` file.
+    Ffcv,
+}
+
+impl Format {
+    /// Every format, in the order detection tries them.
+    pub const ALL: [Format; 7] = [
+        Format::Ffcv,
+        Format::Mds,
+        Format::Litdata,
+        Format::Gulpio,
+        Format::Tfrecord,
+        Format::Tar,
+        Format::Zip,
+    ];
+
+    /// The name `--format` takes and `info` prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Tar => "tar",
+            Format::Zip => "zip",
+            Format::Tfrecord => "tfrecord",
+            Format::Mds => "mds",
+            Format::Litdata => "litdata",
+            Format::Gulpio => "gulpio",
+            Format::Ffcv => "ffcv",
+        }
+    }
+
+    /// Parses a `--format` value (`webdataset` is an alias of `tar`).
+    pub fn parse(s: &str) -> Option<Format> {
+        match s {
+            "webdataset" | "wds" => Some(Format::Tar),
+            _ => Format::ALL.into_iter().find(|f| f.name() == s),
+        }
+    }
+}
+
+/// One sample found by a scan.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    /// Index of the file holding it among [`Scan::objects`].
+    pub object: u32,
+    /// Byte range of the file's content inside that object.
+    pub range: Range<u64>,
+    /// The format's integer label, as stored.
+    pub label: Option<i64>,
+    /// The format's class name for this sample, when it has one.
+    pub class: Option<String>,
+    /// For archives mirrored as trees (zip, plain tar): the directory path inside the archive
+    /// ("" at the top); `label`/`class` are then unused.
+    pub dir: Option<String>,
+    /// File name shown (key + extension).
+    pub name: String,
+    /// CRC-32 (IEEE) of the content when the format stores it (zip); otherwise computed once
+    /// while the index is built.
+    pub crc32: Option<u32>,
+    /// Modification time shown, seconds since the epoch (the object's when the format has
+    /// none per sample).
+    pub mtime: i64,
+}
+
+/// What a scan of one source found.
+#[derive(Debug, Clone)]
+pub struct Scan {
+    pub format: Format,
+    /// The files holding the samples, in storage order.
+    pub objects: Vec<PathBuf>,
+    /// Every sample, in storage order.
+    pub samples: Vec<Sample>,
+    /// The fields (members, columns, features) a sample has, for `info`.
+    pub fields: Vec<String>,
+    /// How the samples are stored, for `info` (e.g. "none", "zstd").
+    pub compression: String,
+    /// How the format's labels map to directories, for `info` and the README.
+    pub labels: String,
+}
+
+/// Options that change what a scan shows (part of the cached index's key).
+#[derive(Debug, Clone, Default)]
+pub struct ScanOptions {
+    /// Forces the format instead of detecting it.
+    pub format: Option<Format>,
+    /// Class names by label, one per line (line i names label i + `label_base`... see
+    /// [`name_classes`]).
+    pub class_names: Option<Vec<String>>,
+}
+
+/// Detects the format of `src` from its content (file magic, `index.json` keys, file
+/// names). Errors: nothing matched; the message lists what was tried and why each failed.
+pub fn detect(src: &Path) -> Result<Format> {
+    let mut tried = Vec::new();
+    for f in Format::ALL {
+        match sniff(f, src) {
+            Ok(()) => return Ok(f),
+            Err(why) => tried.push(format!("{}: {why}", f.name())),
+        }
+    }
+    bail!(
+        "{} is not a loosefs pack nor a format loosefs reads; tried:\n  {}",
+        src.display(),
+        tried.join("\n  ")
+    )
+}
+
+fn sniff(f: Format, src: &Path) -> std::result::Result<(), String> {
+    match f {
+        Format::Ffcv => ffcv::sniff(src),
+        Format::Mds => mds::sniff(src),
+        Format::Litdata => litdata::sniff(src),
+        Format::Gulpio => gulpio::sniff(src),
+        Format::Tfrecord => tfrecord::sniff(src),
+        Format::Tar => tar::sniff(src),
+        Format::Zip => zip::sniff(src),
+    }
+}
+
+/// Scans `src` as `format`. Errors: the source is damaged or uses a feature loosefs does not
+/// serve (compressed chunks); the message names the file and what is wrong.
+pub fn scan(src: &Path, format: Format) -> Result<Scan> {
+    let mut s = match format {
+        Format::Ffcv => ffcv::scan(src)?,
+        Format::Mds => mds::scan(src)?,
+        Format::Litdata => litdata::scan(src)?,
+        Format::Gulpio => gulpio::scan(src)?,
+        Format::Tfrecord => tfrecord::scan(src)?,
+        Format::Tar => tar::scan(src)?,
+        Format::Zip => zip::scan(src)?,
+    };
+    // Every range must lie inside its object: a damaged index fails here, naming the file.
+    let lens: Vec<u64> = s
+        .objects
+        .iter()
+        .map(|p| std::fs::metadata(p).map(|m| m.len()))
+        .collect::<std::io::Result<_>>()?;
+    for smp in &s.samples {
+        let Some(len) = lens.get(smp.object as usize) else {
+            bail!("{}: sample {} names no file", src.display(), smp.name);
+        };
+        if smp.range.start > smp.range.end || smp.range.end > *len {
+            bail!(
+                "{}: sample {} lies at bytes {}..{}, past the end of the file ({len} bytes)",
+                s.objects[smp.object as usize].display(),
+                smp.name,
+                smp.range.start,
+                smp.range.end
+            );
+        }
+    }
+    if s.samples.is_empty() {
+        bail!(
+            "{}: no samples found ({} format)",
+            src.display(),
+            s.format.name()
+        );
+    }
+    s.samples
+        .iter_mut()
+        .for_each(|x| x.name = safe_name(&x.name));
+    Ok(s)
+}
+
+/// A file or directory name safe to show: no `/` or NUL, not `.` or `..`, not empty.
+pub fn safe_name(n: &str) -> String {
+    let s: String = n
+        .chars()
+        .map(|c| if c == '/' || c == '\0' { '_' } else { c })
+        .collect();
+    match s.as_str() {
+        "" | "." | ".." => format!("_{s}"),
+        _ => s,
+    }
+}
+
+/// The directory path (components) each sample goes in: the archive's own directories when the
+/// scan mirrors a tree; else one class directory per label, named so that sorted order is label
+/// order (what ImageFolder numbers classes by): the class names themselves when every label has
+/// one distinct name and sorting the names keeps label order, else `NNNN_name`, else `NNNN`
+/// (zero-padded label, as stored). `class_names` (from `--class-names`, line i = the i-th
+/// smallest label) overrides the format's names. Unlabelled samples of a labelled set go in
+/// `unlabelled/`.
+pub fn name_classes(samples: &[Sample], class_names: Option<&[String]>) -> Vec<Vec<String>> {
+    if samples.iter().all(|s| s.dir.is_some()) {
+        return samples
+            .iter()
+            .map(|s| {
+                s.dir
+                    .as_deref()
+                    .unwrap_or("")
+                    .split('/')
+                    .filter(|c| !c.is_empty())
+                    .map(safe_name)
+                    .collect()
+            })
+            .collect();
+    }
+    let mut names: BTreeMap<i64, HashSet<&str>> = BTreeMap::new();
+    for s in samples {
+        if let Some(l) = s.label {
+            let e = names.entry(l).or_default();
+            if let Some(c) = &s.class {
+                e.insert(c.as_str());
+            }
+        }
+    }
+    let labels: Vec<i64> = names.keys().copied().collect();
+    let given: HashMap<i64, String> = match class_names {
+        Some(list) => labels
+            .iter()
+            .zip(list)
+            .map(|(l, n)| (*l, safe_name(n)))
+            .collect(),
+        None => names
+            .iter()
+            .filter(|(_, set)| set.len() == 1)
+            .map(|(l, set)| (*l, safe_name(set.iter().next().unwrap_or(&""))))
+            .collect(),
+    };
+    let width = labels
+        .iter()
+        .map(|l| l.unsigned_abs().to_string().len())
+        .max()
+        .unwrap_or(1)
+        .max(4);
+    let all_named = labels.iter().all(|l| given.contains_key(l));
+    let distinct: HashSet<&String> = given.values().collect();
+    let sorted_keeps_order = all_named
+        && distinct.len() == labels.len()
+        && labels
+            .windows(2)
+            .all(|w| given[&w[0]].as_bytes() < given[&w[1]].as_bytes());
+    let dir_of = |l: i64| -> String {
+        match given.get(&l) {
+            Some(n) if sorted_keeps_order => n.clone(),
+            Some(n) => format!("{l:0width$}_{n}"),
+            None => format!("{l:0width$}"),
+        }
+    };
+    samples
+        .iter()
+        .map(|s| match s.label {
+            Some(l) => vec![dir_of(l)],
+            None if labels.is_empty() => Vec::new(),
+            None => vec!["unlabelled".to_string()],
+        })
+        .collect()
+}
+
+/// The image extension of `bytes` by magic number (`jpg`, `png`, `webp`, `gif`, `bmp`,
+/// `tiff`), `bin` when unknown.
+pub fn sniff_ext(bytes: &[u8]) -> &'static str {
+    if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        "jpg"
+    } else if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        "png"
+    } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+        "webp"
+    } else if bytes.starts_with(b"GIF8") {
+        "gif"
+    } else if bytes.starts_with(b"BM") {
+        "bmp"
+    } else if bytes.starts_with(b"II*\0") || bytes.starts_with(b"MM\0*") {
+        "tiff"
+    } else {
+        "bin"
+    }
+}
+
+/// The first `n` bytes of `path` at `off` (fewer at the end of the file).
+pub(crate) fn read_at(path: &Path, off: u64, n: usize) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; n];
+    let mut got = 0;
+    while got < n {
+        let k = f.read_at(&mut buf[got..], off + got as u64)?;
+        if k == 0 {
+            break;
+        }
+        got += k;
+    }
+    buf.truncate(got);
+    Ok(buf)
+}
+
+/// Modification time of `p` in seconds since the epoch (0 when unknown).
+pub(crate) fn mtime_of(p: &Path) -> i64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).map(|m| m.mtime()).unwrap_or(0)
+}
+
+/// The files of directory `dir` whose names `keep` accepts, sorted by name bytes.
+pub(crate) fn list_dir(dir: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<PathBuf>> {
+    let mut v = Vec::new();
+    for e in
+        std::fs::read_dir(dir).map_err(|e| anyhow::anyhow!("cannot list {}: {e}", dir.display()))?
+    {
+        let e = e?;
+        let name = e.file_name();
+        let Some(n) = name.to_str() else { continue };
+        if keep(n) && e.file_type()?.is_file() {
+            v.push(e.path());
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// A little-endian reader over a byte slice that reports truncation instead of panicking.
+pub(crate) struct Le<'a> {
+    pub b: &'a [u8],
+    pub at: usize,
+}
+
+impl<'a> Le<'a> {
+    pub fn new(b: &'a [u8], at: usize) -> Le<'a> {
+        Le { b, at }
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+
+    pub fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_le_bytes(self.bytes(2)?.try_into().ok()?))
+    }
+
+    pub fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.bytes(4)?.try_into().ok()?))
+    }
+
+    pub fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
+    }
+}

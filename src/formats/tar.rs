@@ -1,0 +1,222 @@
+//! WebDataset shards and plain tar archives (uncompressed), read with the `tar` crate (ustar,
+//! PAX and GNU long names; `formats.md` §4). A source is one `.tar` file or a directory of
+//! them (shards in name order).
+//!
+//! WebDataset grouping (`webdataset/tariterators.py`): a sample is a run of consecutive
+//! regular members sharing a key, the key being the member path up to the first dot of its
+//! base name; names like `__x__` are skipped. When some sample has a label member (`.cls`,
+//! `.cls2`, `.class`, `.label`: ASCII integer), the mount shows one image per sample under
+//! its class (`.txt` gives the class name when it is one short word); a tar without labels is
+//! mirrored as the tree of its members. `.tar.gz` is refused (not seekable: gunzip it first).
+
+use super::{Format, Sample, Scan, list_dir, mtime_of, read_at};
+use anyhow::{Context, Result, bail};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+const IMAGE_EXTS: [&str; 10] = [
+    "jpg", "jpeg", "png", "webp", "ppm", "pgm", "bmp", "tif", "tiff", "gif",
+];
+const LABEL_EXTS: [&str; 4] = ["cls", "cls2", "class", "label"];
+
+fn shards(src: &Path) -> Result<Vec<PathBuf>> {
+    if src.is_dir() {
+        let v = list_dir(src, |n| n.ends_with(".tar"))?;
+        if v.is_empty() {
+            bail!("no .tar files in {}", src.display());
+        }
+        Ok(v)
+    } else {
+        Ok(vec![src.to_path_buf()])
+    }
+}
+
+fn is_tar(p: &Path) -> std::result::Result<(), String> {
+    let head = read_at(p, 0, 512).map_err(|e| e.to_string())?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        return Err(format!(
+            "{} is gzip-compressed (a .tar.gz is not seekable: gunzip it, then mount the .tar)",
+            p.display()
+        ));
+    }
+    if head.len() == 512 && &head[257..262] == b"ustar" {
+        Ok(())
+    } else {
+        Err(format!("{} has no ustar header", p.display()))
+    }
+}
+
+/// Ok when `src` is a tar file or a directory of `.tar` files.
+pub fn sniff(src: &Path) -> std::result::Result<(), String> {
+    let v = shards(src).map_err(|e| e.to_string())?;
+    is_tar(&v[0])
+}
+
+struct Member {
+    key: String,
+    ext: String,
+    dir: String,
+    base: String,
+    pos: u64,
+    size: u64,
+}
+
+fn split(path: &str) -> (String, String, String, String) {
+    let (dir, base) = match path.rfind('/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => ("", path),
+    };
+    let (stem, ext) = match base.find('.') {
+        Some(i) => (&base[..i], &base[i + 1..]),
+        None => (base, ""),
+    };
+    let key = if dir.is_empty() {
+        stem.to_string()
+    } else {
+        format!("{dir}/{stem}")
+    };
+    (
+        key,
+        ext.to_ascii_lowercase(),
+        dir.to_string(),
+        base.to_string(),
+    )
+}
+
+/// Scans every shard's headers (data is skipped by seeking).
+pub fn scan(src: &Path) -> Result<Scan> {
+    let objects = shards(src)?;
+    let mut members: Vec<(u32, Member)> = Vec::new();
+    for (k, p) in objects.iter().enumerate() {
+        is_tar(p).map_err(anyhow::Error::msg)?;
+        let f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+        let len = f.metadata()?.len();
+        let mut ar = tar::Archive::new(f);
+        let entries = ar
+            .entries_with_seek()
+            .with_context(|| format!("{}: not a readable tar", p.display()))?;
+        for e in entries {
+            let e = e.with_context(|| format!("{}: damaged tar header", p.display()))?;
+            if !e.header().entry_type().is_file() {
+                continue;
+            }
+            let name = String::from_utf8_lossy(&e.path_bytes()).into_owned();
+            let name = name.trim_start_matches("./").to_string();
+            if name.split('/').any(|c| c == "..") || name.starts_with('/') {
+                bail!("{}: member {name:?} climbs out of the archive", p.display());
+            }
+            let (key, ext, dir, base) = split(&name);
+            if base.starts_with("__") && base[2..].contains("__") {
+                continue;
+            }
+            let pos = e.raw_file_position();
+            let size = e.size();
+            if pos.checked_add(size).is_none_or(|end| end > len) {
+                bail!(
+                    "{}: member {name} ends at byte {}, past the end of the file ({len} bytes): truncated shard",
+                    p.display(),
+                    pos.saturating_add(size)
+                );
+            }
+            members.push((
+                k as u32,
+                Member {
+                    key,
+                    ext,
+                    dir,
+                    base,
+                    pos,
+                    size,
+                },
+            ));
+        }
+    }
+    let mtimes: Vec<i64> = objects.iter().map(|p| mtime_of(p)).collect();
+    let fields: BTreeSet<String> = members.iter().map(|(_, m)| m.ext.clone()).collect();
+    let labelled = members
+        .iter()
+        .any(|(_, m)| LABEL_EXTS.contains(&m.ext.as_str()));
+    let mut samples = Vec::new();
+    if !labelled {
+        for (k, m) in &members {
+            samples.push(Sample {
+                object: *k,
+                range: m.pos..m.pos + m.size,
+                dir: Some(m.dir.clone()),
+                name: m.base.clone(),
+                mtime: mtimes[*k as usize],
+                ..Sample::default()
+            });
+        }
+        return Ok(Scan {
+            format: Format::Tar,
+            objects,
+            samples,
+            fields: fields.into_iter().collect(),
+            compression: "none".into(),
+            labels: "none: the archive's own tree".into(),
+        });
+    }
+    let mut i = 0;
+    while i < members.len() {
+        let mut j = i + 1;
+        while j < members.len()
+            && members[j].1.key == members[i].1.key
+            && members[j].0 == members[i].0
+        {
+            j += 1;
+        }
+        let group = &members[i..j];
+        let obj = group[0].0;
+        let path = &objects[obj as usize];
+        let small = |m: &Member| -> Result<String> {
+            let b = read_at(path, m.pos, m.size.min(256) as usize)?;
+            Ok(String::from_utf8_lossy(&b).trim().to_string())
+        };
+        let image = group
+            .iter()
+            .find(|(_, m)| IMAGE_EXTS.contains(&m.ext.rsplit('.').next().unwrap_or("")));
+        if let Some((_, img)) = image {
+            let mut s = Sample {
+                object: obj,
+                range: img.pos..img.pos + img.size,
+                name: format!(
+                    "{}.{}",
+                    img.key.rsplit('/').next().unwrap_or(&img.key),
+                    img.ext
+                ),
+                mtime: mtimes[obj as usize],
+                ..Sample::default()
+            };
+            for (_, m) in group {
+                if LABEL_EXTS.contains(&m.ext.as_str()) && s.label.is_none() {
+                    let t = small(m)?;
+                    s.label = Some(t.parse().with_context(|| {
+                        format!(
+                            "{}: {}.{} holds {t:?}, not an integer label",
+                            path.display(),
+                            m.key,
+                            m.ext
+                        )
+                    })?);
+                } else if m.ext == "txt" && m.size <= 64 {
+                    let t = small(m)?;
+                    if !t.is_empty() && !t.contains(char::is_whitespace) {
+                        s.class = Some(t);
+                    }
+                }
+            }
+            samples.push(s);
+        }
+        i = j;
+    }
+    Ok(Scan {
+        format: Format::Tar,
+        objects,
+        samples,
+        fields: fields.into_iter().collect(),
+        compression: "none".into(),
+        labels: "WebDataset .cls (as stored); class names from .txt when each label has one word"
+            .into(),
+    })
+}

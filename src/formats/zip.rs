@@ -1,0 +1,84 @@
+//! Zip archives (any zip writer; not a loosefs pack, which mounts natively): the central
+//! directory read with the `zip` crate, member names taken only through its `enclosed_name`
+//! (a name that is absolute or climbs out with `..` refuses the archive, naming the member).
+//! The tree of members is shown as is; STORED members are served in place and checked against
+//! the CRC-32 the archive records. Compressed (deflated) members are refused at mount with the
+//! member named: `loosefs pack` converts such an archive into a native pack.
+
+use super::{Format, Sample, Scan, mtime_of, read_at};
+use anyhow::{Context, Result, bail};
+
+/// Ok when `src` is a file starting with a zip local header or ending with an end record.
+pub fn sniff(src: &std::path::Path) -> std::result::Result<(), String> {
+    if !src.is_file() {
+        return Err(format!("{} is not a file", src.display()));
+    }
+    let head = read_at(src, 0, 4).map_err(|e| e.to_string())?;
+    if head == b"PK\x03\x04" || head == b"PK\x05\x06" {
+        Ok(())
+    } else {
+        Err(format!("{} has no zip signature", src.display()))
+    }
+}
+
+/// Reads the central directory.
+pub fn scan(src: &std::path::Path) -> Result<Scan> {
+    let f = std::fs::File::open(src).with_context(|| format!("cannot open {}", src.display()))?;
+    let mut z = zip::ZipArchive::new(f)
+        .with_context(|| format!("{}: not a readable zip archive", src.display()))?;
+    let mtime = mtime_of(src);
+    let mut samples = Vec::new();
+    let mut deflated = Vec::new();
+    for i in 0..z.len() {
+        let m = z
+            .by_index_raw(i)
+            .with_context(|| format!("{}: damaged central directory entry {i}", src.display()))?;
+        let Some(name) = m.enclosed_name() else {
+            bail!(
+                "{}: member {:?} climbs out of the archive",
+                src.display(),
+                m.name()
+            );
+        };
+        if m.is_dir() {
+            continue;
+        }
+        let name = name.to_string_lossy().into_owned();
+        if m.compression() != zip::CompressionMethod::Stored {
+            deflated.push(name);
+            continue;
+        }
+        let start = m.data_start();
+        let (dir, base) = match name.rfind('/') {
+            Some(i) => (name[..i].to_string(), name[i + 1..].to_string()),
+            None => (String::new(), name.clone()),
+        };
+        samples.push(Sample {
+            object: 0,
+            range: start..start + m.compressed_size(),
+            dir: Some(dir),
+            name: base,
+            crc32: Some(m.crc32()),
+            mtime,
+            ..Sample::default()
+        });
+    }
+    if !deflated.is_empty() {
+        bail!(
+            "{}: {} compressed member(s) (first: {}): loosefs serves stored zip members in place; convert with `loosefs pack {} OUT.pack`",
+            src.display(),
+            deflated.len(),
+            deflated[0],
+            src.display()
+        );
+    }
+    samples.sort_by_key(|s| s.range.start);
+    Ok(Scan {
+        format: Format::Zip,
+        objects: vec![src.to_path_buf()],
+        samples,
+        fields: vec!["member".into()],
+        compression: "none (stored)".into(),
+        labels: "none: the archive's own tree".into(),
+    })
+}
