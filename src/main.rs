@@ -18,12 +18,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Pack a directory tree (or convert a zip archive) into one pack (ZIP64, stored,
-    /// page-aligned, plus an index).
+    /// Pack a directory tree (or convert a zip archive, or a dataset in another packed
+    /// format: the tree its mount shows) into one pack (ZIP64, stored, page-aligned, plus an
+    /// index).
     ///
-    /// Example: loosefs pack ~/data/imagenet/train train.pack
+    /// Example: loosefs pack ~/data/imagenet/train train.pack; loosefs pack shards/ train.pack
     Pack {
-        /// Source directory (an ImageFolder tree, or any tree of files), or a zip archive.
+        /// Source directory (an ImageFolder tree, or any tree of files), a zip archive, or a
+        /// WebDataset/tar, TFRecord, MDS, LitData, GulpIO or FFCV dataset.
         src: PathBuf,
         /// Output pack; written to a temp file beside it and renamed when complete.
         out: PathBuf,
@@ -42,11 +44,14 @@ enum Cmd {
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        source: loosefs::options::SourceArgs,
     },
     /// Mount a pack read-only; returns once the mount is ready, the daemon staying in the
-    /// background.
+    /// background. Also mounts datasets in other packed formats (WebDataset/tar, zip,
+    /// TFRecord, MDS, LitData, GulpIO, FFCV) as ImageFolder trees, indexed once.
     ///
-    /// Example: loosefs mount train.pack /mnt/train
+    /// Example: loosefs mount train.pack /mnt/train; loosefs mount shards/ /mnt/train
     Mount {
         pack: PathBuf,
         mountpoint: PathBuf,
@@ -85,13 +90,17 @@ enum Cmd {
         #[arg(long)]
         lazy: bool,
     },
-    /// Summarise a pack: samples, directories, bytes, alignment, index version, JPEG counts.
+    /// Summarise a pack: samples, directories, bytes, alignment, index version, JPEG counts;
+    /// or a dataset in another format: format, samples, classes, fields, compression,
+    /// zero-copy or not, its files and where its index is kept.
     ///
-    /// Example: loosefs info train.pack --json
+    /// Example: loosefs info train.pack --json; loosefs info shards/ (WebDataset)
     Info {
         pack: PathBuf,
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        source: loosefs::options::SourceArgs,
     },
     /// Check every sample's CRC-32 (and every byte against the source tree when given);
     /// exits 1 naming each mismatch.
@@ -118,6 +127,7 @@ fn run(cli: Cli) -> Result<i32> {
             follow_links,
             force,
             json,
+            source,
         } => {
             let opts = loosefs::packer::PackOptions {
                 jobs,
@@ -125,6 +135,7 @@ fn run(cli: Cli) -> Result<i32> {
                 follow_links,
                 force,
                 progress: !json,
+                source,
             };
             let r = loosefs::packer::pack_dir(&src, &out, &opts)?;
             if json {
@@ -175,8 +186,21 @@ fn run(cli: Cli) -> Result<i32> {
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
         Cmd::Umount { mountpoint, lazy } => loosefs::mount::unmount(&mountpoint, lazy)?,
-        Cmd::Info { pack, json } => {
-            let i = loosefs::verify::info(&open(&pack)?);
+        Cmd::Info { pack, json, source } => {
+            let ds = loosefs::dataset::Dataset::open(&pack, &source, !json)?;
+            let loosefs::dataset::Dataset::Pack(p) = ds else {
+                let loosefs::dataset::Dataset::Foreign(f) = ds else {
+                    unreachable!()
+                };
+                let i = f.info();
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&i)?);
+                } else {
+                    print!("{}", i.text());
+                }
+                return Ok(0);
+            };
+            let i = loosefs::verify::info(&p);
             if json {
                 println!("{}", serde_json::to_string_pretty(&i)?);
             } else {

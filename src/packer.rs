@@ -29,6 +29,8 @@ pub struct PackOptions {
     pub force: bool,
     /// Show a progress bar (only drawn when stderr is a terminal).
     pub progress: bool,
+    /// How a source in another packed format is read.
+    pub source: crate::options::SourceArgs,
 }
 
 /// What `pack` did.
@@ -134,7 +136,7 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
             out_dir.display()
         );
     }
-    let source = Source::open(src, out, opts.follow_links)?;
+    let source = Source::open_with(src, out, opts.follow_links, &opts.source)?;
     let (root_meta, items, skipped) = (source.root, &source.items, &source.skipped);
     let total: u64 = items
         .iter()

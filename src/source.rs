@@ -6,6 +6,7 @@
 //! absolute or climbs out with `..` refuses the whole archive, naming the member.
 
 use crate::format::writer::EntryMeta;
+use crate::options::SourceArgs;
 use anyhow::{Context, Result, bail};
 use memmap2::Mmap;
 use std::collections::BTreeMap;
@@ -47,6 +48,16 @@ pub struct Source {
     pub skipped: Skipped,
     /// The mapped archive when the source is a zip file.
     zip: Option<Mmap>,
+    /// The dataset's files when the source is in another packed format: a file item's
+    /// `member` indexes `locs`.
+    stored: Option<Stored>,
+}
+
+/// Where the files of a foreign source's samples are: the open objects, and per sample
+/// (object, offset, CRC-32 the index recorded).
+struct Stored {
+    objects: Vec<(PathBuf, std::fs::File)>,
+    locs: Vec<(u32, u64, u32)>,
 }
 
 impl Source {
@@ -56,9 +67,31 @@ impl Source {
     /// Errors: `src` missing or unreadable; an unreadable entry; a zip that does not parse, has
     /// a member name escaping the tree, or names one path twice.
     pub fn open(src: &Path, out: &Path, follow_links: bool) -> Result<Source> {
+        Source::open_with(src, out, follow_links, &SourceArgs::default())
+    }
+
+    /// [`Source::open`], reading sources in other packed formats too: with `--format`, a
+    /// directory that is a dataset of a known format (an MDS/LitData `index.json`, GulpIO
+    /// `.gmeta` files, or only `.tar`/TFRecord files and no subdirectory), or a file that is
+    /// neither a directory nor a zip archive. Errors: as [`Source::open`], and those of
+    /// [`crate::dataset::Dataset::open`].
+    pub fn open_with(
+        src: &Path,
+        out: &Path,
+        follow_links: bool,
+        args: &SourceArgs,
+    ) -> Result<Source> {
         let meta = std::fs::metadata(src)
             .with_context(|| format!("cannot read source {}", src.display()))?;
-        let source = if meta.is_dir() {
+        let is_zip = meta.is_file()
+            && crate::formats::read_at(src, 0, 4)
+                .is_ok_and(|h| h == b"PK\x03\x04" || h == b"PK\x05\x06");
+        let foreign = args.format.is_some()
+            || (meta.is_dir() && foreign_dir(src))
+            || (meta.is_file() && !is_zip);
+        let source = if foreign {
+            walk_foreign(src, args)?
+        } else if meta.is_dir() {
             walk_dir(src, out, follow_links)?
         } else if meta.is_file() {
             walk_zip(src, &meta)?
@@ -89,6 +122,10 @@ impl Source {
         item: &Item,
         f: impl FnOnce(&mut dyn Read) -> Result<T>,
     ) -> Result<T> {
+        if self.stored.is_some() {
+            let data = self.read(item)?;
+            return f(&mut Cursor::new(data));
+        }
         match (item.kind, &self.zip) {
             (
                 ItemKind::File {
@@ -110,6 +147,30 @@ impl Source {
 
     /// Reads the bytes of file item `item`.
     pub fn read(&self, item: &Item) -> Result<Vec<u8>> {
+        if let (
+            Some(st),
+            ItemKind::File {
+                size,
+                member: Some(k),
+            },
+        ) = (&self.stored, item.kind)
+        {
+            use std::os::unix::fs::FileExt;
+            let (obj, off, crc) = st.locs[k];
+            let (path, file) = &st.objects[obj as usize];
+            let mut data = vec![0u8; size as usize];
+            file.read_exact_at(&mut data, off)
+                .with_context(|| format!("cannot read {} at byte {off}", path.display()))?;
+            if crc32fast::hash(&data) != crc {
+                bail!(
+                    "{}: {} changed since it was indexed (CRC-32 mismatch at byte {off} of {})",
+                    item.path.display(),
+                    item.name,
+                    path.display()
+                );
+            }
+            return Ok(data);
+        }
         match (item.kind, &self.zip) {
             (
                 ItemKind::File {
@@ -217,6 +278,93 @@ fn walk_dir(src: &Path, out: &Path, follow_links: bool) -> Result<Source> {
         items,
         skipped,
         zip: None,
+        stored: None,
+    })
+}
+
+/// True when directory `src` is a dataset in another packed format rather than a tree to
+/// pack as is: an MDS/LitData `index.json`, GulpIO `.gmeta` files, or only `.tar`/TFRecord
+/// files and no subdirectory.
+fn foreign_dir(src: &Path) -> bool {
+    use crate::formats::Format;
+    match crate::formats::detect(src) {
+        Ok(Format::Mds | Format::Litdata | Format::Gulpio) => true,
+        Ok(_) => std::fs::read_dir(src).is_ok_and(|rd| {
+            rd.filter_map(|e| e.ok())
+                .all(|e| e.file_type().is_ok_and(|t| !t.is_dir()))
+        }),
+        Err(_) => false,
+    }
+}
+
+/// The tree a mount of foreign source `src` shows, as items in pack order.
+fn walk_foreign(src: &Path, args: &SourceArgs) -> Result<Source> {
+    let f = match crate::dataset::Dataset::open(src, args, true)? {
+        crate::dataset::Dataset::Foreign(f) => f,
+        crate::dataset::Dataset::Pack(_) => unreachable!("open_with sends packs to walk_zip"),
+    };
+    let ix = f.view();
+    let objects = f
+        .header
+        .objects
+        .iter()
+        .map(|o| {
+            std::fs::File::open(&o.path)
+                .map(|h| (o.path.clone(), h))
+                .with_context(|| format!("cannot open {}", o.path.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bases = &f.header.bases;
+    let meta_of = |r: &crate::format::index::Record| EntryMeta {
+        mode: if r.is_dir {
+            libc::S_IFDIR | 0o755
+        } else {
+            libc::S_IFREG | 0o644
+        },
+        mtime_sec: r.mtime_sec,
+        mtime_nsec: r.mtime_nsec,
+    };
+    let root_rec = ix.record(0).context("empty index")?;
+    let mut items = Vec::new();
+    let mut locs = Vec::new();
+    // Depth first, children in name order (the order the index keeps them in).
+    let mut stack: Vec<(u32, Option<usize>, PathBuf)> = ix
+        .children(&root_rec)
+        .rev()
+        .map(|c| (c, None, src.to_path_buf()))
+        .collect();
+    while let Some((i, parent, dir)) = stack.pop() {
+        let r = ix.record(i).context("index record")?;
+        let name = String::from_utf8_lossy(ix.name(&r)).into_owned();
+        let path = dir.join(&name);
+        let me = items.len();
+        let kind = if r.is_dir {
+            for c in ix.children(&r).rev() {
+                stack.push((c, Some(me), path.clone()));
+            }
+            ItemKind::Dir
+        } else {
+            let k = bases.partition_point(|&b| b <= r.data_off) - 1;
+            locs.push((k as u32, r.data_off - bases[k], r.crc32));
+            ItemKind::File {
+                size: r.size,
+                member: Some(locs.len() - 1),
+            }
+        };
+        items.push(Item {
+            path,
+            parent,
+            name,
+            kind,
+            meta: meta_of(&r),
+        });
+    }
+    Ok(Source {
+        root: meta_of(&root_rec),
+        items,
+        skipped: Skipped::new(),
+        zip: None,
+        stored: Some(Stored { objects, locs }),
     })
 }
 
@@ -359,6 +507,7 @@ fn walk_zip(src: &Path, meta: &std::fs::Metadata) -> Result<Source> {
         items,
         skipped,
         zip: Some(map),
+        stored: None,
     })
 }
 

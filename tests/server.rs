@@ -51,6 +51,7 @@ fn packed(tmp: &Path) -> (PathBuf, Pack) {
         follow_links: false,
         force: true,
         progress: false,
+        source: Default::default(),
     };
     loosefs::packer::pack_dir(&src, &out, &opts).unwrap();
     (src, Pack::open(&out).unwrap())

@@ -56,6 +56,67 @@ pub struct Header {
     pub options: String,
 }
 
+/// What `loosefs info` prints for a foreign dataset.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ForeignInfo {
+    pub source: String,
+    pub format: String,
+    pub samples: u64,
+    pub jpeg_samples: u64,
+    /// Sum of the samples' sizes, bytes.
+    pub sample_bytes: u64,
+    /// Class directories (0: the archive's own tree is shown).
+    pub classes: usize,
+    pub fields: Vec<String>,
+    pub compression: String,
+    /// True when every file is served straight from the dataset's files (no copy).
+    pub zero_copy: bool,
+    /// How labels become class directories.
+    pub labels: String,
+    /// Files the samples are read from, and their total size in bytes.
+    pub files: usize,
+    pub file_bytes: u64,
+    /// The kept index file.
+    pub index: String,
+    /// True when this run built the index (false: loaded, no sample read).
+    pub index_built_now: bool,
+}
+
+impl ForeignInfo {
+    /// The human-readable form.
+    pub fn text(&self) -> String {
+        format!(
+            "source:        {}\nformat:        {}\nsamples:       {} ({} JPEG), {} bytes\nclasses:       {}\nlabels:        {}\nfields:        {}\ncompression:   {}\nzero-copy:     {}\nfiles:         {} ({} bytes)\nindex:         {}{}\n",
+            self.source,
+            self.format,
+            self.samples,
+            self.jpeg_samples,
+            self.sample_bytes,
+            if self.classes == 0 {
+                "none (the archive's own tree)".to_string()
+            } else {
+                self.classes.to_string()
+            },
+            self.labels,
+            self.fields.join(", "),
+            self.compression,
+            if self.zero_copy {
+                "yes (samples served from the dataset's own files)"
+            } else {
+                "no"
+            },
+            self.files,
+            self.file_bytes,
+            self.index,
+            if self.index_built_now {
+                " (built now)"
+            } else {
+                ""
+            },
+        )
+    }
+}
+
 /// An opened foreign dataset: its index, mapped.
 #[derive(Debug)]
 pub struct Foreign {
@@ -81,6 +142,28 @@ impl Foreign {
                 data_end: o.len,
             })
             .collect()
+    }
+
+    /// What `loosefs info` says of this dataset.
+    pub fn info(&self) -> ForeignInfo {
+        let t = self.view().totals();
+        let h = &self.header;
+        ForeignInfo {
+            source: h.source.display().to_string(),
+            format: h.format.name().to_string(),
+            samples: t.files,
+            jpeg_samples: t.jpegs,
+            sample_bytes: t.bytes,
+            classes: h.classes,
+            fields: h.fields.clone(),
+            compression: h.compression.clone(),
+            zero_copy: true,
+            labels: h.labels.clone(),
+            files: h.objects.len(),
+            file_bytes: h.objects.iter().map(|o| o.len).sum(),
+            index: self.path.display().to_string(),
+            index_built_now: self.built,
+        }
     }
 
     /// The validated index.
