@@ -1,0 +1,323 @@
+"""Datasets in other packed formats, written by each format's own writer
+(../shared/data/formats, see its README and manifest.json: class i has label i), mounted by
+loosefs and read by unmodified loaders: ImageFolder gets the manifest's classes and labels, every
+file is byte-identical to its source where the writer kept the original bytes, and equals an
+independent parse of the format (and the format's own reader, for GulpIO) where it re-encoded;
+DALI reads every sample; `.npy` views equal Pillow; the second mount reuses the kept index;
+`pack` gives the same tree; damaged inputs give a clear error or EIO, never wrong bytes."""
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+import torchvision
+from PIL import Image
+
+from conftest import ROOT, loosefs_bin, need_mount
+
+FORMATS = ROOT.parent / "shared" / "data" / "formats"
+SAMPLES = ROOT.parent / "shared" / "data" / "imagenet-sample"
+
+# name: (source inside FORMATS, class directory naming, writer kept the original bytes)
+CASES = {
+    "webdataset": ("webdataset", "wnid", True),
+    "zip": ("zip/images.zip", "wnid", True),
+    "tfrecord": ("tfrecord", "wnid", True),
+    "mds": ("mds", "wnid", True),
+    "litdata": ("litdata", "number", True),
+    "gulpio": ("gulpio", "wnid", False),
+    "ffcv": ("ffcv/jpg.beton", "number", False),
+}
+
+
+def md5(b: bytes) -> str:
+    return hashlib.md5(b).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def manifest():
+    if not (FORMATS / "manifest.json").is_file() or not SAMPLES.is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {FORMATS} is missing: the format tests cannot run")
+        pytest.skip(f"SKIPPED: {FORMATS} is missing")
+    m = json.loads((FORMATS / "manifest.json").read_text())
+    m["by_md5"] = {md5((SAMPLES / f).read_bytes()): f for f in m["files"]}
+    return m
+
+
+def run(*args, check=True, **kw):
+    return subprocess.run([loosefs_bin(), *map(str, args)], check=check, capture_output=True, text=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("formats")
+
+
+@pytest.fixture(scope="module")
+def mounts(manifest, work):
+    need_mount()
+    out = {}
+    try:
+        for name, (src, _, _) in CASES.items():
+            mnt = work / f"mnt-{name}"
+            mnt.mkdir()
+            run("mount", FORMATS / src, mnt, "--index-dir", work / "index", "--log", work / f"{name}.log")
+            out[name] = mnt
+        yield out
+    finally:
+        for mnt in out.values():
+            run("umount", mnt, check=False)
+
+
+def image_root(name, mnt):
+    # The zip holds `train/<wnid>/<file>`: its tree is shown as is.
+    return mnt / "train" if name == "zip" else mnt
+
+
+def gulpio_reference():
+    """label index by md5 of each frame, from the .gmeta files parsed here (formats.md §2)."""
+    d = FORMATS / "gulpio"
+    l2i = json.loads((d / "label2idx.json").read_text())
+    ref = {}
+    for meta in sorted(d.glob("meta_*.gmeta")):
+        data = (d / meta.name.replace("meta_", "data_").replace(".gmeta", ".gulp")).read_bytes()
+        for item in json.loads(meta.read_text()).values():
+            for loc, pad, length in item["frame_info"]:
+                ref[md5(data[loc:loc + length - pad])] = l2i[item["meta_data"][0]["label"]]
+    return ref
+
+
+def ffcv_reference(path):
+    """label by md5 of each JPEG, from the .beton parsed here with struct (formats.md §1)."""
+    b = path.read_bytes()
+    version, nf, _page, n, alloc = struct.unpack_from("<HHIQQ", b, 0)
+    assert version == 2 and nf == 2
+    types = [b[24 + i * 1041] for i in range(nf)]
+    assert types == [2, 1], types  # RGBImageField, IntField
+    meta = 24 + 1041 * nf
+    sizes = {}
+    for k in range(alloc, len(b) - 23, 24):
+        _sid, ptr, size = struct.unpack_from("<QQQ", b, k)
+        sizes[ptr] = size
+    ref = {}
+    for i in range(n):
+        row = meta + 24 * i  # image metadata at 0 (13 bytes, packed), label at 16, row of 24
+        mode, _w, _h, ptr = struct.unpack_from("<BHHQ", b, row)
+        (label,) = struct.unpack_from("<q", b, row + 16)
+        assert mode == 0
+        ref[md5(b[ptr:ptr + sizes[ptr]])] = label
+    return ref
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_imagefolder_gets_the_formats_classes_labels_and_bytes(name, manifest, mounts):
+    _src, naming, original = CASES[name]
+    root = image_root(name, mounts[name])
+    ds = torchvision.datasets.ImageFolder(str(root))
+    if naming == "wnid":
+        assert ds.classes == manifest["classes"]
+    else:
+        assert ds.classes == [f"{i:04d}" for i in range(48)]
+    assert len(ds) == 48
+    if name == "gulpio":
+        ref = gulpio_reference()
+    elif name == "ffcv":
+        ref = ffcv_reference(FORMATS / CASES[name][0])
+    for path, y in ds.samples:
+        data = pathlib.Path(path).read_bytes()
+        h = md5(data)
+        if original:
+            assert h in manifest["by_md5"], f"{path} is not byte-identical to any source file"
+            want = manifest["classes"].index(manifest["by_md5"][h].split("/")[0])
+        else:
+            assert h in ref, f"{path} differs from the format's stored frame"
+            want = ref[h]
+        assert y == want, path
+        with Image.open(path) as im:
+            im.load()
+            assert im.size[0] > 0
+
+
+def test_gulpio_frames_equal_the_formats_own_reader(mounts):
+    """gulpio2's GulpDirectory decodes each item with its own settings (simplejpeg, fast DCT and
+    upsampling); the served file, decoded the same way, gives the same pixels."""
+    import gulpio2  # python-env.sh installs it
+    from gulpio2.utils import jpeg_bytes_to_img
+
+    gd = gulpio2.GulpDirectory(str(FORMATS / "gulpio"))
+    seen = 0
+    for chunk in gd:
+        for frames, meta in chunk:
+            p = mounts["gulpio"] / meta["label"] / meta["id"]
+            assert len(frames) == 1
+            assert np.array_equal(jpeg_bytes_to_img(p.read_bytes()), frames[0]), p
+            seen += 1
+    assert seen == 48
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_dali_reads_every_sample(name, mounts):
+    from nvidia.dali import fn, pipeline_def, types
+
+    root = image_root(name, mounts[name])
+
+    @pipeline_def(batch_size=16, num_threads=2, device_id=None)
+    def pipe():
+        jpegs, labels = fn.readers.file(file_root=str(root), random_shuffle=False, name="r")
+        return fn.decoders.image(jpegs, device="cpu", output_type=types.RGB), labels
+
+    p = pipe()
+    p.build()
+    assert p.epoch_size("r") == 48
+    ds = torchvision.datasets.ImageFolder(str(root))
+    labels = []
+    while len(labels) < 48:
+        im, lb = p.run()
+        labels += [int(np.array(lb.at(k)).item()) for k in range(len(lb))]
+        for k in range(len(im)):
+            assert np.array(im.at(k)).shape[2] == 3
+    assert labels[:48] == [y for _, y in ds.samples]
+
+
+def test_npy_views_of_a_foreign_format_equal_pillow(manifest, work):
+    need_mount()
+    mnt = work / "mnt-npy"
+    mnt.mkdir()
+    run("mount", FORMATS / "tfrecord", mnt, "--decode", "npy", "--index-dir", work / "index")
+    try:
+        n = 0
+        for c in sorted(os.listdir(mnt)):
+            for f in sorted(os.listdir(mnt / c)):
+                if not f.endswith(".npy"):
+                    continue
+                jpg = mnt / c / (f[:-4] + ".JPEG")
+                with Image.open(jpg) as im:
+                    want = np.asarray(im.convert("RGB"))
+                got = np.load(mnt / c / f)
+                assert got.shape == want.shape and np.array_equal(got, want), f
+                n += 1
+        assert n == 48
+    finally:
+        run("umount", mnt)
+
+
+def test_second_mount_reuses_the_index_and_pack_gives_the_same_tree(manifest, mounts, work):
+    for name, (src, _, _) in CASES.items():
+        i = json.loads(run("info", FORMATS / src, "--json", "--index-dir", work / "index").stdout)
+        assert i["index_built_now"] is False, name
+        assert i["samples"] == 48 and i["zero_copy"] is True
+        out = work / f"{name}.pack"
+        run("pack", FORMATS / src, out)
+        # Every file of the pack equals the mounted file of the same path, and nothing is
+        # missing on either side.
+        v = run("verify", out, "--against", mounts[name], check=False)
+        assert v.returncode == 0, v.stdout + v.stderr
+
+
+def copy(src, dst):
+    if src.is_dir():
+        shutil.copytree(src, dst)
+    else:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    return dst
+
+
+def mount_fails(src, work, *words):
+    mnt = work / "mnt-bad"
+    mnt.mkdir(exist_ok=True)
+    r = run("mount", src, mnt, "--index-dir", work / "index-bad", check=False)
+    if r.returncode == 0:
+        run("umount", mnt)
+    assert r.returncode == 2, r.stderr
+    for w in words:
+        assert w in r.stderr, r.stderr
+    assert "panicked" not in r.stderr
+
+
+def test_damaged_sources_fail_clearly(manifest, work, tmp_path):
+    need_mount()
+    # A truncated WebDataset shard.
+    wds = copy(FORMATS / "webdataset", tmp_path / "wds")
+    shard = wds / "shard-000001.tar"
+    os.truncate(shard, shard.stat().st_size // 2)
+    mount_fails(wds, work, str(shard), "truncated")
+    # A TFRecord with one flipped byte: the format's CRC-32C catches it.
+    tfr = copy(FORMATS / "tfrecord" / "train-00000-of-00001", tmp_path / "tfr" / "train")
+    b = bytearray(tfr.read_bytes())
+    b[len(b) // 2] ^= 0x40
+    tfr.write_bytes(bytes(b))
+    mount_fails(tfr, work, str(tfr), "CRC-32C")
+    # A LitData chunk that is missing.
+    lit = copy(FORMATS / "litdata", tmp_path / "lit")
+    (lit / "chunk-0-1.bin").unlink()
+    mount_fails(lit, work, "chunk-0-1.bin", "missing")
+    # An MDS shard whose offset table points past its end.
+    mds = copy(FORMATS / "mds", tmp_path / "mds")
+    s = mds / "shard.00000.mds"
+    b = bytearray(s.read_bytes())
+    b[8:12] = struct.pack("<I", len(b) + 4096)  # offsets[1]: sample 0 ends past the shard
+    s.write_bytes(bytes(b))
+    mount_fails(mds, work, str(s), "past the end")
+    # A GulpIO meta file pointing past the end of its data file.
+    gulp = copy(FORMATS / "gulpio", tmp_path / "gulp")
+    meta = gulp / "meta_0.gmeta"
+    m = json.loads(meta.read_text())
+    first = next(iter(m.values()))
+    first["frame_info"][0][0] = 10**9
+    meta.write_text(json.dumps(m))
+    mount_fails(gulp, work, "past the end")
+    # A tar member named with `..`.
+    import tarfile
+
+    evil = tmp_path / "evil.tar"
+    with tarfile.open(evil, "w") as t:
+        for n, data in [("../x.jpg", (SAMPLES / manifest["files"][0]).read_bytes()), ("../x.cls", b"0")]:
+            ti = tarfile.TarInfo(n)
+            ti.size = len(data)
+            import io
+
+            t.addfile(ti, io.BytesIO(data))
+    mount_fails(evil, work, "../x.jpg", "climbs out")
+    # Not any known format: the error lists what was tried.
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\x01" * 4096)
+    mount_fails(junk, work, "tried", "tfrecord", "ffcv")
+
+
+def test_bytes_changed_after_indexing_give_eio_not_wrong_bytes(manifest, work, tmp_path):
+    """LitData carries no checksum: the index's CRC-32 (computed when it was built) is what
+    catches a byte flipped afterwards (mtime kept, so the index is reused)."""
+    need_mount()
+    lit = copy(FORMATS / "litdata", tmp_path / "lit")
+    idx = tmp_path / "index"
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    run("mount", lit, mnt, "--index-dir", idx)
+    files = sorted(p for p in mnt.rglob("*") if p.is_file())
+    victim = files[0].read_bytes()
+    run("umount", mnt)
+    chunk = lit / "chunk-0-0.bin"
+    st = chunk.stat()
+    b = bytearray(chunk.read_bytes())
+    at = b.find(victim[:4096])
+    assert at > 0
+    b[at + 2000] ^= 0x01
+    chunk.write_bytes(bytes(b))
+    os.utime(chunk, ns=(st.st_atime_ns, st.st_mtime_ns))
+    log = tmp_path / "daemon.log"
+    run("mount", lit, mnt, "--index-dir", idx, "--log", log)
+    try:
+        with pytest.raises(OSError) as e:
+            files[0].read_bytes()
+        assert e.value.errno == 5  # EIO
+        assert files[1].read_bytes() != b""  # the others are served
+    finally:
+        run("umount", mnt)
+    assert "CRC-32" in log.read_text() and files[0].name in log.read_text()
