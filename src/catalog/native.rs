@@ -36,6 +36,9 @@ pub struct NativeCatalog {
     /// Where each object starts in the records' `data_off` space: object `k` holds offsets
     /// `bases[k]..bases[k] + objects[k].len` (a native pack: one object at 0).
     bases: Vec<u64>,
+    /// When the tree's order is not storage order (a foreign dataset): the file records in
+    /// storage order, and each record's position there (`u32::MAX` for directories).
+    order: Option<(Vec<u32>, Vec<u32>)>,
     /// Set once the pack was modified in place: why every request now fails.
     retired: OnceLock<String>,
 }
@@ -56,6 +59,7 @@ impl NativeCatalog {
             views,
             objects,
             bases: vec![0],
+            order: None,
             retired: OnceLock::new(),
         }
     }
@@ -76,18 +80,32 @@ impl NativeCatalog {
             .get(index.clone())
             .and_then(|b| IndexView::parse(b).ok())
             .map(|v| v.totals());
-        match (ok, totals) {
-            (true, Some(totals)) => Ok(NativeCatalog {
-                map,
-                index,
-                totals,
-                views,
-                objects,
-                bases,
-                retired: OnceLock::new(),
-            }),
-            _ => Err(FsError::Corrupt("malformed index or object table".into())),
+        let Some(totals) = totals.filter(|_| ok) else {
+            return Err(FsError::Corrupt("malformed index or object table".into()));
+        };
+        let mut cat = NativeCatalog {
+            map,
+            index,
+            totals,
+            views,
+            objects,
+            bases,
+            order: None,
+            retired: OnceLock::new(),
+        };
+        // Read-ahead walks files in storage order; the tree (sorted by class and name) need
+        // not follow it: keep the permutation (O(n log n) once, 8 bytes per record).
+        let ix = cat.ix()?;
+        let mut files: Vec<(u64, u32)> = (0..ix.len())
+            .filter_map(|i| ix.record(i).filter(|r| !r.is_dir).map(|r| (r.data_off, i)))
+            .collect();
+        files.sort_unstable();
+        let mut pos = vec![u32::MAX; ix.len() as usize];
+        for (k, &(_, i)) in files.iter().enumerate() {
+            pos[i as usize] = k as u32;
         }
+        cat.order = Some((files.into_iter().map(|f| f.1).collect(), pos));
+        Ok(cat)
     }
 
     /// The object and byte range inside it of a file record's data, or `None` for a
@@ -322,6 +340,13 @@ impl Catalog for NativeCatalog {
     /// Pack order: depth first, names sorted (the order `loosefs pack` writes the data in),
     /// skipping directories. O(depth) amortised. A view inode continues from its JPEG.
     fn next_file(&self, ino: u64) -> Option<u64> {
+        if let Some((order, pos)) = &self.order {
+            let r = Node::of(ino)?.record()?;
+            let p = *pos.get(r as usize)?;
+            return order
+                .get(p.checked_add(1)? as usize)
+                .map(|&i| record_ino(i));
+        }
         let ix = self.ix().ok()?;
         let mut cur = Node::of(ino)?.record()?;
         let mut descend = false; // true: enter `cur` (a directory) instead of moving past it

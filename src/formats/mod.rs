@@ -136,7 +136,7 @@ pub fn detect(src: &Path) -> Result<Format> {
         }
     }
     bail!(
-        "{} is not a loosefs pack nor a format loosefs reads; tried:\n  {}",
+        "{} is not a directory, a loosefs pack, a zip archive, nor a dataset in a format loosefs reads; tried:\n  {}",
         src.display(),
         tried.join("\n  ")
     )

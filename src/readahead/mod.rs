@@ -93,6 +93,8 @@ pub struct ReadAhead {
     prefetch: SyncSender<Prefetch>,
     push: Pusher,
     pin: Arc<Pinner>,
+    /// Where each object starts in the pinned sequence (objects one after the other), bytes.
+    bases: Vec<u64>,
     warm: Arc<Warmer>,
     opts: ReadAheadOptions,
     /// Counters.
@@ -110,6 +112,12 @@ impl ReadAhead {
             .collect();
         let ledgers: Arc<Vec<Ledger>> =
             Arc::new(objects.iter().map(|o| Ledger::new(o.len)).collect());
+        let mut bases = Vec::with_capacity(objects.len());
+        let mut next = 0;
+        for o in objects {
+            bases.push(next);
+            next += o.len;
+        }
         let ra = ReadAhead {
             prefetch: start_prefetch_thread(samples.clone(), ledgers.clone()),
             ledgers,
@@ -117,12 +125,14 @@ impl ReadAhead {
             streams,
             pin: Arc::default(),
             warm: Arc::default(),
+            bases,
             opts,
             stats: ReadAheadStats::default(),
             samples,
         };
         if let Some(bytes) = opts.pin {
-            ra.pin.start(ra.samples.storage().clone(), 0, bytes);
+            let objs = (0..ra.bases.len() as ObjectId).collect();
+            ra.pin.start(ra.samples.storage().clone(), objs, bytes);
         }
         ra
     }
@@ -243,11 +253,7 @@ impl ReadAhead {
         if self.opts.keep_cache || self.warm.running() {
             return false;
         }
-        let pinned = if ext.object == 0 {
-            self.pin.pinned.load(Relaxed)
-        } else {
-            0
-        };
+        let pinned = self.pinned_in(ext.object);
         if r.end <= pinned {
             return false;
         }
@@ -261,15 +267,30 @@ impl ReadAhead {
         true
     }
 
-    /// Starts a warm of the first object's sample data unless one is running (budget: the pin
-    /// when pinning, else free memory). Returns false if one was running.
+    /// Starts a warm of every object's sample data, in object order, unless one is running
+    /// (budget: the pin when pinning, else free memory). Returns false if one was running.
     pub fn start_warm(&self) -> bool {
-        let Some(o) = self.samples.catalog().objects().first() else {
+        let objects = self.samples.catalog().objects();
+        if objects.is_empty() {
             return false;
-        };
-        let budget = self.opts.pin.map(|p| p.min(o.len));
+        }
+        let total: u64 = objects.iter().map(|o| o.len).sum();
+        let budget = self.opts.pin.map(|p| p.min(total));
+        let parts = objects
+            .iter()
+            .enumerate()
+            .map(|(k, o)| (k as ObjectId, o.data_end))
+            .collect();
         let storage = self.samples.storage().clone();
-        self.warm.start(storage, 0, o.data_end, budget)
+        self.warm.start(storage, parts, budget)
+    }
+
+    /// Bytes of object `obj` pinned, from its start, rounded up to pages (objects are pinned
+    /// one after the other in object order).
+    fn pinned_in(&self, obj: ObjectId) -> u64 {
+        let base = self.bases.get(obj as usize).copied().unwrap_or(u64::MAX);
+        let len = self.samples.storage().len(obj);
+        self.pin.pinned_in(base, len)
     }
 
     /// The kernel forgot inode `ino` (and with it any page it held of it): it may be pushed
@@ -295,7 +316,7 @@ impl ReadAhead {
         let mut error = None;
         for (k, o) in objects.iter().enumerate() {
             // Pinned pages stay (that is what pinning is for); only the rest is evicted.
-            let pinned = if k == 0 { self.pin.pinned_pages() } else { 0 };
+            let pinned = self.pinned_in(k as ObjectId);
             if pinned < o.len {
                 if let Err(e) = storage.evict(k as ObjectId, &(pinned..o.len)) {
                     error.get_or_insert(e.to_string());

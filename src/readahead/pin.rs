@@ -26,30 +26,40 @@ pub struct Pinner {
 }
 
 impl Pinner {
-    /// Starts pinning `[0, bytes)` of `obj` (clamped to its size) on a background thread. The
-    /// pages stay locked for the life of `storage`.
-    pub fn start(self: &Arc<Self>, storage: Arc<dyn Storage>, obj: ObjectId, bytes: u64) {
-        let bytes = bytes.min(storage.len(obj));
+    /// Starts pinning the first `bytes` of objects `objs`, taken one after the other (each
+    /// whole before the next), on a background thread. `pinned` counts bytes of that
+    /// sequence. The pages stay locked for the life of `storage`.
+    pub fn start(self: &Arc<Self>, storage: Arc<dyn Storage>, objs: Vec<ObjectId>, bytes: u64) {
+        let total: u64 = objs.iter().map(|&o| storage.len(o)).sum();
+        let bytes = bytes.min(total);
         self.target.store(bytes, Relaxed);
         let me = self.clone();
         let spawned = std::thread::Builder::new()
             .name("loosefs-pin".into())
             .spawn(move || {
-                let mut off = 0;
-                if bytes > 0 {
-                    storage.will_need(obj, &(0..STEP.min(bytes)));
-                }
-                while off < bytes {
-                    let end = (off + STEP).min(bytes);
-                    if end < bytes {
-                        storage.will_need(obj, &(end..(end + STEP).min(bytes)));
+                let mut base = 0;
+                for obj in objs {
+                    let len = storage.len(obj).min(bytes.saturating_sub(base));
+                    let mut off = 0;
+                    if len > 0 {
+                        storage.will_need(obj, &(0..STEP.min(len)));
                     }
-                    if let Err(e) = storage.pin(obj, &(off..end)) {
-                        log::error!("pinning bytes {off}..{end} failed: {e}");
-                        return;
+                    while off < len {
+                        let end = (off + STEP).min(len);
+                        if end < len {
+                            storage.will_need(obj, &(end..(end + STEP).min(len)));
+                        }
+                        if let Err(e) = storage.pin(obj, &(off..end)) {
+                            log::error!("pinning bytes {off}..{end} of object {obj} failed: {e}");
+                            return;
+                        }
+                        off = end;
+                        me.pinned.store(base + off, Relaxed);
                     }
-                    off = end;
-                    me.pinned.store(off, Relaxed);
+                    base += storage.len(obj);
+                    if base >= bytes {
+                        break;
+                    }
                 }
                 log::info!("pinned {bytes} bytes");
             });
@@ -58,8 +68,14 @@ impl Pinner {
         }
     }
 
-    /// The pinned prefix rounded up to whole pages (the lock covers whole pages).
-    pub fn pinned_pages(&self) -> u64 {
-        self.pinned.load(Relaxed).div_ceil(4096) * 4096
+    /// The pinned prefix of the object that starts at `base` in the pinned sequence and is
+    /// `len` bytes long, rounded up to whole pages (the lock covers whole pages).
+    pub fn pinned_in(&self, base: u64, len: u64) -> u64 {
+        let p = self.pinned.load(Relaxed);
+        if p <= base {
+            0
+        } else {
+            ((p - base).div_ceil(4096) * 4096).min(len.div_ceil(4096) * 4096)
+        }
     }
 }

@@ -59,15 +59,16 @@ const DONE: u8 = 2;
 const FAILED: u8 = 3;
 
 impl Warmer {
-    /// Starts warming `[0, data_end)` of `obj` unless a warm is already running. Returns false
-    /// if one was running. `budget` caps the bytes read (None: memory-derived budget).
+    /// Starts warming `[0, data_end)` of each `(obj, data_end)` of `parts`, in that order,
+    /// unless a warm is already running. Returns false if one was running. `budget` caps the
+    /// bytes read (None: memory-derived budget).
     pub fn start(
         self: &Arc<Self>,
         storage: Arc<dyn Storage>,
-        obj: ObjectId,
-        data_end: u64,
+        parts: Vec<(ObjectId, u64)>,
         budget: Option<u64>,
     ) -> bool {
+        let data_end: u64 = parts.iter().map(|p| p.1).sum();
         if self
             .state
             .compare_exchange(IDLE, RUNNING, Relaxed, Relaxed)
@@ -95,14 +96,27 @@ impl Warmer {
         let spawned = std::thread::Builder::new()
             .name("loosefs-warm".into())
             .spawn(move || {
-                let steps = limit.div_ceil(STEP as u64);
+                // (object, offset, length) of every step, the objects one after the other,
+                // up to the limit.
+                let mut plan = Vec::new();
+                let mut left = limit;
+                for &(obj, end) in &parts {
+                    let mut off = 0;
+                    while off < end && left > 0 {
+                        let n = (STEP as u64).min(end - off).min(left);
+                        plan.push((obj, off, n as usize));
+                        off += n;
+                        left -= n;
+                    }
+                }
+                let steps = plan.len() as u64;
                 let next = AtomicU64::new(0);
                 let finished = Mutex::new(vec![false; steps as usize]);
                 let failed = AtomicBool::new(false);
                 std::thread::scope(|s| {
                     for t in 0..READERS {
-                        let (next, failed, finished, storage, me) =
-                            (&next, &failed, &finished, &storage, &me);
+                        let (next, failed, finished, storage, me, plan) =
+                            (&next, &failed, &finished, &storage, &me, &plan);
                         s.spawn(move || {
                             let mut buf = vec![0u8; PART];
                             loop {
@@ -110,8 +124,7 @@ impl Warmer {
                                 if k >= steps || failed.load(Relaxed) {
                                     return;
                                 }
-                                let off = k * STEP as u64;
-                                let n = STEP.min((limit - off) as usize);
+                                let (obj, off, n) = plan[k as usize];
                                 let mut part = 0;
                                 while part < n {
                                     while t > 0 && me.busy.load(Relaxed) > 0 {
@@ -129,8 +142,13 @@ impl Warmer {
                                 // Progress = the contiguous prefix of finished steps.
                                 if let Ok(mut f) = finished.lock() {
                                     f[k as usize] = true;
-                                    let prefix = f.iter().take_while(|&&d| d).count() as u64;
-                                    me.done.store((prefix * STEP as u64).min(limit), Relaxed);
+                                    let prefix: u64 = f
+                                        .iter()
+                                        .zip(plan.iter())
+                                        .take_while(|(d, _)| **d)
+                                        .map(|(_, p)| p.2 as u64)
+                                        .sum();
+                                    me.done.store(prefix, Relaxed);
                                 }
                             }
                         });
