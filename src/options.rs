@@ -86,7 +86,7 @@ pub struct MountArgs {
 #[derive(Args, Debug, Clone, Default)]
 pub struct SourceArgs {
     /// Read the source as this format instead of detecting it: tar (webdataset), zip,
-    /// tfrecord, mds, litdata, gulpio, ffcv.
+    /// tfrecord, mds, litdata, gulpio, ffcv, parquet (hf-parquet).
     #[arg(long, value_parser = parse_format)]
     pub format: Option<crate::formats::Format>,
     /// Class directory names, one per line: line i names the i-th smallest label (overrides

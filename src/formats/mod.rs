@@ -1,4 +1,4 @@
-//! Foreign packed formats (WebDataset/tar, zip, TFRecord, MDS, LitData, GulpIO, FFCV): detect a
+//! Foreign packed formats (WebDataset/tar, zip, TFRecord, MDS, LitData, GulpIO, FFCV, HF Parquet): detect a
 //! source's format, scan it once into [`Scan`] (every sample as a byte range of one of the
 //! format's files, with its label and class name), and name the ImageFolder tree the mount
 //! shows. [`index`] turns a scan into a loosefs index kept in a cache directory, so the next
@@ -12,6 +12,7 @@ pub mod gulpio;
 pub mod index;
 pub mod litdata;
 pub mod mds;
+pub mod parquet;
 pub mod tar;
 pub mod tfrecord;
 pub mod zip;
@@ -39,12 +40,15 @@ pub enum Format {
     Gulpio,
     /// An FFCV `.beton` file.
     Ffcv,
+    /// Hugging Face `datasets` Parquet files (uncompressed image column).
+    Parquet,
 }
 
 impl Format {
     /// Every format, in the order detection tries them.
-    pub const ALL: [Format; 7] = [
+    pub const ALL: [Format; 8] = [
         Format::Ffcv,
+        Format::Parquet,
         Format::Mds,
         Format::Litdata,
         Format::Gulpio,
@@ -63,6 +67,7 @@ impl Format {
             Format::Litdata => "litdata",
             Format::Gulpio => "gulpio",
             Format::Ffcv => "ffcv",
+            Format::Parquet => "parquet",
         }
     }
 
@@ -70,6 +75,7 @@ impl Format {
     pub fn parse(s: &str) -> Option<Format> {
         match s {
             "webdataset" | "wds" => Some(Format::Tar),
+            "hf-parquet" | "huggingface" => Some(Format::Parquet),
             _ => Format::ALL.into_iter().find(|f| f.name() == s),
         }
     }
@@ -145,6 +151,7 @@ pub fn detect(src: &Path) -> Result<Format> {
 fn sniff(f: Format, src: &Path) -> std::result::Result<(), String> {
     match f {
         Format::Ffcv => ffcv::sniff(src),
+        Format::Parquet => parquet::sniff(src),
         Format::Mds => mds::sniff(src),
         Format::Litdata => litdata::sniff(src),
         Format::Gulpio => gulpio::sniff(src),
@@ -159,6 +166,7 @@ fn sniff(f: Format, src: &Path) -> std::result::Result<(), String> {
 pub fn scan(src: &Path, format: Format) -> Result<Scan> {
     let mut s = match format {
         Format::Ffcv => ffcv::scan(src)?,
+        Format::Parquet => parquet::scan(src)?,
         Format::Mds => mds::scan(src)?,
         Format::Litdata => litdata::scan(src)?,
         Format::Gulpio => gulpio::scan(src)?,

@@ -32,6 +32,7 @@ CASES = {
     "litdata": ("litdata", "number", True),
     "gulpio": ("gulpio", "wnid", False),
     "ffcv": ("ffcv/jpg.beton", "number", False),
+    "hf-parquet": ("hf-parquet", "wnid", True),
 }
 
 
