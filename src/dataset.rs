@@ -9,6 +9,7 @@ use crate::format::reader::Pack;
 use crate::formats::index::Foreign;
 use crate::options::{ServerOptions, SourceArgs};
 use crate::server::Server;
+use crate::storage::chunks::{MixedStorage, Part};
 use crate::storage::local::{LocalObject, LocalStorage};
 use crate::view::Views;
 use anyhow::{Context, Result};
@@ -71,19 +72,41 @@ impl Dataset {
         }
     }
 
-    /// The server for this source. Errors: a file cannot be opened or mapped.
-    pub fn server(self, views: Views, opts: ServerOptions) -> std::io::Result<Server> {
+    /// The server for this source; compressed chunks are kept decompressed within
+    /// `chunk_cache` bytes. Errors: a file cannot be opened or mapped.
+    pub fn server(
+        self,
+        views: Views,
+        opts: ServerOptions,
+        chunk_cache: u64,
+    ) -> std::io::Result<Server> {
         match self {
             Dataset::Pack(p) => Server::local(p, views, opts),
             Dataset::Foreign(f) => {
                 let mut objs = Vec::with_capacity(f.header.objects.len());
+                let mut parts = Vec::with_capacity(f.header.objects.len());
+                let chunked = f.header.objects.iter().any(|o| o.chunk.is_some());
                 for o in &f.header.objects {
+                    if let Some(c) = &o.chunk {
+                        parts.push(Part::Chunk(c.open(&o.path)?));
+                        continue;
+                    }
                     let file = std::fs::File::open(&o.path)?;
                     // SAFETY: a read-only map of a dataset file; files must not change while
                     // mounted (their size and mtime keyed the index).
                     let map = unsafe { memmap2::Mmap::map(&file)? };
-                    objs.push(LocalObject::new(file, Arc::new(map)));
+                    let obj = LocalObject::new(file, Arc::new(map));
+                    if chunked {
+                        parts.push(Part::Plain(obj));
+                    } else {
+                        objs.push(obj);
+                    }
                 }
+                let storage: Arc<dyn crate::storage::Storage> = if chunked {
+                    MixedStorage::new(parts, chunk_cache)
+                } else {
+                    Arc::new(LocalStorage::new(objs))
+                };
                 let cat = NativeCatalog::with_objects(
                     f.map.clone(),
                     f.index.clone(),
@@ -92,11 +115,7 @@ impl Dataset {
                     views,
                 )
                 .map_err(|e| std::io::Error::other(e.to_string()))?;
-                Ok(Server::new(
-                    Arc::new(cat),
-                    Arc::new(LocalStorage::new(objs)),
-                    opts,
-                ))
+                Ok(Server::new(Arc::new(cat), storage, opts))
             }
         }
     }

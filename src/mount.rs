@@ -223,7 +223,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         }
     }
     let server = pack
-        .server(views, opts.server_options(mnt))
+        .server(views, opts.server_options(mnt), opts.source.chunk_cache)
         .context("cannot open the pack for serving")?;
     let server = Arc::new(server);
     let fs = LooseFs::new(server.clone(), meta.uid(), meta.gid());

@@ -97,6 +97,14 @@ pub struct SourceArgs {
     /// ~/.cache/loosefs/index).
     #[arg(long)]
     pub index_dir: Option<PathBuf>,
+    /// Memory for decompressed chunks of a compressed source (zstd MDS shards and LitData
+    /// chunks, deflated zip members), e.g. 2G; the least recently used chunk goes first.
+    #[arg(long, value_parser = parse_bytes, default_value = "1G")]
+    pub chunk_cache: u64,
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    parse_size(s)?.ok_or_else(|| "give a size such as 2G".to_string())
 }
 
 fn parse_format(s: &str) -> Result<crate::formats::Format, String> {

@@ -145,6 +145,7 @@ pub fn scan(src: &Path) -> Result<Scan> {
     Ok(Scan {
         format: Format::Ffcv,
         objects: vec![src.to_path_buf()],
+        chunks: Vec::new(),
         samples,
         fields: fields
             .iter()

@@ -143,6 +143,7 @@ pub fn scan(src: &Path) -> Result<Scan> {
     Ok(Scan {
         format: Format::Gulpio,
         objects,
+        chunks: Vec::new(),
         samples,
         fields: vec!["frames".into(), "meta_data".into()],
         compression: "none".into(),

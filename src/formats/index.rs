@@ -35,6 +35,20 @@ pub struct ObjectEntry {
     pub len: u64,
     /// Modification time, nanoseconds since the epoch.
     pub mtime_ns: i64,
+    /// When this object is a compressed chunk of the file: where and how.
+    #[serde(default)]
+    pub chunk: Option<super::ChunkSpec>,
+}
+
+impl ObjectEntry {
+    /// Bytes the object serves (decompressed, for a chunk).
+    pub fn served_len(&self) -> u64 {
+        self.chunk.as_ref().map_or(self.len, |c| c.len)
+    }
+
+    fn same_file(&self, now: &ObjectEntry) -> bool {
+        self.path == now.path && self.len == now.len && self.mtime_ns == now.mtime_ns
+    }
 }
 
 /// The index file's header.
@@ -54,6 +68,12 @@ pub struct Header {
     pub samples: usize,
     /// The options the index was built with (part of its key).
     pub options: String,
+}
+
+/// The files of `h` once each (several chunks may come from one file).
+fn distinct(h: &Header) -> impl Iterator<Item = &ObjectEntry> {
+    let mut seen = std::collections::HashSet::new();
+    h.objects.iter().filter(move |o| seen.insert(&o.path))
 }
 
 /// What `loosefs info` prints for a foreign dataset.
@@ -138,8 +158,8 @@ impl Foreign {
             .iter()
             .map(|o| ObjectInfo {
                 path: o.path.clone(),
-                len: o.len,
-                data_end: o.len,
+                len: o.served_len(),
+                data_end: o.served_len(),
             })
             .collect()
     }
@@ -157,10 +177,10 @@ impl Foreign {
             classes: h.classes,
             fields: h.fields.clone(),
             compression: h.compression.clone(),
-            zero_copy: true,
+            zero_copy: h.objects.iter().all(|o| o.chunk.is_none()),
             labels: h.labels.clone(),
-            files: h.objects.len(),
-            file_bytes: h.objects.iter().map(|o| o.len).sum(),
+            files: distinct(h).count(),
+            file_bytes: distinct(h).map(|o| o.len).sum(),
             index: self.path.display().to_string(),
             index_built_now: self.built,
         }
@@ -194,6 +214,7 @@ fn object_entry(p: &Path) -> Result<ObjectEntry> {
         path: p.to_path_buf(),
         len: m.len(),
         mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        chunk: None,
     })
 }
 
@@ -234,7 +255,7 @@ pub fn open(
             .header
             .objects
             .iter()
-            .all(|o| object_entry(&o.path).is_ok_and(|now| now == *o))
+            .all(|o| object_entry(&o.path).is_ok_and(|now| o.same_file(&now)))
             && f.header.options == options
             && f.header.source == src;
         if fresh {
@@ -266,21 +287,32 @@ fn build(
     opts: &ScanOptions,
     options: String,
 ) -> Result<(Header, Vec<u8>)> {
-    let objects: Vec<ObjectEntry> = scan
-        .objects
-        .iter()
-        .map(|p| object_entry(p))
-        .collect::<Result<_>>()?;
+    let mut objects: Vec<ObjectEntry> = Vec::with_capacity(scan.objects.len());
+    for (k, p) in scan.objects.iter().enumerate() {
+        let mut e = object_entry(p)?;
+        e.chunk = scan.chunks.get(k).cloned().flatten();
+        objects.push(e);
+    }
     let mut bases = Vec::with_capacity(objects.len());
     let mut next = 0u64;
     for o in &objects {
         bases.push(next);
-        next += o.len;
+        next += o.served_len();
     }
     let files: Vec<std::fs::File> = scan
         .objects
         .iter()
         .map(|p| std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display())))
+        .collect::<Result<_>>()?;
+    // Compressed chunks are decompressed once each (in parallel) for the pass below.
+    let chunk_data: Vec<Option<Vec<u8>>> = objects
+        .par_iter()
+        .map(|o| -> Result<Option<Vec<u8>>> {
+            match &o.chunk {
+                Some(c) => Ok(Some(c.open(&o.path)?.decompress()?)),
+                None => Ok(None),
+            }
+        })
         .collect::<Result<_>>()?;
     // One pass over every sample: CRC-32 and JPEG header, in parallel.
     let probed: Vec<(u32, Option<crate::format::jpeg::JpegInfo>)> = scan
@@ -289,16 +321,19 @@ fn build(
         .map(|s| -> Result<_> {
             use std::os::unix::fs::FileExt;
             let mut buf = vec![0u8; (s.range.end - s.range.start) as usize];
-            files[s.object as usize]
-                .read_exact_at(&mut buf, s.range.start)
-                .with_context(|| {
-                    format!(
-                        "cannot read {} bytes {}..{}",
-                        scan.objects[s.object as usize].display(),
-                        s.range.start,
-                        s.range.end
-                    )
-                })?;
+            match &chunk_data[s.object as usize] {
+                Some(d) => buf.copy_from_slice(&d[s.range.start as usize..s.range.end as usize]),
+                None => files[s.object as usize]
+                    .read_exact_at(&mut buf, s.range.start)
+                    .with_context(|| {
+                        format!(
+                            "cannot read {} bytes {}..{}",
+                            scan.objects[s.object as usize].display(),
+                            s.range.start,
+                            s.range.end
+                        )
+                    })?,
+            }
             let crc = crc32fast::hash(&buf);
             if let Some(want) = s.crc32 {
                 if want != crc {
@@ -451,7 +486,7 @@ pub fn load(path: &Path) -> Result<Foreign> {
     {
         let v = IndexView::parse(map.get(index.clone()).context("truncated index file")?)?;
         v.validate_tree()?;
-        let total: u64 = header.objects.iter().map(|o| o.len).sum();
+        let total: u64 = header.objects.iter().map(|o| o.served_len()).sum();
         if v.totals().data_end > total || header.bases.len() != header.objects.len() {
             bail!(
                 "{}: the index does not match its object table",

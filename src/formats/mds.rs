@@ -3,9 +3,11 @@
 //! config JSON | samples`, a sample being one u32 size per variable-size column, then the
 //! columns' bytes in column order. The image is the first `jpeg`/`png` column, served in place;
 //! the label the first integer column (`label` preferred), the class name the first `str`
-//! column. Compressed shards (`zip_data`) are refused, naming the shard.
+//! column. zstd-compressed shards (`zip_data`, `compression: "zstd[:level]"`) are served through
+//! the chunk cache (each shard a chunk of `raw_data.bytes` decompressed bytes); other codecs
+//! (gz, bz2, br, snappy) are refused, naming the shard.
 
-use super::{Format, Le, Sample, Scan, mtime_of};
+use super::{ChunkSpec, Format, Le, Sample, Scan, mtime_of};
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use std::path::Path;
@@ -38,6 +40,7 @@ pub fn scan(src: &Path) -> Result<Scan> {
         .with_context(|| format!("{}: not JSON", ipath.display()))?;
     let shards = v["shards"].as_array().context("index.json: no shards")?;
     let mut objects = Vec::new();
+    let mut chunks = Vec::new();
     let mut samples = Vec::new();
     let mut fields = Vec::new();
     let mut global = 0u64;
@@ -45,13 +48,22 @@ pub fn scan(src: &Path) -> Result<Scan> {
         let basename = sh["raw_data"]["basename"]
             .as_str()
             .context("index.json: a shard without raw_data.basename")?;
-        if !sh["zip_data"].is_null() || !sh["compression"].is_null() {
-            bail!(
-                "{}: shard {basename} is compressed ({}): loosefs serves uncompressed MDS shards in place",
-                ipath.display(),
-                sh["compression"]
-            );
-        }
+        let compression = sh["compression"].as_str();
+        let zstd = match compression {
+            None => false,
+            Some(c) if c == "zstd" || c.starts_with("zstd:") => true,
+            Some(c) => bail!(
+                "{}: shard {basename} is compressed with {c}: loosefs serves uncompressed and zstd MDS shards",
+                ipath.display()
+            ),
+        };
+        let basename = if zstd {
+            sh["zip_data"]["basename"]
+                .as_str()
+                .context("index.json: a compressed shard without zip_data.basename")?
+        } else {
+            basename
+        };
         if basename.split('/').any(|c| c == "..") || basename.starts_with('/') {
             bail!(
                 "{}: shard name {basename:?} climbs out of the directory",
@@ -89,9 +101,24 @@ pub fn scan(src: &Path) -> Result<Scan> {
         let path = src.join(basename);
         let f = std::fs::File::open(&path)
             .with_context(|| format!("{}: shard {basename} is missing", ipath.display()))?;
-        // SAFETY: a read-only map of a dataset file that must not change while indexed.
-        let map = unsafe { memmap2::Mmap::map(&f) }?;
         let bad = |why: String| anyhow::anyhow!("{}: {why}", path.display());
+        let (map, chunk): (Box<dyn std::ops::Deref<Target = [u8]>>, _) = if zstd {
+            let raw_len = sh["raw_data"]["bytes"]
+                .as_u64()
+                .context("index.json: a compressed shard without raw_data.bytes")?;
+            let spec = ChunkSpec {
+                codec: crate::storage::chunks::Codec::Zstd,
+                offset: 0,
+                stored_len: f.metadata()?.len(),
+                len: raw_len,
+                crc32: None,
+            };
+            let data = spec.open(&path)?.decompress()?;
+            (Box::new(data), Some(spec))
+        } else {
+            // SAFETY: a read-only map of a dataset file that must not change while indexed.
+            (Box::new(unsafe { memmap2::Mmap::map(&f) }?), None)
+        };
         let mut le = Le::new(&map, 0);
         let n = le.u32().ok_or_else(|| bad("truncated header".into()))? as usize;
         let offsets: Vec<u32> = (0..=n)
@@ -143,13 +170,20 @@ pub fn scan(src: &Path) -> Result<Scan> {
             global += 1;
         }
         objects.push(path);
+        chunks.push(chunk);
     }
+    let zstd = chunks.iter().filter(|c| c.is_some()).count();
     Ok(Scan {
         format: Format::Mds,
         objects,
+        chunks,
         samples,
         fields,
-        compression: "none".into(),
+        compression: if zstd > 0 {
+            format!("zstd ({zstd} shards, served through the chunk cache)")
+        } else {
+            "none".into()
+        },
         labels: "the integer column (label) as stored; class names from the first str column"
             .into(),
     })

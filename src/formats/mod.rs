@@ -111,6 +111,9 @@ pub struct Scan {
     pub format: Format,
     /// The files holding the samples, in storage order.
     pub objects: Vec<PathBuf>,
+    /// Per object, when it is a compressed chunk of its file: how to get its bytes (samples'
+    /// ranges are then offsets in the decompressed bytes). Empty: every object is plain.
+    pub chunks: Vec<Option<ChunkSpec>>,
     /// Every sample, in storage order.
     pub samples: Vec<Sample>,
     /// The fields (members, columns, features) a sample has, for `info`.
@@ -119,6 +122,32 @@ pub struct Scan {
     pub compression: String,
     /// How the format's labels map to directories, for `info` and the README.
     pub labels: String,
+}
+
+/// A compressed chunk: bytes `offset..offset + stored_len` of its file, `len` bytes once
+/// decompressed with `codec`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ChunkSpec {
+    pub codec: crate::storage::chunks::Codec,
+    pub offset: u64,
+    pub stored_len: u64,
+    pub len: u64,
+    /// CRC-32 of the decompressed bytes, when the container has one (zip).
+    pub crc32: Option<u32>,
+}
+
+impl ChunkSpec {
+    /// The chunk of file `path`, opened.
+    pub fn open(&self, path: &Path) -> std::io::Result<crate::storage::chunks::Chunk> {
+        Ok(crate::storage::chunks::Chunk {
+            path: path.to_path_buf(),
+            file: std::fs::File::open(path)?,
+            range: self.offset..self.offset + self.stored_len,
+            codec: self.codec,
+            len: self.len,
+            crc32: self.crc32,
+        })
+    }
 }
 
 /// Options that change what a scan shows (part of the cached index's key).
@@ -175,10 +204,15 @@ pub fn scan(src: &Path, format: Format) -> Result<Scan> {
         Format::Zip => zip::scan(src)?,
     };
     // Every range must lie inside its object: a damaged index fails here, naming the file.
+    s.chunks.resize(s.objects.len(), None);
     let lens: Vec<u64> = s
         .objects
         .iter()
-        .map(|p| std::fs::metadata(p).map(|m| m.len()))
+        .zip(&s.chunks)
+        .map(|(p, c)| match c {
+            Some(c) => Ok(c.len),
+            None => std::fs::metadata(p).map(|m| m.len()),
+        })
         .collect::<std::io::Result<_>>()?;
     for smp in &s.samples {
         let Some(len) = lens.get(smp.object as usize) else {

@@ -193,6 +193,7 @@ pub fn scan(src: &Path) -> Result<Scan> {
     Ok(Scan {
         format: Format::Parquet,
         objects,
+        chunks: Vec::new(),
         samples,
         fields,
         compression: "none (image column UNCOMPRESSED, PLAIN)".into(),

@@ -151,6 +151,7 @@ pub fn scan(src: &Path) -> Result<Scan> {
         return Ok(Scan {
             format: Format::Tar,
             objects,
+            chunks: Vec::new(),
             samples,
             fields: fields.into_iter().collect(),
             compression: "none".into(),
@@ -213,6 +214,7 @@ pub fn scan(src: &Path) -> Result<Scan> {
     Ok(Scan {
         format: Format::Tar,
         objects,
+        chunks: Vec::new(),
         samples,
         fields: fields.into_iter().collect(),
         compression: "none".into(),

@@ -244,6 +244,7 @@ pub fn scan(src: &Path) -> Result<Scan> {
     Ok(Scan {
         format: Format::Tfrecord,
         objects,
+        chunks: Vec::new(),
         samples,
         fields: names.into_iter().collect(),
         compression: "none".into(),

@@ -1,11 +1,13 @@
 //! Zip archives (any zip writer; not a loosefs pack, which mounts natively): the central
 //! directory read with the `zip` crate, member names taken only through its `enclosed_name`
 //! (a name that is absolute or climbs out with `..` refuses the archive, naming the member).
-//! The tree of members is shown as is; STORED members are served in place and checked against
-//! the CRC-32 the archive records. Compressed (deflated) members are refused at mount with the
-//! member named: `loosefs pack` converts such an archive into a native pack.
+//! The tree of members is shown as is; STORED members are served in place, deflated members
+//! through the chunk cache (each member a chunk, decompressed whole on first read), all checked
+//! against the CRC-32 the archive records. Other methods (bzip2, zstd in zip, ...) are refused
+//! with the member named: `loosefs pack` converts such an archive into a native pack.
 
-use super::{Format, Sample, Scan, mtime_of, read_at};
+use super::{ChunkSpec, Format, Sample, Scan, mtime_of, read_at};
+use crate::storage::chunks::Codec;
 use anyhow::{Context, Result, bail};
 
 /// Ok when `src` is a file starting with a zip local header or ending with an end record.
@@ -28,7 +30,9 @@ pub fn scan(src: &std::path::Path) -> Result<Scan> {
         .with_context(|| format!("{}: not a readable zip archive", src.display()))?;
     let mtime = mtime_of(src);
     let mut samples = Vec::new();
-    let mut deflated = Vec::new();
+    let mut objects = vec![src.to_path_buf()];
+    let mut chunks = vec![None];
+    let mut other = Vec::new();
     for i in 0..z.len() {
         let m = z
             .by_index_raw(i)
@@ -44,18 +48,32 @@ pub fn scan(src: &std::path::Path) -> Result<Scan> {
             continue;
         }
         let name = name.to_string_lossy().into_owned();
-        if m.compression() != zip::CompressionMethod::Stored {
-            deflated.push(name);
-            continue;
-        }
         let start = m.data_start();
+        let (object, range) = match m.compression() {
+            zip::CompressionMethod::Stored => (0, start..start + m.compressed_size()),
+            zip::CompressionMethod::Deflated => {
+                objects.push(src.to_path_buf());
+                chunks.push(Some(ChunkSpec {
+                    codec: Codec::Deflate,
+                    offset: start,
+                    stored_len: m.compressed_size(),
+                    len: m.size(),
+                    crc32: Some(m.crc32()),
+                }));
+                (objects.len() as u32 - 1, 0..m.size())
+            }
+            _ => {
+                other.push(format!("{name} ({:?})", m.compression()));
+                continue;
+            }
+        };
         let (dir, base) = match name.rfind('/') {
             Some(i) => (name[..i].to_string(), name[i + 1..].to_string()),
             None => (String::new(), name.clone()),
         };
         samples.push(Sample {
-            object: 0,
-            range: start..start + m.compressed_size(),
+            object,
+            range,
             dir: Some(dir),
             name: base,
             crc32: Some(m.crc32()),
@@ -63,22 +81,29 @@ pub fn scan(src: &std::path::Path) -> Result<Scan> {
             ..Sample::default()
         });
     }
-    if !deflated.is_empty() {
+    if !other.is_empty() {
         bail!(
-            "{}: {} compressed member(s) (first: {}): loosefs serves stored zip members in place; convert with `loosefs pack {} OUT.pack`",
+            "{}: {} member(s) compressed with a method loosefs does not serve (first: {}); convert with `loosefs pack {} OUT.pack`",
             src.display(),
-            deflated.len(),
-            deflated[0],
+            other.len(),
+            other[0],
             src.display()
         );
     }
-    samples.sort_by_key(|s| s.range.start);
+    // Storage order: stored members by offset, then each deflated member's chunk.
+    samples.sort_by_key(|s| (s.object, s.range.start));
+    let deflated = chunks.iter().filter(|c| c.is_some()).count();
     Ok(Scan {
         format: Format::Zip,
-        objects: vec![src.to_path_buf()],
+        objects,
+        chunks,
         samples,
         fields: vec!["member".into()],
-        compression: "none (stored)".into(),
+        compression: if deflated > 0 {
+            format!("{deflated} deflated member(s), served through the chunk cache")
+        } else {
+            "none (stored)".into()
+        },
         labels: "none: the archive's own tree".into(),
     })
 }

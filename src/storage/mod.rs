@@ -4,6 +4,7 @@
 //! cached. [`local::LocalStorage`] serves local files through the kernel's page cache; a remote
 //! implementation (ranged GETs into a local block cache) answers the same calls.
 
+pub mod chunks;
 pub mod local;
 
 use crate::catalog::ObjectId;

@@ -1,0 +1,380 @@
+//! Compressed chunks as storage objects: an object whose bytes are the decompressed content of a
+//! compressed range of a local file (a zstd MDS shard or LitData chunk, a deflated zip member).
+//! A chunk is decompressed whole, once, into a bounded LRU cache of decompressed chunks
+//! (`--chunk-cache`), single flight (concurrent readers of a chunk being decompressed wait for
+//! it), and checked: a zip member against its CRC-32, every chunk against its decompressed
+//! length. Reading a chunk past its middle decompresses the next chunk on a background thread,
+//! so an in-order walk finds it ready (read-ahead in chunk order); `will_need` decompresses ahead
+//! the same way.
+//!
+//! [`MixedStorage`] serves a dataset whose files are partly plain (through [`LocalStorage`]) and
+//! partly compressed chunks.
+
+use super::Storage;
+use super::local::{LocalObject, LocalStorage};
+use crate::catalog::ObjectId;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// How a chunk is compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Codec {
+    /// A zstd stream (one or more frames).
+    Zstd,
+    /// Raw deflate (a zip member).
+    Deflate,
+}
+
+/// One compressed chunk: bytes `range` of `path`, `len` bytes once decompressed.
+#[derive(Debug)]
+pub struct Chunk {
+    pub path: PathBuf,
+    pub file: File,
+    pub range: Range<u64>,
+    pub codec: Codec,
+    pub len: u64,
+    /// CRC-32 of the decompressed bytes, when the container records one (zip).
+    pub crc32: Option<u32>,
+}
+
+impl Chunk {
+    /// Reads and decompresses the chunk. Errors: I/O, a damaged stream, a length or CRC-32
+    /// that does not match (the message names the file).
+    pub fn decompress(&self) -> io::Result<Vec<u8>> {
+        let mut raw = vec![0u8; (self.range.end - self.range.start) as usize];
+        self.file.read_exact_at(&mut raw, self.range.start)?;
+        let bad = |why: String| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {why}", self.path.display()),
+            )
+        };
+        let mut out = Vec::with_capacity(self.len as usize);
+        let r = match self.codec {
+            Codec::Zstd => zstd::stream::read::Decoder::new(&raw[..])?
+                .take(self.len + 1)
+                .read_to_end(&mut out),
+            Codec::Deflate => flate2::read::DeflateDecoder::new(&raw[..])
+                .take(self.len + 1)
+                .read_to_end(&mut out),
+        };
+        r.map_err(|e| {
+            bad(format!(
+                "bytes {}..{} do not decompress ({e})",
+                self.range.start, self.range.end
+            ))
+        })?;
+        if out.len() as u64 != self.len {
+            return Err(bad(format!(
+                "bytes {}..{} decompress to {} bytes, the index says {}",
+                self.range.start,
+                self.range.end,
+                out.len(),
+                self.len
+            )));
+        }
+        if let Some(want) = self.crc32 {
+            let got = crc32fast::hash(&out);
+            if got != want {
+                return Err(bad(format!(
+                    "decompressed CRC-32 {got:08x}, the archive says {want:08x}"
+                )));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A plain local file or a compressed chunk.
+#[derive(Debug)]
+pub enum Part {
+    Plain(LocalObject),
+    Chunk(Chunk),
+}
+
+#[derive(Default)]
+struct Cache {
+    /// Decompressed chunks by object, least recently used first.
+    lru: Vec<(ObjectId, Arc<Vec<u8>>)>,
+    bytes: u64,
+    /// Chunks being decompressed now (single flight).
+    busy: HashMap<ObjectId, Arc<(Mutex<bool>, Condvar)>>,
+    /// Pinned chunks: kept outside the LRU budget.
+    pinned: HashMap<ObjectId, Arc<Vec<u8>>>,
+}
+
+/// Storage over plain files and compressed chunks (object ids as the catalog numbers them).
+pub struct MixedStorage {
+    plain: LocalStorage,
+    /// Per object: `Ok(k)` = plain object k of `plain`; `Err(k)` = chunk k of `chunks`.
+    map: Vec<Result<u32, usize>>,
+    chunks: Vec<Chunk>,
+    cache: Mutex<Cache>,
+    budget: u64,
+    background: AtomicUsize,
+    me: std::sync::Weak<MixedStorage>,
+}
+
+impl std::fmt::Debug for MixedStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MixedStorage")
+            .field("objects", &self.map.len())
+            .field("chunks", &self.chunks.len())
+            .field("budget", &self.budget)
+            .finish()
+    }
+}
+
+/// Background decompressions at most in flight.
+const BACKGROUND: usize = 2;
+
+impl MixedStorage {
+    /// Storage over `parts` (object k = part k), keeping at most `budget` bytes of decompressed
+    /// chunks (LRU; one chunk is always kept however large).
+    pub fn new(parts: Vec<Part>, budget: u64) -> Arc<MixedStorage> {
+        let mut plain = Vec::new();
+        let mut chunks = Vec::new();
+        let mut map = Vec::new();
+        for p in parts {
+            match p {
+                Part::Plain(o) => {
+                    map.push(Ok(plain.len() as u32));
+                    plain.push(o);
+                }
+                Part::Chunk(c) => {
+                    map.push(Err(chunks.len()));
+                    chunks.push(c);
+                }
+            }
+        }
+        Arc::new_cyclic(|me| MixedStorage {
+            plain: LocalStorage::new(plain),
+            map,
+            chunks,
+            cache: Mutex::new(Cache::default()),
+            budget,
+            background: AtomicUsize::new(0),
+            me: me.clone(),
+        })
+    }
+
+    fn part(&self, obj: ObjectId) -> io::Result<Result<u32, usize>> {
+        self.map.get(obj as usize).copied().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, format!("no storage object {obj}"))
+        })
+    }
+
+    fn cached(&self, obj: ObjectId) -> Option<Arc<Vec<u8>>> {
+        let mut c = self.cache.lock().ok()?;
+        if let Some(d) = c.pinned.get(&obj) {
+            return Some(d.clone());
+        }
+        let i = c.lru.iter().position(|(o, _)| *o == obj)?;
+        let e = c.lru.remove(i);
+        let d = e.1.clone();
+        c.lru.push(e);
+        Some(d)
+    }
+
+    /// The decompressed chunk `k` (object `obj`), decompressing it if needed (single flight).
+    fn chunk(&self, obj: ObjectId, k: usize) -> io::Result<Arc<Vec<u8>>> {
+        loop {
+            if let Some(d) = self.cached(obj) {
+                return Ok(d);
+            }
+            let (flight, leader) = {
+                let mut c = self
+                    .cache
+                    .lock()
+                    .map_err(|_| io::Error::other("chunk cache poisoned"))?;
+                match c.busy.get(&obj) {
+                    Some(f) => (f.clone(), false),
+                    None => {
+                        let f = Arc::new((Mutex::new(false), Condvar::new()));
+                        c.busy.insert(obj, f.clone());
+                        (f, true)
+                    }
+                }
+            };
+            if !leader {
+                let (m, cv) = &*flight;
+                let mut done = m
+                    .lock()
+                    .map_err(|_| io::Error::other("chunk cache poisoned"))?;
+                while !*done {
+                    done = cv
+                        .wait(done)
+                        .map_err(|_| io::Error::other("chunk cache poisoned"))?;
+                }
+                // Decompressed (or failed): look again; a failure is retried by this reader.
+                if let Some(d) = self.cached(obj) {
+                    return Ok(d);
+                }
+                continue;
+            }
+            let r = self.chunks[k].decompress().map(Arc::new);
+            let mut c = self
+                .cache
+                .lock()
+                .map_err(|_| io::Error::other("chunk cache poisoned"))?;
+            if let Ok(d) = &r {
+                c.bytes += d.len() as u64;
+                c.lru.push((obj, d.clone()));
+                while c.bytes > self.budget && c.lru.len() > 1 {
+                    let (_, old) = c.lru.remove(0);
+                    c.bytes -= old.len() as u64;
+                }
+            }
+            c.busy.remove(&obj);
+            drop(c);
+            let (m, cv) = &*flight;
+            if let Ok(mut done) = m.lock() {
+                *done = true;
+            }
+            cv.notify_all();
+            return r;
+        }
+    }
+
+    /// Decompresses object `obj` on a background thread if it is a chunk not yet cached
+    /// (at most [`BACKGROUND`] at a time; further requests are dropped).
+    fn ahead(&self, obj: ObjectId) {
+        let Ok(Err(k)) = self.part(obj) else { return };
+        if self.cached(obj).is_some() || self.background.fetch_add(1, Relaxed) >= BACKGROUND {
+            if self.cached(obj).is_none() {
+                self.background.fetch_sub(1, Relaxed);
+            }
+            return;
+        }
+        let Some(me) = self.me.upgrade() else {
+            self.background.fetch_sub(1, Relaxed);
+            return;
+        };
+        let spawned = std::thread::Builder::new()
+            .name("loosefs-chunk".into())
+            .spawn(move || {
+                if let Err(e) = me.chunk(obj, k) {
+                    log::error!("{e}");
+                }
+                me.background.fetch_sub(1, Relaxed);
+            });
+        if spawned.is_err() {
+            self.background.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+impl Storage for MixedStorage {
+    fn len(&self, obj: ObjectId) -> u64 {
+        match self.part(obj) {
+            Ok(Ok(k)) => self.plain.len(k),
+            Ok(Err(k)) => self.chunks[k].len,
+            Err(_) => 0,
+        }
+    }
+
+    fn read_at(&self, obj: ObjectId, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        match self.part(obj)? {
+            Ok(k) => self.plain.read_at(k, off, buf),
+            Err(k) => {
+                let d = self.chunk(obj, k)?;
+                let end = off
+                    .checked_add(buf.len() as u64)
+                    .filter(|&e| e <= d.len() as u64)
+                    .ok_or_else(|| {
+                        io::Error::new(io::ErrorKind::UnexpectedEof, "read past the chunk")
+                    })?;
+                buf.copy_from_slice(&d[off as usize..end as usize]);
+                // Past the middle of a chunk: the next one is decompressed ahead.
+                if off >= d.len() as u64 / 2 {
+                    self.ahead(obj + 1);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn will_need(&self, obj: ObjectId, r: &Range<u64>) {
+        match self.part(obj) {
+            Ok(Ok(k)) => self.plain.will_need(k, r),
+            Ok(Err(_)) => self.ahead(obj),
+            Err(_) => {}
+        }
+    }
+
+    fn resident_bytes(&self, obj: ObjectId, r: &Range<u64>) -> u64 {
+        match self.part(obj) {
+            Ok(Ok(k)) => self.plain.resident_bytes(k, r),
+            Ok(Err(k)) if self.cached(obj).is_some() => {
+                r.end.min(self.chunks[k].len).saturating_sub(r.start)
+            }
+            _ => 0,
+        }
+    }
+
+    fn resident(&self, obj: ObjectId, r: &Range<u64>) -> bool {
+        match self.part(obj) {
+            Ok(Ok(k)) => self.plain.resident(k, r),
+            Ok(Err(_)) => self.cached(obj).is_some(),
+            Err(_) => false,
+        }
+    }
+
+    fn release(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()> {
+        match self.part(obj)? {
+            Ok(k) => self.plain.release(k, r),
+            // Decompressed chunks serve many samples: the LRU budget bounds them.
+            Err(_) => Ok(()),
+        }
+    }
+
+    fn evict(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()> {
+        match self.part(obj)? {
+            Ok(k) => self.plain.evict(k, r),
+            Err(k) => {
+                if let Ok(mut c) = self.cache.lock() {
+                    if let Some(i) = c.lru.iter().position(|(o, _)| *o == obj) {
+                        let (_, d) = c.lru.remove(i);
+                        c.bytes -= d.len() as u64;
+                    }
+                }
+                // The compressed bytes' pages too, so the next read is cold.
+                let ch = &self.chunks[k];
+                // SAFETY: posix_fadvise only reads its integer arguments; the fd is open.
+                let rc = unsafe {
+                    libc::posix_fadvise(
+                        std::os::fd::AsRawFd::as_raw_fd(&ch.file),
+                        ch.range.start as i64,
+                        (ch.range.end - ch.range.start) as i64,
+                        libc::POSIX_FADV_DONTNEED,
+                    )
+                };
+                if rc == 0 {
+                    Ok(())
+                } else {
+                    Err(io::Error::from_raw_os_error(rc))
+                }
+            }
+        }
+    }
+
+    fn pin(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()> {
+        match self.part(obj)? {
+            Ok(k) => self.plain.pin(k, r),
+            Err(k) => {
+                let d = self.chunk(obj, k)?;
+                if let Ok(mut c) = self.cache.lock() {
+                    c.pinned.insert(obj, d);
+                }
+                Ok(())
+            }
+        }
+    }
+}
