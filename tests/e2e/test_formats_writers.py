@@ -1,0 +1,111 @@
+"""Variants beyond ../shared/data/formats, written here by each format's own writer
+(write_formats.py: many WebDataset shards with PAX-long keys and no class names, 1-based
+TFRecord labels without synsets, zstd MDS shards, zstd LitData chunks, a deflated zip, GulpIO
+videos of four frames), mounted and read by ImageFolder: the classes, the labels and every
+byte as the writer's input, the compressed ones through a chunk cache smaller than one chunk."""
+import hashlib
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torchvision
+
+from conftest import ROOT, loosefs_bin, need_mount
+
+SAMPLES = ROOT.parent / "shared" / "data" / "imagenet-sample"
+
+
+def md5(b):
+    return hashlib.md5(b).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    if not SAMPLES.is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {SAMPLES} is missing")
+        pytest.skip(f"SKIPPED: {SAMPLES} is missing")
+    out = tmp_path_factory.mktemp("written")
+    subprocess.run([sys.executable, str(pathlib.Path(__file__).with_name("write_formats.py")), str(SAMPLES), str(out)], check=True, capture_output=True)
+    classes = sorted(os.listdir(SAMPLES))[:12]
+    src = {}
+    for i, c in enumerate(classes):
+        for f in os.listdir(SAMPLES / c):
+            src[md5((SAMPLES / c / f).read_bytes())] = i
+    return out, classes, src
+
+
+def mounted(written, name, tmp_path, *extra):
+    need_mount()
+    out, _, _ = written
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run([loosefs_bin(), "mount", str(out / name), str(mnt), "--index-dir", str(tmp_path / "index"), *extra], check=True, capture_output=True)
+    return mnt
+
+
+def umount(mnt):
+    subprocess.run([loosefs_bin(), "umount", str(mnt)], check=True)
+
+
+@pytest.mark.parametrize(
+    "name, dirs, extra",
+    [
+        ("webdataset", "numbers0", []),
+        ("tfrecord", "numbers1", []),
+        ("mds-zstd", "wnids", ["--chunk-cache", "256K"]),
+        ("litdata-zstd", "numbers0", ["--chunk-cache", "256K"]),
+        ("zip-deflated.zip", "wnids", ["--chunk-cache", "256K"]),
+    ],
+)
+def test_written_variant_reads_as_its_source(written, tmp_path, name, dirs, extra):
+    _, classes, src = written
+    mnt = mounted(written, name, tmp_path, *extra)
+    try:
+        root = mnt / "train" if name.endswith(".zip") else mnt
+        ds = torchvision.datasets.ImageFolder(str(root))
+        want = {
+            "wnids": classes,
+            "numbers0": [f"{i:04d}" for i in range(12)],
+            # TFRecord labels as stored (1-based): ImageFolder's class 0 is label 1.
+            "numbers1": [f"{i:04d}" for i in range(1, 13)],
+        }[dirs]
+        assert ds.classes == want
+        assert len(ds) == 12
+        for path, y in ds.samples:
+            h = md5(pathlib.Path(path).read_bytes())
+            assert src.get(h) == y, path
+        # The compressed ones were served through a cache smaller than one chunk: read them
+        # all again in reverse (every chunk decompressed again) and compare.
+        for path, y in reversed(ds.samples):
+            assert src.get(md5(pathlib.Path(path).read_bytes())) == y
+    finally:
+        umount(mnt)
+
+
+def test_gulpio_videos_show_one_file_per_frame_equal_to_gulpio2(written, tmp_path):
+    import gulpio2
+    from gulpio2.utils import jpeg_bytes_to_img
+
+    out, classes, _ = written
+    mnt = mounted(written, "gulpio-video", tmp_path)
+    try:
+        ds = torchvision.datasets.ImageFolder(str(mnt))
+        assert ds.classes == classes[:3]
+        assert len(ds) == 12
+        gd = gulpio2.GulpDirectory(str(out / "gulpio-video"))
+        seen = 0
+        for chunk in gd:
+            for frames, meta in chunk:
+                label = meta["label"]
+                assert len(frames) == 4
+                for k, fr in enumerate(frames):
+                    p = mnt / label / f"{label}-video_{k:04d}.jpg"
+                    assert np.array_equal(jpeg_bytes_to_img(p.read_bytes()), fr), p
+                    seen += 1
+        assert seen == 12
+    finally:
+        umount(mnt)
