@@ -34,7 +34,7 @@ impl Dataset {
     /// message lists what was tried); a damaged foreign source (names the file).
     pub fn open(src: &Path, args: &SourceArgs, progress: bool) -> Result<Dataset> {
         let opts = args.scan_options()?;
-        if opts.format.is_none() && !src.is_dir() {
+        if opts.format.is_none() && src.is_file() {
             match Pack::open(src) {
                 Ok(p) => return Ok(Dataset::Pack(p)),
                 Err(FormatError::NotAPack(why)) => {

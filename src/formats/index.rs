@@ -230,9 +230,16 @@ pub fn open(
     cache: Option<&Path>,
     progress: bool,
 ) -> Result<Foreign> {
-    let src = src
-        .canonicalize()
-        .with_context(|| format!("cannot read source {}", src.display()))?;
+    // A brace pattern (shards) does not exist as a path: its directory is made absolute.
+    let src = match (super::brace_files(src), src.parent(), src.file_name()) {
+        (Some(_), Some(dir), Some(name)) => dir
+            .canonicalize()
+            .with_context(|| format!("cannot read source {}", src.display()))?
+            .join(name),
+        _ => src
+            .canonicalize()
+            .with_context(|| format!("cannot read source {}", src.display()))?,
+    };
     let format = match opts.format {
         Some(f) => f,
         None => super::detect(&src)?,

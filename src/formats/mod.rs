@@ -347,6 +347,51 @@ pub fn sniff_ext(bytes: &[u8]) -> &'static str {
     }
 }
 
+/// Expands a brace pattern as WebDataset readers do (`braceexpand`): `{a..b}` numeric ranges
+/// (zero-padded to the width of `a` when it starts with 0) and `{x,y}` alternatives, nested
+/// left to right. `shard-{000000..000002}.tar` gives three names. At most 10^7 names.
+pub fn expand_braces(pat: &str) -> Vec<String> {
+    let Some(open) = pat.find('{') else {
+        return vec![pat.to_string()];
+    };
+    let Some(close) = pat[open..].find('}').map(|i| open + i) else {
+        return vec![pat.to_string()];
+    };
+    let (head, body, tail) = (&pat[..open], &pat[open + 1..close], &pat[close + 1..]);
+    let mut alts: Vec<String> = Vec::new();
+    if let Some((a, b)) = body.split_once("..") {
+        if let (Ok(x), Ok(y)) = (a.parse::<u64>(), b.parse::<u64>()) {
+            let width = if a.starts_with('0') { a.len() } else { 0 };
+            if x <= y && y - x < 10_000_000 {
+                alts = (x..=y).map(|n| format!("{n:0width$}")).collect();
+            }
+        }
+    }
+    if alts.is_empty() {
+        alts = body.split(',').map(str::to_string).collect();
+    }
+    alts.iter()
+        .flat_map(|a| expand_braces(&format!("{head}{a}{tail}")))
+        .collect()
+}
+
+/// The files a source names: a brace pattern's expansion when `src` does not exist and has
+/// braces. Errors: a file of the expansion is missing.
+pub(crate) fn brace_files(src: &Path) -> Option<Result<Vec<PathBuf>>> {
+    let s = src.to_str()?;
+    if src.exists() || !s.contains('{') {
+        return None;
+    }
+    let v: Vec<PathBuf> = expand_braces(s).into_iter().map(PathBuf::from).collect();
+    Some(match v.iter().find(|p| !p.is_file()) {
+        Some(p) => Err(anyhow::anyhow!(
+            "{} (from the pattern {s}) is missing",
+            p.display()
+        )),
+        None => Ok(v),
+    })
+}
+
 /// The first `n` bytes of `path` at `off` (fewer at the end of the file).
 pub(crate) fn read_at(path: &Path, off: u64, n: usize) -> std::io::Result<Vec<u8>> {
     use std::os::unix::fs::FileExt;
@@ -414,5 +459,48 @@ impl<'a> Le<'a> {
 
     pub fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn braces_expand_like_braceexpand() {
+        assert_eq!(
+            expand_braces("s-{000008..000010}.tar"),
+            ["s-000008.tar", "s-000009.tar", "s-000010.tar"]
+        );
+        assert_eq!(expand_braces("{a,b}/{1..2}"), ["a/1", "a/2", "b/1", "b/2"]);
+        assert_eq!(expand_braces("plain.tar"), ["plain.tar"]);
+    }
+
+    fn labelled(label: i64, class: Option<&str>) -> Sample {
+        Sample {
+            label: Some(label),
+            class: class.map(str::to_string),
+            ..Sample::default()
+        }
+    }
+
+    #[test]
+    fn class_directories_sort_in_label_order() {
+        // Names that sort like the labels are used as they are.
+        let s = [labelled(0, Some("n014")), labelled(1, Some("n015"))];
+        assert_eq!(name_classes(&s, None), [vec!["n014"], vec!["n015"]]);
+        // Names that would reorder the classes get the label in front.
+        let s = [labelled(0, Some("dog")), labelled(1, Some("cat"))];
+        assert_eq!(name_classes(&s, None), [vec!["0000_dog"], vec!["0001_cat"]]);
+        // No names: zero-padded labels, as stored (1-based stays 1-based).
+        let s = [labelled(1, None), labelled(12, None)];
+        assert_eq!(name_classes(&s, None), [vec!["0001"], vec!["0012"]]);
+        // --class-names: line i names the i-th smallest label.
+        let names = ["b".to_string(), "a".to_string()];
+        let s = [labelled(5, None), labelled(9, None)];
+        assert_eq!(
+            name_classes(&s, Some(&names)),
+            [vec!["0005_b"], vec!["0009_a"]]
+        );
     }
 }

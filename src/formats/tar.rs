@@ -1,6 +1,7 @@
 //! WebDataset shards and plain tar archives (uncompressed), read with the `tar` crate (ustar,
-//! PAX and GNU long names; `formats.md` §4). A source is one `.tar` file or a directory of
-//! them (shards in name order).
+//! PAX and GNU long names; `formats.md` §4). A source is one `.tar` file, a directory of them
+//! (shards in name order), or a brace pattern as WebDataset loaders take
+//! (`shards/train-{000000..000146}.tar`).
 //!
 //! WebDataset grouping (`webdataset/tariterators.py`): a sample is a run of consecutive
 //! regular members sharing a key, the key being the member path up to the first dot of its
@@ -20,6 +21,9 @@ const IMAGE_EXTS: [&str; 10] = [
 const LABEL_EXTS: [&str; 4] = ["cls", "cls2", "class", "label"];
 
 fn shards(src: &Path) -> Result<Vec<PathBuf>> {
+    if let Some(v) = super::brace_files(src) {
+        return v;
+    }
     if src.is_dir() {
         let v = list_dir(src, |n| n.ends_with(".tar"))?;
         if v.is_empty() {

@@ -16,6 +16,9 @@ fn masked(crc: u32) -> u32 {
 }
 
 fn files(src: &Path) -> Result<Vec<PathBuf>> {
+    if let Some(v) = super::brace_files(src) {
+        return v;
+    }
     if src.is_dir() {
         let v = list_dir(src, |n| !n.starts_with('.') && !n.ends_with(".json"))?;
         let v: Vec<PathBuf> = v
@@ -50,8 +53,9 @@ fn first_record_ok(p: &Path) -> std::result::Result<(), String> {
 /// Ok when `src` (or the first file of a directory) starts with a TFRecord header whose
 /// length CRC matches.
 pub fn sniff(src: &Path) -> std::result::Result<(), String> {
-    if src.is_dir() {
-        files(src).map(|_| ()).map_err(|e| e.to_string())
+    if src.is_dir() || !src.exists() {
+        let f = files(src).map_err(|e| e.to_string())?;
+        first_record_ok(&f[0])
     } else {
         first_record_ok(src)
     }
