@@ -93,6 +93,16 @@ pub struct SourceArgs {
     /// the format's own names).
     #[arg(long)]
     pub class_names: Option<PathBuf>,
+    /// The field holding the label, instead of the format's usual one: a WebDataset member
+    /// extension (default cls), a TFRecord int64 feature (default image/class/label), an MDS
+    /// integer column or a Parquet column (default: its ClassLabel).
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Which fields of each sample are files: `image` (default: one file per sample, what
+    /// ImageFolder expects) or `all` (every other field stored in place too, as
+    /// `<stem>.<field>` beside the image, e.g. `<key>.cls`, `<key>.txt` for WebDataset).
+    #[arg(long, default_value = "image", value_parser = ["image", "all"])]
+    pub fields: String,
     /// Where the index of a foreign source is kept (default: $LOOSEFS_CACHE_DIR, else
     /// ~/.cache/loosefs/index).
     #[arg(long)]
@@ -134,6 +144,8 @@ impl SourceArgs {
         Ok(crate::formats::ScanOptions {
             format: self.format,
             class_names,
+            label: self.label.clone(),
+            fields_all: self.fields == "all",
         })
     }
 }

@@ -245,8 +245,10 @@ pub fn open(
         None => super::detect(&src)?,
     };
     let options = format!(
-        "format={};class-names={}",
+        "format={};label={};fields-all={};class-names={}",
         format.name(),
+        opts.label.as_deref().unwrap_or(""),
+        opts.fields_all,
         opts.class_names
             .as_ref()
             .map(|v| v.join("\u{1f}"))
@@ -277,7 +279,7 @@ pub fn open(
             dir.display()
         );
     }
-    let scan = super::scan(&src, format)?;
+    let scan = super::scan(&src, format, opts)?;
     let (header, bytes) = build(&src, &scan, opts, options)?;
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create the index directory {}", dir.display()))?;

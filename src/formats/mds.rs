@@ -34,7 +34,7 @@ fn fixed_size(enc: &str) -> Option<u64> {
 }
 
 /// Reads `index.json` and every shard's offset table and column sizes.
-pub fn scan(src: &Path) -> Result<Scan> {
+pub fn scan(src: &Path, label_column: Option<&str>) -> Result<Scan> {
     let ipath = src.join("index.json");
     let v: Value = serde_json::from_slice(&std::fs::read(&ipath)?)
         .with_context(|| format!("{}: not JSON", ipath.display()))?;
@@ -92,11 +92,25 @@ pub fn scan(src: &Path) -> Result<Scan> {
             .iter()
             .position(|e| e == "jpeg" || e == "png")
             .with_context(|| format!("{}: {basename}: no jpeg or png column", ipath.display()))?;
-        let label = names
-            .iter()
-            .position(|n| n == "label")
-            .filter(|&i| sizes[i] == Some(8))
-            .or_else(|| encs.iter().position(|e| e == "int" || e == "int64"));
+        let label = match label_column {
+            Some(l) => Some(
+                names
+                    .iter()
+                    .position(|n| n == l)
+                    .filter(|&i| sizes[i] == Some(8))
+                    .with_context(|| {
+                        format!(
+                            "{}: --label {l}: no 8-byte integer column of that name",
+                            ipath.display()
+                        )
+                    })?,
+            ),
+            None => names
+                .iter()
+                .position(|n| n == "label")
+                .filter(|&i| sizes[i] == Some(8))
+                .or_else(|| encs.iter().position(|e| e == "int" || e == "int64")),
+        };
         let class = encs.iter().position(|e| e == "str");
         let path = src.join(basename);
         let f = std::fs::File::open(&path)
@@ -158,8 +172,13 @@ pub fn scan(src: &Path) -> Result<Scan> {
             let label = label.map(|c| i64::from_le_bytes(field(c).try_into().unwrap_or_default()));
             let class = class.map(|c| String::from_utf8_lossy(field(c)).into_owned());
             let ext = if encs[image] == "png" { "png" } else { "jpg" };
+            let extra = (0..names.len())
+                .filter(|&c| c != image && sizes[c].is_none())
+                .map(|c| (names[c].clone(), ranges[c].clone()))
+                .collect();
             samples.push(Sample {
                 object: k,
+                extra,
                 range: ranges[image].clone(),
                 label,
                 class,

@@ -103,6 +103,10 @@ pub struct Sample {
     /// Modification time shown, seconds since the epoch (the object's when the format has
     /// none per sample).
     pub mtime: i64,
+    /// The sample's other fields stored in place in the same object (WebDataset members, TFRecord
+    /// bytes features, MDS columns): (field name, byte range). Shown as `<stem>.<field>` beside
+    /// the image with `--fields all`.
+    pub extra: Vec<(String, Range<u64>)>,
 }
 
 /// What a scan of one source found.
@@ -155,9 +159,13 @@ impl ChunkSpec {
 pub struct ScanOptions {
     /// Forces the format instead of detecting it.
     pub format: Option<Format>,
-    /// Class names by label, one per line (line i names label i + `label_base`... see
-    /// [`name_classes`]).
+    /// Class names by label, one per line (see [`name_classes`]).
     pub class_names: Option<Vec<String>>,
+    /// The field holding the label (a WebDataset extension, a TFRecord feature, an MDS or
+    /// Parquet column), instead of the format's usual one.
+    pub label: Option<String>,
+    /// Show every field of a sample as a file, not only the image (`--fields all`).
+    pub fields_all: bool,
 }
 
 /// Detects the format of `src` from its content (file magic, `index.json` keys, file
@@ -192,17 +200,51 @@ fn sniff(f: Format, src: &Path) -> std::result::Result<(), String> {
 
 /// Scans `src` as `format`. Errors: the source is damaged or uses a feature loosefs does not
 /// serve (compressed chunks); the message names the file and what is wrong.
-pub fn scan(src: &Path, format: Format) -> Result<Scan> {
+pub fn scan(src: &Path, format: Format, opts: &ScanOptions) -> Result<Scan> {
+    let label = opts.label.as_deref();
+    if label.is_some()
+        && !matches!(
+            format,
+            Format::Tar | Format::Tfrecord | Format::Mds | Format::Parquet
+        )
+    {
+        bail!(
+            "--label: {} has one label field; it takes no other",
+            format.name()
+        );
+    }
     let mut s = match format {
         Format::Ffcv => ffcv::scan(src)?,
-        Format::Parquet => parquet::scan(src)?,
-        Format::Mds => mds::scan(src)?,
+        Format::Parquet => parquet::scan(src, label)?,
+        Format::Mds => mds::scan(src, label)?,
         Format::Litdata => litdata::scan(src)?,
         Format::Gulpio => gulpio::scan(src)?,
-        Format::Tfrecord => tfrecord::scan(src)?,
-        Format::Tar => tar::scan(src)?,
+        Format::Tfrecord => tfrecord::scan(src, label)?,
+        Format::Tar => tar::scan(src, label)?,
         Format::Zip => zip::scan(src)?,
     };
+    // Every other field as a file beside the image: `<stem>.<field>`.
+    if opts.fields_all {
+        let mut out = Vec::with_capacity(s.samples.len() * 2);
+        for mut x in std::mem::take(&mut s.samples) {
+            let extra = std::mem::take(&mut x.extra);
+            let stem = match x.name.rfind('.') {
+                Some(i) => x.name[..i].to_string(),
+                None => x.name.clone(),
+            };
+            let base = x.clone();
+            out.push(x);
+            for (field, range) in extra {
+                out.push(Sample {
+                    range,
+                    name: format!("{stem}.{}", field.replace('/', "_")),
+                    crc32: None,
+                    ..base.clone()
+                });
+            }
+        }
+        s.samples = out;
+    }
     // Every range must lie inside its object: a damaged index fails here, naming the file.
     s.chunks.resize(s.objects.len(), None);
     let lens: Vec<u64> = s

@@ -66,7 +66,7 @@ fn features(meta: Option<&str>) -> (Option<String>, Option<String>, Option<Vec<S
 }
 
 /// Reads every row once (labels, paths and image bytes) and locates each image in place.
-pub fn scan(src: &Path) -> Result<Scan> {
+pub fn scan(src: &Path, label_column: Option<&str>) -> Result<Scan> {
     let objects = files(src)?;
     let mut samples = Vec::new();
     let mut fields = Vec::new();
@@ -85,6 +85,10 @@ pub fn scan(src: &Path) -> Result<Scan> {
             .and_then(|kv| kv.iter().find(|x| x.key == "huggingface"))
             .and_then(|x| x.value.clone());
         let (image, label, names) = features(hf.as_deref());
+        let (label, names) = match label_column {
+            Some(l) if label.as_deref() != Some(l) => (Some(l.to_string()), None),
+            _ => (label, names),
+        };
         let schema = md.file_metadata().schema_descr();
         let image = match image {
             Some(i) => i,

@@ -88,7 +88,11 @@ fn split(path: &str) -> (String, String, String, String) {
 }
 
 /// Scans every shard's headers (data is skipped by seeking).
-pub fn scan(src: &Path) -> Result<Scan> {
+pub fn scan(src: &Path, label_ext: Option<&str>) -> Result<Scan> {
+    let is_label = |ext: &str| match label_ext {
+        Some(l) => ext == l,
+        None => LABEL_EXTS.contains(&ext),
+    };
     let objects = shards(src)?;
     let mut members: Vec<(u32, Member)> = Vec::new();
     for (k, p) in objects.iter().enumerate() {
@@ -137,9 +141,13 @@ pub fn scan(src: &Path) -> Result<Scan> {
     }
     let mtimes: Vec<i64> = objects.iter().map(|p| mtime_of(p)).collect();
     let fields: BTreeSet<String> = members.iter().map(|(_, m)| m.ext.clone()).collect();
-    let labelled = members
-        .iter()
-        .any(|(_, m)| LABEL_EXTS.contains(&m.ext.as_str()));
+    let labelled = members.iter().any(|(_, m)| is_label(&m.ext));
+    if let (Some(l), false) = (label_ext, labelled) {
+        bail!(
+            "{}: --label {l}: no member has the extension .{l}",
+            src.display()
+        );
+    }
     let mut samples = Vec::new();
     if !labelled {
         for (k, m) in &members {
@@ -194,7 +202,10 @@ pub fn scan(src: &Path) -> Result<Scan> {
                 ..Sample::default()
             };
             for (_, m) in group {
-                if LABEL_EXTS.contains(&m.ext.as_str()) && s.label.is_none() {
+                if !std::ptr::eq(m, img) {
+                    s.extra.push((m.ext.clone(), m.pos..m.pos + m.size));
+                }
+                if is_label(&m.ext) && s.label.is_none() {
                     let t = small(m)?;
                     s.label = Some(t.parse().with_context(|| {
                         format!(

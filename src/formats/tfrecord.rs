@@ -169,7 +169,8 @@ fn example(b: &[u8]) -> Option<Vec<(String, Val)>> {
 }
 
 /// Reads every record once (CRC-32C checked) and walks its Example.
-pub fn scan(src: &Path) -> Result<Scan> {
+pub fn scan(src: &Path, label_feature: Option<&str>) -> Result<Scan> {
+    let label_feature = label_feature.unwrap_or("image/class/label");
     let objects = files(src)?;
     let mut samples = Vec::new();
     let mut names = std::collections::BTreeSet::new();
@@ -232,10 +233,20 @@ pub fn scan(src: &Path) -> Result<Scan> {
                 }
                 _ => format!("{n:08}.{ext}"),
             };
+            let extra = feats
+                .iter()
+                .filter_map(|(f, v)| match v {
+                    Val::Bytes(r) if f != "image/encoded" => {
+                        Some((f.clone(), (start + r.start) as u64..(start + r.end) as u64))
+                    }
+                    _ => None,
+                })
+                .collect();
             samples.push(Sample {
                 object: k as u32,
+                extra,
                 range: (start + img.start) as u64..(start + img.end) as u64,
-                label: int("image/class/label"),
+                label: int(label_feature),
                 class: text("image/class/synset").or_else(|| text("image/class/text")),
                 name,
                 mtime,

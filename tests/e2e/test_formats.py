@@ -322,3 +322,27 @@ def test_bytes_changed_after_indexing_give_eio_not_wrong_bytes(manifest, work, t
     finally:
         run("umount", mnt)
     assert "CRC-32" in log.read_text() and files[0].name in log.read_text()
+
+
+def test_fields_all_shows_every_member_of_a_webdataset_sample(manifest, work, tmp_path):
+    """`--fields all`: beside each image, its other members, byte-identical to the tar's (read
+    here with Python's tarfile), named `<key>.<ext>` as WebDataset names them."""
+    need_mount()
+    import tarfile
+
+    members = {}
+    for shard in sorted((FORMATS / "webdataset").glob("*.tar")):
+        with tarfile.open(shard) as t:
+            for m in t.getmembers():
+                if m.isfile():
+                    members[m.name.split("/")[-1]] = t.extractfile(m).read()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    run("mount", FORMATS / "webdataset", mnt, "--fields", "all", "--index-dir", work / "index")
+    try:
+        shown = {p.name: p.read_bytes() for p in mnt.rglob("*") if p.is_file()}
+        assert shown == members
+        # ImageFolder still sees one image per sample (it filters by extension).
+        assert len(torchvision.datasets.ImageFolder(str(mnt))) == 48
+    finally:
+        run("umount", mnt)
