@@ -110,6 +110,9 @@ pub enum Transform {
     Identity,
     /// The stored bytes are a JPEG; the content is this decoded view of it.
     Decode(ViewGeom),
+    /// The stored bytes are raw RGB pixels (row-major, `width`×`height`×3); the content is the
+    /// view's header (PPM or `.npy`) followed by them, unchanged (`geom.denom` is 1).
+    Pixels(ViewGeom),
 }
 
 /// Where the bytes of one file come from.

@@ -125,8 +125,14 @@ impl NativeCatalog {
         (end <= o.data_end).then_some((k as u32, start..end))
     }
 
+    /// A JPEG with known dimensions, or raw pixels: both have views.
     fn decodable(r: &Record) -> bool {
         !r.is_dir && r.width > 0 && r.height > 0
+    }
+
+    /// Raw RGB pixels served behind a view header (see [`crate::format::index::PIXELS`]).
+    fn pixels(r: &Record) -> bool {
+        !r.is_dir && r.components == crate::format::index::PIXELS | 3 && r.width > 0 && r.height > 0
     }
 
     /// The index, unless the catalog was retired (its pack modified in place: the mapped
@@ -160,6 +166,15 @@ impl NativeCatalog {
 
     /// The view of `kind` that record `r` serves, if it is decodable.
     fn geom(&self, kind: Option<ViewKind>, r: &Record) -> Option<ViewGeom> {
+        if Self::pixels(r) {
+            // Raw pixels are always shown behind a header: PPM unless the .npy view is asked.
+            return Some(ViewGeom {
+                kind: kind.unwrap_or(ViewKind::Ppm),
+                width: r.width,
+                height: r.height,
+                denom: 1,
+            });
+        }
         let k = kind.filter(|_| Self::decodable(r))?;
         Some(ViewGeom::new(k, r.width, r.height, self.views.max_side))
     }
@@ -333,7 +348,11 @@ impl Catalog for NativeCatalog {
             object,
             range,
             crc32: r.crc32,
-            transform: geom.map_or(Transform::Identity, Transform::Decode),
+            transform: match geom {
+                Some(g) if Self::pixels(&r) => Transform::Pixels(g),
+                Some(g) => Transform::Decode(g),
+                None => Transform::Identity,
+            },
         })
     }
 

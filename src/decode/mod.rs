@@ -98,7 +98,7 @@ impl ViewTarget {
                 jpeg: ext,
                 geom,
             }),
-            Transform::Identity => None,
+            Transform::Identity | Transform::Pixels(_) => None,
         }
     }
 }

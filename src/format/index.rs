@@ -19,6 +19,10 @@ pub const HEADER_LEN: usize = 128;
 pub const RECORD_LEN: usize = 64;
 const CHECKSUM_AT: usize = 120;
 
+/// Flag in [`Record::components`]: the data are raw pixels (`width`×`height`×channels,
+/// channels in the low bits), not a JPEG. Only indexes of foreign datasets use it.
+pub const PIXELS: u8 = 0x80;
+
 /// Kind of an index record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -40,7 +44,8 @@ pub struct Record {
     pub name_len: u16,
     /// true for a directory.
     pub is_dir: bool,
-    /// JPEG colour components (1 grey, 3 YCbCr/RGB, 4 CMYK/YCCK), 0 when not a JPEG.
+    /// JPEG colour components (1 grey, 3 YCbCr/RGB, 4 CMYK/YCCK), 0 when not a JPEG;
+    /// [`PIXELS`] | 3 for raw RGB pixels served behind a PPM header (foreign datasets' indexes).
     pub components: u8,
     /// Unix mode bits of the source (permission bits and file type bits).
     pub mode: u32,

@@ -4,7 +4,9 @@
 //! and an allocation table `(u64 sample, u64 ptr, u64 size)` to the end of the file. JPEG
 //! images (`RGBImageField` mode 0) are served in place from `[data_ptr, data_ptr + size)`;
 //! labels are the first `IntField` (FFCV has no class names: directories are zero-padded
-//! labels). Raw-pixel images (mode 1) are refused, naming the sample.
+//! labels). Raw-pixel images (mode 1: `height`×`width`×3 RGB bytes, row-major) are served in
+//! place behind a PPM header (`<n>.ppm`; `.npy` beside it with `--decode npy`), so mixed
+//! `proportion`/`smart` files work too.
 
 use super::{Format, Le, Sample, Scan, mtime_of};
 use anyhow::{Context, Result};
@@ -114,16 +116,18 @@ pub fn scan(src: &Path) -> Result<Scan> {
         sizes.insert(ptr, size);
     }
     let mtime = mtime_of(src);
-    let width = n.max(1).to_string().len().max(8);
+    let digits = n.max(1).to_string().len().max(8);
     let mut samples = Vec::with_capacity(n);
     for i in 0..n {
         let r = &map[meta + i * row_len..meta + (i + 1) * row_len];
         let im = &r[offs[image]..offs[image] + 13];
         let mode = im[0];
+        let width = u16::from_le_bytes(im[1..3].try_into()?);
+        let height = u16::from_le_bytes(im[3..5].try_into()?);
         let ptr = u64::from_le_bytes(im[5..13].try_into()?);
-        if mode != 0 {
+        if mode > 1 {
             return Err(bad(format!(
-                "sample {i} stores raw pixels (write_mode raw/proportion): loosefs serves FFCV JPEG images only"
+                "sample {i}: image mode {mode} (0 jpg and 1 raw are known)"
             )));
         }
         let size = *sizes.get(&ptr).ok_or_else(|| {
@@ -133,11 +137,21 @@ pub fn scan(src: &Path) -> Result<Scan> {
         })?;
         let label = label
             .map(|c| i64::from_le_bytes(r[offs[c]..offs[c] + 8].try_into().unwrap_or_default()));
+        let pixels = (mode == 1).then_some((u32::from(width), u32::from(height)));
+        if let Some((w, h)) = pixels {
+            if u64::from(w) * u64::from(h) * 3 != size {
+                return Err(bad(format!(
+                    "sample {i}: raw image {w}x{h} needs {} bytes, its allocation has {size}",
+                    u64::from(w) * u64::from(h) * 3
+                )));
+            }
+        }
         samples.push(Sample {
             object: 0,
             range: ptr..ptr + size,
             label,
-            name: format!("{i:0width$}.jpg"),
+            pixels,
+            name: format!("{i:0digits$}.{}", if mode == 1 { "ppm" } else { "jpg" }),
             mtime,
             ..Sample::default()
         });
@@ -164,7 +178,9 @@ pub fn scan(src: &Path) -> Result<Scan> {
                 )
             })
             .collect(),
-        compression: "none (JPEG images re-encoded by FFCV)".into(),
+        compression:
+            "none (images as FFCV wrote them: re-encoded JPEG, or raw RGB behind a PPM header)"
+                .into(),
         labels: "the IntField as stored, as zero-padded directory names (FFCV has no class names)"
             .into(),
     })

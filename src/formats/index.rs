@@ -426,9 +426,12 @@ fn build(
                 size: s.range.end - s.range.start,
                 mtime_sec: s.mtime,
                 crc32: *crc,
-                components: jpeg.map_or(0, |j| j.components),
-                width: jpeg.map_or(0, |j| j.width),
-                height: jpeg.map_or(0, |j| j.height),
+                components: match s.pixels {
+                    Some(_) => crate::format::index::PIXELS | 3,
+                    None => jpeg.map_or(0, |j| j.components),
+                },
+                width: s.pixels.map_or(jpeg.map_or(0, |j| j.width), |p| p.0),
+                height: s.pixels.map_or(jpeg.map_or(0, |j| j.height), |p| p.1),
                 ..Record::default()
             },
         });

@@ -107,6 +107,9 @@ pub struct Sample {
     /// bytes features, MDS columns): (field name, byte range). Shown as `<stem>.<field>` beside
     /// the image with `--fields all`.
     pub extra: Vec<(String, Range<u64>)>,
+    /// When the content is raw RGB pixels (row-major, 3 bytes each) rather than an encoded
+    /// image: (width, height). Served behind a PPM header (`.npy` with `--decode npy`).
+    pub pixels: Option<(u32, u32)>,
 }
 
 /// What a scan of one source found.

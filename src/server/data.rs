@@ -43,6 +43,7 @@ impl Data {
     ) {
         match ext.transform {
             Transform::Identity => self.read_stored(&ext, offset, size, stats, reply),
+            Transform::Pixels(geom) => self.read_pixels(&ext, geom, offset, size, stats, reply),
             Transform::Decode(geom) => match &self.decoder {
                 Some(d) => d.read(
                     ViewTarget {
@@ -62,6 +63,39 @@ impl Data {
     }
 
     /// Stored bytes: read-ahead bookkeeping, a checked read, release of what was served.
+    /// Bytes `[offset, offset + size)` of a view of raw stored pixels: the header made here,
+    /// the pixels read (and checked) from storage.
+    fn read_pixels(
+        &self,
+        ext: &Extent,
+        geom: crate::view::ViewGeom,
+        offset: u64,
+        size: u32,
+        stats: &Stats,
+        reply: impl FnOnce(Result<&[u8], FsError>),
+    ) {
+        let header = geom.header();
+        let hl = header.len() as u64;
+        let end = offset.saturating_add(u64::from(size)).min(hl + ext.len());
+        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+        if offset < hl {
+            out.extend_from_slice(&header[offset as usize..end.min(hl) as usize]);
+        }
+        if end > hl {
+            let from = offset.max(hl) - hl;
+            let n = (end - hl - from) as u32;
+            let mut failed = None;
+            self.read_stored(ext, from, n, stats, |r| match r {
+                Ok(b) => out.extend_from_slice(b),
+                Err(e) => failed = Some(e),
+            });
+            if let Some(e) = failed {
+                return reply(Err(e));
+            }
+        }
+        reply(Ok(&out));
+    }
+
     fn read_stored(
         &self,
         ext: &Extent,
