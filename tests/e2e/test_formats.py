@@ -383,6 +383,7 @@ def test_ffcv_raw_pixels_are_served_as_ppm_and_npy(manifest, mounts, work, tmp_p
             # JPEG at quality 90 of a detailed image is a few levels off on average; another
             # image, or the pixels misplaced, is tens of levels off and uncorrelated.
             assert np.abs(jpg.astype(int) - want.astype(int)).mean() < 16, p
-            assert np.corrcoef(jpg.ravel(), want.ravel())[0, 1] > 0.95, p
+            pool = lambda a: a[: h // 8 * 8, : w // 8 * 8].reshape(h // 8, 8, w // 8, 8, 3).mean(axis=(1, 3))
+            assert np.corrcoef(pool(jpg).ravel(), pool(want).ravel())[0, 1] > 0.98, p
     finally:
         run("umount", mnt)
