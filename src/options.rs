@@ -146,6 +146,7 @@ impl SourceArgs {
             class_names,
             label: self.label.clone(),
             fields_all: self.fields == "all",
+            inflate_dir: crate::formats::index::cache_dir(self.index_dir.as_deref()),
         })
     }
 }

@@ -158,6 +158,7 @@ pub fn scan(src: &Path) -> Result<Scan> {
     }
     Ok(Scan {
         format: Format::Ffcv,
+        derived: Vec::new(),
         objects: vec![src.to_path_buf()],
         chunks: Vec::new(),
         samples,

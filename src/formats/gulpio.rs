@@ -142,6 +142,7 @@ pub fn scan(src: &Path) -> Result<Scan> {
     }
     Ok(Scan {
         format: Format::Gulpio,
+        derived: Vec::new(),
         objects,
         chunks: Vec::new(),
         samples,

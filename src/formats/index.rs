@@ -38,6 +38,10 @@ pub struct ObjectEntry {
     /// When this object is a compressed chunk of the file: where and how.
     #[serde(default)]
     pub chunk: Option<super::ChunkSpec>,
+    /// When the file was made from another (a `.tar` inflated from a `.tar.gz`): that file,
+    /// whose size and mtime must match too.
+    #[serde(default)]
+    pub derived_from: Option<Box<ObjectEntry>>,
 }
 
 impl ObjectEntry {
@@ -47,7 +51,13 @@ impl ObjectEntry {
     }
 
     fn same_file(&self, now: &ObjectEntry) -> bool {
-        self.path == now.path && self.len == now.len && self.mtime_ns == now.mtime_ns
+        self.path == now.path
+            && self.len == now.len
+            && self.mtime_ns == now.mtime_ns
+            && self
+                .derived_from
+                .as_ref()
+                .is_none_or(|d| object_entry(&d.path).is_ok_and(|n| d.same_file(&n)))
     }
 }
 
@@ -215,6 +225,7 @@ fn object_entry(p: &Path) -> Result<ObjectEntry> {
         len: m.len(),
         mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
         chunk: None,
+        derived_from: None,
     })
 }
 
@@ -300,6 +311,9 @@ fn build(
     for (k, p) in scan.objects.iter().enumerate() {
         let mut e = object_entry(p)?;
         e.chunk = scan.chunks.get(k).cloned().flatten();
+        if let Some((_, from)) = scan.derived.iter().find(|(o, _)| o == p) {
+            e.derived_from = Some(Box::new(object_entry(from)?));
+        }
         objects.push(e);
     }
     let mut bases = Vec::with_capacity(objects.len());

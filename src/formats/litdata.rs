@@ -218,6 +218,7 @@ pub fn scan(src: &Path) -> Result<Scan> {
     }
     Ok(Scan {
         format: Format::Litdata,
+        derived: Vec::new(),
         objects,
         chunks: specs,
         samples,

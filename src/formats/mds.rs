@@ -194,6 +194,7 @@ pub fn scan(src: &Path, label_column: Option<&str>) -> Result<Scan> {
     let zstd = chunks.iter().filter(|c| c.is_some()).count();
     Ok(Scan {
         format: Format::Mds,
+        derived: Vec::new(),
         objects,
         chunks,
         samples,

@@ -129,6 +129,8 @@ pub struct Scan {
     pub compression: String,
     /// How the format's labels map to directories, for `info` and the README.
     pub labels: String,
+    /// Objects made from another file (a `.tar` inflated from a `.tar.gz`): (object, source).
+    pub derived: Vec<(PathBuf, PathBuf)>,
 }
 
 /// A compressed chunk: bytes `offset..offset + stored_len` of its file, `len` bytes once
@@ -169,6 +171,8 @@ pub struct ScanOptions {
     pub label: Option<String>,
     /// Show every field of a sample as a file, not only the image (`--fields all`).
     pub fields_all: bool,
+    /// Where files made from the source (an inflated `.tar.gz`) go: the index directory.
+    pub inflate_dir: PathBuf,
 }
 
 /// Detects the format of `src` from its content (file magic, `index.json` keys, file
@@ -223,7 +227,7 @@ pub fn scan(src: &Path, format: Format, opts: &ScanOptions) -> Result<Scan> {
         Format::Litdata => litdata::scan(src)?,
         Format::Gulpio => gulpio::scan(src)?,
         Format::Tfrecord => tfrecord::scan(src, label)?,
-        Format::Tar => tar::scan(src, label)?,
+        Format::Tar => tar::scan(src, label, &opts.inflate_dir)?,
         Format::Zip => zip::scan(src)?,
     };
     // Every other field as a file beside the image: `<stem>.<field>`.

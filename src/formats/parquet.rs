@@ -196,6 +196,7 @@ pub fn scan(src: &Path, label_column: Option<&str>) -> Result<Scan> {
     }
     Ok(Scan {
         format: Format::Parquet,
+        derived: Vec::new(),
         objects,
         chunks: Vec::new(),
         samples,

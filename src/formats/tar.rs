@@ -8,7 +8,10 @@
 //! base name; names like `__x__` are skipped. When some sample has a label member (`.cls`,
 //! `.cls2`, `.class`, `.label`: ASCII integer), the mount shows one image per sample under
 //! its class (`.txt` gives the class name when it is one short word); a tar without labels is
-//! mirrored as the tree of its members. `.tar.gz` is refused (not seekable: gunzip it first).
+//! mirrored as the tree of its members. A gzip-compressed shard (`.tar.gz`, `.tgz`) is not
+//! seekable: it is inflated once, with progress on stderr, into a `.tar` beside the index (in
+//! `--index-dir`), and that file is served; the index records both, so a changed `.tar.gz`
+//! inflates again.
 
 use super::{Format, Sample, Scan, list_dir, mtime_of, read_at};
 use anyhow::{Context, Result, bail};
@@ -25,7 +28,9 @@ fn shards(src: &Path) -> Result<Vec<PathBuf>> {
         return v;
     }
     if src.is_dir() {
-        let v = list_dir(src, |n| n.ends_with(".tar"))?;
+        let v = list_dir(src, |n| {
+            n.ends_with(".tar") || n.ends_with(".tar.gz") || n.ends_with(".tgz")
+        })?;
         if v.is_empty() {
             bail!("no .tar files in {}", src.display());
         }
@@ -35,14 +40,23 @@ fn shards(src: &Path) -> Result<Vec<PathBuf>> {
     }
 }
 
+fn is_gzip(p: &Path) -> bool {
+    read_at(p, 0, 2).is_ok_and(|h| h == [0x1f, 0x8b])
+}
+
 fn is_tar(p: &Path) -> std::result::Result<(), String> {
-    let head = read_at(p, 0, 512).map_err(|e| e.to_string())?;
-    if head.starts_with(&[0x1f, 0x8b]) {
-        return Err(format!(
-            "{} is gzip-compressed (a .tar.gz is not seekable: gunzip it, then mount the .tar)",
-            p.display()
-        ));
-    }
+    let head = if is_gzip(p) {
+        let f = std::fs::File::open(p).map_err(|e| e.to_string())?;
+        let mut h = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(flate2::read::MultiGzDecoder::new(f), 512),
+            &mut h,
+        )
+        .map_err(|e| format!("{}: not a readable gzip stream ({e})", p.display()))?;
+        h
+    } else {
+        read_at(p, 0, 512).map_err(|e| e.to_string())?
+    };
     if head.len() == 512 && &head[257..262] == b"ustar" {
         Ok(())
     } else {
@@ -87,13 +101,89 @@ fn split(path: &str) -> (String, String, String, String) {
     )
 }
 
-/// Scans every shard's headers (data is skipped by seeking).
-pub fn scan(src: &Path, label_ext: Option<&str>) -> Result<Scan> {
+/// Inflates gzip shard `gz` into `dir` once (kept while `gz` keeps its size and mtime; written
+/// to a temporary name and renamed), printing progress to stderr. Returns the `.tar`'s path.
+fn inflate(gz: &Path, dir: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(gz)?;
+    let key = xxhash_rust::xxh3::xxh3_64(
+        format!(
+            "{}\0{}\0{}.{}",
+            gz.display(),
+            m.len(),
+            m.mtime(),
+            m.mtime_nsec()
+        )
+        .as_bytes(),
+    );
+    let name = gz
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name
+        .strip_suffix(".tar.gz")
+        .or_else(|| name.strip_suffix(".tgz"))
+        .or_else(|| name.strip_suffix(".gz"))
+        .unwrap_or(&name);
+    let out = dir.join(format!("{key:016x}-{stem}.tar"));
+    if out.is_file() {
+        return Ok(out);
+    }
+    std::fs::create_dir_all(dir)?;
+    eprintln!(
+        "loosefs: inflating {} once into {}",
+        gz.display(),
+        out.display()
+    );
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut r =
+        flate2::read::MultiGzDecoder::new(std::io::BufReader::new(std::fs::File::open(gz)?));
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut done, mut shown) = (0u64, 0u64);
+    loop {
+        let n = std::io::Read::read(&mut r, &mut buf)
+            .with_context(|| format!("{}: damaged gzip stream after {done} bytes", gz.display()))?;
+        if n == 0 {
+            break;
+        }
+        std::io::Write::write_all(&mut tmp, &buf[..n])?;
+        done += n as u64;
+        if done - shown >= 256 << 20 {
+            eprintln!("loosefs: inflated {} MB of {}", done >> 20, gz.display());
+            shown = done;
+        }
+    }
+    tmp.as_file().sync_all()?;
+    tmp.persist(&out)
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    Ok(out)
+}
+
+/// Scans every shard's headers (data is skipped by seeking). Gzip shards are inflated into
+/// `inflate_dir` first (see [`inflate`]); their `.tar` is what the scan returns as the object,
+/// and `derived` pairs it with the `.tar.gz`.
+pub fn scan(src: &Path, label_ext: Option<&str>, inflate_dir: &Path) -> Result<Scan> {
+    let mut derived = Vec::new();
+    let mut objects = Vec::new();
+    for p in shards(src)? {
+        if is_gzip(&p) {
+            let t = inflate(&p, inflate_dir)?;
+            derived.push((t.clone(), p));
+            objects.push(t);
+        } else {
+            objects.push(p);
+        }
+    }
+    let mut s = scan_tars(src, objects, label_ext)?;
+    s.derived = derived;
+    Ok(s)
+}
+
+fn scan_tars(src: &Path, objects: Vec<PathBuf>, label_ext: Option<&str>) -> Result<Scan> {
     let is_label = |ext: &str| match label_ext {
         Some(l) => ext == l,
         None => LABEL_EXTS.contains(&ext),
     };
-    let objects = shards(src)?;
     let mut members: Vec<(u32, Member)> = Vec::new();
     for (k, p) in objects.iter().enumerate() {
         is_tar(p).map_err(anyhow::Error::msg)?;
@@ -162,6 +252,7 @@ pub fn scan(src: &Path, label_ext: Option<&str>) -> Result<Scan> {
         }
         return Ok(Scan {
             format: Format::Tar,
+            derived: Vec::new(),
             objects,
             chunks: Vec::new(),
             samples,
@@ -228,6 +319,7 @@ pub fn scan(src: &Path, label_ext: Option<&str>) -> Result<Scan> {
     }
     Ok(Scan {
         format: Format::Tar,
+        derived: Vec::new(),
         objects,
         chunks: Vec::new(),
         samples,

@@ -258,6 +258,7 @@ pub fn scan(src: &Path, label_feature: Option<&str>) -> Result<Scan> {
     }
     Ok(Scan {
         format: Format::Tfrecord,
+        derived: Vec::new(),
         objects,
         chunks: Vec::new(),
         samples,

@@ -95,6 +95,7 @@ pub fn scan(src: &std::path::Path) -> Result<Scan> {
     let deflated = chunks.iter().filter(|c| c.is_some()).count();
     Ok(Scan {
         format: Format::Zip,
+        derived: Vec::new(),
         objects,
         chunks,
         samples,

@@ -387,3 +387,27 @@ def test_ffcv_raw_pixels_are_served_as_ppm_and_npy(manifest, mounts, work, tmp_p
             assert np.corrcoef(pool(jpg).ravel(), pool(want).ravel())[0, 1] > 0.98, p
     finally:
         run("umount", mnt)
+
+
+def test_gzipped_webdataset_is_inflated_once_and_served_like_the_tar(manifest, mounts, work, tmp_path):
+    need_mount()
+    import gzip
+
+    src = tmp_path / "tgz"
+    src.mkdir()
+    for shard in sorted((FORMATS / "webdataset").glob("*.tar")):
+        (src / (shard.name + ".gz")).write_bytes(gzip.compress(shard.read_bytes()))
+    idx = tmp_path / "index"
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = run("mount", src, mnt, "--index-dir", idx)
+    assert r.stderr.count("inflating") == 3, r.stderr
+    try:
+        got = {p.relative_to(mnt): p.read_bytes() for p in mnt.rglob("*") if p.is_file()}
+        want = {p.relative_to(mounts["webdataset"]): p.read_bytes() for p in mounts["webdataset"].rglob("*") if p.is_file()}
+        assert got == want and len(got) == 48
+    finally:
+        run("umount", mnt)
+    # Second time: nothing inflated, the index is reused.
+    i = run("info", src, "--json", "--index-dir", idx)
+    assert "inflating" not in i.stderr and json.loads(i.stdout)["index_built_now"] is False
