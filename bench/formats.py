@@ -75,6 +75,44 @@ def write_mds(samples, out):
             w.write({"image": Image.open(p), "label": label, "synset": c})
 
 
+def write_mds_zstd(samples, out):
+    from PIL import Image
+    from streaming import MDSWriter
+
+    with MDSWriter(out=str(out), columns={"image": "jpeg", "label": "int", "synset": "str"}, compression="zstd", size_limit=64 << 20) as w:
+        for label, c, f, p in samples:
+            w.write({"image": Image.open(p), "label": label, "synset": c})
+
+
+def write_zip_deflated(samples, out):
+    import zipfile
+
+    out.mkdir(parents=True)
+    with zipfile.ZipFile(out / "train.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        for label, c, f, p in samples:
+            z.write(p, f"{c}/{f}")
+
+
+def decompress_bound(fmt, src):
+    """Decompressed bytes per second of one core over the whole source (the codec's own C
+    library through Python), times the cores: the bound the issue sets for compressed formats."""
+    t0 = time.time()
+    n = 0
+    if fmt == "mds-zstd":
+        import zstd
+
+        for f in sorted(src.glob("*.zstd")):
+            n += len(zstd.decompress(f.read_bytes()))
+    elif fmt == "zip-deflated":
+        import zipfile
+
+        with zipfile.ZipFile(src / "train.zip") as z:
+            for i in z.infolist():
+                n += len(z.read(i))
+    secs = time.time() - t0
+    return n / secs * os.cpu_count(), n
+
+
 def _litdata_item(s):
     from PIL import Image
 
@@ -88,7 +126,14 @@ def write_litdata(samples, out):
     optimize(fn=_litdata_item, inputs=samples, output_dir=str(out), chunk_bytes="64MB", num_workers=1)
 
 
-WRITERS = {"webdataset": write_webdataset, "tfrecord": write_tfrecord, "mds": write_mds, "litdata": write_litdata}
+WRITERS = {
+    "webdataset": write_webdataset,
+    "tfrecord": write_tfrecord,
+    "mds": write_mds,
+    "litdata": write_litdata,
+    "mds-zstd": write_mds_zstd,
+    "zip-deflated": write_zip_deflated,
+}
 
 
 def sh(*args, **kw):
@@ -131,13 +176,18 @@ def bench_formats(a):
             (src / ".written").write_text(f"{time.time() - t0:.1f}")
             print(f"{fmt}: written by its writer in {time.time() - t0:.1f} s", file=sys.stderr)
         info = json.loads(sh(BIN, "info", src, "--json", "--index-dir", index_dir).stdout)
+        bound = None
+        if fmt in ("mds-zstd", "zip-deflated"):
+            drop_caches()
+            bound, _ = decompress_bound(fmt, src)
+            print(f"{fmt}: decompressor bound {bound / 1e6:.0f} MB/s ({os.cpu_count()} cores x one core's speed, page cache warm after the first file)", flush=True)
         pack = work / f"{fmt}.pack"
         if not pack.exists():
             sh(BIN, "pack", src, pack)
         for state in a.states.split(","):
             for order in a.orders.split(","):
                 for rep in range(a.repeat):
-                    row = {"format": fmt, "state": state, "order": order, "rep": rep, "samples": info["samples"]}
+                    row = {"format": fmt, "state": state, "order": order, "rep": rep, "samples": info["samples"], "sample_bytes": info["sample_bytes"], "bound_bytes_per_s": bound}
                     for target, path in (("pack", pack), (fmt, src)):
                         mnt = work / "mnt"
                         if state == "cold":
@@ -150,9 +200,13 @@ def bench_formats(a):
                         finally:
                             umount(mnt)
                         row[target] = r["files_per_s"]
+                        row[target + "_mb_per_s"] = r["files_per_s"] * info["sample_bytes"] / info["samples"] / 1e6
                     row["ratio"] = row[fmt] / row["pack"]
+                    if bound:
+                        row["ratio_to_bound"] = row[fmt + "_mb_per_s"] * 1e6 / bound
                     results.append(row)
-                    print(f"{fmt:10} {state:4} {order:8} rep {rep}: pack {row['pack']:9.0f} files/s, {fmt} {row[fmt]:9.0f} files/s, ratio {row['ratio']:.2f}", flush=True)
+                    extra = f", {row[fmt + '_mb_per_s']:.0f} MB/s = {row['ratio_to_bound']:.2f}x the decompressor bound" if bound else ""
+                    print(f"{fmt:10} {state:4} {order:8} rep {rep}: pack {row['pack']:9.0f} files/s, {fmt} {row[fmt]:9.0f} files/s, ratio {row['ratio']:.2f}{extra}", flush=True)
     return results
 
 
@@ -200,7 +254,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="ImageFolder tree of JPEGs")
     ap.add_argument("--work", required=True, help="where the formats, packs and results go")
-    ap.add_argument("--formats", default="webdataset,tfrecord,mds,litdata")
+    ap.add_argument("--formats", default="webdataset,tfrecord,mds,litdata,mds-zstd,zip-deflated")
     ap.add_argument("--states", default="warm,cold")
     ap.add_argument("--orders", default="inorder,shuffled")
     ap.add_argument("--threads", type=int, default=4)
