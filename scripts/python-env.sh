@@ -9,10 +9,10 @@ PKGS="torch torchvision nvidia-dali-cuda120 pillow numpy pytest matplotlib"
 # The packed formats' own writers and readers (tests/e2e/test_formats*.py), at the versions that
 # wrote ../shared/data/formats. mosaicml-streaming, litdata and gulpio2 pin old numpy/torch or
 # Pillow-SIMD: they are installed without their dependency pins, and what they import is listed.
-WRITERS="webdataset==1.0.2 tfrecord==1.14.6 simplejpeg zstd xxhash tqdm lightning-utilities filelock transformers boto3 sh brotli requests python-snappy catalogue"
+WRITERS="webdataset==1.0.2 tfrecord==1.14.6 simplejpeg zstd xxhash tqdm lightning-utilities filelock transformers boto3 sh brotli requests python-snappy catalogue datasets==4.5.0"
 NODEPS="mosaicml-streaming==0.13.0 litdata==0.2.76 gulpio2==0.0.4"
 STAMP="$VENV/.loosefs-stamp"
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PKGS $WRITERS $NODEPS" ] && "$VENV/bin/python" -c 'import torch, torchvision, nvidia.dali, pytest, matplotlib, webdataset, tfrecord, gulpio2, streaming, litdata' 2>/dev/null; then
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PKGS $WRITERS $NODEPS" ] && "$VENV/bin/python" -c 'import torch, torchvision, nvidia.dali, pytest, matplotlib, webdataset, tfrecord, gulpio2, streaming, litdata, datasets' 2>/dev/null; then
   echo "$VENV"
   exit 0
 fi

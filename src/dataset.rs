@@ -83,30 +83,7 @@ impl Dataset {
         match self {
             Dataset::Pack(p) => Server::local(p, views, opts),
             Dataset::Foreign(f) => {
-                let mut objs = Vec::with_capacity(f.header.objects.len());
-                let mut parts = Vec::with_capacity(f.header.objects.len());
-                let chunked = f.header.objects.iter().any(|o| o.chunk.is_some());
-                for o in &f.header.objects {
-                    if let Some(c) = &o.chunk {
-                        parts.push(Part::Chunk(c.open(&o.path)?));
-                        continue;
-                    }
-                    let file = std::fs::File::open(&o.path)?;
-                    // SAFETY: a read-only map of a dataset file; files must not change while
-                    // mounted (their size and mtime keyed the index).
-                    let map = unsafe { memmap2::Mmap::map(&file)? };
-                    let obj = LocalObject::new(file, Arc::new(map));
-                    if chunked {
-                        parts.push(Part::Plain(obj));
-                    } else {
-                        objs.push(obj);
-                    }
-                }
-                let storage: Arc<dyn crate::storage::Storage> = if chunked {
-                    MixedStorage::new(parts, chunk_cache)
-                } else {
-                    Arc::new(LocalStorage::new(objs))
-                };
+                let storage = storage_of(&f, chunk_cache)?;
                 let cat = NativeCatalog::with_objects(
                     f.map.clone(),
                     f.index.clone(),
@@ -119,4 +96,37 @@ impl Dataset {
             }
         }
     }
+}
+
+/// The storage of a foreign dataset's files: local files through the page cache, and its
+/// compressed chunks (if any) decompressed into a cache of at most `chunk_cache` bytes.
+/// Errors: a file cannot be opened or mapped.
+pub fn storage_of(
+    f: &Foreign,
+    chunk_cache: u64,
+) -> std::io::Result<Arc<dyn crate::storage::Storage>> {
+    let chunked = f.header.objects.iter().any(|o| o.chunk.is_some());
+    let mut objs = Vec::with_capacity(f.header.objects.len());
+    let mut parts = Vec::with_capacity(f.header.objects.len());
+    for o in &f.header.objects {
+        if let Some(c) = &o.chunk {
+            parts.push(Part::Chunk(c.open(&o.path)?));
+            continue;
+        }
+        let file = std::fs::File::open(&o.path)?;
+        // SAFETY: a read-only map of a dataset file; files must not change while mounted
+        // (their size and mtime keyed the index).
+        let map = unsafe { memmap2::Mmap::map(&file)? };
+        let obj = LocalObject::new(file, Arc::new(map));
+        if chunked {
+            parts.push(Part::Plain(obj));
+        } else {
+            objs.push(obj);
+        }
+    }
+    Ok(if chunked {
+        MixedStorage::new(parts, chunk_cache)
+    } else {
+        Arc::new(LocalStorage::new(objs))
+    })
 }

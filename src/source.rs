@@ -56,7 +56,8 @@ pub struct Source {
 /// Where the files of a foreign source's samples are: the open objects, and per sample
 /// (object, offset, CRC-32 the index recorded).
 struct Stored {
-    objects: Vec<(PathBuf, std::fs::File)>,
+    storage: std::sync::Arc<dyn crate::storage::Storage>,
+    paths: Vec<PathBuf>,
     locs: Vec<(u32, u64, u32)>,
 }
 
@@ -155,11 +156,11 @@ impl Source {
             },
         ) = (&self.stored, item.kind)
         {
-            use std::os::unix::fs::FileExt;
             let (obj, off, crc) = st.locs[k];
-            let (path, file) = &st.objects[obj as usize];
+            let path = &st.paths[obj as usize];
             let mut data = vec![0u8; size as usize];
-            file.read_exact_at(&mut data, off)
+            st.storage
+                .read_at(obj, off, &mut data)
                 .with_context(|| format!("cannot read {} at byte {off}", path.display()))?;
             if crc32fast::hash(&data) != crc {
                 bail!(
@@ -304,16 +305,9 @@ fn walk_foreign(src: &Path, args: &SourceArgs) -> Result<Source> {
         crate::dataset::Dataset::Pack(_) => unreachable!("open_with sends packs to walk_zip"),
     };
     let ix = f.view();
-    let objects = f
-        .header
-        .objects
-        .iter()
-        .map(|o| {
-            std::fs::File::open(&o.path)
-                .map(|h| (o.path.clone(), h))
-                .with_context(|| format!("cannot open {}", o.path.display()))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let storage = crate::dataset::storage_of(&f, args.chunk_cache.max(64 << 20))
+        .with_context(|| format!("cannot open the files of {}", src.display()))?;
+    let paths = f.header.objects.iter().map(|o| o.path.clone()).collect();
     let bases = &f.header.bases;
     let meta_of = |r: &crate::format::index::Record| EntryMeta {
         mode: if r.is_dir {
@@ -364,7 +358,11 @@ fn walk_foreign(src: &Path, args: &SourceArgs) -> Result<Source> {
         items,
         skipped: Skipped::new(),
         zip: None,
-        stored: Some(Stored { objects, locs }),
+        stored: Some(Stored {
+            storage,
+            paths,
+            locs,
+        }),
     })
 }
 

@@ -133,6 +133,7 @@ pub fn scan(src: &Path) -> Result<Scan> {
                     stored_len: u64::from(clen),
                     len: u64::from(ulen),
                     crc32: None,
+                    parquet: None,
                 };
                 let data = spec.open(&path)?.decompress()?;
                 let base = offsets[first as usize] as usize;
@@ -156,6 +157,7 @@ pub fn scan(src: &Path) -> Result<Scan> {
                 stored_len: flen,
                 len: data.len() as u64,
                 crc32: None,
+                parquet: None,
             };
             let items = classic(&data, &bad)?;
             parts.push((data, Some(spec), items));

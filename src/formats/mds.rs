@@ -126,6 +126,7 @@ pub fn scan(src: &Path, label_column: Option<&str>) -> Result<Scan> {
                 stored_len: f.metadata()?.len(),
                 len: raw_len,
                 crc32: None,
+                parquet: None,
             };
             let data = spec.open(&path)?.decompress()?;
             (Box::new(data), Some(spec))

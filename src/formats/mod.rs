@@ -143,6 +143,9 @@ pub struct ChunkSpec {
     pub len: u64,
     /// CRC-32 of the decompressed bytes, when the container has one (zip).
     pub crc32: Option<u32>,
+    /// Parquet row-group chunks: the row group and the image column's group name.
+    #[serde(default)]
+    pub parquet: Option<(usize, String)>,
 }
 
 impl ChunkSpec {
@@ -155,6 +158,7 @@ impl ChunkSpec {
             codec: self.codec,
             len: self.len,
             crc32: self.crc32,
+            parquet: self.parquet.clone(),
         })
     }
 }

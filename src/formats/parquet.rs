@@ -4,11 +4,13 @@
 //! class names. datasets >= 4.6 writes image columns UNCOMPRESSED and PLAIN (each value
 //! `u32 len | bytes`, contiguous in its page), so the bytes are served in place: each row's
 //! value, as the crate's row reader returns it, is found in its column chunk at or after the
-//! previous one and checked byte for byte before its offset is kept. Compressed or
-//! dictionary-encoded image columns (older writers) and rows whose bytes are null (an external
-//! path) are refused, naming the file and row.
+//! previous one and checked byte for byte before its offset is kept. A row group whose image
+//! column is compressed or dictionary-encoded (datasets < 4.6 writes Snappy + dictionary) is
+//! served through the chunk cache instead: the row group's image values, decoded by the crate
+//! and concatenated, are one chunk. Rows whose bytes are null (an external path) are refused,
+//! naming the file and row.
 
-use super::{Format, Sample, Scan, list_dir, mtime_of, read_at, sniff_ext};
+use super::{ChunkSpec, Format, Sample, Scan, list_dir, mtime_of, read_at, sniff_ext};
 use anyhow::{Context, Result, bail};
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::Field;
@@ -67,11 +69,16 @@ fn features(meta: Option<&str>) -> (Option<String>, Option<String>, Option<Vec<S
 
 /// Reads every row once (labels, paths and image bytes) and locates each image in place.
 pub fn scan(src: &Path, label_column: Option<&str>) -> Result<Scan> {
-    let objects = files(src)?;
+    let files = files(src)?;
+    let mut objects = Vec::new();
+    let mut chunks = Vec::new();
     let mut samples = Vec::new();
     let mut fields = Vec::new();
     let mut row_no = 0u64;
-    for (k, p) in objects.iter().enumerate() {
+    for p in &files {
+        let k = objects.len();
+        objects.push(p.clone());
+        chunks.push(None);
         let bad = |why: String| anyhow::anyhow!("{}: {why}", p.display());
         let f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
         // SAFETY: a read-only map of a dataset file that must not change while indexed.
@@ -112,20 +119,11 @@ pub fn scan(src: &Path, label_column: Option<&str>) -> Result<Scan> {
             .map_err(|e| bad(format!("cannot read rows ({e})")))?;
         for g in 0..md.num_row_groups() {
             let cc = md.row_group(g).column(col);
-            if cc.compression() != parquet::basic::Compression::UNCOMPRESSED
-                || cc.dictionary_page_offset().is_some()
-            {
-                bail!(
-                    "{}: column {bytes_col} of row group {g} is {:?}{}: loosefs serves uncompressed PLAIN image columns (datasets >= 4.6 writes them) in place",
-                    p.display(),
-                    cc.compression(),
-                    if cc.dictionary_page_offset().is_some() {
-                        " with a dictionary"
-                    } else {
-                        ""
-                    }
-                );
-            }
+            let in_place = cc.compression() == parquet::basic::Compression::UNCOMPRESSED
+                && cc.dictionary_page_offset().is_none();
+            // Compressed row group: its images, concatenated, are one chunk (object `chunk_obj`).
+            let chunk_obj = objects.len() as u32;
+            let mut chunk_len = 0u64;
             let (start, len) = cc.byte_range();
             let end = start
                 .checked_add(len)
@@ -163,6 +161,27 @@ pub fn scan(src: &Path, label_column: Option<&str>) -> Result<Scan> {
                 let data = data.ok_or_else(|| {
                     bad(format!("row {row_no} has no image bytes (only a path): it cannot be served from the file"))
                 })?;
+                let ext = sniff_ext(&data);
+                let name = match path.as_deref().map(|s| s.rsplit('/').next().unwrap_or(s)) {
+                    Some(b) if !b.is_empty() => b.to_string(),
+                    _ => format!("{row_no:08}.{ext}"),
+                };
+                let class =
+                    lab.and_then(|l| names.as_ref()?.get(usize::try_from(l).ok()?).cloned());
+                if !in_place {
+                    samples.push(Sample {
+                        object: chunk_obj,
+                        range: chunk_len..chunk_len + data.len() as u64,
+                        label: lab,
+                        class,
+                        name,
+                        mtime,
+                        ..Sample::default()
+                    });
+                    chunk_len += data.len() as u64;
+                    row_no += 1;
+                    continue;
+                }
                 // The value is `u32 len | bytes` at or after the previous one in this chunk.
                 let mut want = (data.len() as u32).to_le_bytes().to_vec();
                 want.extend_from_slice(&data[..data.len().min(60)]);
@@ -176,32 +195,43 @@ pub fn scan(src: &Path, label_column: Option<&str>) -> Result<Scan> {
                         ))
                     })?;
                 cursor = at + data.len();
-                let ext = sniff_ext(&data);
-                let name = match path.as_deref().map(|s| s.rsplit('/').next().unwrap_or(s)) {
-                    Some(b) if !b.is_empty() => b.to_string(),
-                    _ => format!("{row_no:08}.{ext}"),
-                };
                 samples.push(Sample {
                     object: k as u32,
                     range: at as u64..cursor as u64,
                     label: lab,
-                    class: lab.and_then(|l| names.as_ref()?.get(usize::try_from(l).ok()?).cloned()),
+                    class,
                     name,
                     mtime,
                     ..Sample::default()
                 });
                 row_no += 1;
             }
+            if !in_place {
+                objects.push(p.clone());
+                chunks.push(Some(ChunkSpec {
+                    codec: crate::storage::chunks::Codec::ParquetRowGroup,
+                    offset: 0,
+                    stored_len: 0,
+                    len: chunk_len,
+                    crc32: None,
+                    parquet: Some((g, image.clone())),
+                }));
+            }
         }
     }
+    let compressed = chunks.iter().filter(|c| c.is_some()).count();
     Ok(Scan {
         format: Format::Parquet,
         derived: Vec::new(),
         objects,
-        chunks: Vec::new(),
+        chunks,
         samples,
         fields,
-        compression: "none (image column UNCOMPRESSED, PLAIN)".into(),
+        compression: if compressed > 0 {
+            format!("{compressed} row group(s) with a compressed or dictionary image column, served through the chunk cache")
+        } else {
+            "none (image column UNCOMPRESSED, PLAIN)".into()
+        },
         labels: "ClassLabel ids; names from the `huggingface` metadata (NNNN_name when sorting the names would change the order)"
             .into(),
     })

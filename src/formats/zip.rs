@@ -59,6 +59,7 @@ pub fn scan(src: &std::path::Path) -> Result<Scan> {
                     stored_len: m.compressed_size(),
                     len: m.size(),
                     crc32: Some(m.crc32()),
+                    parquet: None,
                 }));
                 (objects.len() as u32 - 1, 0..m.size())
             }

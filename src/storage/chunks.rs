@@ -30,6 +30,9 @@ pub enum Codec {
     Zstd,
     /// Raw deflate (a zip member).
     Deflate,
+    /// The image values of one row group of a Parquet file, concatenated in row order, as the
+    /// `parquet` crate decodes them (any codec, dictionary or not). `range` is unused.
+    ParquetRowGroup,
 }
 
 /// One compressed chunk: bytes `range` of `path`, `len` bytes once decompressed.
@@ -42,22 +45,74 @@ pub struct Chunk {
     pub len: u64,
     /// CRC-32 of the decompressed bytes, when the container records one (zip).
     pub crc32: Option<u32>,
+    /// For [`Codec::ParquetRowGroup`]: the row group and the image column's group name.
+    pub parquet: Option<(usize, String)>,
 }
 
 impl Chunk {
-    /// Reads and decompresses the chunk. Errors: I/O, a damaged stream, a length or CRC-32
-    /// that does not match (the message names the file).
-    pub fn decompress(&self) -> io::Result<Vec<u8>> {
-        let mut raw = vec![0u8; (self.range.end - self.range.start) as usize];
-        self.file.read_exact_at(&mut raw, self.range.start)?;
+    /// The concatenated image bytes of a Parquet row group (see [`Codec::ParquetRowGroup`]).
+    fn parquet_images(&self) -> io::Result<Vec<u8>> {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        use parquet::record::Field;
         let bad = |why: String| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("{}: {why}", self.path.display()),
             )
         };
+        let (g, image) = self
+            .parquet
+            .clone()
+            .ok_or_else(|| bad("no row group given".into()))?;
+        let reader =
+            SerializedFileReader::new(self.file.try_clone()?).map_err(|e| bad(e.to_string()))?;
+        let rg = reader
+            .get_row_group(g)
+            .map_err(|e| bad(format!("row group {g}: {e}")))?;
+        let mut out = Vec::with_capacity(self.len as usize);
+        for row in rg
+            .get_row_iter(None)
+            .map_err(|e| bad(format!("row group {g}: {e}")))?
+        {
+            let row = row.map_err(|e| bad(format!("row group {g}: {e}")))?;
+            for (name, field) in row.get_column_iter() {
+                if let (true, Field::Group(img)) = (*name == image, field) {
+                    for (n, v) in img.get_column_iter() {
+                        if let ("bytes", Field::Bytes(b)) = (n.as_str(), v) {
+                            out.extend_from_slice(b.data());
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads and decompresses the chunk. Errors: I/O, a damaged stream, a length or CRC-32
+    /// that does not match (the message names the file).
+    pub fn decompress(&self) -> io::Result<Vec<u8>> {
+        let bad = |why: String| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {why}", self.path.display()),
+            )
+        };
+        if self.codec == Codec::ParquetRowGroup {
+            let out = self.parquet_images()?;
+            if out.len() as u64 != self.len {
+                return Err(bad(format!(
+                    "row group images are {} bytes, the index says {}",
+                    out.len(),
+                    self.len
+                )));
+            }
+            return Ok(out);
+        }
+        let mut raw = vec![0u8; (self.range.end - self.range.start) as usize];
+        self.file.read_exact_at(&mut raw, self.range.start)?;
         let mut out = Vec::with_capacity(self.len as usize);
         let r = match self.codec {
+            Codec::ParquetRowGroup => unreachable!("handled above"),
             Codec::Zstd => zstd::stream::read::Decoder::new(&raw[..])?
                 .take(self.len + 1)
                 .read_to_end(&mut out),

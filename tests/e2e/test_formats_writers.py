@@ -1,7 +1,7 @@
 """Variants beyond ../shared/data/formats, written here by each format's own writer
 (write_formats.py: many WebDataset shards with PAX-long keys and no class names, 1-based
 TFRecord labels without synsets, zstd MDS shards, zstd LitData chunks, a deflated zip, GulpIO
-videos of four frames), mounted and read by ImageFolder: the classes, the labels and every
+videos of four frames, Snappy and dictionary-encoded Parquet from datasets 4.5), mounted and read by ImageFolder: the classes, the labels and every
 byte as the writer's input, the compressed ones through a chunk cache smaller than one chunk."""
 import hashlib
 import os
@@ -59,6 +59,7 @@ def umount(mnt):
         ("mds-zstd", "wnids", ["--chunk-cache", "256K"]),
         ("litdata-zstd", "numbers0", ["--chunk-cache", "256K"]),
         ("zip-deflated.zip", "wnids", ["--chunk-cache", "256K"]),
+        ("hf-parquet-snappy", "wnids", ["--chunk-cache", "256K"]),
     ],
 )
 def test_written_variant_reads_as_its_source(written, tmp_path, name, dirs, extra):

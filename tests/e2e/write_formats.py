@@ -9,7 +9,9 @@ the first 12 classes of imagenet-sample (class i = label i), as
 - litdata-zstd/: LitData optimize, compression zstd (batch level, its default);
 - zip-deflated.zip: Python zipfile, ZIP_DEFLATED;
 - gulpio-video/: gulpio2 GulpIngestor, 3 items of 4 frames each (a video per class, frames being
-  the class's image cropped four ways).
+  the class's image cropped four ways);
+- hf-parquet-snappy/: Hugging Face datasets 4.5 (before 4.6 made image columns uncompressed)
+  `Dataset.to_parquet`, two row groups: Snappy-compressed, dictionary-encoded pages.
 
 Usage: write_formats.py SAMPLES OUT
 """
@@ -100,6 +102,18 @@ def gulpio(it, out):
     GulpIngestor(Videos(it[:3]), out, videos_per_chunk=2, num_workers=1)()
 
 
+def hf_parquet(it, out):
+    import datasets
+
+    os.makedirs(out)
+    classes = sorted({c for _, c, _ in it})
+    feats = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=classes)})
+    ds = datasets.Dataset.from_dict({"image": [p for _, _, p in it], "label": [i for i, _, _ in it]}, features=feats)
+    # Embed the bytes (not only the paths), as push_to_hub and save_to_disk do.
+    ds = ds.cast_column("image", datasets.Image(decode=False)).map(lambda x: {"image": {"bytes": open(x["image"]["path"], "rb").read(), "path": os.path.basename(x["image"]["path"])}}, features=feats.copy())
+    ds.to_parquet(os.path.join(out, "train.parquet"), batch_size=6)
+
+
 def main():
     samples, out = sys.argv[1], sys.argv[2]
     it = items(samples)
@@ -109,6 +123,7 @@ def main():
     litdata(it, os.path.join(out, "litdata-zstd"))
     zip_deflated(it, os.path.join(out, "zip-deflated.zip"))
     gulpio(it, os.path.join(out, "gulpio-video"))
+    hf_parquet(it, os.path.join(out, "hf-parquet-snappy"))
 
 
 if __name__ == "__main__":
