@@ -106,7 +106,7 @@ def decompress_bound(fmt, src):
     elif fmt == "zip-deflated":
         import zipfile
 
-        with zipfile.ZipFile(src / "train.zip") as z:
+        with zipfile.ZipFile(src) as z:
             for i in z.infolist():
                 n += len(z.read(i))
     secs = time.time() - t0
@@ -175,6 +175,8 @@ def bench_formats(a):
             WRITERS[fmt](samples, src)
             (src / ".written").write_text(f"{time.time() - t0:.1f}")
             print(f"{fmt}: written by its writer in {time.time() - t0:.1f} s", file=sys.stderr)
+        if fmt == "zip-deflated":
+            src = src / "train.zip"  # the writer's directory holds the archive
         info = json.loads(sh(BIN, "info", src, "--json", "--index-dir", index_dir).stdout)
         bound = None
         if fmt in ("mds-zstd", "zip-deflated"):

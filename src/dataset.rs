@@ -106,11 +106,18 @@ pub fn storage_of(
     chunk_cache: u64,
 ) -> std::io::Result<Arc<dyn crate::storage::Storage>> {
     let chunked = f.header.objects.iter().any(|o| o.chunk.is_some());
+    let handles = crate::formats::open_files(
+        f.header
+            .objects
+            .iter()
+            .filter(|o| o.chunk.is_some())
+            .map(|o| o.path.as_path()),
+    )?;
     let mut objs = Vec::with_capacity(f.header.objects.len());
     let mut parts = Vec::with_capacity(f.header.objects.len());
     for o in &f.header.objects {
         if let Some(c) = &o.chunk {
-            parts.push(Part::Chunk(c.open(&o.path)?));
+            parts.push(Part::Chunk(c.with_file(&o.path, handles[&o.path].clone())));
             continue;
         }
         let file = std::fs::File::open(&o.path)?;

@@ -46,11 +46,22 @@ pub struct Source {
     pub root: EntryMeta,
     pub items: Vec<Item>,
     pub skipped: Skipped,
-    /// The mapped archive when the source is a zip file.
-    zip: Option<Mmap>,
+    /// The parsed archive when the source is a zip file: clones share its central directory,
+    /// so reading a member does not parse it again.
+    zip: Option<zip::ZipArchive<Cursor<MapBytes>>>,
     /// The dataset's files when the source is in another packed format: a file item's
     /// `member` indexes `locs`.
     stored: Option<Stored>,
+}
+
+/// A shared mapping as the bytes a zip reader reads.
+#[derive(Clone)]
+struct MapBytes(std::sync::Arc<Mmap>);
+
+impl AsRef<[u8]> for MapBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.0[..]
+    }
 }
 
 /// Where the files of a foreign source's samples are: the open objects, and per sample
@@ -132,9 +143,9 @@ impl Source {
                 ItemKind::File {
                     member: Some(k), ..
                 },
-                Some(map),
+                Some(z),
             ) => {
-                let mut z = zip::ZipArchive::new(Cursor::new(&map[..]))?;
+                let mut z = z.clone();
                 let mut m = z.by_index(k)?;
                 f(&mut m)
             }
@@ -178,9 +189,9 @@ impl Source {
                     member: Some(k),
                     size,
                 },
-                Some(map),
+                Some(z),
             ) => {
-                let mut z = zip::ZipArchive::new(Cursor::new(&map[..]))?;
+                let mut z = z.clone();
                 let mut f = z.by_index(k)?;
                 let mut data = Vec::with_capacity(size as usize);
                 f.read_to_end(&mut data)
@@ -500,11 +511,13 @@ fn walk_zip(src: &Path, meta: &std::fs::Metadata) -> Result<Source> {
         });
     }
     drop(z);
+    let map = std::sync::Arc::new(map);
+    let archive = zip::ZipArchive::new(Cursor::new(MapBytes(map)))?;
     Ok(Source {
         root,
         items,
         skipped,
-        zip: Some(map),
+        zip: Some(archive),
         stored: None,
     })
 }

@@ -23,8 +23,31 @@ fn errno_of(r: std::io::Result<impl Sized>) -> Option<i32> {
 fn mounted_tree_equals_source() {
     require_mount();
     let tmp = tempfile::tempdir().unwrap();
+    // The real sample (read-only files, one level of classes) and a generated tree with what
+    // it lacks: a nested directory, an empty one, a non-JPEG, files with write bits (0644).
     let (src, pack) = packed(tmp.path());
-    let m = mount(&pack, &tmp.path().join("mnt"), &[]);
+    let generated = tmp.path().join("generated-tree");
+    make_tree(&generated);
+    let f = generated.join("class_0/notes.txt");
+    assert_eq!(
+        std::fs::metadata(&f).unwrap().mode() & 0o200,
+        0o200,
+        "{}",
+        f.display()
+    );
+    let gen_pack = tmp.path().join("generated.pack");
+    let o = loosefs(&[&"pack", &generated, &gen_pack]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (k, (src, pack)) in [(src, pack), (generated, gen_pack)].into_iter().enumerate() {
+        tree_matches(&src, &pack, &tmp.path().join(format!("mnt{k}")));
+    }
+}
+
+/// Mounts `pack` at `mnt` and checks it shows `src` (names, types, modes minus write bits,
+/// mtimes, sizes, bytes), refuses writes, caches negative lookups, and unmounts cleanly.
+fn tree_matches(src: &Path, pack: &Path, mnt: &Path) {
+    let (src, pack) = (src.to_path_buf(), pack.to_path_buf());
+    let m = mount(&pack, mnt, &[]);
     let walk = |root: &Path| -> Vec<(String, walkdir::DirEntry)> {
         walkdir::WalkDir::new(root)
             .sort_by_file_name()
@@ -84,13 +107,46 @@ fn mounted_tree_equals_source() {
     assert!(files > 0);
     // The index member is not part of the tree, by listing or by name.
     assert!(!m.mnt.join(".loosefs-index").exists());
-    // Missing names: ENOENT, also the second time (served from the negative entry cache).
-    for _ in 0..2 {
-        assert_eq!(
-            errno_of(std::fs::metadata(m.mnt.join("no-such-class"))),
-            Some(libc::ENOENT)
-        );
+    // Empty directories are listed and empty.
+    for (path, e) in &a {
+        if e.file_type().is_dir() && std::fs::read_dir(e.path()).unwrap().next().is_none() {
+            assert_eq!(
+                std::fs::read_dir(m.mnt.join(path)).unwrap().count(),
+                0,
+                "{path}"
+            );
+        }
     }
+    // Missing names: ENOENT, and the second time from the kernel's negative entry cache: no
+    // second LOOKUP reaches the daemon.
+    // (Reading the stats file costs LOOKUPs of its own: measured first, then subtracted.)
+    let lookups = |mnt: &Path| -> u64 {
+        let v: serde_json::Value = loosefs::client::read_control(mnt, "stats").unwrap();
+        v["requests"]["lookup"].as_u64().unwrap()
+    };
+    let l0 = lookups(&m.mnt);
+    let per_read = lookups(&m.mnt) - l0;
+    let l1 = lookups(&m.mnt);
+    assert_eq!(
+        errno_of(std::fs::metadata(m.mnt.join("no-such-class"))),
+        Some(libc::ENOENT)
+    );
+    let l2 = lookups(&m.mnt);
+    assert_eq!(
+        l2 - l1,
+        per_read + 1,
+        "the first missing lookup reaches the daemon"
+    );
+    assert_eq!(
+        errno_of(std::fs::metadata(m.mnt.join("no-such-class"))),
+        Some(libc::ENOENT)
+    );
+    let l3 = lookups(&m.mnt);
+    assert_eq!(
+        l3 - l2,
+        per_read,
+        "a second LOOKUP for a cached missing name"
+    );
     // Writes of every kind fail with EROFS.
     let (first, _) = a.iter().find(|(_, e)| e.file_type().is_file()).unwrap();
     let f = m.mnt.join(first);

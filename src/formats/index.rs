@@ -322,17 +322,24 @@ fn build(
         bases.push(next);
         next += o.served_len();
     }
-    let files: Vec<std::fs::File> = scan
-        .objects
-        .iter()
-        .map(|p| std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display())))
-        .collect::<Result<_>>()?;
+    let plain = super::open_files(scan.objects.iter().map(|p| p.as_path()))?;
+    let files: Vec<std::sync::Arc<std::fs::File>> =
+        scan.objects.iter().map(|p| plain[p].clone()).collect();
     // Compressed chunks are decompressed once each (in parallel) for the pass below.
+    let handles = super::open_files(
+        objects
+            .iter()
+            .filter(|o| o.chunk.is_some())
+            .map(|o| o.path.as_path()),
+    )?;
     let chunk_data: Vec<Option<Vec<u8>>> = objects
         .par_iter()
         .map(|o| -> Result<Option<Vec<u8>>> {
             match &o.chunk {
-                Some(c) => Ok(Some(c.open(&o.path)?.decompress()?)),
+                Some(c) => Ok(Some(
+                    c.with_file(&o.path, handles[&o.path].clone())
+                        .decompress()?,
+                )),
                 None => Ok(None),
             }
         })

@@ -149,17 +149,26 @@ pub struct ChunkSpec {
 }
 
 impl ChunkSpec {
-    /// The chunk of file `path`, opened.
+    /// The chunk of file `path`, opened on its own.
     pub fn open(&self, path: &Path) -> std::io::Result<crate::storage::chunks::Chunk> {
-        Ok(crate::storage::chunks::Chunk {
+        Ok(self.with_file(path, std::sync::Arc::new(std::fs::File::open(path)?)))
+    }
+
+    /// The chunk of file `path`, read through `file` (shared with the file's other chunks).
+    pub fn with_file(
+        &self,
+        path: &Path,
+        file: std::sync::Arc<std::fs::File>,
+    ) -> crate::storage::chunks::Chunk {
+        crate::storage::chunks::Chunk {
             path: path.to_path_buf(),
-            file: std::fs::File::open(path)?,
+            file,
             range: self.offset..self.offset + self.stored_len,
             codec: self.codec,
             len: self.len,
             crc32: self.crc32,
             parquet: self.parquet.clone(),
-        })
+        }
     }
 }
 
@@ -398,6 +407,22 @@ pub fn sniff_ext(bytes: &[u8]) -> &'static str {
     } else {
         "bin"
     }
+}
+
+/// One open handle per distinct file of `paths`.
+pub(crate) fn open_files<'a>(
+    paths: impl Iterator<Item = &'a Path>,
+) -> std::io::Result<HashMap<PathBuf, std::sync::Arc<std::fs::File>>> {
+    let mut out = HashMap::new();
+    for p in paths {
+        if !out.contains_key(p) {
+            out.insert(
+                p.to_path_buf(),
+                std::sync::Arc::new(std::fs::File::open(p)?),
+            );
+        }
+    }
+    Ok(out)
 }
 
 /// Expands a brace pattern as WebDataset readers do (`braceexpand`): `{a..b}` numeric ranges

@@ -3,9 +3,8 @@
 //! A chunk is decompressed whole, once, into a bounded LRU cache of decompressed chunks
 //! (`--chunk-cache`), single flight (concurrent readers of a chunk being decompressed wait for
 //! it), and checked: a zip member against its CRC-32, every chunk against its decompressed
-//! length. Reading a chunk past its middle decompresses the next chunk on a background thread,
-//! so an in-order walk finds it ready (read-ahead in chunk order); `will_need` decompresses ahead
-//! the same way.
+//! length. Reading a chunk decompresses the next two on background threads, so an in-order walk
+//! finds them ready (read-ahead in chunk order); `will_need` decompresses ahead the same way.
 //!
 //! [`MixedStorage`] serves a dataset whose files are partly plain (through [`LocalStorage`]) and
 //! partly compressed chunks.
@@ -39,7 +38,8 @@ pub enum Codec {
 #[derive(Debug)]
 pub struct Chunk {
     pub path: PathBuf,
-    pub file: File,
+    /// The file, shared by every chunk of it (a zip of many members opens it once).
+    pub file: Arc<File>,
     pub range: Range<u64>,
     pub codec: Codec,
     pub len: u64,
@@ -302,10 +302,16 @@ impl MixedStorage {
     /// (at most [`BACKGROUND`] at a time; further requests are dropped).
     fn ahead(&self, obj: ObjectId) {
         let Ok(Err(k)) = self.part(obj) else { return };
-        if self.cached(obj).is_some() || self.background.fetch_add(1, Relaxed) >= BACKGROUND {
-            if self.cached(obj).is_none() {
-                self.background.fetch_sub(1, Relaxed);
-            }
+        let wanted = self.cache.lock().is_ok_and(|c| {
+            !c.busy.contains_key(&obj)
+                && !c.pinned.contains_key(&obj)
+                && !c.lru.iter().any(|(o, _)| *o == obj)
+        });
+        if !wanted {
+            return;
+        }
+        if self.background.fetch_add(1, Relaxed) >= BACKGROUND {
+            self.background.fetch_sub(1, Relaxed);
             return;
         }
         let Some(me) = self.me.upgrade() else {
@@ -347,10 +353,10 @@ impl Storage for MixedStorage {
                         io::Error::new(io::ErrorKind::UnexpectedEof, "read past the chunk")
                     })?;
                 buf.copy_from_slice(&d[off as usize..end as usize]);
-                // Past the middle of a chunk: the next one is decompressed ahead.
-                if off >= d.len() as u64 / 2 {
-                    self.ahead(obj + 1);
-                }
+                // Read-ahead in chunk order: the next two chunks are decompressed in the
+                // background while this one is served (two threads: one per core here).
+                self.ahead(obj + 1);
+                self.ahead(obj + 2);
                 Ok(())
             }
         }

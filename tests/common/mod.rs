@@ -210,3 +210,49 @@ pub fn files(root: &Path) -> Vec<String> {
         })
         .collect()
 }
+
+/// Pillow's RGB decode of the JPEG at `path`, at DCT scale 1/`denom` (`Image.draft`, libjpeg's
+/// scaled IDCT), through the project's Python venv (`scripts/python-env.sh`): an oracle
+/// independent of the daemon's decoder. `truncated`: decode what libjpeg recovers of a
+/// truncated file (`ImageFile.LOAD_TRUNCATED_IMAGES`). Returns (width, height, RGB pixels).
+/// Panics when the venv cannot run Pillow.
+pub fn pillow_rgb(path: &Path, denom: u32, truncated: bool) -> (u32, u32, Vec<u8>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = Command::new(root.join("scripts/python-env.sh"))
+        .output()
+        .expect("scripts/python-env.sh");
+    assert!(
+        venv.status.success(),
+        "{}",
+        String::from_utf8_lossy(&venv.stderr)
+    );
+    let py = PathBuf::from(String::from_utf8(venv.stdout).unwrap().trim()).join("bin/python");
+    let script = r#"
+import sys
+from PIL import Image, ImageFile
+ImageFile.LOAD_TRUNCATED_IMAGES = sys.argv[3] == "1"
+im = Image.open(sys.argv[1])
+d = int(sys.argv[2])
+if d > 1:
+    im.draft("RGB", (-(-im.width // d), -(-im.height // d)))
+im = im.convert("RGB")
+sys.stdout.buffer.write(b"%d %d\n" % im.size + im.tobytes())
+"#;
+    let o = Command::new(py)
+        .args(["-c", script])
+        .arg(path)
+        .arg(denom.to_string())
+        .arg(if truncated { "1" } else { "0" })
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "Pillow: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let nl = o.stdout.iter().position(|&b| b == b'\n').unwrap();
+    let head = String::from_utf8_lossy(&o.stdout[..nl]).into_owned();
+    let mut it = head.split(' ').map(|x| x.parse::<u32>().unwrap());
+    let (w, h) = (it.next().unwrap(), it.next().unwrap());
+    (w, h, o.stdout[nl + 1..].to_vec())
+}
