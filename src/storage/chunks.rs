@@ -60,12 +60,14 @@ impl Chunk {
                 format!("{}: {why}", self.path.display()),
             )
         };
+        // Its own open file: the crate seeks and reads, and a dup of the shared handle would
+        // share the offset with other row groups decoded at the same time.
         let (g, image) = self
             .parquet
             .clone()
             .ok_or_else(|| bad("no row group given".into()))?;
         let reader =
-            SerializedFileReader::new(self.file.try_clone()?).map_err(|e| bad(e.to_string()))?;
+            SerializedFileReader::new(File::open(&self.path)?).map_err(|e| bad(e.to_string()))?;
         let rg = reader
             .get_row_group(g)
             .map_err(|e| bad(format!("row group {g}: {e}")))?;

@@ -43,7 +43,8 @@ def mounted(written, name, tmp_path, *extra):
     out, _, _ = written
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    subprocess.run([loosefs_bin(), "mount", str(out / name), str(mnt), "--index-dir", str(tmp_path / "index"), *extra], check=True, capture_output=True)
+    r = subprocess.run([loosefs_bin(), "mount", str(out / name), str(mnt), "--index-dir", str(tmp_path / "index"), *extra], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
     return mnt
 
 
