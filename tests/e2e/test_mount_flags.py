@@ -1,0 +1,106 @@
+"""Mount flags checked against the kernel, not the daemon's report: `--threads` (the daemon's
+FUSE worker threads in /proc/PID/task), `--decode-threads` (its decode threads there),
+`--read-ahead-kb` (the mount's bdi read_ahead_kb in sysfs), `umount` of a busy mount (refused with
+the fix) and `umount --lazy` (detached); and the foreign-source flags `--format`, `--label`,
+`--class-names` (what ImageFolder sees)."""
+import json
+import os
+import pathlib
+import subprocess
+
+import torchvision
+
+from conftest import ROOT, loosefs_bin, need_mount
+
+FORMATS = ROOT.parent / "shared" / "data" / "formats"
+
+
+def run(*args, check=True):
+    return subprocess.run([loosefs_bin(), *map(str, args)], check=check, capture_output=True, text=True)
+
+
+def daemon_pid(mnt):
+    return json.loads(run("stats", mnt, "--json").stdout)["daemon"]["pid"]
+
+
+def task_names(pid):
+    out = []
+    for t in os.listdir(f"/proc/{pid}/task"):
+        out.append(pathlib.Path(f"/proc/{pid}/task/{t}/comm").read_text().strip())
+    return out
+
+
+def test_threads_and_decode_threads_are_the_daemons_threads(pack, tmp_path):
+    need_mount()
+    counts = {}
+    for n in (2, 6):
+        mnt = tmp_path / f"mnt{n}"
+        mnt.mkdir()
+        run("mount", pack, mnt, "--threads", n, "--decode", "npy", "--decode-threads", n + 1)
+        try:
+            names = task_names(daemon_pid(mnt))
+            counts[n] = (sum(x.startswith("fuser") for x in names), sum(x.startswith("loosefs-decode") for x in names))
+        finally:
+            run("umount", mnt)
+    # fuser runs the asked number of workers (plus none or one of its own); decode threads
+    # are exactly as asked.
+    assert counts[6][0] - counts[2][0] == 4, counts
+    assert (counts[2][1], counts[6][1]) == (3, 7), counts
+
+
+def test_read_ahead_kb_sets_the_mounts_bdi(pack, tmp_path):
+    need_mount()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    run("mount", pack, mnt, "--read-ahead-kb", 1024)
+    try:
+        dev = os.stat(mnt).st_dev
+        bdi = pathlib.Path(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb")
+        assert bdi.read_text().strip() == "1024"
+    finally:
+        run("umount", mnt)
+
+
+def test_busy_mount_is_refused_and_lazy_detaches_it(pack, tmp_path):
+    need_mount()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    run("mount", pack, mnt)
+    first = next(p for p in mnt.rglob("*") if p.is_file())
+    f = open(first, "rb")
+    try:
+        r = run("umount", mnt, check=False)
+        assert r.returncode == 2 and "busy" in r.stderr and "--lazy" in r.stderr, r.stderr
+        assert os.path.ismount(mnt)
+        run("umount", mnt, "--lazy")
+        assert not os.path.ismount(mnt)
+        assert f.read(4)  # the open file still reads until closed
+    finally:
+        f.close()
+
+
+def test_format_label_and_class_names_flags(tmp_path):
+    need_mount()
+    if not FORMATS.is_dir():
+        assert os.environ.get("CI") != "true", f"{FORMATS} is missing"
+        return
+    manifest = json.loads((FORMATS / "manifest.json").read_text())
+    names = tmp_path / "names.txt"
+    names.write_text("".join(f"class-{i:02d}\n" for i in range(48)))
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    # --format forces the reader; --label names the MDS column; --class-names renames classes.
+    run("mount", FORMATS / "mds", mnt, "--format", "mds", "--label", "label", "--class-names", names, "--index-dir", tmp_path / "idx")
+    try:
+        ds = torchvision.datasets.ImageFolder(str(mnt))
+        assert ds.classes == [f"class-{i:02d}" for i in range(48)]
+        assert [y for _, y in ds.samples] == list(range(48))
+    finally:
+        run("umount", mnt)
+    # --format naming the wrong reader fails, saying why.
+    r = run("info", FORMATS / "mds", "--format", "tfrecord", "--index-dir", tmp_path / "idx", check=False)
+    assert r.returncode == 2 and "TFRecord" in r.stderr, r.stderr
+    # An unknown --format value lists the known ones.
+    r = run("info", FORMATS / "mds", "--format", "nope", check=False)
+    assert r.returncode == 2 and "webdataset" in r.stderr and "ffcv" in r.stderr, r.stderr
+    assert len(manifest["classes"]) == 48
