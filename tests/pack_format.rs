@@ -292,7 +292,7 @@ fn namespace_lookups_listings_and_reads() {
     assert_eq!(ns.getattr(0), Err(FsError::NotFound));
     assert_eq!(ns.getattr(u64::MAX), Err(FsError::NotFound));
     assert_eq!(ns.lookup(ROOT_INO, b"nope"), Err(FsError::NotFound));
-    assert!(ns.readdir(x.ino, 0).is_err());
+    assert_eq!(ns.readdir(x.ino, 0).unwrap_err(), FsError::NotDir);
 }
 
 /// Offset of the data of `rel` inside the pack at `out`.
