@@ -1,7 +1,8 @@
 //! MosaicML Streaming (MDS) directories (`formats.md` §5, `streaming/base/format/mds`):
 //! `index.json` lists shards with their columns; a shard is `u32 n | u32 offsets[n+1] |
 //! config JSON | samples`, a sample being one u32 size per variable-size column, then the
-//! columns' bytes in column order. The image is the first `jpeg`/`png` column, served in place;
+//! columns' bytes in column order. The image is the first `jpeg`/`png` column, served in place
+//! (or a `pil` RGB column: its pixels in place behind a PPM header);
 //! the label the first integer column (`label` preferred), the class name the first `str`
 //! column. zstd-compressed shards (`zip_data`, `compression: "zstd[:level]"`) are served through
 //! the chunk cache (each shard a chunk of `raw_data.bytes` decompressed bytes); other codecs
@@ -90,8 +91,13 @@ pub fn scan(src: &Path, label_column: Option<&str>) -> Result<Scan> {
         let sizes: Vec<Option<u64>> = encs.iter().map(|e| fixed_size(e)).collect();
         let image = encs
             .iter()
-            .position(|e| e == "jpeg" || e == "png")
-            .with_context(|| format!("{}: {basename}: no jpeg or png column", ipath.display()))?;
+            .position(|e| e == "jpeg" || e == "png" || e == "pil")
+            .with_context(|| {
+                format!(
+                    "{}: {basename}: no jpeg, png or pil column",
+                    ipath.display()
+                )
+            })?;
         let label = match label_column {
             Some(l) => Some(
                 names
@@ -172,7 +178,39 @@ pub fn scan(src: &Path, label_column: Option<&str>) -> Result<Scan> {
             let field = |c: usize| &map[ranges[c].start as usize..ranges[c].end as usize];
             let label = label.map(|c| i64::from_le_bytes(field(c).try_into().unwrap_or_default()));
             let class = class.map(|c| String::from_utf8_lossy(field(c)).into_owned());
-            let ext = if encs[image] == "png" { "png" } else { "jpg" };
+            // A `pil` image: u32 width | u32 height | u32 mode length | mode | pixels; RGB pixels
+            // are served in place behind a PPM header, other modes are refused.
+            let (range, pixels, ext) = if encs[image] == "pil" {
+                let r = &ranges[image];
+                let mut le = Le::new(&map[..r.end as usize], r.start as usize);
+                let (Some(w), Some(h), Some(ml)) = (le.u32(), le.u32(), le.u32()) else {
+                    return Err(bad(format!("sample {i}: truncated pil header")));
+                };
+                let mode = le
+                    .bytes(ml as usize)
+                    .ok_or_else(|| bad(format!("sample {i}: truncated pil mode")))?;
+                if mode != b"RGB" {
+                    return Err(bad(format!(
+                        "sample {i}: pil image in mode {}: loosefs serves RGB pil images (as PPM)",
+                        String::from_utf8_lossy(mode)
+                    )));
+                }
+                let start = le.at as u64;
+                if r.end - start != u64::from(w) * u64::from(h) * 3 {
+                    return Err(bad(format!(
+                        "sample {i}: {w}x{h} RGB needs {} bytes, it has {}",
+                        u64::from(w) * u64::from(h) * 3,
+                        r.end - start
+                    )));
+                }
+                (start..r.end, Some((w, h)), "ppm")
+            } else {
+                (
+                    ranges[image].clone(),
+                    None,
+                    if encs[image] == "png" { "png" } else { "jpg" },
+                )
+            };
             let extra = (0..names.len())
                 .filter(|&c| c != image && sizes[c].is_none())
                 .map(|c| (names[c].clone(), ranges[c].clone()))
@@ -180,7 +218,8 @@ pub fn scan(src: &Path, label_column: Option<&str>) -> Result<Scan> {
             samples.push(Sample {
                 object: k,
                 extra,
-                range: ranges[image].clone(),
+                range,
+                pixels,
                 label,
                 class,
                 name: format!("{global:08}.{ext}"),

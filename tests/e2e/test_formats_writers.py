@@ -88,6 +88,28 @@ def test_written_variant_reads_as_its_source(written, tmp_path, name, dirs, extr
         umount(mnt)
 
 
+def test_mds_pil_pixels_are_served_as_ppm_equal_to_pillow(written, tmp_path):
+    """An MDS `pil` column: raw RGB pixels served behind a PPM header; each equals Pillow's
+    RGB of the source resized to 64x48 as the writer was given it."""
+    from PIL import Image
+
+    _, classes, _ = written
+    mnt = mounted(written, "mds-pil", tmp_path)
+    try:
+        ds = torchvision.datasets.ImageFolder(str(mnt))
+        assert ds.classes == [f"{i:04d}" for i in range(12)] and len(ds) == 12
+        for path, y in ds.samples:
+            c = classes[y]
+            src = next((SAMPLES / c).iterdir())
+            with Image.open(src) as im:
+                want = np.asarray(im.convert("RGB").resize((64, 48)))
+            with Image.open(path) as im:
+                assert im.format == "PPM"
+                assert np.array_equal(np.asarray(im), want), path
+    finally:
+        umount(mnt)
+
+
 def test_gulpio_videos_show_one_file_per_frame_equal_to_gulpio2(written, tmp_path):
     import gulpio2
     from gulpio2.utils import jpeg_bytes_to_img

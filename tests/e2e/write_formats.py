@@ -6,6 +6,7 @@ the first 12 classes of imagenet-sample (class i = label i), as
   (PAX headers), `.cls` labels only (no class names);
 - tfrecord/: tfrecord TFRecordWriter, two files, 1-based `image/class/label`, no synset;
 - mds-zstd/: MosaicML MDSWriter, compression zstd, 512 KB shards;
+- mds-pil/: MosaicML MDSWriter, a `pil` column of 64x48 RGB images (raw pixels);
 - litdata-zstd/: LitData optimize, compression zstd (batch level, its default);
 - zip-deflated.zip: Python zipfile, ZIP_DEFLATED;
 - gulpio-video/: gulpio2 GulpIngestor, 3 items of 4 frames each (a video per class, frames being
@@ -54,6 +55,15 @@ def mds(it, out):
     with MDSWriter(out=out, columns={"image": "jpeg", "label": "int", "synset": "str"}, compression="zstd", size_limit=512 << 10) as w:
         for i, c, p in it:
             w.write({"image": Image.open(p), "label": i, "synset": c})
+
+
+def mds_pil(it, out):
+    from PIL import Image
+    from streaming import MDSWriter
+
+    with MDSWriter(out=out, columns={"image": "pil", "label": "int"}) as w:
+        for i, c, p in it:
+            w.write({"image": Image.open(p).convert("RGB").resize((64, 48)), "label": i})
 
 
 def _lit(x):
@@ -120,6 +130,7 @@ def main():
     webdataset(it, os.path.join(out, "webdataset"))
     tfrecord(it, os.path.join(out, "tfrecord"))
     mds(it, os.path.join(out, "mds-zstd"))
+    mds_pil(it, os.path.join(out, "mds-pil"))
     litdata(it, os.path.join(out, "litdata-zstd"))
     zip_deflated(it, os.path.join(out, "zip-deflated.zip"))
     gulpio(it, os.path.join(out, "gulpio-video"))
