@@ -104,3 +104,40 @@ def test_format_label_and_class_names_flags(tmp_path):
     r = run("info", FORMATS / "mds", "--format", "nope", check=False)
     assert r.returncode == 2 and "webdataset" in r.stderr and "ffcv" in r.stderr, r.stderr
     assert len(manifest["classes"]) == 48
+
+
+def test_decode_ahead_decodes_the_next_files_before_they_are_read(pack, source, tmp_path):
+    """`--decode-ahead N`: once `.npy` reads follow each other in storage order (the second one
+    continues the walk), the next N are decoded before anyone asks (their reads are cache hits,
+    no decode at read time); with 0, each read decodes."""
+    need_mount()
+    import time
+
+    jpegs = sorted(p for p in pathlib.Path(source).rglob("*") if p.suffix.lower() in (".jpeg", ".jpg"))
+    rel = [p.relative_to(source) for p in jpegs[:6]]
+    for ahead in (3, 0):
+        mnt = tmp_path / f"mnt{ahead}"
+        mnt.mkdir()
+        run("mount", pack, mnt, "--decode", "npy", "--decode-ahead", ahead, "--push-ahead", 0)
+        try:
+            dec = lambda: json.loads(run("stats", mnt, "--json").stdout)["decode"]
+            for r in rel[:2]:
+                (mnt / r.with_suffix(".npy")).read_bytes()
+            if ahead:
+                t = time.time()
+                while dec()["decoded_ahead"] < ahead:
+                    assert time.time() - t < 20, dec()
+                    time.sleep(0.05)
+            d0 = dec()
+            for r in rel[2:5]:
+                (mnt / r.with_suffix(".npy")).read_bytes()
+            d1 = dec()
+            # misses = READs that found no decoded view (it is decoded then, once per file);
+            # hits = READs served from a decoded view.
+            if ahead:
+                assert d1["misses"] == d0["misses"] and d1["hits"] - d0["hits"] >= 3, (d0, d1)
+            else:
+                assert d0["decoded_ahead"] == 0, d0
+                assert d1["misses"] - d0["misses"] == 3, (d0, d1)
+        finally:
+            run("umount", mnt)
