@@ -30,6 +30,7 @@ const VERSION: u32 = 1;
 /// One file of the dataset as the index recorded it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ObjectEntry {
+    /// The file (absolute).
     pub path: PathBuf,
     /// Size in bytes.
     pub len: u64,
@@ -64,17 +65,23 @@ impl ObjectEntry {
 /// The index file's header.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Header {
+    /// The format the source was read as.
     pub format: Format,
     /// The source as given, canonicalised.
     pub source: PathBuf,
+    /// The storage objects, in storage order ([`crate::catalog::ObjectId`] = position).
     pub objects: Vec<ObjectEntry>,
     /// Where object k starts in the records' `data_off` space.
     pub bases: Vec<u64>,
+    /// As [`super::Scan::fields`].
     pub fields: Vec<String>,
+    /// As [`super::Scan::compression`].
     pub compression: String,
+    /// As [`super::Scan::labels`].
     pub labels: String,
     /// Class directories (0 when the tree mirrors an archive).
     pub classes: usize,
+    /// Files shown (samples, and their other fields with `--fields all`).
     pub samples: usize,
     /// The options the index was built with (part of its key).
     pub options: String,
@@ -89,15 +96,21 @@ fn distinct(h: &Header) -> impl Iterator<Item = &ObjectEntry> {
 /// What `loosefs info` prints for a foreign dataset.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ForeignInfo {
+    /// The source path.
     pub source: String,
+    /// The format's name (`--format` spelling).
     pub format: String,
+    /// Files shown, and those of them that are JPEGs with a readable header.
     pub samples: u64,
+    /// See `samples`.
     pub jpeg_samples: u64,
     /// Sum of the samples' sizes, bytes.
     pub sample_bytes: u64,
     /// Class directories (0: the archive's own tree is shown).
     pub classes: usize,
+    /// The fields a sample has.
     pub fields: Vec<String>,
+    /// How the samples are stored.
     pub compression: String,
     /// True when every file is served straight from the dataset's files (no copy).
     pub zero_copy: bool,
@@ -105,6 +118,7 @@ pub struct ForeignInfo {
     pub labels: String,
     /// Files the samples are read from, and their total size in bytes.
     pub files: usize,
+    /// See `files`.
     pub file_bytes: u64,
     /// The kept index file.
     pub index: String,
@@ -150,6 +164,7 @@ impl ForeignInfo {
 /// An opened foreign dataset: its index, mapped.
 #[derive(Debug)]
 pub struct Foreign {
+    /// The index file's header.
     pub header: Header,
     /// Where the index file is.
     pub path: PathBuf,
@@ -157,6 +172,7 @@ pub struct Foreign {
     pub built: bool,
     /// The index file's mapping and the index bytes inside it.
     pub map: Arc<Mmap>,
+    /// See `map`.
     pub index: Range<usize>,
 }
 

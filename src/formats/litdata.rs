@@ -187,15 +187,8 @@ pub fn scan(src: &Path) -> Result<Scan> {
                     .map(|_| r.u32().map(u64::from))
                     .collect::<Option<_>>()
                     .ok_or_else(|| bad(format!("item {i}: truncated sizes")))?;
-                let mut at = r.at as u64;
-                let mut ranges = Vec::with_capacity(lens.len());
-                for l in &lens {
-                    ranges.push(at..at + l);
-                    at += l;
-                }
-                if at > e as u64 {
-                    return Err(bad(format!("item {i}: its leaves run past its end")));
-                }
+                let ranges = super::consecutive(r.at as u64, &lens, e as u64)
+                    .ok_or_else(|| bad(format!("item {i}: its leaves run past its end")))?;
                 let leaf = |j: usize| &bytes[ranges[j].start as usize..ranges[j].end as usize];
                 let ext = if formats[image] == "png" {
                     "png"

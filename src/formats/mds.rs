@@ -166,15 +166,8 @@ pub fn scan(src: &Path, label_column: Option<&str>) -> Result<Scan> {
                     ),
                 });
             }
-            let mut at = r.at as u64;
-            let mut ranges = Vec::with_capacity(lens.len());
-            for l in &lens {
-                ranges.push(at..at + l);
-                at += l;
-            }
-            if at > e as u64 {
-                return Err(bad(format!("sample {i}: its columns run past its end")));
-            }
+            let ranges = super::consecutive(r.at as u64, &lens, e as u64)
+                .ok_or_else(|| bad(format!("sample {i}: its columns run past its end")))?;
             let field = |c: usize| &map[ranges[c].start as usize..ranges[c].end as usize];
             let label = label.map(|c| i64::from_le_bytes(field(c).try_into().unwrap_or_default()));
             let class = class.map(|c| String::from_utf8_lossy(field(c)).into_owned());

@@ -250,16 +250,12 @@ fn scan_tars(src: &Path, objects: Vec<PathBuf>, label_ext: Option<&str>) -> Resu
                 ..Sample::default()
             });
         }
-        return Ok(Scan {
-            format: Format::Tar,
-            derived: Vec::new(),
+        return Ok(tar_scan(
             objects,
-            chunks: Vec::new(),
             samples,
-            fields: fields.into_iter().collect(),
-            compression: "none".into(),
-            labels: "none: the archive's own tree".into(),
-        });
+            fields,
+            "none: the archive's own tree",
+        ));
     }
     let mut i = 0;
     while i < members.len() {
@@ -317,7 +313,21 @@ fn scan_tars(src: &Path, objects: Vec<PathBuf>, label_ext: Option<&str>) -> Resu
         }
         i = j;
     }
-    Ok(Scan {
+    Ok(tar_scan(
+        objects,
+        samples,
+        fields,
+        "WebDataset .cls (as stored); class names from .txt when each label has one word",
+    ))
+}
+
+fn tar_scan(
+    objects: Vec<PathBuf>,
+    samples: Vec<Sample>,
+    fields: BTreeSet<String>,
+    labels: &str,
+) -> Scan {
+    Scan {
         format: Format::Tar,
         derived: Vec::new(),
         objects,
@@ -325,7 +335,6 @@ fn scan_tars(src: &Path, objects: Vec<PathBuf>, label_ext: Option<&str>) -> Resu
         samples,
         fields: fields.into_iter().collect(),
         compression: "none".into(),
-        labels: "WebDataset .cls (as stored); class names from .txt when each label has one word"
-            .into(),
-    })
+        labels: labels.into(),
+    }
 }

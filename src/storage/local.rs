@@ -15,10 +15,10 @@ use super::Storage;
 use crate::catalog::ObjectId;
 use crate::format::reader::Pack;
 use memmap2::{Advice, Mmap};
+use nix::fcntl::PosixFadviseAdvice;
 use std::fs::File;
 use std::io;
 use std::ops::Range;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
@@ -70,10 +70,9 @@ impl LocalObject {
         if let Err(e) = map.advise(Advice::Random) {
             log::warn!("madvise(MADV_RANDOM) failed: {e}");
         }
-        // SAFETY: posix_fadvise only reads its integer arguments; the fd is open.
-        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
-        if rc != 0 {
-            log::warn!("posix_fadvise(POSIX_FADV_RANDOM) failed: error {rc}");
+        // 0..0: the whole file (a length of 0 runs to its end).
+        if let Err(e) = super::fadvise(&file, &(0..0), PosixFadviseAdvice::POSIX_FADV_RANDOM) {
+            log::warn!("posix_fadvise(POSIX_FADV_RANDOM) failed: {e}");
         }
         let step = will_need_step(&file);
         LocalObject { file, map, step }
@@ -163,21 +162,11 @@ impl Storage for LocalStorage {
     }
 
     fn release(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()> {
-        let o = self.object(obj)?;
-        // SAFETY: posix_fadvise only reads its integer arguments; the fd is open.
-        let rc = unsafe {
-            libc::posix_fadvise(
-                o.file.as_raw_fd(),
-                r.start as i64,
-                (r.end - r.start) as i64,
-                libc::POSIX_FADV_DONTNEED,
-            )
-        };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::from_raw_os_error(rc))
-        }
+        super::fadvise(
+            &self.object(obj)?.file,
+            r,
+            PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        )
     }
 
     /// Pages mapped by any process survive `POSIX_FADV_DONTNEED`, so this process's page-table

@@ -8,8 +8,20 @@ pub mod chunks;
 pub mod local;
 
 use crate::catalog::ObjectId;
+use nix::fcntl::PosixFadviseAdvice;
 use std::io;
 use std::ops::Range;
+
+/// `posix_fadvise(2)` over bytes `r` of `file` (nix's safe wrapper): the page-cache verb both
+/// local files and compressed chunks' files use. Errors: the kernel's (bad fd, bad advice).
+pub(crate) fn fadvise(
+    file: &std::fs::File,
+    r: &Range<u64>,
+    advice: PosixFadviseAdvice,
+) -> io::Result<()> {
+    let len = r.end.saturating_sub(r.start);
+    nix::fcntl::posix_fadvise(file, r.start as i64, len as i64, advice).map_err(io::Error::from)
+}
 
 /// Reads byte ranges of storage objects and manages their cached copies. Ranges are clamped to
 /// the object; verbs that only advise (will-need, release) never fail the read path.
