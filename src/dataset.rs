@@ -7,6 +7,7 @@ use crate::catalog::native::NativeCatalog;
 use crate::format::FormatError;
 use crate::format::reader::Pack;
 use crate::formats::index::Foreign;
+use crate::remote::RemotePack;
 use crate::options::{ServerOptions, SourceArgs};
 use crate::server::Server;
 use crate::storage::chunks::{MixedStorage, Part};
@@ -23,6 +24,8 @@ pub enum Dataset {
     Pack(Pack),
     /// Another format, through its index.
     Foreign(Foreign),
+    /// A native pack at an `s3://` or `https://` URL, through its block cache.
+    Remote(RemotePack),
 }
 
 impl Dataset {
@@ -33,6 +36,11 @@ impl Dataset {
     /// Errors: a damaged native pack (its own message); a source in no known format (the
     /// message lists what was tried); a damaged foreign source (names the file).
     pub fn open(src: &Path, args: &SourceArgs, progress: bool) -> Result<Dataset> {
+        if let Some(url) = src.to_str().filter(|s| crate::storage::object::is_url(s)) {
+            return RemotePack::open(url, &args.remote)
+                .with_context(|| format!("cannot open {url}"))
+                .map(Dataset::Remote);
+        }
         let opts = args.scan_options()?;
         if opts.format.is_none() && src.is_file() {
             match Pack::open(src) {
@@ -61,6 +69,7 @@ impl Dataset {
         match self {
             Dataset::Pack(p) => p.path(),
             Dataset::Foreign(f) => &f.header.source,
+            Dataset::Remote(r) => Path::new(r.url()),
         }
     }
 
@@ -69,6 +78,7 @@ impl Dataset {
         match self {
             Dataset::Pack(p) => p.file_len(),
             Dataset::Foreign(f) => f.header.objects.iter().map(|o| o.len).sum(),
+            Dataset::Remote(r) => r.size(),
         }
     }
 
@@ -82,6 +92,12 @@ impl Dataset {
     ) -> std::io::Result<Server> {
         match self {
             Dataset::Pack(p) => Server::local(p, views, opts),
+            Dataset::Remote(r) => {
+                let cat = r
+                    .catalog(views)
+                    .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+                Ok(Server::new(Arc::new(cat), r.storage().clone(), opts))
+            }
             Dataset::Foreign(f) => {
                 let storage = storage_of(&f, chunk_cache)?;
                 let cat = NativeCatalog::with_objects(

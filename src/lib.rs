@@ -24,6 +24,7 @@ pub mod mount;
 pub mod options;
 pub mod packer;
 pub mod readahead;
+pub mod remote;
 pub mod report;
 pub mod samples;
 pub mod server;

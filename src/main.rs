@@ -110,6 +110,8 @@ enum Cmd {
         pack: PathBuf,
         #[arg(long)]
         against: Option<PathBuf>,
+        #[command(flatten)]
+        remote: loosefs::storage::object::RemoteArgs,
     },
 }
 
@@ -129,15 +131,42 @@ fn run(cli: Cli) -> Result<i32> {
             json,
             source,
         } => {
+            let url = out
+                .to_str()
+                .filter(|s| loosefs::storage::object::is_url(s))
+                .map(str::to_string);
+            // A URL: packed into a temp file in the cache directory, then uploaded.
+            let staging = match &url {
+                Some(_) => {
+                    let root = source
+                        .remote
+                        .cache_dir
+                        .clone()
+                        .unwrap_or_else(loosefs::storage::remote::default_root);
+                    std::fs::create_dir_all(&root)?;
+                    Some(tempfile::Builder::new().suffix(".pack").tempfile_in(&root)?)
+                }
+                None => None,
+            };
+            let out = staging.as_ref().map_or(out, |t| t.path().to_path_buf());
+            let remote = source.remote.clone();
             let opts = loosefs::packer::PackOptions {
                 jobs,
                 align,
                 follow_links,
-                force,
+                force: force || url.is_some(),
                 progress: !json,
                 source,
             };
             let r = loosefs::packer::pack_dir(&src, &out, &opts)?;
+            if let Some(url) = &url {
+                let client = loosefs::storage::object::ObjectClient::new(url, &remote)?;
+                client.upload(&out)?;
+                if !json {
+                    eprintln!("uploaded {} bytes to {url}", r.pack_bytes);
+                }
+            }
+            let out = url.map_or(out, std::path::PathBuf::from);
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
@@ -188,6 +217,17 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Umount { mountpoint, lazy } => loosefs::mount::unmount(&mountpoint, lazy)?,
         Cmd::Info { pack, json, source } => {
             let ds = loosefs::dataset::Dataset::open(&pack, &source, !json)?;
+            if let loosefs::dataset::Dataset::Remote(r) = &ds {
+                let i = loosefs::verify::info_of(r.url(), r.size(), r.totals());
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&i)?);
+                } else {
+                    print!("{}", i.text());
+                    println!("requests:      {} GET(s) to open", r.open_requests);
+                    println!("cache:         {}", r.cache_dir().display());
+                }
+                return Ok(0);
+            }
             let loosefs::dataset::Dataset::Pack(p) = ds else {
                 let loosefs::dataset::Dataset::Foreign(f) = ds else {
                     unreachable!()
@@ -204,19 +244,23 @@ fn run(cli: Cli) -> Result<i32> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&i)?);
             } else {
-                println!("pack:          {} ({} bytes)", i.pack, i.pack_bytes);
-                println!("index version: {}", i.index_version);
-                println!(
-                    "samples:       {} ({} JPEG, {} other)",
-                    i.samples, i.jpeg_files, i.other_files
-                );
-                println!("directories:   {} (root included)", i.directories);
-                println!("sample bytes:  {}", i.sample_bytes);
-                println!("alignment:     {} bytes", i.alignment);
+                print!("{}", i.text());
             }
         }
-        Cmd::Verify { pack, against } => {
-            let p = open(&pack)?;
+        Cmd::Verify {
+            pack,
+            against,
+            remote,
+        } => {
+            // A URL: every block is downloaded into the cache, which is then the whole pack.
+            let p = match pack.to_str().filter(|s| loosefs::storage::object::is_url(s)) {
+                Some(url) => {
+                    let r = loosefs::remote::RemotePack::open(url, &remote)
+                        .with_context(|| format!("cannot open {url}"))?;
+                    open(&r.download()?)?
+                }
+                None => open(&pack)?,
+            };
             let problems = loosefs::verify::verify(&p, against.as_deref())?;
             for line in &problems {
                 println!("MISMATCH {line}");

@@ -119,6 +119,15 @@ fn unescape_mountinfo(s: &str) -> String {
 /// launches the daemon and waits until the mount is ready.
 pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     opts.decode.views()?;
+    let remote = pack_path
+        .to_str()
+        .is_some_and(crate::storage::object::is_url);
+    if remote && !opts.foreground {
+        // The daemon opens a remote pack (two GETs, or one with a cached index) and reports
+        // any error on this terminal: opening it here too would double the requests.
+        check_mountpoint(mnt)?;
+        return launch(pack_path, mnt, opts);
+    }
     let pack = Dataset::open(pack_path, &opts.source, !opts.foreground)
         .with_context(|| format!("cannot mount {}", pack_path.display()))?;
     let mnt_abs = check_mountpoint(mnt)?;
@@ -187,13 +196,17 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
 /// Serves the pack until unmounted or signalled. `ready` (if any) receives `ready\n` once the
 /// mount answers.
 fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Result<()> {
-    let meta = std::fs::metadata(pack.path())?;
+    // Files are owned by the pack's owner (a remote pack's: its cache directory's).
+    let meta = match &pack {
+        Dataset::Remote(r) => std::fs::metadata(r.cache_dir())?,
+        _ => std::fs::metadata(pack.path())?,
+    };
     let pack_path = pack.path().to_path_buf();
     // A native pack is leased (a writer opening it is noticed); a foreign dataset's files
     // are checked by size and mtime when mounted.
     let lease_file = match &pack {
         Dataset::Pack(p) => Some(p.file().try_clone()?),
-        Dataset::Foreign(_) => None,
+        Dataset::Foreign(_) | Dataset::Remote(_) => None,
     };
     use std::os::unix::fs::MetadataExt;
     let name: String = pack

@@ -111,9 +111,12 @@ pub struct SourceArgs {
     /// chunks, deflated zip members), e.g. 2G; the least recently used chunk goes first.
     #[arg(long, value_parser = parse_bytes, default_value = "1G")]
     pub chunk_cache: u64,
+    /// How a pack at an s3:// or https:// URL is reached and cached.
+    #[command(flatten)]
+    pub remote: crate::storage::object::RemoteArgs,
 }
 
-fn parse_bytes(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
     parse_size(s)?.ok_or_else(|| "give a size such as 2G".to_string())
 }
 

@@ -9,6 +9,7 @@ use crate::catalog::{Catalog, Extent, FsError};
 use crate::ino::Bitset;
 use crate::storage::Storage;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Samples up to this size are checked and served with one read; larger ones are checked in
 /// chunks of this size, bytes.
@@ -20,6 +21,8 @@ pub struct Samples {
     storage: Arc<dyn Storage>,
     /// Records whose bytes matched their CRC-32 (served at least once).
     verified: Bitset,
+    /// The storage generation `verified` was filled under.
+    generation: AtomicU64,
     /// Records whose bytes did not match their CRC-32.
     failed: Bitset,
 }
@@ -29,6 +32,7 @@ impl Samples {
     pub fn new(catalog: Arc<dyn Catalog>, storage: Arc<dyn Storage>) -> Samples {
         Samples {
             verified: Bitset::new(catalog.records()),
+            generation: AtomicU64::new(0),
             failed: Bitset::new(catalog.records()),
             catalog,
             storage,
@@ -79,28 +83,44 @@ impl Samples {
         if self.failed.contains(ext.record) {
             return Err(FsError::Corrupt("failed its CRC-32 check (logged)".into()));
         }
-        if !self.verified.contains(ext.record) {
-            if len <= CHECK_CHUNK as u64 {
-                // Small sample (the usual case): one read serves the check and the request.
-                buf.resize(len as usize, 0);
-                self.storage
-                    .read_at(ext.object, ext.range.start, buf)
-                    .map_err(io)?;
-                self.check(ext, crc32fast::hash(buf))?;
-                return Ok(&buf[start as usize..end as usize]);
+        // Checks made under an older storage generation do not count: cached bytes may have
+        // been fetched again since (a remote block cache evicts).
+        let generation = self.storage.generation();
+        if self.generation.swap(generation, Relaxed) != generation {
+            self.verified.clear();
+        }
+        if self.verified.contains(ext.record) {
+            buf.resize((end - start) as usize, 0);
+            self.storage
+                .read_at(ext.object, ext.range.start + start, buf)
+                .map_err(io)?;
+            if self.storage.generation() == generation {
+                return Ok(&buf[..]);
             }
-            let mut h = crc32fast::Hasher::new();
-            let mut off = 0;
-            while off < len {
-                let n = (len - off).min(CHECK_CHUNK as u64) as usize;
-                buf.resize(n, 0);
-                self.storage
-                    .read_at(ext.object, ext.range.start + off, buf)
-                    .map_err(io)?;
-                h.update(buf);
-                off += n as u64;
+        }
+        for attempt in 0..2 {
+            let crc = self.whole_crc(ext, buf).map_err(io)?;
+            if crc == ext.crc32 {
+                if self.storage.generation() == generation {
+                    self.verified.insert(ext.record);
+                }
+                break;
             }
-            self.check(ext, h.finalize())?;
+            if attempt == 0 && self.storage.refetch(ext.object, &ext.range) {
+                log::warn!(
+                    "{}: CRC-32 {crc:08x} does not match the index ({:08x}); fetching it again",
+                    self.path(ext),
+                    ext.crc32
+                );
+                continue;
+            }
+            return Err(self.fail(ext, crc));
+        }
+        if len <= CHECK_CHUNK as u64 {
+            // `buf` holds the whole sample.
+            buf.copy_within(start as usize..end as usize, 0);
+            buf.truncate((end - start) as usize);
+            return Ok(&buf[..]);
         }
         buf.resize((end - start) as usize, 0);
         self.storage
@@ -109,23 +129,41 @@ impl Samples {
         Ok(&buf[..])
     }
 
+    /// CRC-32 of the whole sample of `ext`; leaves the whole sample in `buf` when it is at
+    /// most [`CHECK_CHUNK`] bytes.
+    fn whole_crc(&self, ext: &Extent, buf: &mut Vec<u8>) -> std::io::Result<u32> {
+        let len = ext.len();
+        if len <= CHECK_CHUNK as u64 {
+            buf.resize(len as usize, 0);
+            self.storage.read_at(ext.object, ext.range.start, buf)?;
+            return Ok(crc32fast::hash(buf));
+        }
+        let mut h = crc32fast::Hasher::new();
+        let mut off = 0;
+        while off < len {
+            let n = (len - off).min(CHECK_CHUNK as u64) as usize;
+            buf.resize(n, 0);
+            self.storage.read_at(ext.object, ext.range.start + off, buf)?;
+            h.update(buf);
+            off += n as u64;
+        }
+        Ok(h.finalize())
+    }
+
     fn path(&self, ext: &Extent) -> String {
         self.catalog.path_of(crate::ino::record_ino(ext.record))
     }
 
-    fn check(&self, ext: &Extent, crc: u32) -> Result<(), FsError> {
-        if crc != ext.crc32 {
-            let why = format!(
-                "CRC-32 {crc:08x} does not match the index ({:08x})",
-                ext.crc32
-            );
-            if !self.failed.insert(ext.record) {
-                log::error!("{}: {why}; answering EIO", self.path(ext));
-            }
-            return Err(FsError::Corrupt(why));
+    /// Marks the sample of `ext` failed (logged once) and says why.
+    fn fail(&self, ext: &Extent, crc: u32) -> FsError {
+        let why = format!(
+            "CRC-32 {crc:08x} does not match the index ({:08x})",
+            ext.crc32
+        );
+        if !self.failed.insert(ext.record) {
+            log::error!("{}: {why}; answering EIO", self.path(ext));
         }
-        self.verified.insert(ext.record);
-        Ok(())
+        FsError::Corrupt(why)
     }
 
     /// Records whose bytes have been served (checked) since the mount.

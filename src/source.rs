@@ -314,6 +314,7 @@ fn walk_foreign(src: &Path, args: &SourceArgs) -> Result<Source> {
     let f = match crate::dataset::Dataset::open(src, args, true)? {
         crate::dataset::Dataset::Foreign(f) => f,
         crate::dataset::Dataset::Pack(_) => unreachable!("open_with sends packs to walk_zip"),
+        crate::dataset::Dataset::Remote(_) => unreachable!("a URL is not a local source"),
     };
     let ix = f.view();
     let storage = crate::dataset::storage_of(&f, args.chunk_cache.max(64 << 20))

@@ -236,12 +236,39 @@ pub struct Info {
     pub other_files: u64,
 }
 
+impl Info {
+    /// The summary as `loosefs info` prints it, one `name: value` line each.
+    pub fn text(&self) -> String {
+        format!(
+            "pack:          {} ({} bytes)\nindex version: {}\nsamples:       {} ({} JPEG, {} other)\ndirectories:   {} (root included)\nsample bytes:  {}\nalignment:     {} bytes\n",
+            self.pack,
+            self.pack_bytes,
+            self.index_version,
+            self.samples,
+            self.jpeg_files,
+            self.other_files,
+            self.directories,
+            self.sample_bytes,
+            self.alignment
+        )
+    }
+}
+
 /// Builds the summary from the index header (O(1)).
 pub fn info(pack: &Pack) -> Info {
-    let t: Totals = pack.totals();
+    info_of(
+        &pack.path().display().to_string(),
+        pack.file_len(),
+        pack.totals(),
+    )
+}
+
+/// [`Info`] of a pack named `name` of `bytes` bytes whose index has totals `t` (a local or a
+/// remote pack).
+pub fn info_of(name: &str, bytes: u64, t: Totals) -> Info {
     Info {
-        pack: pack.path().display().to_string(),
-        pack_bytes: pack.file_len(),
+        pack: name.to_string(),
+        pack_bytes: bytes,
         index_version: crate::format::index::INDEX_VERSION,
         samples: t.files,
         directories: t.dirs,

@@ -275,7 +275,11 @@ impl ReadAhead {
             return false;
         }
         let total: u64 = objects.iter().map(|o| o.len).sum();
-        let budget = self.opts.pin.map(|p| p.min(total));
+        let budget = self
+            .opts
+            .pin
+            .map(|p| p.min(total))
+            .or_else(|| self.samples.storage().warm_budget());
         let parts = objects
             .iter()
             .enumerate()

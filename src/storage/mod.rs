@@ -6,6 +6,8 @@
 
 pub mod chunks;
 pub mod local;
+pub mod object;
+pub mod remote;
 
 use crate::catalog::ObjectId;
 use nix::fcntl::PosixFadviseAdvice;
@@ -53,4 +55,22 @@ pub trait Storage: Send + Sync {
     /// Pins `r` in memory (it stays cached whatever the memory pressure) for the life of the
     /// storage. Errors: the pin is refused (e.g. `RLIMIT_MEMLOCK`, `ENOMEM`).
     fn pin(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()>;
+
+    /// Changes whenever cached bytes may have been replaced by bytes fetched again (a remote
+    /// block cache evicts): samples checked before must be checked again. Local files: 0.
+    fn generation(&self) -> u64 {
+        0
+    }
+
+    /// Drops the cached bytes around `r` so the next read fetches them again; true if it
+    /// did (a remote object whose bytes failed a check). Local files: false (a re-read gives
+    /// the same bytes).
+    fn refetch(&self, _obj: ObjectId, _r: &Range<u64>) -> bool {
+        false
+    }
+
+    /// Bytes a whole-object warm may bring in (None: as much as fits in memory).
+    fn warm_budget(&self) -> Option<u64> {
+        None
+    }
 }

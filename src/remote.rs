@@ -1,0 +1,227 @@
+//! Opens a loosefs pack at an `s3://` or `https://` URL in O(1) requests: one suffix GET of
+//! the pack's last [`TAIL`] bytes gives its size, its ETag (pinned for the life of the mount)
+//! and the trailer locating the index ([`crate::format::trailer`]: the zip central directory is
+//! never fetched); one more GET (in [`INDEX_PART`] parts fetched concurrently when large)
+//! brings the index unless the tail already holds it. The index is checked like a local pack's
+//! and kept in the object's cache directory (temp + rename), so a remount of the same object
+//! costs the one tail GET. The samples are then served through [`RemoteStorage`].
+
+use crate::catalog::ObjectInfo;
+use crate::catalog::native::NativeCatalog;
+use crate::format::FormatError;
+use crate::format::index::{INDEX_VERSION, IndexView, Totals};
+use crate::format::trailer::{TRAILER_LEN, Trailer};
+use crate::storage::object::{ObjectClient, RemoteArgs};
+use crate::storage::remote::{self, RemoteStorage};
+use crate::view::Views;
+use anyhow::{Context, Result, anyhow, bail};
+use memmap2::Mmap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Bytes fetched from the end of the object at open: the trailer needs the last 75; a small
+/// pack's whole index comes with it.
+pub const TAIL: u64 = 1 << 20;
+/// Part size of a large index fetched concurrently, bytes.
+pub const INDEX_PART: u64 = 8 << 20;
+
+/// An opened remote pack.
+#[derive(Debug)]
+pub struct RemotePack {
+    url: String,
+    storage: Arc<RemoteStorage>,
+    index: Arc<Mmap>,
+    totals: Totals,
+    dir: PathBuf,
+    /// GETs made to open it (1: the index came from the cache or the tail).
+    pub open_requests: u64,
+}
+
+impl RemotePack {
+    /// Opens the pack at `url`.
+    ///
+    /// Errors: the URL or options are wrong, the object cannot be read (404, 403, network,
+    /// with the server's reason), it is not a loosefs pack (no trailer), or its index fails
+    /// its checks.
+    pub fn open(url: &str, args: &RemoteArgs) -> Result<RemotePack> {
+        let client = Arc::new(ObjectClient::new(url, args)?);
+        let tail = client.open_tail(TAIL)?;
+        let pin = client.pin().cloned().expect("pinned by open_tail");
+        let size = pin.size;
+        let trailer = Trailer::parse_tail(&tail).map_err(|e| match e {
+            FormatError::NotAPack(why) => anyhow!("{url}: not a loosefs pack ({why})"),
+            e => anyhow!("{url}: {e}"),
+        })?;
+        if trailer.version != INDEX_VERSION {
+            return Err(FormatError::Version {
+                found: trailer.version,
+                supported: INDEX_VERSION,
+            })
+            .with_context(|| url.to_string());
+        }
+        let limit = size - (TRAILER_LEN as u64 + 22);
+        let index_end = trailer
+            .index_offset
+            .checked_add(trailer.index_len)
+            .filter(|&e| e <= limit)
+            .ok_or_else(|| {
+                anyhow!(
+                    "{url}: truncated: the index at {}+{} lies past the end of the archive data ({limit} bytes)",
+                    trailer.index_offset,
+                    trailer.index_len
+                )
+            })?;
+        let root = args.cache_dir.clone().unwrap_or_else(remote::default_root);
+        std::fs::create_dir_all(&root)
+            .with_context(|| format!("cannot create the cache directory {}", root.display()))?;
+        let dir = remote::cache_dir(&root, url, &pin.etag, pin.version.as_deref());
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create the cache directory {}", dir.display()))?;
+        let index_path = dir.join("index");
+        let mut requests = 1;
+        let cached = std::fs::File::open(&index_path)
+            .ok()
+            .and_then(|f| {
+                // SAFETY: a read-only map of a file this program wrote whole and renamed into
+                // place; it is checked below before use.
+                unsafe { Mmap::map(&f) }.ok()
+            })
+            .filter(|m| m.len() as u64 == trailer.index_len && IndexView::parse(m).is_ok());
+        let map = match cached {
+            Some(m) => m,
+            None => {
+                let tail_start = size - tail.len() as u64;
+                let bytes = if trailer.index_offset >= tail_start {
+                    let s = (trailer.index_offset - tail_start) as usize;
+                    tail[s..s + trailer.index_len as usize].to_vec()
+                } else {
+                    requests += trailer.index_len.div_ceil(INDEX_PART);
+                    fetch_parts(&client, trailer.index_offset..index_end)?
+                };
+                IndexView::parse(&bytes).with_context(|| format!("{url}: damaged index"))?;
+                let mut tmp = tempfile::NamedTempFile::new_in(&dir)?;
+                tmp.write_all(&bytes)?;
+                tmp.persist(&index_path)
+                    .with_context(|| format!("cannot write {}", index_path.display()))?;
+                let f = std::fs::File::open(&index_path)?;
+                // SAFETY: as above.
+                unsafe { Mmap::map(&f)? }
+            }
+        };
+        let view = IndexView::parse(&map).with_context(|| format!("{url}: damaged index"))?;
+        view.validate_tree()
+            .with_context(|| format!("{url}: damaged index"))?;
+        let totals = view.totals();
+        if totals.data_end > trailer.index_offset {
+            bail!(
+                "{url}: sample data reaches byte {} but the index starts at {}",
+                totals.data_end,
+                trailer.index_offset
+            );
+        }
+        let limit = remote::cache_size(&root, size, args.cache_size);
+        let storage = RemoteStorage::open(client, &dir, limit)
+            .with_context(|| format!("cannot open the block cache {}", dir.display()))?;
+        Ok(RemotePack {
+            url: url.to_string(),
+            storage: Arc::new(storage),
+            index: Arc::new(map),
+            totals,
+            dir,
+            open_requests: requests,
+        })
+    }
+
+    /// The URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Size of the object, bytes.
+    pub fn size(&self) -> u64 {
+        self.storage.client().pin().map_or(0, |p| p.size)
+    }
+
+    /// The index.
+    pub fn index(&self) -> IndexView<'_> {
+        IndexView::from_validated(&self.index, self.totals).expect("checked at open")
+    }
+
+    /// Totals of the index.
+    pub fn totals(&self) -> Totals {
+        self.totals
+    }
+
+    /// The object's block cache.
+    pub fn storage(&self) -> &Arc<RemoteStorage> {
+        &self.storage
+    }
+
+    /// The cache directory of this object (at this ETag).
+    pub fn cache_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The catalog of the pack, showing decoded `views`.
+    pub fn catalog(&self, views: Views) -> Result<NativeCatalog> {
+        NativeCatalog::with_objects(
+            self.index.clone(),
+            0..self.index.len(),
+            vec![ObjectInfo {
+                path: PathBuf::from(&self.url),
+                len: self.size(),
+                data_end: self.totals.data_end,
+            }],
+            vec![0],
+            views,
+        )
+        .map_err(|e| anyhow!("{}: {e}", self.url))
+    }
+
+    /// Downloads every block not yet cached (concurrent GETs) and returns the cache file,
+    /// which is then the whole pack. Errors: the cache is smaller than the pack, or a GET
+    /// fails.
+    pub fn download(&self) -> Result<PathBuf> {
+        use crate::storage::Storage;
+        let size = self.size();
+        if self.storage.limit() < size {
+            bail!(
+                "{}: the block cache holds {} bytes, less than the pack's {size} (--cache-size)",
+                self.url,
+                self.storage.limit()
+            );
+        }
+        self.storage
+            .will_need(0, &(0..size));
+        let mut buf = vec![0u8; remote::MERGE as usize];
+        let mut off = 0;
+        while off < size {
+            let n = (size - off).min(remote::MERGE);
+            self.storage
+                .read_at(0, off, &mut buf[..n as usize])
+                .with_context(|| format!("{}: download failed", self.url))?;
+            off += n;
+        }
+        Ok(self.dir.join("data"))
+    }
+}
+
+/// GETs `r` in [`INDEX_PART`] parts concurrently.
+fn fetch_parts(client: &ObjectClient, r: std::ops::Range<u64>) -> Result<Vec<u8>> {
+    let mut parts = Vec::new();
+    let mut off = r.start;
+    while off < r.end {
+        let end = (off + INDEX_PART).min(r.end);
+        parts.push(off..end);
+        off = end;
+    }
+    let got = client
+        .runtime()
+        .block_on(futures::future::join_all(parts.into_iter().map(|p| client.get(p))));
+    let mut out = Vec::with_capacity((r.end - r.start) as usize);
+    for g in got {
+        out.extend_from_slice(&g.with_context(|| format!("{}: cannot fetch the index", client.url()))?);
+    }
+    Ok(out)
+}

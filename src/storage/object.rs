@@ -1,0 +1,466 @@
+//! One remote object (an `s3://` or `https://` URL) read by ranged GETs pinned to the ETag
+//! (and version, when the store reports one) seen when it was opened: every GET carries
+//! `If-Match`, so a replaced object answers 412 and is reported as such, never mixed with the
+//! old bytes. The client is `object_store` (S3 with SigV4, and plain HTTP ranges) on a small
+//! tokio runtime beside the FUSE threads; a semaphore caps the GETs in flight.
+//!
+//! Credentials follow the AWS chain: environment (`AWS_ACCESS_KEY_ID`, ...), the shared
+//! profile files (`~/.aws/credentials`, `~/.aws/config`, `AWS_PROFILE`; read here, as
+//! `object_store` does not), web identity, container and instance metadata (from
+//! `object_store`); `--no-sign-request` sends unsigned requests for public buckets.
+
+use anyhow::{Context, Result, anyhow, bail};
+use bytes::Bytes;
+use clap::Args;
+use object_store::aws::AmazonS3Builder;
+use object_store::http::HttpBuilder;
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig,
+};
+use std::io;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// Options for packs at `s3://` and `https://` URLs (`mount`, `info`, `verify`, `pack`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct RemoteArgs {
+    /// S3 endpoint for an S3-compatible store, e.g. http://127.0.0.1:8333 (default: AWS, or
+    /// $AWS_ENDPOINT_URL).
+    #[arg(long)]
+    pub endpoint_url: Option<String>,
+    /// S3 region (default: $AWS_REGION, the profile's region, else us-east-1).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Send unsigned requests (public buckets); no credentials are looked up.
+    #[arg(long)]
+    pub no_sign_request: bool,
+    /// Profile of the shared AWS files to take credentials and region from (default:
+    /// $AWS_PROFILE, else `default`).
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Allow plain `http://` URLs and endpoints (bytes unencrypted on the wire).
+    #[arg(long)]
+    pub allow_http: bool,
+    /// PEM file of extra CA certificates to trust for https (default: $AWS_CA_BUNDLE).
+    #[arg(long)]
+    pub ca_bundle: Option<PathBuf>,
+    /// Local block cache of remote packs: blocks fetched are kept here across mounts of the
+    /// same object (keyed by URL and ETag) (default: $LOOSEFS_CACHE_DIR/blocks, else
+    /// ~/.cache/loosefs/blocks).
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Most bytes of blocks kept in the cache for one pack, e.g. 20G (default: the whole
+    /// pack, if the cache's file system has room for it less 10%; else that room).
+    #[arg(long, value_parser = crate::options::parse_bytes)]
+    pub cache_size: Option<u64>,
+    /// Concurrent GETs at most.
+    #[arg(long, default_value_t = 16)]
+    pub max_requests: usize,
+    /// Retries of a failed GET (5xx, SlowDown, reset, timeout) with jittered exponential
+    /// backoff from 100 ms, before the read answers EIO. 403/404/412 are never retried.
+    #[arg(long, default_value_t = 10)]
+    pub retries: usize,
+    /// Longest time spent retrying one GET, seconds.
+    #[arg(long, default_value_t = 120)]
+    pub retry_timeout: u64,
+    /// Time limit of one GET, seconds.
+    #[arg(long, default_value_t = 60)]
+    pub request_timeout: u64,
+}
+
+/// Whether `src` names a remote object (`s3://`, `https://` or `http://`).
+pub fn is_url(src: &str) -> bool {
+    ["s3://", "https://", "http://"]
+        .iter()
+        .any(|p| src.len() > p.len() && src[..p.len()].eq_ignore_ascii_case(p))
+}
+
+/// What a remote object is pinned to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pin {
+    /// Size of the object, bytes.
+    pub size: u64,
+    /// The ETag as the server sent it (quotes included).
+    pub etag: String,
+    /// The object version (S3 versioned buckets), if reported.
+    pub version: Option<String>,
+}
+
+/// Request counters of one client (since it was made).
+#[derive(Debug, Default)]
+pub struct ObjectStats {
+    /// GETs completed.
+    pub gets: AtomicU64,
+    /// Body bytes received.
+    pub bytes: AtomicU64,
+    /// GETs that failed after their retries.
+    pub failed: AtomicU64,
+}
+
+/// A client of one remote object.
+pub struct ObjectClient {
+    rt: tokio::runtime::Runtime,
+    store: Arc<dyn ObjectStore>,
+    path: ObjectPath,
+    url: String,
+    pin: std::sync::OnceLock<Pin>,
+    limit: Arc<tokio::sync::Semaphore>,
+    /// Set once a GET found the object replaced (logged once).
+    replaced: AtomicBool,
+    /// Request counters.
+    pub stats: ObjectStats,
+}
+
+impl std::fmt::Debug for ObjectClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectClient")
+            .field("url", &self.url)
+            .field("pin", &self.pin.get())
+            .finish()
+    }
+}
+
+/// Why a GET failed, as the read path needs it.
+fn io_error(url: &str, e: object_store::Error) -> io::Error {
+    use object_store::Error as E;
+    let kind = match &e {
+        E::NotFound { .. } => io::ErrorKind::NotFound,
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, format!("{url}: {e}"))
+}
+
+/// Credentials of `profile` in the shared AWS files, and its region: `(key, secret, token,
+/// region)`. Files: `$AWS_SHARED_CREDENTIALS_FILE` (default `~/.aws/credentials`, sections
+/// `[name]`) and `$AWS_CONFIG_FILE` (default `~/.aws/config`, sections `[profile name]`, or
+/// `[default]`), as the AWS CLI documents them.
+type ProfileCreds = (Option<String>, Option<String>, Option<String>, Option<String>);
+
+fn profile_credentials(profile: &str) -> ProfileCreds {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let file = |var: &str, name: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(".aws").join(name)))
+    };
+    let load = |p: Option<PathBuf>| p.and_then(|p| ini::Ini::load_from_file(p).ok());
+    let creds = load(file("AWS_SHARED_CREDENTIALS_FILE", "credentials"));
+    let config = load(file("AWS_CONFIG_FILE", "config"));
+    let config_section = if profile == "default" {
+        "default".to_string()
+    } else {
+        format!("profile {profile}")
+    };
+    let get = |key: &str| -> Option<String> {
+        creds
+            .as_ref()
+            .and_then(|c| c.section(Some(profile))?.get(key).map(str::to_string))
+            .or_else(|| {
+                config
+                    .as_ref()
+                    .and_then(|c| c.section(Some(config_section.as_str()))?.get(key))
+                    .map(str::to_string)
+            })
+    };
+    (
+        get("aws_access_key_id"),
+        get("aws_secret_access_key"),
+        get("aws_session_token"),
+        get("region"),
+    )
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+impl ObjectClient {
+    /// A client of the object at `url` (`s3://bucket/key`, `https://host/path`, or
+    /// `http://host/path` with `--allow-http`). Nothing is requested yet.
+    ///
+    /// Errors: a malformed URL, plain http without `--allow-http`, an unreadable CA bundle, no
+    /// credentials when instance metadata is disabled (`AWS_EC2_METADATA_DISABLED=true`).
+    pub fn new(url: &str, args: &RemoteArgs) -> Result<ObjectClient> {
+        let lower = url.to_ascii_lowercase();
+        let mut client = ClientOptions::new()
+            .with_timeout(Duration::from_secs(args.request_timeout.max(1)))
+            .with_connect_timeout(Duration::from_secs(10))
+            .with_allow_http(args.allow_http);
+        let ca = args
+            .ca_bundle
+            .clone()
+            .or_else(|| env("AWS_CA_BUNDLE").map(PathBuf::from));
+        if let Some(ca) = ca {
+            let pem = std::fs::read(&ca)
+                .with_context(|| format!("cannot read the CA bundle {}", ca.display()))?;
+            for c in object_store::Certificate::from_pem_bundle(&pem)
+                .with_context(|| format!("{}: not a PEM certificate bundle", ca.display()))?
+            {
+                client = client.with_root_certificate(c);
+            }
+        }
+        let retry = RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(15),
+                base: 2.0,
+            },
+            max_retries: args.retries,
+            retry_timeout: Duration::from_secs(args.retry_timeout.max(1)),
+        };
+        let (store, path): (Arc<dyn ObjectStore>, ObjectPath) = if lower.starts_with("s3://") {
+            let rest = &url[5..];
+            let (bucket, key) = rest
+                .split_once('/')
+                .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+                .ok_or_else(|| anyhow!("{url}: give s3://BUCKET/KEY"))?;
+            let mut b = AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(retry);
+            let endpoint = args.endpoint_url.clone().or_else(|| env("AWS_ENDPOINT_URL"));
+            if let Some(ep) = &endpoint {
+                if ep.to_ascii_lowercase().starts_with("http://") && !args.allow_http {
+                    bail!("{ep}: a plain http endpoint needs --allow-http");
+                }
+                b = b.with_endpoint(ep);
+            }
+            let profile = args
+                .profile
+                .clone()
+                .or_else(|| env("AWS_PROFILE"))
+                .unwrap_or_else(|| "default".into());
+            let (pkey, psecret, ptoken, pregion) = profile_credentials(&profile);
+            let region = args
+                .region
+                .clone()
+                .or_else(|| env("AWS_REGION"))
+                .or_else(|| env("AWS_DEFAULT_REGION"))
+                .or(pregion)
+                .unwrap_or_else(|| "us-east-1".into());
+            b = b.with_region(region);
+            if args.no_sign_request {
+                b = b.with_skip_signature(true);
+            } else if env("AWS_ACCESS_KEY_ID").is_none()
+                && env("AWS_WEB_IDENTITY_TOKEN_FILE").is_none()
+                && env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_none()
+                && env("AWS_CONTAINER_CREDENTIALS_FULL_URI").is_none()
+            {
+                if let (Some(k), Some(s)) = (pkey, psecret) {
+                    b = b.with_access_key_id(k).with_secret_access_key(s);
+                    if let Some(t) = ptoken {
+                        b = b.with_token(t);
+                    }
+                } else if env("AWS_EC2_METADATA_DISABLED")
+                    .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+                {
+                    bail!(
+                        "{url}: no AWS credentials (none in the environment or profile {profile:?}, and instance metadata is disabled); use --no-sign-request for a public bucket"
+                    );
+                }
+            }
+            let store = b
+                .with_client_options(client)
+                .build()
+                .with_context(|| format!("{url}: cannot set up the S3 client"))?;
+            (Arc::new(store), ObjectPath::from(key))
+        } else if lower.starts_with("https://") || lower.starts_with("http://") {
+            if lower.starts_with("http://") && !args.allow_http {
+                bail!("{url}: plain http needs --allow-http (bytes travel unencrypted)");
+            }
+            let scheme_end = url.find("://").unwrap() + 3;
+            let slash = url[scheme_end..]
+                .find('/')
+                .map(|p| p + scheme_end)
+                .filter(|&p| p + 1 < url.len())
+                .ok_or_else(|| anyhow!("{url}: no object path after the host"))?;
+            let path = ObjectPath::from_url_path(&url[slash + 1..])
+                .with_context(|| format!("{url}: bad object path"))?;
+            let store = HttpBuilder::new()
+                .with_url(&url[..slash])
+                .with_client_options(client)
+                .with_retry(retry)
+                .build()
+                .with_context(|| format!("{url}: cannot set up the HTTP client"))?;
+            (Arc::new(store), path)
+        } else {
+            bail!("{url}: not an s3://, https:// or http:// URL");
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("loosefs-net")
+            .enable_all()
+            .build()
+            .context("cannot start the network runtime")?;
+        Ok(ObjectClient {
+            rt,
+            store,
+            path,
+            url: url.to_string(),
+            pin: std::sync::OnceLock::new(),
+            limit: Arc::new(tokio::sync::Semaphore::new(args.max_requests.max(1))),
+            replaced: AtomicBool::new(false),
+            stats: ObjectStats::default(),
+        })
+    }
+
+    /// The object's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// What the object is pinned to (after [`ObjectClient::open_tail`]).
+    pub fn pin(&self) -> Option<&Pin> {
+        self.pin.get()
+    }
+
+    /// The runtime GETs run on (for spawning read-ahead fetches).
+    pub fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.rt
+    }
+
+    /// Opens the object: one GET of its last `n` bytes (fewer if it is smaller), which also
+    /// gives its size and ETag; both are pinned for the life of the client. Returns the tail.
+    ///
+    /// Errors: 404 (no such object), 403 (credentials refused), no ETag in the answer (the
+    /// object could not be pinned), a network failure after the retries.
+    pub fn open_tail(&self, n: u64) -> Result<Bytes> {
+        let opts = GetOptions {
+            range: Some(GetRange::Suffix(n)),
+            ..Default::default()
+        };
+        let url = self.url.clone();
+        let r = self.rt.block_on(async {
+            let r = self.store.get_opts(&self.path, opts).await?;
+            let meta = r.meta.clone();
+            let bytes = r.bytes().await?;
+            Ok::<_, object_store::Error>((meta, bytes))
+        });
+        let (meta, bytes) = r.map_err(|e| match e {
+            object_store::Error::NotFound { .. } => anyhow!("{url}: no such object (404)"),
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. } => anyhow!(
+                "{url}: access denied (403): check the credentials, region and endpoint ({e})"
+            ),
+            e => anyhow!("{url}: cannot read the object: {e}"),
+        })?;
+        self.stats.gets.fetch_add(1, Relaxed);
+        self.stats.bytes.fetch_add(bytes.len() as u64, Relaxed);
+        let etag = meta.e_tag.clone().ok_or_else(|| {
+            anyhow!("{url}: the server sent no ETag, so the object cannot be pinned to a version")
+        })?;
+        let _ = self.pin.set(Pin {
+            size: meta.size,
+            etag,
+            version: meta.version.clone(),
+        });
+        Ok(bytes)
+    }
+
+    /// GETs bytes `r` of the pinned object (waits for a free request slot first).
+    ///
+    /// Errors: the object was replaced since it was opened (412; logged loudly once), 403/404,
+    /// a short or misplaced answer, or a network failure after the retries.
+    pub async fn get(&self, r: Range<u64>) -> io::Result<Bytes> {
+        let pin = self
+            .pin
+            .get()
+            .ok_or_else(|| io::Error::other("remote object not opened"))?;
+        let _permit = self
+            .limit
+            .acquire()
+            .await
+            .map_err(|_| io::Error::other("client closed"))?;
+        let opts = GetOptions {
+            range: Some(GetRange::Bounded(r.clone())),
+            if_match: Some(pin.etag.clone()),
+            version: pin.version.clone(),
+            ..Default::default()
+        };
+        let res = async {
+            let g = self.store.get_opts(&self.path, opts).await?;
+            g.bytes().await
+        }
+        .await;
+        match res {
+            Ok(b) if b.len() as u64 == r.end - r.start => {
+                self.stats.gets.fetch_add(1, Relaxed);
+                self.stats.bytes.fetch_add(b.len() as u64, Relaxed);
+                Ok(b)
+            }
+            Ok(b) => {
+                self.stats.failed.fetch_add(1, Relaxed);
+                Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "{}: GET of bytes {}..{} returned {} bytes",
+                        self.url,
+                        r.start,
+                        r.end,
+                        b.len()
+                    ),
+                ))
+            }
+            Err(object_store::Error::Precondition { .. }) => {
+                self.stats.failed.fetch_add(1, Relaxed);
+                if !self.replaced.swap(true, Relaxed) {
+                    log::error!(
+                        "{}: THE OBJECT WAS REPLACED since it was mounted (ETag {} no longer matches); every read of bytes not cached answers EIO: unmount and mount again",
+                        self.url,
+                        pin.etag
+                    );
+                }
+                Err(io::Error::other(format!(
+                    "{}: object replaced (ETag {} no longer matches)",
+                    self.url, pin.etag
+                )))
+            }
+            Err(e) => {
+                self.stats.failed.fetch_add(1, Relaxed);
+                Err(io_error(&self.url, e))
+            }
+        }
+    }
+
+    /// [`ObjectClient::get`], waiting for it (not from the runtime's own threads).
+    pub fn get_blocking(&self, r: Range<u64>) -> io::Result<Bytes> {
+        self.rt.block_on(self.get(r))
+    }
+
+    /// Uploads the local file `src` to the object (multipart, in 16 MiB parts), replacing
+    /// any object there. Errors: the file cannot be read, or the store refuses the upload.
+    pub fn upload(&self, src: &std::path::Path) -> Result<()> {
+        use tokio::io::AsyncReadExt;
+        let url = self.url.clone();
+        self.rt.block_on(async {
+            let mut f = tokio::fs::File::open(src)
+                .await
+                .with_context(|| format!("cannot open {}", src.display()))?;
+            let upload = self
+                .store
+                .put_multipart(&self.path)
+                .await
+                .with_context(|| format!("{url}: cannot start the upload"))?;
+            let mut w = object_store::WriteMultipart::new_with_chunk_size(upload, 16 << 20);
+            let mut buf = vec![0u8; 8 << 20];
+            loop {
+                let n = f.read(&mut buf).await?;
+                if n == 0 {
+                    break;
+                }
+                w.wait_for_capacity(4)
+                    .await
+                    .with_context(|| format!("{url}: upload failed"))?;
+                w.write(&buf[..n]);
+            }
+            w.finish()
+                .await
+                .with_context(|| format!("{url}: cannot complete the upload"))?;
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,647 @@
+//! A remote object as storage: bytes come from ranged GETs ([`ObjectClient`]) into a local
+//! block cache, and every read is served from the cache file, so once a block is there the
+//! object behaves as a local pack (page cache, `mincore`, `mlock`, the same read-ahead).
+//!
+//! The cache of one object (one URL at one ETag) is a directory holding `data`, a sparse file
+//! the object's size where each fetched block sits at its own offset, and `blocks`, a table
+//! of one 16-byte entry per block (`LFB1`, the block's CRC-32C, its length, the CRC-32C of
+//! those 12 bytes). A block is written before its entry; an entry is trusted only after the
+//! block's bytes match its CRC on first use in a mount, so a crash (entry on disk, data lost)
+//! costs a refetch, never wrong bytes. Blocks are evicted by CLOCK within the cache size, their
+//! space returned with `fallocate(PUNCH_HOLE)`. Eviction bumps [`Storage::generation`], which
+//! makes the read path check samples' CRCs again.
+//!
+//! Fetching: the blocks a read lacks are claimed (single flight: a block being fetched is
+//! waited for, not fetched twice), runs of adjacent missing blocks become one GET of at most
+//! [`MERGE`] bytes, and the GETs of one read run concurrently within the client's limit.
+//! [`Storage::will_need`] starts the same fetches without waiting: read-ahead in pack order
+//! (the one in [`crate::readahead`]) becomes concurrent GETs.
+
+use super::Storage;
+use super::local::{LocalObject, LocalStorage};
+use super::object::ObjectClient;
+use crate::catalog::ObjectId;
+use std::fs::File;
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// Block size of the cache, bytes: the unit fetched, checked and evicted. 1 MiB, as
+/// mountpoint-s3's disk cache: a shuffled read of a 110 KB sample fetches ~1 MiB, while
+/// read-ahead and warm merge adjacent blocks into large GETs.
+pub const BLOCK: u64 = 1 << 20;
+/// Largest GET, bytes: adjacent missing blocks are merged up to this (mountpoint-s3 uses
+/// 8 MiB parts; larger GETs keep per-request overhead and request rates low).
+pub const MERGE: u64 = 16 << 20;
+/// Smallest cache size accepted, bytes: read-ahead windows (64 MiB) must fit with room.
+pub const MIN_CACHE: u64 = 128 << 20;
+
+const ENTRY: u64 = 16;
+const MAGIC: &[u8; 4] = b"LFB1";
+
+const MISSING: u8 = 0;
+const FETCHING: u8 = 1;
+/// Present from an earlier mount: its CRC is checked before first use.
+const UNCHECKED: u8 = 2;
+const PRESENT: u8 = 3;
+const EVICTING: u8 = 4;
+
+/// The block cache of one remote object, and the object's client.
+pub struct RemoteStorage {
+    c: Arc<Cache>,
+}
+
+struct Cache {
+    client: Arc<ObjectClient>,
+    len: u64,
+    data: File,
+    table: File,
+    /// The cache file as a local object (page cache verbs, pin).
+    local: LocalStorage,
+    state: Vec<AtomicU8>,
+    crc: Vec<AtomicU32>,
+    /// CLOCK reference bits.
+    referenced: Vec<AtomicBool>,
+    /// Reads in progress per block (an evictor skips a block being read).
+    readers: Vec<AtomicU32>,
+    pinned: Vec<AtomicBool>,
+    hand: Mutex<usize>,
+    used: AtomicU64,
+    limit: u64,
+    generation: AtomicU64,
+    /// Waiters for blocks being fetched.
+    wait: (Mutex<()>, Condvar),
+    /// Counters: blocks fetched, blocks evicted, cached blocks failing their CRC.
+    pub fetched: AtomicU64,
+    /// Blocks evicted.
+    pub evicted: AtomicU64,
+    /// Cached blocks found damaged (CRC mismatch) and fetched again.
+    pub damaged: AtomicU64,
+    /// Holds the cache directory's lock for the life of the mount.
+    _lock: File,
+}
+
+impl std::fmt::Debug for RemoteStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteStorage")
+            .field("client", &self.c.client)
+            .field("len", &self.c.len)
+            .field("limit", &self.c.limit)
+            .finish()
+    }
+}
+
+/// The cache directory of an object: `<root>/<xxh3(url)>-<xxh3(etag, version)>`.
+pub fn cache_dir(root: &Path, url: &str, etag: &str, version: Option<&str>) -> PathBuf {
+    use xxhash_rust::xxh3::xxh3_64;
+    let v = format!("{etag}\0{}", version.unwrap_or(""));
+    root.join(format!(
+        "{:016x}-{:016x}",
+        xxh3_64(url.as_bytes()),
+        xxh3_64(v.as_bytes())
+    ))
+}
+
+/// The default cache root: `$LOOSEFS_CACHE_DIR/blocks`, else `~/.cache/loosefs/blocks`.
+pub fn default_root() -> PathBuf {
+    std::env::var_os("LOOSEFS_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/loosefs")))
+        .unwrap_or_else(|| PathBuf::from("/var/cache/loosefs"))
+        .join("blocks")
+}
+
+fn entry_bytes(crc: u32, len: u32) -> [u8; ENTRY as usize] {
+    let mut e = [0u8; ENTRY as usize];
+    e[..4].copy_from_slice(MAGIC);
+    e[4..8].copy_from_slice(&crc.to_le_bytes());
+    e[8..12].copy_from_slice(&len.to_le_bytes());
+    let c = crc32c::crc32c(&e[..12]);
+    e[12..].copy_from_slice(&c.to_le_bytes());
+    e
+}
+
+fn parse_entry(e: &[u8]) -> Option<(u32, u32)> {
+    let ok = e.len() == ENTRY as usize
+        && &e[..4] == MAGIC
+        && crc32c::crc32c(&e[..12]).to_le_bytes() == e[12..16];
+    ok.then(|| {
+        (
+            u32::from_le_bytes(e[4..8].try_into().unwrap()),
+            u32::from_le_bytes(e[8..12].try_into().unwrap()),
+        )
+    })
+}
+
+impl RemoteStorage {
+    /// The storage of the opened object of `client` (see [`ObjectClient::open_tail`]) with
+    /// its block cache in `dir` (made if missing; blocks of an earlier mount are kept),
+    /// holding at most `limit` bytes of blocks.
+    ///
+    /// Errors: the directory cannot be made, locked (another mount uses it) or written.
+    pub fn open(client: Arc<ObjectClient>, dir: &Path, limit: u64) -> io::Result<RemoteStorage> {
+        let pin = client
+            .pin()
+            .cloned()
+            .ok_or_else(|| io::Error::other("remote object not opened"))?;
+        std::fs::create_dir_all(dir)?;
+        let lock = File::create(dir.join("lock"))?;
+        if let Err(e) = nix::fcntl::Flock::lock(
+            lock.try_clone()?,
+            nix::fcntl::FlockArg::LockExclusiveNonblock,
+        )
+        .map(std::mem::forget)
+        .map_err(|(_, e)| e)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "the block cache {} is in use by another mount ({e}); give another --cache-dir",
+                    dir.display()
+                ),
+            ));
+        }
+        let open = |name: &str| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(dir.join(name))
+        };
+        let data = open("data")?;
+        let table = open("blocks")?;
+        let len = pin.size;
+        let nblocks = len.div_ceil(BLOCK) as usize;
+        if data.metadata()?.len() != len {
+            data.set_len(len)?;
+        }
+        let mut raw = vec![0u8; nblocks * ENTRY as usize];
+        let have = table.metadata()?.len() as usize;
+        if have > 0 {
+            let n = have.min(raw.len());
+            table.read_exact_at(&mut raw[..n], 0)?;
+        }
+        if have != raw.len() {
+            table.set_len(raw.len() as u64)?;
+        }
+        let state: Vec<AtomicU8> = (0..nblocks).map(|_| AtomicU8::new(MISSING)).collect();
+        let crc: Vec<AtomicU32> = (0..nblocks).map(|_| AtomicU32::new(0)).collect();
+        let mut used = 0;
+        for (b, e) in raw.chunks(ENTRY as usize).enumerate() {
+            if let Some((c, l)) = parse_entry(e)
+                && u64::from(l) == BLOCK.min(len - b as u64 * BLOCK)
+            {
+                state[b].store(UNCHECKED, Relaxed);
+                crc[b].store(c, Relaxed);
+                used += 1;
+            }
+        }
+        let meta = serde_json::json!({
+            "url": client.url(), "etag": pin.etag, "version": pin.version,
+            "size": len, "block": BLOCK,
+        });
+        let _ = std::fs::write(dir.join("object.json"), meta.to_string());
+        // SAFETY: a read-only shared map of the cache file, which only this process writes
+        // (the directory is locked); bytes of a block are read only once it is complete.
+        let map = unsafe { memmap2::Mmap::map(&data)? };
+        let local = LocalStorage::new(vec![LocalObject::new(data.try_clone()?, Arc::new(map))]);
+        let s = Cache {
+            client,
+            len,
+            data,
+            table,
+            local,
+            state,
+            crc,
+            referenced: (0..nblocks).map(|_| AtomicBool::new(false)).collect(),
+            readers: (0..nblocks).map(|_| AtomicU32::new(0)).collect(),
+            pinned: (0..nblocks).map(|_| AtomicBool::new(false)).collect(),
+            hand: Mutex::new(0),
+            used: AtomicU64::new(used),
+            limit: limit.max(MIN_CACHE) / BLOCK,
+            generation: AtomicU64::new(0),
+            wait: (Mutex::new(()), Condvar::new()),
+            fetched: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+            damaged: AtomicU64::new(0),
+            _lock: lock,
+        };
+        // A smaller cache size than last time: evict down to it now.
+        while s.used.load(Relaxed) > s.limit {
+            if !s.evict_one() {
+                break;
+            }
+        }
+        Ok(RemoteStorage { c: Arc::new(s) })
+    }
+
+    /// The object's client.
+    pub fn client(&self) -> &Arc<ObjectClient> {
+        &self.c.client
+    }
+
+    /// Bytes of blocks cached now.
+    pub fn cached_bytes(&self) -> u64 {
+        self.c.used.load(Relaxed) * BLOCK
+    }
+
+    /// The cache size limit, bytes.
+    pub fn limit(&self) -> u64 {
+        self.c.limit()
+    }
+
+    /// Blocks fetched, evicted, and found damaged (CRC-32C mismatch) since opened.
+    pub fn counters(&self) -> (u64, u64, u64) {
+        (
+            self.c.fetched.load(Relaxed),
+            self.c.evicted.load(Relaxed),
+            self.c.damaged.load(Relaxed),
+        )
+    }
+}
+
+impl Cache {
+    fn limit(&self) -> u64 {
+        self.limit * BLOCK
+    }
+
+    fn blocks(&self, r: &Range<u64>) -> Range<usize> {
+        let end = r.end.min(self.len);
+        if end <= r.start {
+            return 0..0;
+        }
+        (r.start / BLOCK) as usize..end.div_ceil(BLOCK) as usize
+    }
+
+    fn block_range(&self, b: usize) -> Range<u64> {
+        let s = b as u64 * BLOCK;
+        s..(s + BLOCK).min(self.len)
+    }
+
+    /// Claims the missing blocks of `blocks` for fetching by this caller; returns them as
+    /// runs of adjacent blocks of at most [`MERGE`] bytes.
+    fn claim(&self, blocks: Range<usize>) -> Vec<Range<usize>> {
+        let mut runs: Vec<Range<usize>> = Vec::new();
+        let per = (MERGE / BLOCK) as usize;
+        for b in blocks {
+            if self.state[b]
+                .compare_exchange(MISSING, FETCHING, SeqCst, SeqCst)
+                .is_ok()
+            {
+                match runs.last_mut() {
+                    Some(r) if r.end == b && r.len() < per => r.end = b + 1,
+                    _ => runs.push(b..b + 1),
+                }
+            }
+        }
+        runs
+    }
+
+    /// Fetches the claimed run `run` and stores it; on failure the blocks go back to missing.
+    async fn fetch(&self, run: Range<usize>) -> io::Result<()> {
+        let r = self.block_range(run.start).start..self.block_range(run.end - 1).end;
+        let res = match self.client.get(r.clone()).await {
+            Ok(bytes) => self.store(run.clone(), &bytes),
+            Err(e) => Err(e),
+        };
+        if res.is_err() {
+            for b in run {
+                self.state[b].store(MISSING, SeqCst);
+            }
+        }
+        let _g = self.wait.0.lock();
+        self.wait.1.notify_all();
+        res
+    }
+
+    /// Writes fetched bytes of `run` into the cache: each block's data, then its entry.
+    fn store(&self, run: Range<usize>, bytes: &[u8]) -> io::Result<()> {
+        let start = self.block_range(run.start).start;
+        for b in run {
+            let br = self.block_range(b);
+            let chunk = &bytes[(br.start - start) as usize..(br.end - start) as usize];
+            self.make_room();
+            self.data.write_all_at(chunk, br.start)?;
+            let c = crc32c::crc32c(chunk);
+            self.table
+                .write_all_at(&entry_bytes(c, chunk.len() as u32), b as u64 * ENTRY)?;
+            self.crc[b].store(c, Relaxed);
+            self.referenced[b].store(true, Relaxed);
+            self.state[b].store(PRESENT, SeqCst);
+            self.used.fetch_add(1, Relaxed);
+            self.fetched.fetch_add(1, Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Evicts blocks until one more fits (CLOCK). A cache whose every block is pinned or
+    /// being read grows past its limit by the blocks in flight.
+    fn make_room(&self) {
+        while self.used.load(Relaxed) >= self.limit {
+            if !self.evict_one() {
+                return;
+            }
+        }
+    }
+
+    /// Evicts one block chosen by CLOCK; false if none can be (after two sweeps).
+    fn evict_one(&self) -> bool {
+        let n = self.state.len();
+        if n == 0 {
+            return false;
+        }
+        let Ok(mut hand) = self.hand.lock() else {
+            return false;
+        };
+        for _ in 0..2 * n {
+            let b = *hand;
+            *hand = (*hand + 1) % n;
+            let s = self.state[b].load(SeqCst);
+            if (s != PRESENT && s != UNCHECKED) || self.pinned[b].load(Relaxed) {
+                continue;
+            }
+            if self.referenced[b].swap(false, Relaxed) {
+                continue;
+            }
+            if self.drop_block(b, s) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Drops block `b` (in state `s`) from the cache unless it is being read.
+    fn drop_block(&self, b: usize, s: u8) -> bool {
+        if self.state[b]
+            .compare_exchange(s, EVICTING, SeqCst, SeqCst)
+            .is_err()
+        {
+            return false;
+        }
+        if self.readers[b].load(SeqCst) > 0 {
+            self.state[b].store(s, SeqCst);
+            return false;
+        }
+        self.generation.fetch_add(1, SeqCst);
+        let _ = self.table.write_all_at(&[0u8; ENTRY as usize], b as u64 * ENTRY);
+        let r = self.block_range(b);
+        let _ = nix::fcntl::fallocate(
+            &self.data,
+            nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+                | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+            r.start as i64,
+            (r.end - r.start) as i64,
+        );
+        self.used.fetch_sub(1, Relaxed);
+        self.evicted.fetch_add(1, Relaxed);
+        self.state[b].store(MISSING, SeqCst);
+        true
+    }
+
+    /// Makes every block of `r` present, fetching what is missing (waiting for fetches of
+    /// others), and marks them as being read (the caller must call [`Self::unhold`]).
+    fn hold(&self, r: &Range<u64>) -> io::Result<Range<usize>> {
+        let blocks = self.blocks(r);
+        for attempt in 0..3 {
+            let runs = self.claim(blocks.clone());
+            if !runs.is_empty() {
+                let results = self.client.runtime().block_on(futures::future::join_all(
+                    runs.into_iter().map(|run| self.fetch(run)),
+                ));
+                for res in results {
+                    res?;
+                }
+            }
+            // Wait for blocks others are fetching.
+            let mut missing = false;
+            for b in blocks.clone() {
+                let mut g = self.wait.0.lock().map_err(|_| io::Error::other("poisoned"))?;
+                while self.state[b].load(SeqCst) == FETCHING {
+                    g = self
+                        .wait
+                        .1
+                        .wait_timeout(g, std::time::Duration::from_millis(50))
+                        .map_err(|_| io::Error::other("poisoned"))?
+                        .0;
+                }
+                drop(g);
+                if self.state[b].load(SeqCst) == MISSING {
+                    missing = true;
+                }
+            }
+            if !missing {
+                // Take read holds, then re-check: an evictor that got in first wins.
+                let mut ok = true;
+                for b in blocks.clone() {
+                    self.readers[b].fetch_add(1, SeqCst);
+                    let s = self.state[b].load(SeqCst);
+                    if s != PRESENT && s != UNCHECKED {
+                        ok = false;
+                    }
+                }
+                if ok {
+                    self.check_unchecked(blocks.clone())?;
+                    return Ok(blocks);
+                }
+                self.unhold(blocks.clone());
+            }
+            if attempt == 2 {
+                break;
+            }
+        }
+        Err(io::Error::other(format!(
+            "{}: blocks of bytes {}..{} could not be fetched (evicted as fast as fetched: the cache is too small for the reads in flight)",
+            self.client.url(),
+            r.start,
+            r.end
+        )))
+    }
+
+    fn unhold(&self, blocks: Range<usize>) {
+        for b in blocks {
+            self.referenced[b].store(true, Relaxed);
+            self.readers[b].fetch_sub(1, SeqCst);
+        }
+    }
+
+    /// Checks blocks kept from an earlier mount against their CRC before first use; a damaged
+    /// one is fetched again.
+    fn check_unchecked(&self, blocks: Range<usize>) -> io::Result<()> {
+        for b in blocks {
+            if self.state[b].load(SeqCst) != UNCHECKED {
+                continue;
+            }
+            let r = self.block_range(b);
+            let mut buf = vec![0u8; (r.end - r.start) as usize];
+            self.data.read_exact_at(&mut buf, r.start)?;
+            if crc32c::crc32c(&buf) == self.crc[b].load(Relaxed) {
+                let _ = self.state[b].compare_exchange(UNCHECKED, PRESENT, SeqCst, SeqCst);
+                continue;
+            }
+            log::warn!(
+                "{}: cached block {b} is damaged (CRC-32C mismatch); fetching it again",
+                self.client.url()
+            );
+            self.damaged.fetch_add(1, Relaxed);
+            if self.state[b]
+                .compare_exchange(UNCHECKED, FETCHING, SeqCst, SeqCst)
+                .is_ok()
+            {
+                self.used.fetch_sub(1, Relaxed);
+                self.client.runtime().block_on(self.fetch(b..b + 1))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Fetches every missing block of the whole object, `parallel` GETs of [`MERGE`] at a
+    /// time, waiting for them (the download of `--warm` and `pin`).
+    fn fetch_all(&self, r: &Range<u64>) -> io::Result<()> {
+        let runs = self.claim(self.blocks(r));
+        let results = self.client.runtime().block_on(futures::future::join_all(
+            runs.into_iter().map(|run| self.fetch(run)),
+        ));
+        results.into_iter().collect::<io::Result<Vec<()>>>()?;
+        Ok(())
+    }
+}
+
+impl Storage for RemoteStorage {
+    fn len(&self, obj: ObjectId) -> u64 {
+        if obj == 0 { self.c.len } else { 0 }
+    }
+
+    fn read_at(&self, obj: ObjectId, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        if obj != 0 {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "no such object"));
+        }
+        let end = off + buf.len() as u64;
+        if end > self.c.len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("bytes {off}..{end} past the end of the object ({})", self.c.len),
+            ));
+        }
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let held = self.c.hold(&(off..end))?;
+        let res = self.c.data.read_exact_at(buf, off);
+        self.c.unhold(held);
+        res
+    }
+
+    fn will_need(&self, obj: ObjectId, r: &Range<u64>) {
+        if obj != 0 {
+            return;
+        }
+        let runs = self.c.claim(self.c.blocks(r));
+        if runs.is_empty() {
+            self.c.local.will_need(0, r);
+            return;
+        }
+        for run in runs {
+            let me = self.c.clone();
+            self.c.client.runtime().spawn(async move {
+                if let Err(e) = me.fetch(run).await {
+                    log::warn!("read-ahead fetch failed: {e}");
+                }
+            });
+        }
+    }
+
+    fn resident_bytes(&self, obj: ObjectId, r: &Range<u64>) -> u64 {
+        if obj != 0 {
+            return 0;
+        }
+        self.c.local.resident_bytes(0, r)
+    }
+
+    fn resident(&self, obj: ObjectId, r: &Range<u64>) -> bool {
+        obj == 0
+            && self.c.blocks(r).all(|b| self.c.state[b].load(Relaxed) == PRESENT)
+            && self.c.local.resident(0, r)
+    }
+
+    fn release(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()> {
+        self.c.local.release(obj, r)
+    }
+
+    fn evict(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()> {
+        for b in self.c.blocks(r) {
+            let br = self.c.block_range(b);
+            let whole = br.start >= r.start && br.end <= r.end;
+            let s = self.c.state[b].load(SeqCst);
+            if whole && (s == PRESENT || s == UNCHECKED) && !self.c.pinned[b].load(Relaxed) {
+                self.c.drop_block(b, s);
+            }
+        }
+        self.c.local.evict(obj, r)
+    }
+
+    fn pin(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()> {
+        let blocks = self.c.blocks(r);
+        if blocks.len() as u64 > self.c.limit {
+            return Err(io::Error::other(format!(
+                "cannot pin {} bytes: the block cache holds at most {} (--cache-size)",
+                r.end - r.start,
+                self.c.limit()
+            )));
+        }
+        for b in blocks.clone() {
+            self.c.pinned[b].store(true, Relaxed);
+        }
+        self.c.fetch_all(r)?;
+        let held = self.c.hold(r)?;
+        self.c.unhold(held);
+        self.c.local.pin(obj, r)
+    }
+
+    fn generation(&self) -> u64 {
+        self.c.generation.load(SeqCst)
+    }
+
+    fn refetch(&self, obj: ObjectId, r: &Range<u64>) -> bool {
+        if obj != 0 {
+            return false;
+        }
+        // Whole blocks around `r`: the damaged bytes may be anywhere in them.
+        let blocks = self.c.blocks(r);
+        let whole = self.c.block_range(blocks.start).start..self.c.block_range(blocks.end - 1).end;
+        for b in blocks {
+            self.c.pinned[b].store(false, Relaxed);
+        }
+        self.evict(obj, &whole).is_ok()
+    }
+
+    fn warm_budget(&self) -> Option<u64> {
+        Some(self.c.limit())
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        let _ = self.data.sync_data();
+        let _ = self.table.sync_data();
+    }
+}
+
+/// Picks the cache size for an object of `len` bytes in `root`: `asked`, else the whole
+/// object if the file system has room for it less 10% of its size, else that room.
+pub fn cache_size(root: &Path, len: u64, asked: Option<u64>) -> u64 {
+    if let Some(a) = asked {
+        return a;
+    }
+    let room = nix::sys::statvfs::statvfs(root)
+        .map(|s| {
+            let free = s.blocks_available() as u64 * s.fragment_size() as u64;
+            let total = s.blocks() as u64 * s.fragment_size() as u64;
+            free.saturating_sub(total / 10)
+        })
+        .unwrap_or(u64::MAX);
+    len.div_ceil(BLOCK).saturating_mul(BLOCK).min(room)
+}
