@@ -144,7 +144,11 @@ fn run(cli: Cli) -> Result<i32> {
                         .clone()
                         .unwrap_or_else(loosefs::storage::remote::default_root);
                     std::fs::create_dir_all(&root)?;
-                    Some(tempfile::Builder::new().suffix(".pack").tempfile_in(&root)?)
+                    Some(
+                        tempfile::Builder::new()
+                            .suffix(".pack")
+                            .tempfile_in(&root)?,
+                    )
                 }
                 None => None,
             };
@@ -253,7 +257,10 @@ fn run(cli: Cli) -> Result<i32> {
             remote,
         } => {
             // A URL: every block is downloaded into the cache, which is then the whole pack.
-            let p = match pack.to_str().filter(|s| loosefs::storage::object::is_url(s)) {
+            let p = match pack
+                .to_str()
+                .filter(|s| loosefs::storage::object::is_url(s))
+            {
                 Some(url) => {
                     let r = loosefs::remote::RemotePack::open(url, &remote)
                         .with_context(|| format!("cannot open {url}"))?;

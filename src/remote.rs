@@ -192,8 +192,7 @@ impl RemotePack {
                 self.storage.limit()
             );
         }
-        self.storage
-            .will_need(0, &(0..size));
+        self.storage.will_need(0, &(0..size));
         let mut buf = vec![0u8; remote::MERGE as usize];
         let mut off = 0;
         while off < size {
@@ -216,12 +215,14 @@ fn fetch_parts(client: &ObjectClient, r: std::ops::Range<u64>) -> Result<Vec<u8>
         parts.push(off..end);
         off = end;
     }
-    let got = client
-        .runtime()
-        .block_on(futures::future::join_all(parts.into_iter().map(|p| client.get(p))));
+    let got = client.runtime().block_on(futures::future::join_all(
+        parts.into_iter().map(|p| client.get(p)),
+    ));
     let mut out = Vec::with_capacity((r.end - r.start) as usize);
     for g in got {
-        out.extend_from_slice(&g.with_context(|| format!("{}: cannot fetch the index", client.url()))?);
+        out.extend_from_slice(
+            &g.with_context(|| format!("{}: cannot fetch the index", client.url()))?,
+        );
     }
     Ok(out)
 }

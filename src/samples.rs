@@ -99,14 +99,15 @@ impl Samples {
             }
         }
         for attempt in 0..2 {
+            let seen = self.storage.generation();
             let crc = self.whole_crc(ext, buf).map_err(io)?;
             if crc == ext.crc32 {
-                if self.storage.generation() == generation {
+                if self.storage.generation() == seen {
                     self.verified.insert(ext.record);
                 }
                 break;
             }
-            if attempt == 0 && self.storage.refetch(ext.object, &ext.range) {
+            if attempt == 0 && self.storage.refetch(ext.object, &ext.range, seen) {
                 log::warn!(
                     "{}: CRC-32 {crc:08x} does not match the index ({:08x}); fetching it again",
                     self.path(ext),
@@ -143,7 +144,8 @@ impl Samples {
         while off < len {
             let n = (len - off).min(CHECK_CHUNK as u64) as usize;
             buf.resize(n, 0);
-            self.storage.read_at(ext.object, ext.range.start + off, buf)?;
+            self.storage
+                .read_at(ext.object, ext.range.start + off, buf)?;
             h.update(buf);
             off += n as u64;
         }

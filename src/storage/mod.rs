@@ -62,10 +62,11 @@ pub trait Storage: Send + Sync {
         0
     }
 
-    /// Drops the cached bytes around `r` so the next read fetches them again; true if it
-    /// did (a remote object whose bytes failed a check). Local files: false (a re-read gives
-    /// the same bytes).
-    fn refetch(&self, _obj: ObjectId, _r: &Range<u64>) -> bool {
+    /// Fetches the bytes around `r` again (they failed a check after being read under
+    /// [`Storage::generation`] `seen`), unless another reader already did since; true if
+    /// the next read may give other bytes (a remote object). Local files: false (a re-read
+    /// gives the same bytes).
+    fn refetch(&self, _obj: ObjectId, _r: &Range<u64>, _seen: u64) -> bool {
         false
     }
 

@@ -139,7 +139,12 @@ fn io_error(url: &str, e: object_store::Error) -> io::Error {
 /// region)`. Files: `$AWS_SHARED_CREDENTIALS_FILE` (default `~/.aws/credentials`, sections
 /// `[name]`) and `$AWS_CONFIG_FILE` (default `~/.aws/config`, sections `[profile name]`, or
 /// `[default]`), as the AWS CLI documents them.
-type ProfileCreds = (Option<String>, Option<String>, Option<String>, Option<String>);
+type ProfileCreds = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
 
 fn profile_credentials(profile: &str) -> ProfileCreds {
     let home = std::env::var_os("HOME").map(PathBuf::from);
@@ -222,7 +227,10 @@ impl ObjectClient {
             let mut b = AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
                 .with_retry(retry);
-            let endpoint = args.endpoint_url.clone().or_else(|| env("AWS_ENDPOINT_URL"));
+            let endpoint = args
+                .endpoint_url
+                .clone()
+                .or_else(|| env("AWS_ENDPOINT_URL"));
             if let Some(ep) = &endpoint {
                 if ep.to_ascii_lowercase().starts_with("http://") && !args.allow_http {
                     bail!("{ep}: a plain http endpoint needs --allow-http");

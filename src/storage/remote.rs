@@ -26,7 +26,9 @@ use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst,
+};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// Block size of the cache, bytes: the unit fetched, checked and evicted. 1 MiB, as
@@ -36,8 +38,10 @@ pub const BLOCK: u64 = 1 << 20;
 /// Largest GET, bytes: adjacent missing blocks are merged up to this (mountpoint-s3 uses
 /// 8 MiB parts; larger GETs keep per-request overhead and request rates low).
 pub const MERGE: u64 = 16 << 20;
-/// Smallest cache size accepted, bytes: read-ahead windows (64 MiB) must fit with room.
-pub const MIN_CACHE: u64 = 128 << 20;
+/// Smallest cache size used, bytes (a smaller `--cache-size` is raised to it): two merged
+/// GETs. A cache smaller than the read-ahead window (`--prefetch-max-mb`, 64 MiB) evicts blocks
+/// fetched ahead before they are read, which is correct but fetches them twice.
+pub const MIN_CACHE: u64 = 2 * MERGE;
 
 const ENTRY: u64 = 16;
 const MAGIC: &[u8; 4] = b"LFB1";
@@ -72,6 +76,8 @@ struct Cache {
     used: AtomicU64,
     limit: u64,
     generation: AtomicU64,
+    /// Held while damaged blocks are fetched again.
+    refetching: Mutex<()>,
     /// Waiters for blocks being fetched.
     wait: (Mutex<()>, Condvar),
     /// Counters: blocks fetched, blocks evicted, cached blocks failing their CRC.
@@ -149,20 +155,30 @@ impl RemoteStorage {
             .ok_or_else(|| io::Error::other("remote object not opened"))?;
         std::fs::create_dir_all(dir)?;
         let lock = File::create(dir.join("lock"))?;
-        if let Err(e) = nix::fcntl::Flock::lock(
-            lock.try_clone()?,
-            nix::fcntl::FlockArg::LockExclusiveNonblock,
-        )
-        .map(std::mem::forget)
-        .map_err(|(_, e)| e)
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!(
-                    "the block cache {} is in use by another mount ({e}); give another --cache-dir",
-                    dir.display()
-                ),
-            ));
+        // A mount of the same object that was just unmounted may still be exiting: wait a
+        // little for its lock.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match nix::fcntl::Flock::lock(
+                lock.try_clone()?,
+                nix::fcntl::FlockArg::LockExclusiveNonblock,
+            ) {
+                Ok(l) => {
+                    // The lock lives as long as the open file description, which `lock` keeps.
+                    std::mem::forget(l);
+                    break;
+                }
+                Err((_, e)) if std::time::Instant::now() >= deadline => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        format!(
+                            "the block cache {} is in use by another mount ({e}); give another --cache-dir",
+                            dir.display()
+                        ),
+                    ));
+                }
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+            }
         }
         let open = |name: &str| {
             std::fs::OpenOptions::new()
@@ -224,6 +240,7 @@ impl RemoteStorage {
             used: AtomicU64::new(used),
             limit: limit.max(MIN_CACHE) / BLOCK,
             generation: AtomicU64::new(0),
+            refetching: Mutex::new(()),
             wait: (Mutex::new(()), Condvar::new()),
             fetched: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
@@ -387,7 +404,9 @@ impl Cache {
             return false;
         }
         self.generation.fetch_add(1, SeqCst);
-        let _ = self.table.write_all_at(&[0u8; ENTRY as usize], b as u64 * ENTRY);
+        let _ = self
+            .table
+            .write_all_at(&[0u8; ENTRY as usize], b as u64 * ENTRY);
         let r = self.block_range(b);
         let _ = nix::fcntl::fallocate(
             &self.data,
@@ -403,10 +422,22 @@ impl Cache {
     }
 
     /// Makes every block of `r` present, fetching what is missing (waiting for fetches of
-    /// others), and marks them as being read (the caller must call [`Self::unhold`]).
+    /// others), and marks them as being read so none is evicted until [`Self::unhold`].
     fn hold(&self, r: &Range<u64>) -> io::Result<Range<usize>> {
         let blocks = self.blocks(r);
-        for attempt in 0..3 {
+        // Held first: a block fetched here cannot be evicted before it is read.
+        for b in blocks.clone() {
+            self.readers[b].fetch_add(1, SeqCst);
+        }
+        let res = self.hold_held(&blocks);
+        if res.is_err() {
+            self.unhold(blocks.clone());
+        }
+        res.map(|()| blocks)
+    }
+
+    fn hold_held(&self, blocks: &Range<usize>) -> io::Result<()> {
+        for _ in 0..3 {
             let runs = self.claim(blocks.clone());
             if !runs.is_empty() {
                 let results = self.client.runtime().block_on(futures::future::join_all(
@@ -416,10 +447,14 @@ impl Cache {
                     res?;
                 }
             }
-            // Wait for blocks others are fetching.
+            // Wait for blocks others are fetching; one whose fetch failed is claimed again.
             let mut missing = false;
             for b in blocks.clone() {
-                let mut g = self.wait.0.lock().map_err(|_| io::Error::other("poisoned"))?;
+                let mut g = self
+                    .wait
+                    .0
+                    .lock()
+                    .map_err(|_| io::Error::other("poisoned"))?;
                 while self.state[b].load(SeqCst) == FETCHING {
                     g = self
                         .wait
@@ -429,36 +464,48 @@ impl Cache {
                         .0;
                 }
                 drop(g);
-                if self.state[b].load(SeqCst) == MISSING {
-                    missing = true;
-                }
+                let s = self.state[b].load(SeqCst);
+                missing |= s != PRESENT && s != UNCHECKED;
             }
             if !missing {
-                // Take read holds, then re-check: an evictor that got in first wins.
-                let mut ok = true;
-                for b in blocks.clone() {
-                    self.readers[b].fetch_add(1, SeqCst);
-                    let s = self.state[b].load(SeqCst);
-                    if s != PRESENT && s != UNCHECKED {
-                        ok = false;
-                    }
-                }
-                if ok {
-                    self.check_unchecked(blocks.clone())?;
-                    return Ok(blocks);
-                }
-                self.unhold(blocks.clone());
-            }
-            if attempt == 2 {
-                break;
+                return self.check_unchecked(blocks.clone());
             }
         }
         Err(io::Error::other(format!(
-            "{}: blocks of bytes {}..{} could not be fetched (evicted as fast as fetched: the cache is too small for the reads in flight)",
+            "{}: blocks {}..{} could not be fetched (three fetches by other readers failed)",
             self.client.url(),
-            r.start,
-            r.end
+            blocks.start,
+            blocks.end
         )))
+    }
+
+    /// Fetches the blocks of `r` again and writes them over the cached ones, unless another
+    /// reader did so since generation `seen`. Bumps the generation: every sample is checked
+    /// again.
+    fn refetch(&self, r: &Range<u64>, seen: u64) -> io::Result<()> {
+        let Ok(_g) = self.refetching.lock() else {
+            return Err(io::Error::other("poisoned"));
+        };
+        if self
+            .generation
+            .compare_exchange(seen, seen + 1, SeqCst, SeqCst)
+            .is_err()
+        {
+            return Ok(());
+        }
+        let blocks = self.blocks(r);
+        let whole = self.block_range(blocks.start).start..self.block_range(blocks.end - 1).end;
+        let bytes = self.client.get_blocking(whole.clone())?;
+        for b in blocks {
+            let br = self.block_range(b);
+            let chunk = &bytes[(br.start - whole.start) as usize..(br.end - whole.start) as usize];
+            self.data.write_all_at(chunk, br.start)?;
+            let c = crc32c::crc32c(chunk);
+            self.table
+                .write_all_at(&entry_bytes(c, chunk.len() as u32), b as u64 * ENTRY)?;
+            self.crc[b].store(c, Relaxed);
+        }
+        Ok(())
     }
 
     fn unhold(&self, blocks: Range<usize>) {
@@ -523,7 +570,10 @@ impl Storage for RemoteStorage {
         if end > self.c.len {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                format!("bytes {off}..{end} past the end of the object ({})", self.c.len),
+                format!(
+                    "bytes {off}..{end} past the end of the object ({})",
+                    self.c.len
+                ),
             ));
         }
         if buf.is_empty() {
@@ -563,7 +613,10 @@ impl Storage for RemoteStorage {
 
     fn resident(&self, obj: ObjectId, r: &Range<u64>) -> bool {
         obj == 0
-            && self.c.blocks(r).all(|b| self.c.state[b].load(Relaxed) == PRESENT)
+            && self
+                .c
+                .blocks(r)
+                .all(|b| self.c.state[b].load(Relaxed) == PRESENT)
             && self.c.local.resident(0, r)
     }
 
@@ -605,17 +658,17 @@ impl Storage for RemoteStorage {
         self.c.generation.load(SeqCst)
     }
 
-    fn refetch(&self, obj: ObjectId, r: &Range<u64>) -> bool {
-        if obj != 0 {
+    fn refetch(&self, obj: ObjectId, r: &Range<u64>, seen: u64) -> bool {
+        if obj != 0 || r.is_empty() {
             return false;
         }
-        // Whole blocks around `r`: the damaged bytes may be anywhere in them.
-        let blocks = self.c.blocks(r);
-        let whole = self.c.block_range(blocks.start).start..self.c.block_range(blocks.end - 1).end;
-        for b in blocks {
-            self.c.pinned[b].store(false, Relaxed);
+        match self.c.refetch(r, seen) {
+            Ok(()) => true,
+            Err(e) => {
+                log::error!("fetching bytes {}..{} again failed: {e}", r.start, r.end);
+                false
+            }
         }
-        self.evict(obj, &whole).is_ok()
     }
 
     fn warm_budget(&self) -> Option<u64> {
@@ -638,8 +691,8 @@ pub fn cache_size(root: &Path, len: u64, asked: Option<u64>) -> u64 {
     }
     let room = nix::sys::statvfs::statvfs(root)
         .map(|s| {
-            let free = s.blocks_available() as u64 * s.fragment_size() as u64;
-            let total = s.blocks() as u64 * s.fragment_size() as u64;
+            let free = s.blocks_available() * s.fragment_size();
+            let total = s.blocks() * s.fragment_size();
             free.saturating_sub(total / 10)
         })
         .unwrap_or(u64::MAX);

@@ -1,0 +1,228 @@
+"""Remote packs against real servers on 127.0.0.1: SeaweedFS (S3, SigV4) and nginx (HTTP and
+HTTPS ranges), with the fault proxy of servers.py between loosefs and the server where a test
+needs to count requests or inject faults. Every read is compared byte for byte with the
+source tree."""
+import errno
+import os
+import pathlib
+import random
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import loosefs_bin, need_mount
+import servers
+
+
+def files_of(root: pathlib.Path):
+    return sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file() and ".loosefs" not in p.parts)
+
+
+@pytest.fixture(scope="module")
+def world(pack, tmp_path_factory):
+    """SeaweedFS with the pack at s3://packs/data.pack, nginx serving it, and a proxy before each."""
+    need_mount()
+    if shutil.which("nginx") is None:
+        pytest.fail("nginx not installed (scripts/setup.sh installs nginx-light)")
+    work = tmp_path_factory.mktemp("remote")
+    www = work / "www"
+    www.mkdir()
+    shutil.copy(pack, www / "data.pack")
+    weed = servers.Seaweed(work / "weed").start()
+    nginx = servers.Nginx(work / "nginx", www).start()
+    try:
+        weed.put("data.pack", pack)
+        s3_proxy = servers.FaultProxy(weed.port).start()
+        http_proxy = servers.FaultProxy(nginx.port).start()
+        yield dict(work=work, www=www, weed=weed, nginx=nginx, s3_proxy=s3_proxy, http_proxy=http_proxy)
+    finally:
+        weed.stop()
+        nginx.stop()
+
+
+def s3_env(secret=servers.SECRET_KEY):
+    env = dict(os.environ)
+    for k in [k for k in env if k.startswith("AWS_")]:
+        del env[k]
+    env.update(AWS_ACCESS_KEY_ID=servers.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=secret, AWS_EC2_METADATA_DISABLED="true",
+               HOME=env.get("HOME", "/root"))
+    return env
+
+
+class Mount:
+    def __init__(self, url, work, *args, env=None, check=True):
+        self.mnt = work / f"mnt{random.randrange(1 << 30)}"
+        self.mnt.mkdir()
+        self.log = work / f"{self.mnt.name}.log"
+        self.r = subprocess.run([loosefs_bin(), "mount", url, str(self.mnt), "--log", str(self.log), *args],
+                                env=env or s3_env(), capture_output=True, text=True, timeout=300)
+        if check:
+            assert self.r.returncode == 0, self.r.stderr
+
+    def __enter__(self):
+        return self.mnt
+
+    def __exit__(self, *a):
+        if self.r.returncode == 0:
+            subprocess.run([loosefs_bin(), "umount", str(self.mnt)], check=True)
+
+
+def s3_args(world, proxy=True, cache=None):
+    port = world["s3_proxy"].port if proxy else world["weed"].port
+    return ["--endpoint-url", f"http://127.0.0.1:{port}", "--allow-http",
+            "--cache-dir", str(cache or world["work"] / f"cache{random.randrange(1 << 30)}")]
+
+
+def assert_same_tree(mnt, source):
+    a, b = files_of(source), files_of(mnt)
+    assert a == b and len(a) > 0
+    for rel in a:
+        assert (mnt / rel).read_bytes() == (source / rel).read_bytes(), rel
+
+
+def test_s3_mount_imagefolder_and_dali_equal_the_local_files(world, source):
+    import numpy as np
+    import torchvision
+    from test_loaders import dali_epoch, rel
+
+    with Mount("s3://packs/data.pack", world["work"], *s3_args(world)) as mnt:
+        assert_same_tree(mnt, source)
+        a, b = torchvision.datasets.ImageFolder(str(source)), torchvision.datasets.ImageFolder(str(mnt))
+        assert b.class_to_idx == a.class_to_idx and rel(b.samples, mnt) == rel(a.samples, source)
+        ia, la = dali_epoch(source)
+        ib, lb = dali_epoch(mnt)
+        assert la == lb and len(la) > 0
+        assert all(np.array_equal(x, y) for x, y in zip(ia, ib))
+
+
+def test_remount_costs_one_request_and_reads_from_the_block_cache(world, source):
+    proxy = world["s3_proxy"]
+    cache = world["work"] / "cache-remount"
+    n0 = proxy.requests
+    with Mount("s3://packs/data.pack", world["work"], *s3_args(world, cache=cache)) as mnt:
+        assert_same_tree(mnt, source)
+    first = proxy.requests - n0
+    assert first >= 2, "a cold epoch must have fetched blocks"
+    n1 = proxy.requests
+    with Mount("s3://packs/data.pack", world["work"], *s3_args(world, cache=cache)) as mnt:
+        subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], check=True)
+        assert_same_tree(mnt, source)
+    # The tail GET pins the ETag; the index and every block come from the cache.
+    assert proxy.requests - n1 == 1, (first, proxy.requests - n1)
+
+
+def test_https_with_a_private_ca_and_plain_http_only_when_allowed(world, source):
+    nginx = world["nginx"]
+    cache = ["--cache-dir", str(world["work"] / "cache-https")]
+    with Mount(nginx.url("data.pack", tls=True), world["work"], "--ca-bundle", str(nginx.ca), *cache) as mnt:
+        assert_same_tree(mnt, source)
+    info = subprocess.run([loosefs_bin(), "info", nginx.url("data.pack")], capture_output=True, text=True)
+    assert info.returncode != 0 and "--allow-http" in info.stderr
+    # An untrusted certificate is refused.
+    bad = subprocess.run([loosefs_bin(), "info", nginx.url("data.pack", tls=True), "--retries", "0", *cache],
+                         capture_output=True, text=True, env={**os.environ, "AWS_CA_BUNDLE": ""})
+    assert bad.returncode != 0
+
+
+def test_info_verify_and_pack_upload_on_urls(world, source):
+    b, env = loosefs_bin(), s3_env()
+    args = s3_args(world, proxy=False)
+    up = subprocess.run([b, "pack", str(source), "s3://packs/uploaded.pack", *args], env=env, capture_output=True, text=True)
+    assert up.returncode == 0, up.stderr
+    info = subprocess.run([b, "info", "s3://packs/uploaded.pack", "--json", *args], env=env, capture_output=True, text=True)
+    assert info.returncode == 0, info.stderr
+    import json
+    assert json.loads(info.stdout)["samples"] == len(files_of(source))
+    v = subprocess.run([b, "verify", "s3://packs/uploaded.pack", "--against", str(source), *args], env=env,
+                       capture_output=True, text=True)
+    assert v.returncode == 0 and "identical to the source" in v.stdout, v.stdout + v.stderr
+
+
+def test_wrong_credentials_and_missing_object_fail_the_mount_clearly(world):
+    r = Mount("s3://packs/data.pack", world["work"], *s3_args(world, proxy=False), env=s3_env("wrong-secret"), check=False).r
+    assert r.returncode != 0 and "access denied (403)" in r.stderr, r.stderr
+    r = Mount("s3://packs/missing.pack", world["work"], *s3_args(world, proxy=False), check=False).r
+    assert r.returncode != 0 and "no such object (404)" in r.stderr, r.stderr
+    r = Mount(world["nginx"].url("missing.pack"), world["work"], "--allow-http", check=False).r
+    assert r.returncode != 0 and "404" in r.stderr, r.stderr
+
+
+def test_injected_503s_are_retried_and_corrupted_bytes_refetched(world, source):
+    proxy = world["s3_proxy"]
+    with Mount("s3://packs/data.pack", world["work"], *s3_args(world), "--prefetch-max-mb", "0", "--push-ahead", "0") as mnt:
+        # One flipped byte in the middle of the first GET's body (it lands in a sample: the
+        # pack is mostly sample bytes and the read order is fixed), and three 503s.
+        c0 = proxy.corrupted
+        proxy.set(fail_503=3, corrupt=1)
+        assert_same_tree(mnt, source)
+        assert proxy.fail_503 == 0 and proxy.corrupted - c0 == 1
+        log = (world["work"] / f"{mnt.name}.log").read_text()
+        assert "fetching it again" in log and "answering EIO" not in log, log[-2000:]
+
+
+def test_server_down_gives_eio_after_the_retries_and_the_mount_recovers(world, source):
+    proxy = world["http_proxy"]
+    url = f"http://127.0.0.1:{proxy.port}/data.pack"
+    files = files_of(source)
+    with Mount(url, world["work"], "--allow-http", "--retries", "2", "--retry-timeout", "5", "--request-timeout", "5",
+               "--prefetch-max-mb", "0", "--push-ahead", "0",
+               "--cache-dir", str(world["work"] / "cache-down")) as mnt:
+        assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
+        proxy.set(down=True)
+        try:
+            t = time.time()
+            with pytest.raises(OSError) as e:
+                (mnt / files[-1]).read_bytes()
+            assert e.value.errno == errno.EIO
+            assert time.time() - t < 60
+        finally:
+            proxy.set(down=False)
+        assert (mnt / files[-1]).read_bytes() == (source / files[-1]).read_bytes()
+        assert_same_tree(mnt, source)
+
+
+def test_replaced_object_gives_eio_never_mixed_bytes(world, source, pack):
+    www, nginx = world["www"], world["nginx"]
+    shutil.copy(pack, www / "replaced.pack")
+    files = files_of(source)
+    with Mount(nginx.url("replaced.pack"), world["work"], "--allow-http", "--prefetch-max-mb", "0",
+               "--push-ahead", "0", "--cache-dir", str(world["work"] / "cache-replaced")) as mnt:
+        assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
+        # Replace the object: same size, one byte changed, new mtime: nginx's ETag changes.
+        data = bytearray(pack.read_bytes())
+        data[len(data) // 2] ^= 1
+        tmp = www / "replaced.tmp"
+        tmp.write_bytes(data)
+        os.utime(tmp, (time.time() + 5, time.time() + 5))
+        os.replace(tmp, www / "replaced.pack")
+        with pytest.raises(OSError) as e:
+            (mnt / files[-1]).read_bytes()
+        assert e.value.errno == errno.EIO
+        # What was cached still serves the version that was mounted.
+        assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
+    log = sorted(world["work"].glob("mnt*.log"), key=os.path.getmtime)[-1].read_text()
+    assert "REPLACED" in log
+
+
+def test_cache_size_is_respected(world, source, pack):
+    cache = world["work"] / "cache-small"
+    limit = 40 << 20
+    assert pack.stat().st_size > 2 * limit
+    with Mount("s3://packs/data.pack", world["work"], *s3_args(world, cache=cache), "--cache-size", "40M",
+               "--prefetch-max-mb", "8") as mnt:
+        assert_same_tree(mnt, source)
+    data = next(cache.glob("*/data"))
+    assert data.stat().st_blocks * 512 <= limit + (1 << 20), data.stat().st_blocks * 512
+
+
+def test_warm_downloads_once_then_a_shuffled_epoch_makes_no_request(world, source):
+    proxy = world["s3_proxy"]
+    with Mount("s3://packs/data.pack", world["work"], *s3_args(world), "--warm", "--wait") as mnt:
+        n = proxy.requests
+        files = files_of(source)
+        random.Random(7).shuffle(files)
+        for rel in files:
+            assert (mnt / rel).read_bytes() == (source / rel).read_bytes(), rel
+        assert proxy.requests == n
