@@ -73,6 +73,20 @@ pub fn format_stats(r: &Report) -> String {
         mb(r.pin.pinned_bytes),
         mb(r.pin.target_bytes)
     );
+    if let Some(x) = &r.remote {
+        out += &format!(
+            "remote      {} GETs ({} failed), {:.1} MB received; blocks {} fetched, {} evicted, {} damaged; cache {:.1} of {:.1} MB in {}\n",
+            x.gets,
+            x.failed_gets,
+            mb(x.bytes_received),
+            x.blocks_fetched,
+            x.blocks_evicted,
+            x.blocks_damaged,
+            mb(x.cached_bytes),
+            mb(x.cache_limit_bytes),
+            x.cache_dir
+        );
+    }
     if let Some(d) = &r.decode {
         out += &format!(
             "decode      {} decodes ({} fallback, {} with warnings, {} failed reads, {} damaged refused), {} hits, {} joined, {} ahead; p50 {} µs, p99 {} µs\n",

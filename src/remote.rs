@@ -120,7 +120,14 @@ impl RemotePack {
                 trailer.index_offset
             );
         }
-        let limit = remote::cache_size(&root, size, args.cache_size);
+        let (budget, limit) = remote::cache_budget(&root, size, args.cache_size);
+        remote::prune(&root, &dir, budget, limit);
+        if limit < size {
+            log::warn!(
+                "{url}: the block cache keeps {limit} of the pack's {size} bytes (--cache-size, or the free space of {}): blocks will be fetched more than once, and --pin/--warm of the whole pack cannot complete",
+                root.display()
+            );
+        }
         let storage = RemoteStorage::open(client, &dir, limit)
             .with_context(|| format!("cannot open the block cache {}", dir.display()))?;
         Ok(RemotePack {

@@ -47,6 +47,9 @@ pub struct Report {
     pub warm: WarmStatus,
     /// Decoded views, when served.
     pub decode: Option<DecodeReport>,
+    /// The remote object and its block cache, for a pack at a URL.
+    #[serde(default)]
+    pub remote: Option<RemoteReport>,
     /// Latency per operation name.
     pub latency_us: BTreeMap<String, Latency>,
 }
@@ -62,6 +65,33 @@ pub struct PackReport {
     pub samples: u64,
     /// Bytes of the storage objects in the page cache now.
     pub resident_bytes: u64,
+}
+
+/// The `remote` section: GETs of a remote pack and its block cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteReport {
+    /// The object's URL.
+    pub url: String,
+    /// The ETag every GET is pinned to (`If-Match`).
+    pub etag: String,
+    /// GETs completed (opening included).
+    pub gets: u64,
+    /// Bytes received.
+    pub bytes_received: u64,
+    /// GETs that failed after their retries (or found the object replaced).
+    pub failed_gets: u64,
+    /// Cache blocks fetched, evicted, and found damaged and fetched again.
+    pub blocks_fetched: u64,
+    /// Blocks evicted to keep within the cache size.
+    pub blocks_evicted: u64,
+    /// Cached blocks whose CRC-32C did not match (fetched again).
+    pub blocks_damaged: u64,
+    /// Bytes of blocks cached now.
+    pub cached_bytes: u64,
+    /// The cache's size limit for this pack, bytes.
+    pub cache_limit_bytes: u64,
+    /// The cache directory of this object.
+    pub cache_dir: String,
 }
 
 /// The `daemon` section.

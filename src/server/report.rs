@@ -71,6 +71,7 @@ impl Parts<'_> {
             pin,
             warm,
             decode: self.data.decoder.as_ref().map(|d| d.report()),
+            remote: self.data.samples.storage().remote_report(),
             latency_us: lat.into_iter().map(|(n, l)| (n.to_string(), l)).collect(),
         }
     }

@@ -70,6 +70,11 @@ pub trait Storage: Send + Sync {
         false
     }
 
+    /// GET and block-cache counters, for remote storage.
+    fn remote_report(&self) -> Option<crate::report::RemoteReport> {
+        None
+    }
+
     /// Bytes a whole-object warm may bring in (None: as much as fits in memory).
     fn warm_budget(&self) -> Option<u64> {
         None

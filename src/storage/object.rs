@@ -53,8 +53,9 @@ pub struct RemoteArgs {
     /// ~/.cache/loosefs/blocks).
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
-    /// Most bytes of blocks kept in the cache for one pack, e.g. 20G (default: the whole
-    /// pack, if the cache's file system has room for it less 10%; else that room).
+    /// Most bytes the cache directory holds, e.g. 20G: this pack's blocks (at most its size)
+    /// and other packs' (removed least recently used first) (default: what it holds now plus
+    /// the free space of its file system, less 5% of that file system's size).
     #[arg(long, value_parser = crate::options::parse_bytes)]
     pub cache_size: Option<u64>,
     /// Concurrent GETs at most.

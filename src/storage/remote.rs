@@ -86,6 +86,8 @@ struct Cache {
     pub evicted: AtomicU64,
     /// Cached blocks found damaged (CRC mismatch) and fetched again.
     pub damaged: AtomicU64,
+    /// The cache directory.
+    dir: PathBuf,
     /// Holds the cache directory's lock for the life of the mount.
     _lock: File,
 }
@@ -245,6 +247,7 @@ impl RemoteStorage {
             fetched: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
             damaged: AtomicU64::new(0),
+            dir: dir.to_path_buf(),
             _lock: lock,
         };
         // A smaller cache size than last time: evict down to it now.
@@ -468,7 +471,14 @@ impl Cache {
                 missing |= s != PRESENT && s != UNCHECKED;
             }
             if !missing {
-                return self.check_unchecked(blocks.clone());
+                self.check_unchecked(blocks.clone())?;
+                // A damaged block may be being fetched again by another reader: wait for it.
+                if blocks
+                    .clone()
+                    .all(|b| self.state[b].load(SeqCst) == PRESENT)
+                {
+                    return Ok(());
+                }
             }
         }
         Err(io::Error::other(format!(
@@ -589,9 +599,24 @@ impl Storage for RemoteStorage {
         if obj != 0 {
             return;
         }
-        let runs = self.c.claim(self.c.blocks(r));
+        let blocks = self.c.blocks(r);
+        let runs = self.c.claim(blocks.clone());
         if runs.is_empty() {
-            self.c.local.will_need(0, r);
+            // Kept from an earlier mount: check them ahead of the reader (the check reads
+            // them into the page cache too).
+            if blocks
+                .clone()
+                .any(|b| self.c.state[b].load(Relaxed) == UNCHECKED)
+            {
+                let me = self.c.clone();
+                self.c.client.runtime().spawn_blocking(move || {
+                    if let Err(e) = me.check_unchecked(blocks) {
+                        log::warn!("checking cached blocks failed: {e}");
+                    }
+                });
+            } else {
+                self.c.local.will_need(0, r);
+            }
             return;
         }
         for run in runs {
@@ -616,7 +641,7 @@ impl Storage for RemoteStorage {
             && self
                 .c
                 .blocks(r)
-                .all(|b| self.c.state[b].load(Relaxed) == PRESENT)
+                .all(|b| matches!(self.c.state[b].load(Relaxed), PRESENT | UNCHECKED))
             && self.c.local.resident(0, r)
     }
 
@@ -671,6 +696,24 @@ impl Storage for RemoteStorage {
         }
     }
 
+    fn remote_report(&self) -> Option<crate::report::RemoteReport> {
+        let c = &self.c;
+        let st = &c.client.stats;
+        Some(crate::report::RemoteReport {
+            url: c.client.url().to_string(),
+            etag: c.client.pin().map(|p| p.etag.clone()).unwrap_or_default(),
+            gets: st.gets.load(Relaxed),
+            bytes_received: st.bytes.load(Relaxed),
+            failed_gets: st.failed.load(Relaxed),
+            blocks_fetched: c.fetched.load(Relaxed),
+            blocks_evicted: c.evicted.load(Relaxed),
+            blocks_damaged: c.damaged.load(Relaxed),
+            cached_bytes: c.used.load(Relaxed) * BLOCK,
+            cache_limit_bytes: c.limit(),
+            cache_dir: c.dir.display().to_string(),
+        })
+    }
+
     fn warm_budget(&self) -> Option<u64> {
         Some(self.c.limit())
     }
@@ -683,18 +726,93 @@ impl Drop for Cache {
     }
 }
 
-/// Picks the cache size for an object of `len` bytes in `root`: `asked`, else the whole
-/// object if the file system has room for it less 10% of its size, else that room.
-pub fn cache_size(root: &Path, len: u64, asked: Option<u64>) -> u64 {
-    if let Some(a) = asked {
-        return a;
-    }
-    let room = nix::sys::statvfs::statvfs(root)
-        .map(|s| {
-            let free = s.blocks_available() * s.fragment_size();
-            let total = s.blocks() * s.fragment_size();
-            free.saturating_sub(total / 10)
+/// Bytes `dir`'s files hold on disk (sparse blocks not counted).
+fn disk_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.metadata().ok())
+                .map(|m| m.blocks() * 512)
+                .sum()
         })
-        .unwrap_or(u64::MAX);
-    len.div_ceil(BLOCK).saturating_mul(BLOCK).min(room)
+        .unwrap_or(0)
+}
+
+/// The budget of the whole cache root and this object's share of it, bytes: `asked`
+/// (`--cache-size`) or, by default, what the root already holds plus the file system's free
+/// space less 5% of its size (mountpoint-s3's default floor); the object's share is that, at
+/// most its own size.
+pub fn cache_budget(root: &Path, len: u64, asked: Option<u64>) -> (u64, u64) {
+    let budget = asked.unwrap_or_else(|| {
+        let held: u64 = std::fs::read_dir(root)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| disk_bytes(&e.path()))
+                    .sum()
+            })
+            .unwrap_or(0);
+        nix::sys::statvfs::statvfs(root)
+            .map(|s| {
+                let free = s.blocks_available() * s.fragment_size();
+                let total = s.blocks() * s.fragment_size();
+                (free + held).saturating_sub(total / 20)
+            })
+            .unwrap_or(u64::MAX)
+    });
+    let share = len.div_ceil(BLOCK).saturating_mul(BLOCK).min(budget);
+    (budget, share)
+}
+
+/// Keeps the cache root within `budget` bytes once the object cached in `keep` holds its
+/// `share`: other objects' directories (other URLs, or older versions of this one) that no
+/// mount holds are removed, least recently used first (their block table's mtime), until the
+/// rest fits beside the share. Failures are logged and skipped.
+pub fn prune(root: &Path, keep: &Path, budget: u64, share: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = std::fs::read_dir(root) else {
+        return;
+    };
+    let mut others: Vec<(i64, PathBuf, u64)> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && p != keep)
+        .map(|p| {
+            let t = std::fs::metadata(p.join("blocks")).map_or(0, |m| m.mtime());
+            let b = disk_bytes(&p);
+            (t, p, b)
+        })
+        .collect();
+    let mut total: u64 = others.iter().map(|o| o.2).sum();
+    others.sort();
+    for (_, p, bytes) in others {
+        if total.saturating_add(share) <= budget {
+            break;
+        }
+        // A directory locked by a live mount stays (one just unmounted may take a moment to
+        // let go).
+        let Ok(mut lock) = File::open(p.join("lock")) else {
+            continue;
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let _l = loop {
+            match nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+                Ok(l) => break Some(l),
+                Err((f, _)) if std::time::Instant::now() < deadline => {
+                    lock = f;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(_) => break None,
+            }
+        };
+        if _l.is_none() {
+            continue;
+        }
+        match std::fs::remove_dir_all(&p) {
+            Ok(()) => {
+                log::info!("block cache: removed {} ({bytes} bytes)", p.display());
+                total -= bytes;
+            }
+            Err(e) => log::warn!("block cache: cannot remove {}: {e}", p.display()),
+        }
+    }
 }

@@ -69,9 +69,11 @@ class Mount:
             subprocess.run([loosefs_bin(), "umount", str(self.mnt)], check=True)
 
 
-def s3_args(world, proxy=True, cache=None):
+def s3_args(world, proxy=True, cache=None, size="1G"):
+    """Through the proxy (or straight to SeaweedFS), with a fresh cache directory. The cache
+    size is explicit: the default depends on the machine's free space."""
     port = world["s3_proxy"].port if proxy else world["weed"].port
-    return ["--endpoint-url", f"http://127.0.0.1:{port}", "--allow-http",
+    return ["--endpoint-url", f"http://127.0.0.1:{port}", "--allow-http", "--cache-size", size,
             "--cache-dir", str(cache or world["work"] / f"cache{random.randrange(1 << 30)}")]
 
 
@@ -115,7 +117,7 @@ def test_remount_costs_one_request_and_reads_from_the_block_cache(world, source)
 
 def test_https_with_a_private_ca_and_plain_http_only_when_allowed(world, source):
     nginx = world["nginx"]
-    cache = ["--cache-dir", str(world["work"] / "cache-https")]
+    cache = ["--cache-dir", str(world["work"] / "cache-https"), "--cache-size", "1G"]
     with Mount(nginx.url("data.pack", tls=True), world["work"], "--ca-bundle", str(nginx.ca), *cache) as mnt:
         assert_same_tree(mnt, source)
     info = subprocess.run([loosefs_bin(), "info", nginx.url("data.pack")], capture_output=True, text=True)
@@ -163,11 +165,12 @@ def test_injected_503s_are_retried_and_corrupted_bytes_refetched(world, source):
 
 
 def test_server_down_gives_eio_after_the_retries_and_the_mount_recovers(world, source):
+    # The proxy drops every connection and refuses new ones: the server is gone mid-epoch.
     proxy = world["http_proxy"]
     url = f"http://127.0.0.1:{proxy.port}/data.pack"
     files = files_of(source)
     with Mount(url, world["work"], "--allow-http", "--retries", "2", "--retry-timeout", "5", "--request-timeout", "5",
-               "--prefetch-max-mb", "0", "--push-ahead", "0",
+               "--prefetch-max-mb", "0", "--push-ahead", "0", "--cache-size", "1G",
                "--cache-dir", str(world["work"] / "cache-down")) as mnt:
         assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
         proxy.set(down=True)
@@ -183,12 +186,89 @@ def test_server_down_gives_eio_after_the_retries_and_the_mount_recovers(world, s
         assert_same_tree(mnt, source)
 
 
+def test_server_killed_and_restarted_mid_epoch(world, source):
+    # nginx itself is killed (SIGKILL) after part of an epoch, then started again.
+    nginx = world["nginx"]
+    files = files_of(source)
+    half = len(files) // 2
+    with Mount(nginx.url("data.pack"), world["work"], "--allow-http", "--retries", "1", "--retry-timeout", "3",
+               "--prefetch-max-mb", "0", "--push-ahead", "0", "--cache-size", "1G",
+               "--cache-dir", str(world["work"] / "cache-kill")) as mnt:
+        for rel in files[:half]:
+            assert (mnt / rel).read_bytes() == (source / rel).read_bytes()
+        os.killpg(nginx.proc.pid, 9)
+        nginx.proc.wait()
+        try:
+            with pytest.raises(OSError) as e:
+                (mnt / files[-1]).read_bytes()
+            assert e.value.errno == errno.EIO
+        finally:
+            nginx.start()
+        for rel in files:
+            assert (mnt / rel).read_bytes() == (source / rel).read_bytes(), rel
+
+
+def test_profile_file_credentials(world, source, tmp_path):
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[default]\naws_access_key_id = nobody\naws_secret_access_key = wrong\n\n"
+                     f"[bench]\naws_access_key_id = {servers.ACCESS_KEY}\naws_secret_access_key = {servers.SECRET_KEY}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_SHARED_CREDENTIALS_FILE=str(creds), AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_EC2_METADATA_DISABLED="true")
+    args = s3_args(world, proxy=False)
+    ok = subprocess.run([loosefs_bin(), "info", "s3://packs/data.pack", "--profile", "bench", *args], env=env,
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run([loosefs_bin(), "info", "s3://packs/data.pack", *args], env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "403" in bad.stderr, bad.stderr
+    none = subprocess.run([loosefs_bin(), "info", "s3://packs/data.pack", *args],
+                          env={**env, "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}, capture_output=True, text=True)
+    assert none.returncode != 0 and "no AWS credentials" in none.stderr, none.stderr
+
+
+def test_fully_cached_pack_pins_and_decodes_like_a_local_one(world, source, pack, tmp_path):
+    import numpy as np
+    files = [f for f in files_of(source) if f.suffix == ".JPEG"][:20]
+    local = tmp_path / "local"
+    local.mkdir()
+    subprocess.run([loosefs_bin(), "mount", str(pack), str(local), "--decode", "npy"], check=True)
+    try:
+        with Mount("s3://packs/data.pack", world["work"], *s3_args(world), "--pin", "all", "--wait",
+                   "--decode", "npy") as mnt:
+            stats = subprocess.run([loosefs_bin(), "stats", str(mnt), "--json"], capture_output=True, text=True, check=True)
+            import json
+            st = json.loads(stats.stdout)
+            assert st["daemon"]["locked_bytes"] >= pack.stat().st_size * 0.9, st["daemon"]
+            assert st["remote"]["cached_bytes"] >= pack.stat().st_size, st["remote"]
+            for rel in files:
+                npy = rel.with_suffix(".npy")
+                assert np.array_equal(np.load(mnt / npy), np.load(local / npy)), rel
+                assert (mnt / rel).read_bytes() == (source / rel).read_bytes()
+    finally:
+        subprocess.run([loosefs_bin(), "umount", str(local)], check=True)
+
+
+def test_cache_root_keeps_within_its_size_across_objects(world, source, pack):
+    www = world["www"]
+    shutil.copy(pack, www / "second.pack")
+    cache = world["work"] / "cache-shared"
+    size = pack.stat().st_size
+    budget = int(size * 1.5)
+    a = ["--allow-http", "--cache-dir", str(cache), "--cache-size", str(budget)]
+    with Mount(world["nginx"].url("data.pack"), world["work"], *a) as mnt:
+        assert_same_tree(mnt, source)
+    with Mount(world["nginx"].url("second.pack"), world["work"], *a) as mnt:
+        assert_same_tree(mnt, source)
+    dirs = [d for d in cache.iterdir() if d.is_dir()]
+    held = sum(f.stat().st_blocks * 512 for d in dirs for f in d.iterdir())
+    assert len(dirs) == 1 and held <= budget, (dirs, held, budget)
+
+
 def test_replaced_object_gives_eio_never_mixed_bytes(world, source, pack):
     www, nginx = world["www"], world["nginx"]
     shutil.copy(pack, www / "replaced.pack")
     files = files_of(source)
     with Mount(nginx.url("replaced.pack"), world["work"], "--allow-http", "--prefetch-max-mb", "0",
-               "--push-ahead", "0", "--cache-dir", str(world["work"] / "cache-replaced")) as mnt:
+               "--push-ahead", "0", "--cache-size", "1G", "--cache-dir", str(world["work"] / "cache-replaced")) as mnt:
         assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
         # Replace the object: same size, one byte changed, new mtime: nginx's ETag changes.
         data = bytearray(pack.read_bytes())
@@ -210,7 +290,7 @@ def test_cache_size_is_respected(world, source, pack):
     cache = world["work"] / "cache-small"
     limit = 40 << 20
     assert pack.stat().st_size > 2 * limit
-    with Mount("s3://packs/data.pack", world["work"], *s3_args(world, cache=cache), "--cache-size", "40M",
+    with Mount("s3://packs/data.pack", world["work"], *s3_args(world, cache=cache, size="40M"),
                "--prefetch-max-mb", "8") as mnt:
         assert_same_tree(mnt, source)
     data = next(cache.glob("*/data"))

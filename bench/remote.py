@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Remote packs against a capped link (issue 12's targets), all servers on 127.0.0.1.
+
+SeaweedFS (S3) holds the pack and, for comparison, every file as its own object; the fault
+proxy of tests/e2e/servers.py sits between the clients and it with a bandwidth cap (`--cap`,
+MB/s, shared by all connections) and added latency per request (`--latency`, ms). Measured in
+one run, each pass timed by the compiled reader (`loosefs-reader`, 4 threads):
+
+1. cold epoch in pack order: fresh block cache, mount, read every file;
+2. shuffled epoch after `--warm --wait` (the clock includes the mount and the warm);
+   baseline: the same files as loose objects, one GET each, 8 threads (boto3), shuffled;
+3. second epoch from the block cache (remount, page cache dropped) against the local pack
+   mounted and read the same way (page cache dropped), alternated `--repeat` times (medians);
+4. `--big PACK`: mount time of a large remote pack (fresh cache: tail GET + index GET) against
+   2 round trips + the index's transfer time at the cap.
+
+Ratios are against the cap (1–2) or the baseline of the same run (2–3). Cold figures for the
+local pack depend on the disk's mood: the dd line says which.
+
+Run as root from the repository:
+  python bench/remote.py --data ../shared/data/imagenet-sample --cap 40 --latency 20
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import pathlib
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+import servers  # noqa: E402
+
+BIN = str(ROOT / "target" / "release" / "loosefs")
+READER = str(ROOT / "target" / "release" / "loosefs-reader")
+
+
+def env():
+    e = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    e.update(AWS_ACCESS_KEY_ID=servers.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=servers.SECRET_KEY,
+             AWS_EC2_METADATA_DISABLED="true")
+    return e
+
+
+def drop_caches():
+    subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], check=True)
+
+
+def mount(src, mnt, *args):
+    t = time.time()
+    subprocess.run([BIN, "mount", src, str(mnt), *args], check=True, env=env(), stderr=subprocess.DEVNULL)
+    return time.time() - t
+
+
+def umount(mnt):
+    subprocess.run([BIN, "umount", str(mnt)], check=True)
+
+
+def read(mnt, order="inorder", threads=4):
+    r = subprocess.run([READER, "--root", str(mnt), "--threads", str(threads), "--order", order, "--seed", "1"],
+                       check=True, capture_output=True, text=True)
+    return json.loads(r.stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "imagenet-sample"))
+    ap.add_argument("--work", default=None)
+    ap.add_argument("--cap", type=float, default=40.0, help="MB/s")
+    ap.add_argument("--latency", type=float, default=20.0, help="ms per request")
+    ap.add_argument("--big", default=None, help="a large pack to time the mount of")
+    ap.add_argument("--repeat", type=int, default=3, help="alternations of the block-cache vs local pass")
+    a = ap.parse_args()
+    work = pathlib.Path(a.work or tempfile.mkdtemp(prefix="loosefs-remote-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data = pathlib.Path(a.data)
+    pack = work / "data.pack"
+    subprocess.run([BIN, "pack", str(data), str(pack), "--json"], check=True, stdout=subprocess.DEVNULL)
+    weed = servers.Seaweed(work / "weed").start()
+    mnt = work / "mnt"
+    mnt.mkdir(exist_ok=True)
+    out = {"cap_MBps": a.cap, "latency_ms": a.latency}
+    try:
+        weed.put("data.pack", pack)
+        files = sorted(p for p in data.rglob("*") if p.is_file())
+        c = weed.client()
+        for p in files:
+            c.upload_file(str(p), weed.bucket, "loose/" + str(p.relative_to(data)))
+        proxy = servers.FaultProxy(weed.port, rate=a.cap * 1e6, latency=a.latency / 1e3).start()
+        ep = ["--endpoint-url", f"http://127.0.0.1:{proxy.port}", "--allow-http"]
+        url = "s3://packs/data.pack"
+        cap = a.cap
+
+        def ratio(bytes_, seconds):
+            return bytes_ / 1e6 / seconds / cap
+
+        # 1. Cold epoch in pack order.
+        cache1 = work / "cache1"
+        shutil.rmtree(cache1, ignore_errors=True)
+        n0 = proxy.requests
+        tm = mount(url, mnt, *ep, "--cache-dir", str(cache1))
+        r = read(mnt)
+        umount(mnt)
+        out["cold_inorder"] = dict(mount_s=tm, seconds=r["seconds"], MBps=r["mb_per_s"],
+                                   ratio_to_cap=ratio(r["bytes"], r["seconds"]),
+                                   ratio_incl_mount=ratio(r["bytes"], r["seconds"] + tm),
+                                   requests=proxy.requests - n0)
+        # 2. Shuffled after --warm --wait, clock includes the mount and the warm.
+        cache2 = work / "cache2"
+        shutil.rmtree(cache2, ignore_errors=True)
+        n0 = proxy.requests
+        tw = mount(url, mnt, *ep, "--cache-dir", str(cache2), "--warm", "--wait")
+        r = read(mnt, "shuffled")
+        umount(mnt)
+        out["warm_then_shuffled"] = dict(mount_and_warm_s=tw, epoch_s=r["seconds"],
+                                         ratio_to_cap=ratio(r["bytes"], tw + r["seconds"]),
+                                         requests=proxy.requests - n0)
+        # Baseline: loose objects, one GET each, 8 threads, shuffled.
+        keys = ["loose/" + str(p.relative_to(data)) for p in files]
+        random.Random(1).shuffle(keys)
+        pc = weed.client(endpoint=f"http://127.0.0.1:{proxy.port}")
+        t = time.time()
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            got = sum(ex.map(lambda k: len(pc.get_object(Bucket=weed.bucket, Key=k)["Body"].read()), keys))
+        tl = time.time() - t
+        out["loose_objects_shuffled"] = dict(seconds=tl, ratio_to_cap=ratio(got, tl))
+        out["warm_then_shuffled"]["vs_loose_objects"] = tl / (tw + r["seconds"])
+        # 3. Second epoch from the block cache vs the local pack, page cache dropped.
+        cache_runs, local_runs = [], []
+        for _ in range(a.repeat):
+            mount(url, mnt, *ep, "--cache-dir", str(cache2))
+            drop_caches()
+            cache_runs.append(read(mnt)["mb_per_s"])
+            umount(mnt)
+            mount(str(pack), mnt)
+            drop_caches()
+            local_runs.append(read(mnt)["mb_per_s"])
+            umount(mnt)
+        drop_caches()
+        dd = subprocess.run(["dd", f"if={pack}", "of=/dev/null", "bs=4M"], capture_output=True, text=True).stderr
+        med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+        out["second_epoch_from_cache"] = dict(cache_MBps=cache_runs, local_MBps=local_runs,
+                                              ratio_of_medians=med(cache_runs) / med(local_runs),
+                                              disk_mood_dd=dd.strip().splitlines()[-1])
+        # 4. Mount time of a large pack.
+        if a.big:
+            big = pathlib.Path(a.big)
+            weed.put("big.pack", big)
+            info = json.loads(subprocess.run([BIN, "info", str(big), "--json"], capture_output=True, text=True,
+                                             check=True).stdout)
+            cache4 = work / "cache4"
+            shutil.rmtree(cache4, ignore_errors=True)
+            n0 = proxy.requests
+            tb = mount("s3://packs/big.pack", mnt, *ep, "--cache-dir", str(cache4))
+            reqs = proxy.requests - n0
+            umount(mnt)
+            index_bytes = (cache4 / next(os.listdir(cache4).__iter__()) / "index").stat().st_size
+            bound = 2 * a.latency / 1e3 + index_bytes / 1e6 / cap
+            n0 = proxy.requests
+            tb2 = mount("s3://packs/big.pack", mnt, *ep, "--cache-dir", str(cache4))
+            reqs2 = proxy.requests - n0
+            umount(mnt)
+            out["big_mount"] = dict(samples=info["samples"], index_bytes=index_bytes, mount_s=tb, requests=reqs,
+                                    bound_s=bound, ratio_to_bound=tb / bound, remount_s=tb2, remount_requests=reqs2)
+    finally:
+        weed.stop()
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
