@@ -602,12 +602,15 @@ impl Storage for RemoteStorage {
         let blocks = self.c.blocks(r);
         let runs = self.c.claim(blocks.clone());
         if runs.is_empty() {
-            // Kept from an earlier mount: check them ahead of the reader (the check reads
-            // them into the page cache too).
+            // Kept from an earlier mount: check them ahead of the reader, once the kernel
+            // has been asked for their pages (large asynchronous reads, as for a local pack).
             if blocks
                 .clone()
                 .any(|b| self.c.state[b].load(Relaxed) == UNCHECKED)
             {
+                let whole =
+                    self.c.block_range(blocks.start).start..self.c.block_range(blocks.end - 1).end;
+                self.c.local.will_need(0, &whole);
                 let me = self.c.clone();
                 self.c.client.runtime().spawn_blocking(move || {
                     if let Err(e) = me.check_unchecked(blocks) {
