@@ -218,7 +218,7 @@ fn run(cli: Cli) -> Result<i32> {
                 loosefs::client::read_control(&mountpoint, "drop-cache")?;
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
-        Cmd::Umount { mountpoint, lazy } => loosefs::mount::unmount(&mountpoint, lazy)?,
+        Cmd::Umount { mountpoint, lazy } => loosefs::mount::unmount_and_wait(&mountpoint, lazy)?,
         Cmd::Info { pack, json, source } => {
             let ds = loosefs::dataset::Dataset::open(&pack, &source, !json)?;
             if let loosefs::dataset::Dataset::Remote(r) = &ds {

@@ -338,6 +338,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     // `mnt` by path, which by now may be a new mount of the same directory; so it is not
     // dropped, and its device fd closes when the process exits.
     log::info!("unmounted {}", mnt.display());
+    server.close();
     std::mem::forget(bg);
     Ok(())
 }
@@ -433,6 +434,35 @@ fn redirect_stderr(log: Option<&Path>) -> Result<()> {
     let mut stderr = std::io::stderr().lock();
     let _ = stderr.flush();
     nix::unistd::dup2_stderr(&target)?;
+    Ok(())
+}
+
+/// `loosefs umount`: [`unmount`], then waits (up to 15 s) for the daemon to finish its exit
+/// (a remote pack's block cache is made durable and marked clean on the way out), so a mount
+/// of the same pack right after finds everything in place.
+pub fn unmount_and_wait(mnt: &Path, lazy_if_busy: bool) -> Result<()> {
+    let pid = crate::client::read_control::<crate::report::Report>(mnt, "stats")
+        .ok()
+        .map(|r| r.daemon.pid);
+    unmount(mnt, lazy_if_busy)?;
+    if let Some(pid) = pid {
+        let stat = format!("/proc/{pid}/stat");
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_secs(15) {
+            // Gone, or a zombie waiting for its parent: either way it has finished.
+            match std::fs::read_to_string(&stat) {
+                Ok(s)
+                    if !s
+                        .rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .trim_start()
+                        .starts_with('Z') => {}
+                _ => break,
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
     Ok(())
 }
 

@@ -111,6 +111,11 @@ impl Server {
         ))
     }
 
+    /// Closes the storage once the mount has ended (see [`Storage::close`]).
+    pub fn close(&self) {
+        self.data.samples.storage().close();
+    }
+
     /// Installs the kernel page-cache invalidation used by `drop-cache`.
     pub fn set_invalidate(&self, f: Invalidate) {
         let _ = self.invalidate.set(f);

@@ -70,6 +70,10 @@ pub trait Storage: Send + Sync {
         false
     }
 
+    /// Called once when the mount ends: a remote block cache makes its blocks durable and
+    /// marks itself clean. Local files: nothing.
+    fn close(&self) {}
+
     /// GET and block-cache counters, for remote storage.
     fn remote_report(&self) -> Option<crate::report::RemoteReport> {
         None

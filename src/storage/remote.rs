@@ -44,6 +44,8 @@ pub const MERGE: u64 = 16 << 20;
 pub const MIN_CACHE: u64 = 2 * MERGE;
 
 const ENTRY: u64 = 16;
+/// Name of the marker a clean close leaves in the cache directory.
+const CLEAN: &str = "clean";
 const MAGIC: &[u8; 4] = b"LFB1";
 
 const MISSING: u8 = 0;
@@ -78,6 +80,8 @@ struct Cache {
     generation: AtomicU64,
     /// Held while damaged blocks are fetched again.
     refetching: Mutex<()>,
+    /// Set by a close: no block is stored after it.
+    closed: std::sync::RwLock<bool>,
     /// Waiters for blocks being fetched.
     wait: (Mutex<()>, Condvar),
     /// Counters: blocks fetched, blocks evicted, cached blocks failing their CRC.
@@ -208,12 +212,22 @@ impl RemoteStorage {
         }
         let state: Vec<AtomicU8> = (0..nblocks).map(|_| AtomicU8::new(MISSING)).collect();
         let crc: Vec<AtomicU32> = (0..nblocks).map(|_| AtomicU32::new(0)).collect();
+        // After a clean close every entry's block is on disk: trusted as is. Otherwise (a
+        // crash, a kill) each is checked before first use. The marker goes before serving, so a
+        // crash of this mount leaves none.
+        let clean = dir.join(CLEAN);
+        let trusted = clean.exists();
+        if trusted {
+            std::fs::remove_file(&clean)?;
+            File::open(dir)?.sync_all()?;
+        }
+        let kept = if trusted { PRESENT } else { UNCHECKED };
         let mut used = 0;
         for (b, e) in raw.chunks(ENTRY as usize).enumerate() {
             if let Some((c, l)) = parse_entry(e)
                 && u64::from(l) == BLOCK.min(len - b as u64 * BLOCK)
             {
-                state[b].store(UNCHECKED, Relaxed);
+                state[b].store(kept, Relaxed);
                 crc[b].store(c, Relaxed);
                 used += 1;
             }
@@ -243,6 +257,7 @@ impl RemoteStorage {
             limit: limit.max(MIN_CACHE) / BLOCK,
             generation: AtomicU64::new(0),
             refetching: Mutex::new(()),
+            closed: std::sync::RwLock::new(false),
             wait: (Mutex::new(()), Condvar::new()),
             fetched: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
@@ -340,6 +355,13 @@ impl Cache {
 
     /// Writes fetched bytes of `run` into the cache: each block's data, then its entry.
     fn store(&self, run: Range<usize>, bytes: &[u8]) -> io::Result<()> {
+        let closed = self
+            .closed
+            .read()
+            .map_err(|_| io::Error::other("poisoned"))?;
+        if *closed {
+            return Err(io::Error::other("the block cache is closed"));
+        }
         let start = self.block_range(run.start).start;
         for b in run {
             let br = self.block_range(b);
@@ -699,6 +721,15 @@ impl Storage for RemoteStorage {
         }
     }
 
+    fn close(&self) {
+        if let Err(e) = self.c.close() {
+            log::warn!(
+                "block cache {}: cannot close cleanly ({e}); its blocks will be checked at the next mount",
+                self.c.dir.display()
+            );
+        }
+    }
+
     fn remote_report(&self) -> Option<crate::report::RemoteReport> {
         let c = &self.c;
         let st = &c.client.stats;
@@ -722,10 +753,22 @@ impl Storage for RemoteStorage {
     }
 }
 
-impl Drop for Cache {
-    fn drop(&mut self) {
-        let _ = self.data.sync_data();
-        let _ = self.table.sync_data();
+impl Cache {
+    /// Stops storing blocks, makes every stored block and entry durable, then leaves the
+    /// clean marker (itself made durable) that lets the next mount trust the table.
+    fn close(&self) -> io::Result<()> {
+        let mut closed = self
+            .closed
+            .write()
+            .map_err(|_| io::Error::other("poisoned"))?;
+        if *closed {
+            return Ok(());
+        }
+        *closed = true;
+        self.data.sync_data()?;
+        self.table.sync_data()?;
+        File::create(self.dir.join(CLEAN))?.sync_all()?;
+        File::open(&self.dir)?.sync_all()
     }
 }
 
