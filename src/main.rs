@@ -221,7 +221,8 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Umount { mountpoint, lazy } => loosefs::mount::unmount_and_wait(&mountpoint, lazy)?,
         Cmd::Info { pack, json, source } => {
             let ds = loosefs::dataset::Dataset::open(&pack, &source, !json)?;
-            if let loosefs::dataset::Dataset::Remote(r) = &ds {
+            if let loosefs::dataset::Dataset::Remote(mut r) = ds {
+                r.finish();
                 let i = loosefs::verify::info_of(r.url(), r.size(), r.totals());
                 if json {
                     println!("{}", serde_json::to_string_pretty(&i)?);
@@ -262,8 +263,9 @@ fn run(cli: Cli) -> Result<i32> {
                 .filter(|s| loosefs::storage::object::is_url(s))
             {
                 Some(url) => {
-                    let r = loosefs::remote::RemotePack::open(url, &remote)
+                    let mut r = loosefs::remote::RemotePack::open(url, &remote)
                         .with_context(|| format!("cannot open {url}"))?;
+                    r.finish();
                     open(&r.download()?)?
                 }
                 None => open(&pack)?,

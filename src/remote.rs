@@ -78,6 +78,8 @@ impl RemotePack {
         let dir = remote::cache_dir(&root, url, &pin.etag, pin.version.as_deref());
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create the cache directory {}", dir.display()))?;
+        let lock = remote::lock_dir(&dir)
+            .with_context(|| format!("cannot use the block cache {}", dir.display()))?;
         let index_path = dir.join("index");
         let mut requests = 1;
         let cached = std::fs::File::open(&index_path)
@@ -88,25 +90,20 @@ impl RemotePack {
                 unsafe { Mmap::map(&f) }.ok()
             })
             .filter(|m| m.len() as u64 == trailer.index_len && IndexView::parse(m).is_ok());
+        let fetched = cached.is_none();
         let map = match cached {
             Some(m) => m,
             None => {
+                let mut anon = memmap2::MmapMut::map_anon(trailer.index_len as usize)?;
                 let tail_start = size - tail.len() as u64;
-                let bytes = if trailer.index_offset >= tail_start {
+                if trailer.index_offset >= tail_start {
                     let s = (trailer.index_offset - tail_start) as usize;
-                    tail[s..s + trailer.index_len as usize].to_vec()
+                    anon.copy_from_slice(&tail[s..s + trailer.index_len as usize]);
                 } else {
                     requests += trailer.index_len.div_ceil(INDEX_PART);
-                    fetch_parts(&client, trailer.index_offset..index_end)?
-                };
-                IndexView::parse(&bytes).with_context(|| format!("{url}: damaged index"))?;
-                let mut tmp = tempfile::NamedTempFile::new_in(&dir)?;
-                tmp.write_all(&bytes)?;
-                tmp.persist(&index_path)
-                    .with_context(|| format!("cannot write {}", index_path.display()))?;
-                let f = std::fs::File::open(&index_path)?;
-                // SAFETY: as above.
-                unsafe { Mmap::map(&f)? }
+                    fetch_parts(&client, trailer.index_offset..index_end, &mut anon)?;
+                }
+                anon.make_read_only()?
             }
         };
         let view = IndexView::parse(&map).with_context(|| format!("{url}: damaged index"))?;
@@ -120,6 +117,23 @@ impl RemotePack {
                 trailer.index_offset
             );
         }
+        let index = Arc::new(map);
+        // The index is kept for the next mount off the critical path (temp + rename, so a
+        // crash leaves no partial index under the name).
+        let writer = fetched.then(|| {
+            let (index, dir) = (index.clone(), dir.clone());
+            std::thread::spawn(move || {
+                let write = || -> std::io::Result<()> {
+                    let mut tmp = tempfile::NamedTempFile::new_in(&dir)?;
+                    tmp.write_all(&index)?;
+                    tmp.persist(dir.join("index"))?;
+                    Ok(())
+                };
+                if let Err(e) = write() {
+                    log::warn!("cannot keep the index in {}: {e}", dir.display());
+                }
+            })
+        });
         let (budget, limit) = remote::cache_budget(&root, size, args.cache_size);
         remote::prune(&root, &dir, budget, limit);
         if limit < size {
@@ -128,16 +142,26 @@ impl RemotePack {
                 root.display()
             );
         }
-        let storage = RemoteStorage::open(client, &dir, limit)
+        let storage = RemoteStorage::open(client, &dir, limit, lock)
             .with_context(|| format!("cannot open the block cache {}", dir.display()))?;
+        if let Some(w) = writer {
+            // Joined when the storage closes (a mount ends) or by `finish`.
+            storage.join_on_close(w);
+        }
         Ok(RemotePack {
             url: url.to_string(),
             storage: Arc::new(storage),
-            index: Arc::new(map),
+            index,
             totals,
             dir,
             open_requests: requests,
         })
+    }
+
+    /// Waits until a fetched index is kept in the cache directory (before a short-lived
+    /// command exits).
+    pub fn finish(&mut self) {
+        self.storage.join_writers();
     }
 
     /// The URL.
@@ -213,8 +237,8 @@ impl RemotePack {
     }
 }
 
-/// GETs `r` in [`INDEX_PART`] parts concurrently.
-fn fetch_parts(client: &ObjectClient, r: std::ops::Range<u64>) -> Result<Vec<u8>> {
+/// GETs `r` in [`INDEX_PART`] parts concurrently into `out` (`r`'s length).
+fn fetch_parts(client: &ObjectClient, r: std::ops::Range<u64>, out: &mut [u8]) -> Result<()> {
     let mut parts = Vec::new();
     let mut off = r.start;
     while off < r.end {
@@ -223,13 +247,12 @@ fn fetch_parts(client: &ObjectClient, r: std::ops::Range<u64>) -> Result<Vec<u8>
         off = end;
     }
     let got = client.runtime().block_on(futures::future::join_all(
-        parts.into_iter().map(|p| client.get(p)),
+        parts.iter().map(|p| client.get(p.clone())),
     ));
-    let mut out = Vec::with_capacity((r.end - r.start) as usize);
-    for g in got {
-        out.extend_from_slice(
-            &g.with_context(|| format!("{}: cannot fetch the index", client.url()))?,
-        );
+    for (p, g) in parts.iter().zip(got) {
+        let g = g.with_context(|| format!("{}: cannot fetch the index", client.url()))?;
+        let at = (p.start - r.start) as usize;
+        out[at..at + g.len()].copy_from_slice(&g);
     }
-    Ok(out)
+    Ok(())
 }

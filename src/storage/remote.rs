@@ -82,6 +82,8 @@ struct Cache {
     refetching: Mutex<()>,
     /// Set by a close: no block is stored after it.
     closed: std::sync::RwLock<bool>,
+    /// Threads writing into the directory, joined at close.
+    writers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Waiters for blocks being fetched.
     wait: (Mutex<()>, Condvar),
     /// Counters: blocks fetched, blocks evicted, cached blocks failing their CRC.
@@ -104,6 +106,50 @@ impl std::fmt::Debug for RemoteStorage {
             .field("limit", &self.c.limit)
             .finish()
     }
+}
+
+/// The exclusive lock of an object's cache directory, held for the life of a mount.
+#[derive(Debug)]
+pub struct DirLock(File);
+
+/// Makes and locks the cache directory `dir`, and removes temp files a killed writer left.
+/// Errors: the directory cannot be made, or another mount holds it (after waiting 10 s for
+/// one that is exiting).
+pub fn lock_dir(dir: &Path) -> io::Result<DirLock> {
+    std::fs::create_dir_all(dir)?;
+    let lock = File::create(dir.join("lock"))?;
+    // A mount of the same object that was just unmounted may still be exiting: wait a
+    // little for its lock.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match nix::fcntl::Flock::lock(
+            lock.try_clone()?,
+            nix::fcntl::FlockArg::LockExclusiveNonblock,
+        ) {
+            Ok(l) => {
+                // The lock lives as long as the open file description, which `lock` keeps.
+                std::mem::forget(l);
+                break;
+            }
+            Err((_, e)) if std::time::Instant::now() >= deadline => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "the block cache {} is in use by another mount ({e}); give another --cache-dir",
+                        dir.display()
+                    ),
+                ));
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    }
+    // Temp files of a writer killed mid-way (a crash).
+    for e in std::fs::read_dir(dir)?.flatten() {
+        if e.file_name().to_string_lossy().starts_with(".tmp") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    Ok(DirLock(lock))
 }
 
 /// The cache directory of an object: `<root>/<xxh3(url)>-<xxh3(etag, version)>`.
@@ -150,42 +196,21 @@ fn parse_entry(e: &[u8]) -> Option<(u32, u32)> {
 
 impl RemoteStorage {
     /// The storage of the opened object of `client` (see [`ObjectClient::open_tail`]) with
-    /// its block cache in `dir` (made if missing; blocks of an earlier mount are kept),
+    /// its block cache in `dir`, locked by `lock` (blocks of an earlier mount are kept),
     /// holding at most `limit` bytes of blocks.
     ///
-    /// Errors: the directory cannot be made, locked (another mount uses it) or written.
-    pub fn open(client: Arc<ObjectClient>, dir: &Path, limit: u64) -> io::Result<RemoteStorage> {
+    /// Errors: the directory cannot be written.
+    pub fn open(
+        client: Arc<ObjectClient>,
+        dir: &Path,
+        limit: u64,
+        lock: DirLock,
+    ) -> io::Result<RemoteStorage> {
         let pin = client
             .pin()
             .cloned()
             .ok_or_else(|| io::Error::other("remote object not opened"))?;
-        std::fs::create_dir_all(dir)?;
-        let lock = File::create(dir.join("lock"))?;
-        // A mount of the same object that was just unmounted may still be exiting: wait a
-        // little for its lock.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
-            match nix::fcntl::Flock::lock(
-                lock.try_clone()?,
-                nix::fcntl::FlockArg::LockExclusiveNonblock,
-            ) {
-                Ok(l) => {
-                    // The lock lives as long as the open file description, which `lock` keeps.
-                    std::mem::forget(l);
-                    break;
-                }
-                Err((_, e)) if std::time::Instant::now() >= deadline => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::WouldBlock,
-                        format!(
-                            "the block cache {} is in use by another mount ({e}); give another --cache-dir",
-                            dir.display()
-                        ),
-                    ));
-                }
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
-            }
-        }
+        let lock = lock.0;
         let open = |name: &str| {
             std::fs::OpenOptions::new()
                 .read(true)
@@ -258,6 +283,7 @@ impl RemoteStorage {
             generation: AtomicU64::new(0),
             refetching: Mutex::new(()),
             closed: std::sync::RwLock::new(false),
+            writers: Mutex::new(Vec::new()),
             wait: (Mutex::new(()), Condvar::new()),
             fetched: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
@@ -287,6 +313,22 @@ impl RemoteStorage {
     /// The cache size limit, bytes.
     pub fn limit(&self) -> u64 {
         self.c.limit()
+    }
+
+    /// Keeps `w` (a thread writing into the cache directory) to be joined before the cache
+    /// closes.
+    pub fn join_on_close(&self, w: std::thread::JoinHandle<()>) {
+        if let Ok(mut v) = self.c.writers.lock() {
+            v.push(w);
+        }
+    }
+
+    /// Waits for the threads given to [`RemoteStorage::join_on_close`].
+    pub fn join_writers(&self) {
+        let ws = self.c.writers.lock().map(|mut v| std::mem::take(&mut *v));
+        for w in ws.unwrap_or_default() {
+            let _ = w.join();
+        }
     }
 
     /// Blocks fetched, evicted, and found damaged (CRC-32C mismatch) since opened.
@@ -722,6 +764,7 @@ impl Storage for RemoteStorage {
     }
 
     fn close(&self) {
+        self.join_writers();
         if let Err(e) = self.c.close() {
             log::warn!(
                 "block cache {}: cannot close cleanly ({e}); its blocks will be checked at the next mount",
