@@ -134,7 +134,8 @@ pub fn format_stats(r: &Report) -> String {
 /// logged why), or the warm failed.
 pub fn wait_pin_and_warm(mnt: &Path, pin: bool, warm: bool) -> Result<()> {
     let mut last = u64::MAX;
-    let mut stalled = 0;
+    let mut progress = std::time::Instant::now();
+    let mut printed: Option<std::time::Instant> = None;
     loop {
         let r = read_control::<Report>(mnt, "stats")?;
         let (p, w) = (&r.pin, &r.warm);
@@ -156,19 +157,22 @@ pub fn wait_pin_and_warm(mnt: &Path, pin: bool, warm: bool) -> Result<()> {
                 w.mb_per_s
             ));
         }
-        eprintln!("{}", line.join("; "));
+        let done = pin_done && (!warm || w.state == WarmState::Done);
+        // Polled every 20 ms (so `--wait` returns as soon as it is done), printed every 500.
+        if done || printed.is_none_or(|t| t.elapsed() >= Duration::from_millis(500)) {
+            eprintln!("{}", line.join("; "));
+            printed = Some(std::time::Instant::now());
+        }
         if warm && w.state == WarmState::Failed {
             anyhow::bail!("the warm failed; see the daemon log");
         }
-        if pin_done && (!warm || w.state == WarmState::Done) {
+        if done {
             return Ok(());
         }
-        stalled = if pin_done || p.pinned_bytes != last {
-            0
-        } else {
-            stalled + 1
-        };
-        if stalled >= 120 {
+        if pin_done || p.pinned_bytes != last {
+            progress = std::time::Instant::now();
+        }
+        if progress.elapsed() >= Duration::from_secs(60) {
             anyhow::bail!(
                 "the pin stopped at {} of {} bytes; see the daemon log",
                 p.pinned_bytes,
@@ -176,7 +180,7 @@ pub fn wait_pin_and_warm(mnt: &Path, pin: bool, warm: bool) -> Result<()> {
             );
         }
         last = p.pinned_bytes;
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

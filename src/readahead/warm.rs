@@ -125,6 +125,11 @@ impl Warmer {
                                     return;
                                 }
                                 let (obj, off, n) = plan[k as usize];
+                                let ahead = storage.warm_ahead();
+                                if ahead > 0 {
+                                    let end = (off + ahead).min(storage.len(obj));
+                                    storage.will_need(obj, &(off..end));
+                                }
                                 let mut part = 0;
                                 while part < n {
                                     while t > 0 && me.busy.load(Relaxed) > 0 {

@@ -79,6 +79,13 @@ pub trait Storage: Send + Sync {
         None
     }
 
+    /// Bytes a whole-object warm asks ahead of its reads (`will_need`), for storage whose
+    /// reads are worth overlapping (a remote object: GETs in flight cover the link's
+    /// bandwidth-delay product). Local files: 0 (the warm's own reads keep the disk busy).
+    fn warm_ahead(&self) -> u64 {
+        0
+    }
+
     /// Bytes a whole-object warm may bring in (None: as much as fits in memory).
     fn warm_budget(&self) -> Option<u64> {
         None

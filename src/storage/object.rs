@@ -110,6 +110,7 @@ pub struct ObjectClient {
     url: String,
     pin: std::sync::OnceLock<Pin>,
     limit: Arc<tokio::sync::Semaphore>,
+    max_requests: usize,
     /// Set once a GET found the object replaced (logged once).
     replaced: AtomicBool,
     /// Request counters.
@@ -312,9 +313,15 @@ impl ObjectClient {
             url: url.to_string(),
             pin: std::sync::OnceLock::new(),
             limit: Arc::new(tokio::sync::Semaphore::new(args.max_requests.max(1))),
+            max_requests: args.max_requests.max(1),
             replaced: AtomicBool::new(false),
             stats: ObjectStats::default(),
         })
+    }
+
+    /// Most GETs in flight at once (`--max-requests`).
+    pub fn max_requests(&self) -> usize {
+        self.max_requests
     }
 
     /// The object's URL.
