@@ -147,6 +147,7 @@ impl Filesystem for LooseFs {
     /// connection and keep file pages cached across opens (as `FOPEN_KEEP_CACHE`). Writes never
     /// get here: the mount is read-only, so the VFS answers EROFS itself.
     fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.server.open();
         reply.error(Errno::ENOSYS);
     }
 

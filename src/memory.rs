@@ -99,35 +99,63 @@ pub fn cgroup_room() -> Option<(u64, String)> {
 /// Checks that `bytes` can be pinned: it must fit in `MemAvailable` and under the cgroup limit,
 /// with [`MEMORY_MARGIN`] to spare. The error says which limit and by how much.
 pub fn check_pin_budget(bytes: u64) -> Result<()> {
+    match pin_refusal(bytes, mem_available(), cgroup_room()) {
+        Some(why) => bail!("{why}"),
+        None => Ok(()),
+    }
+}
+
+/// Why pinning `bytes` is refused given `avail` (MemAvailable, bytes) and the room left by
+/// a memory cgroup limit (bytes, and the limit's file), or `None` if it fits with
+/// [`MEMORY_MARGIN`] to spare in both.
+fn pin_refusal(bytes: u64, avail: Option<u64>, cgroup: Option<(u64, String)>) -> Option<String> {
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-    if let Some(avail) = mem_available() {
-        if bytes + MEMORY_MARGIN > avail {
-            bail!(
-                "cannot pin {:.2} GiB: only {:.2} GiB of memory is available (MemAvailable) and {:.2} GiB must stay free; \
-                 pin less (--pin SIZE) or free memory",
-                gib(bytes),
-                gib(avail),
-                gib(MEMORY_MARGIN)
-            );
-        }
+    if let Some(avail) = avail
+        && bytes + MEMORY_MARGIN > avail
+    {
+        return Some(format!(
+            "cannot pin {:.2} GiB: only {:.2} GiB of memory is available (MemAvailable) and {:.2} GiB must stay free; \
+             pin less (--pin SIZE) or free memory",
+            gib(bytes),
+            gib(avail),
+            gib(MEMORY_MARGIN)
+        ));
     }
-    if let Some((room, limit_file)) = cgroup_room() {
-        if bytes + MEMORY_MARGIN > room {
-            bail!(
-                "cannot pin {:.2} GiB: the cgroup limit {limit_file} leaves {:.2} GiB and {:.2} GiB must stay free \
-                 (locked pages count against it and cannot be reclaimed); pin less or raise memory.max",
-                gib(bytes),
-                gib(room),
-                gib(MEMORY_MARGIN)
-            );
-        }
+    if let Some((room, limit_file)) = cgroup
+        && bytes + MEMORY_MARGIN > room
+    {
+        return Some(format!(
+            "cannot pin {:.2} GiB: the cgroup limit {limit_file} leaves {:.2} GiB and {:.2} GiB must stay free \
+             (locked pages count against it and cannot be reclaimed); pin less or raise memory.max",
+            gib(bytes),
+            gib(room),
+            gib(MEMORY_MARGIN)
+        ));
     }
-    Ok(())
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pins_over_mem_available_or_the_cgroup_room_are_refused() {
+        let gib = 1u64 << 30;
+        // Over MemAvailable less the margin: refused, naming MemAvailable.
+        let why = pin_refusal(4 * gib, Some(4 * gib), None).unwrap();
+        assert!(why.contains("MemAvailable"), "{why}");
+        assert!(pin_refusal(4 * gib - MEMORY_MARGIN + 1, Some(4 * gib), None).is_some());
+        // Exactly the margin to spare: accepted.
+        assert!(pin_refusal(4 * gib - MEMORY_MARGIN, Some(4 * gib), None).is_none());
+        // Fits in memory but not in the cgroup: refused, naming the limit file.
+        let cg = Some((gib, "/sys/fs/cgroup/x/memory.max".to_string()));
+        let why = pin_refusal(gib, Some(64 * gib), cg.clone()).unwrap();
+        assert!(why.contains("memory.max"), "{why}");
+        assert!(pin_refusal(gib - MEMORY_MARGIN, Some(64 * gib), cg).is_none());
+        // Nothing known: accepted.
+        assert!(pin_refusal(64 * gib, None, None).is_none());
+    }
 
     #[test]
     fn sizes_parse() {

@@ -18,11 +18,13 @@ pub enum Op {
     Statfs,
     Ioctl,
     Control,
+    /// OPEN: answered ENOSYS once, after which the kernel sends none (zero-message open).
+    Open,
 }
 
 impl Op {
     /// All operations, in report order.
-    pub const ALL: [Op; 7] = [
+    pub const ALL: [Op; 8] = [
         Op::Lookup,
         Op::Getattr,
         Op::Readdir,
@@ -30,6 +32,7 @@ impl Op {
         Op::Statfs,
         Op::Ioctl,
         Op::Control,
+        Op::Open,
     ];
 
     /// Name used in the JSON report.
@@ -42,6 +45,7 @@ impl Op {
             Op::Statfs => "statfs",
             Op::Ioctl => "ioctl",
             Op::Control => "control",
+            Op::Open => "open",
         }
     }
 }
@@ -105,7 +109,7 @@ pub use crate::report::Latency;
 /// Request counters of a running daemon (read-ahead and decode keep their own).
 #[derive(Debug, Default)]
 pub struct Stats {
-    latency: [Histogram; 7],
+    latency: [Histogram; Op::ALL.len()],
     /// Requests that answered an error.
     pub errors: AtomicU64,
     /// Bytes returned by READ.

@@ -50,6 +50,12 @@ class Seaweed:
         self.proc = None
 
     def start(self) -> "Seaweed":
+        # weed mini listens on fixed ports (S3 8333, master 9333, volume 8080, filer 8888): a
+        # server left running by another run would answer in this one's place.
+        for port in (self.port, 9333, 8080, 8888):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    raise RuntimeError(f"127.0.0.1:{port} is taken (a SeaweedFS left running?): stop it first")
         self.work.mkdir(parents=True, exist_ok=True)
         cfg = self.work / "s3.json"
         cfg.write_text(
