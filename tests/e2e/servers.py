@@ -65,7 +65,7 @@ class Seaweed:
         (self.work / "data").mkdir(exist_ok=True)
         self.log = open(self.work / "weed.log", "ab")
         self.proc = subprocess.Popen(
-            [self.weed, "mini", f"-dir={self.work / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            ["timeout", LIFETIME, self.weed, "mini", f"-dir={self.work / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
              "-master.telemetry=false", "-admin.ui=false", "-webdav=false", f"-s3.config={cfg}",
              f"-bucket={self.bucket},{self.public}"],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -169,7 +169,7 @@ http {{
 }}
 """)
         (w / "tmp").mkdir(exist_ok=True)
-        self.proc = subprocess.Popen(["nginx", "-c", str(conf), "-e", str(w / "error.log")],
+        self.proc = subprocess.Popen(["timeout", LIFETIME, "nginx", "-c", str(conf), "-e", str(w / "error.log")],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
         wait_port(self.port, 20, self.proc)
@@ -193,6 +193,9 @@ http {{
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
 
+
+# Servers stop by themselves after this long even if the run that started them dies.
+LIFETIME = "7200"
 
 REQUEST = re.compile(rb"(?:GET|HEAD|PUT|POST|DELETE) /")
 
