@@ -23,6 +23,8 @@ pub struct Samples {
     verified: Bitset,
     /// The storage generation `verified` was filled under.
     generation: AtomicU64,
+    /// Read errors are logged at most once per interval (a server outage fails every read).
+    io_log: crate::stats::LogLimit,
     /// Records whose bytes did not match their CRC-32.
     failed: Bitset,
 }
@@ -33,6 +35,7 @@ impl Samples {
         Samples {
             verified: Bitset::new(catalog.records()),
             generation: AtomicU64::new(0),
+            io_log: crate::stats::LogLimit::default(),
             failed: Bitset::new(catalog.records()),
             catalog,
             storage,
@@ -77,7 +80,8 @@ impl Samples {
         let end = offset.saturating_add(u64::from(size)).min(len);
         let io = |e: std::io::Error| {
             let why = format!("cannot read the pack: {e}");
-            log::error!("{}: {why}; answering EIO", self.path(ext));
+            self.io_log
+                .log(|| format!("{}: {why}; answering EIO", self.path(ext)));
             FsError::Corrupt(why)
         };
         if self.failed.contains(ext.record) {

@@ -153,3 +153,41 @@ mod tests {
         assert_eq!(Histogram::default().summary().count, 0);
     }
 }
+
+/// Logs an error at most once per [`LogLimit::INTERVAL`]: the first one at once, later ones
+/// counted and reported with the next line logged. For errors that repeat with every request
+/// while their cause lasts (a remote server down), so the log says why without growing with
+/// the request rate.
+#[derive(Debug, Default)]
+pub struct LogLimit {
+    last: std::sync::Mutex<Option<Instant>>,
+    suppressed: std::sync::atomic::AtomicU64,
+}
+
+impl LogLimit {
+    /// Least time between two lines.
+    pub const INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+    /// Logs `msg()` at error level unless a line was logged less than [`Self::INTERVAL`] ago.
+    pub fn log(&self, msg: impl FnOnce() -> String) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = Instant::now();
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        if last.is_some_and(|t| now.duration_since(t) < Self::INTERVAL) {
+            self.suppressed.fetch_add(1, Relaxed);
+            return;
+        }
+        *last = Some(now);
+        let n = self.suppressed.swap(0, Relaxed);
+        if n > 0 {
+            log::error!(
+                "{} ({n} similar errors not logged in the last interval)",
+                msg()
+            );
+        } else {
+            log::error!("{}", msg());
+        }
+    }
+}

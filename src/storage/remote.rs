@@ -82,6 +82,8 @@ struct Cache {
     refetching: Mutex<()>,
     /// Set by a close: no block is stored after it.
     closed: std::sync::RwLock<bool>,
+    /// Failed read-ahead fetches are logged at most once per interval.
+    fetch_log: crate::stats::LogLimit,
     /// Threads writing into the directory, joined at close.
     writers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Waiters for blocks being fetched.
@@ -284,6 +286,7 @@ impl RemoteStorage {
             refetching: Mutex::new(()),
             closed: std::sync::RwLock::new(false),
             writers: Mutex::new(Vec::new()),
+            fetch_log: crate::stats::LogLimit::default(),
             wait: (Mutex::new(()), Condvar::new()),
             fetched: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
@@ -706,7 +709,7 @@ impl Storage for RemoteStorage {
             let me = self.c.clone();
             self.c.client.runtime().spawn(async move {
                 if let Err(e) = me.fetch(run).await {
-                    log::warn!("read-ahead fetch failed: {e}");
+                    me.fetch_log.log(|| format!("read-ahead fetch failed: {e}"));
                 }
             });
         }

@@ -19,10 +19,20 @@ ACCESS_KEY = "loosefs-test"
 SECRET_KEY = "loosefs-test-secret-key"
 
 
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free ports on 127.0.0.1 (all bound at once, so none is returned twice)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def wait_port(port: int, timeout: float, proc=None) -> None:
@@ -122,7 +132,7 @@ class Nginx:
 
     def __init__(self, work: pathlib.Path, root: pathlib.Path):
         self.work, self.root = work, root
-        self.port, self.tls_port = free_port(), free_port()
+        self.port, self.tls_port = free_ports(2)
         self.proc = None
 
     def start(self) -> "Nginx":

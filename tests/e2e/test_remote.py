@@ -30,9 +30,11 @@ def world(pack, tmp_path_factory):
     www = work / "www"
     www.mkdir()
     shutil.copy(pack, www / "data.pack")
-    weed = servers.Seaweed(work / "weed").start()
-    nginx = servers.Nginx(work / "nginx", www).start()
+    weed = servers.Seaweed(work / "weed")
+    nginx = servers.Nginx(work / "nginx", www)
     try:
+        weed.start()
+        nginx.start()
         weed.put("data.pack", pack)
         weed.put("data.pack", pack, bucket=weed.public)
         s3_proxy = servers.FaultProxy(weed.port).start()
@@ -200,8 +202,14 @@ def test_server_down_gives_eio_after_the_retries_and_the_mount_recovers(world, s
                 (mnt / files[-1]).read_bytes()
             assert e.value.errno == errno.EIO
             assert time.time() - t < 60
+            # Every read fails while the server is gone; the log says why once, not per read.
+            for rel in files[-12:-2]:
+                with pytest.raises(OSError):
+                    (mnt / rel).read_bytes()
         finally:
             proxy.set(down=False)
+        log = (world["work"] / f"{mnt.name}.log").read_text()
+        assert 1 <= log.count("answering EIO") <= 2, log[-3000:]
         assert (mnt / files[-1]).read_bytes() == (source / files[-1]).read_bytes()
         assert_same_tree(mnt, source)
 
