@@ -389,8 +389,9 @@ impl Cache {
             Err(e) => Err(e),
         };
         if res.is_err() {
+            // Blocks stored before the failure stay; the others go back to missing.
             for b in run {
-                self.state[b].store(MISSING, SeqCst);
+                let _ = self.state[b].compare_exchange(FETCHING, MISSING, SeqCst, SeqCst);
             }
         }
         let _g = self.wait.0.lock();
