@@ -89,10 +89,15 @@ impl RemotePack {
                 // place; it is checked below before use.
                 unsafe { Mmap::map(&f) }.ok()
             })
-            .filter(|m| m.len() as u64 == trailer.index_len && IndexView::parse(m).is_ok());
+            .filter(|m| m.len() as u64 == trailer.index_len)
+            .and_then(|m| {
+                // A kept index that fails its checksum is fetched again.
+                let totals = IndexView::parse(&m).ok()?.totals();
+                Some((m, totals))
+            });
         let fetched = cached.is_none();
-        let map = match cached {
-            Some(m) => m,
+        let (map, totals) = match cached {
+            Some(c) => c,
             None => {
                 let mut anon = memmap2::MmapMut::map_anon(trailer.index_len as usize)?;
                 let tail_start = size - tail.len() as u64;
@@ -103,13 +108,17 @@ impl RemotePack {
                     requests += trailer.index_len.div_ceil(INDEX_PART);
                     fetch_parts(&client, trailer.index_offset..index_end, &mut anon)?;
                 }
-                anon.make_read_only()?
+                let map = anon.make_read_only()?;
+                let totals = IndexView::parse(&map)
+                    .with_context(|| format!("{url}: damaged index"))?
+                    .totals();
+                (map, totals)
             }
         };
-        let view = IndexView::parse(&map).with_context(|| format!("{url}: damaged index"))?;
-        view.validate_tree()
+        IndexView::from_validated(&map, totals)
+            .ok_or_else(|| anyhow!("{url}: damaged index (bounds)"))?
+            .validate_tree()
             .with_context(|| format!("{url}: damaged index"))?;
-        let totals = view.totals();
         if totals.data_end > trailer.index_offset {
             bail!(
                 "{url}: sample data reaches byte {} but the index starts at {}",

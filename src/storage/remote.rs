@@ -537,20 +537,23 @@ impl Cache {
             // Wait for blocks others are fetching; one whose fetch failed is claimed again.
             let mut missing = false;
             for b in blocks.clone() {
-                let mut g = self
-                    .wait
-                    .0
-                    .lock()
-                    .map_err(|_| io::Error::other("poisoned"))?;
-                while self.state[b].load(SeqCst) == FETCHING {
-                    g = self
+                // The lock is taken only for a block being fetched (a read of present blocks,
+                // the common case, takes none).
+                if self.state[b].load(SeqCst) == FETCHING {
+                    let mut g = self
                         .wait
-                        .1
-                        .wait_timeout(g, std::time::Duration::from_millis(50))
-                        .map_err(|_| io::Error::other("poisoned"))?
-                        .0;
+                        .0
+                        .lock()
+                        .map_err(|_| io::Error::other("poisoned"))?;
+                    while self.state[b].load(SeqCst) == FETCHING {
+                        g = self
+                            .wait
+                            .1
+                            .wait_timeout(g, std::time::Duration::from_millis(50))
+                            .map_err(|_| io::Error::other("poisoned"))?
+                            .0;
+                    }
                 }
-                drop(g);
                 let s = self.state[b].load(SeqCst);
                 missing |= s != PRESENT && s != UNCHECKED;
             }

@@ -35,6 +35,18 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+def stop_group(proc, sig: int, grace: float) -> None:
+    """Sends `sig` to the process group of `proc` (started with start_new_session), then
+    SIGKILL after `grace` seconds if it is still there."""
+    if proc and proc.poll() is None:
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def wait_port(port: int, timeout: float, proc=None) -> None:
     end = time.time() + timeout
     while time.time() < end:
@@ -118,13 +130,7 @@ class Seaweed:
         return c.head_object(Bucket=bucket or self.bucket, Key=key)["ETag"]
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc, signal.SIGTERM, 20)
 
 
 class Nginx:
@@ -190,18 +196,8 @@ http {{
         return (f"https://127.0.0.1:{self.tls_port}/{name}" if tls
                 else f"http://127.0.0.1:{self.port}/{name}")
 
-    def requests(self, name: str) -> int:
-        log = self.work / "access.log"
-        return sum(1 for line in log.read_text().splitlines() if f"/{name} " in line) if log.exists() else 0
-
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGQUIT)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc, signal.SIGQUIT, 10)
 
 
 # Servers stop by themselves after this long even if the run that started them dies.
