@@ -142,7 +142,7 @@ fn run(cli: Cli) -> Result<i32> {
                         .remote
                         .cache_dir
                         .clone()
-                        .unwrap_or_else(loosefs::storage::remote::default_root);
+                        .unwrap_or_else(loosefs::storage::block_cache::default_root);
                     std::fs::create_dir_all(&root)?;
                     Some(
                         tempfile::Builder::new()

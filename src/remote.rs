@@ -4,15 +4,15 @@
 //! never fetched); one more GET (in [`INDEX_PART`] parts fetched concurrently when large)
 //! brings the index unless the tail already holds it. The index is checked like a local pack's
 //! and kept in the object's cache directory (temp + rename), so a remount of the same object
-//! costs the one tail GET. The samples are then served through [`RemoteStorage`].
+//! costs the one tail GET. The samples are then served through [`BlockCache`].
 
 use crate::catalog::ObjectInfo;
 use crate::catalog::native::NativeCatalog;
 use crate::format::FormatError;
 use crate::format::index::{INDEX_VERSION, IndexView, Totals};
 use crate::format::trailer::{TRAILER_LEN, Trailer};
+use crate::storage::block_cache::{self as remote, BlockCache, CacheDir};
 use crate::storage::object::{ObjectClient, RemoteArgs};
-use crate::storage::remote::{self, RemoteStorage};
 use crate::view::Views;
 use anyhow::{Context, Result, anyhow, bail};
 use memmap2::Mmap;
@@ -30,7 +30,7 @@ pub const INDEX_PART: u64 = 8 << 20;
 #[derive(Debug)]
 pub struct RemotePack {
     url: String,
-    storage: Arc<RemoteStorage>,
+    storage: Arc<BlockCache>,
     index: Arc<Mmap>,
     totals: Totals,
     dir: PathBuf,
@@ -73,16 +73,14 @@ impl RemotePack {
                 )
             })?;
         let root = args.cache_dir.clone().unwrap_or_else(remote::default_root);
-        std::fs::create_dir_all(&root)
-            .with_context(|| format!("cannot create the cache directory {}", root.display()))?;
+        remote::check_root(&root)
+            .with_context(|| format!("cannot use the cache root {}", root.display()))?;
         let dir = remote::cache_dir(&root, url, &pin.etag, pin.version.as_deref());
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create the cache directory {}", dir.display()))?;
-        let lock = remote::lock_dir(&dir)
+        let cache_dir = CacheDir::lock(&dir)
             .with_context(|| format!("cannot use the block cache {}", dir.display()))?;
-        let index_path = dir.join("index");
         let mut requests = 1;
-        let cached = std::fs::File::open(&index_path)
+        let cached = cache_dir
+            .open_ro("index")
             .ok()
             .and_then(|f| {
                 // SAFETY: a read-only map of a file this program wrote whole and renamed into
@@ -151,7 +149,7 @@ impl RemotePack {
                 root.display()
             );
         }
-        let storage = RemoteStorage::open(client, &dir, limit, lock)
+        let storage = BlockCache::open(client, cache_dir, limit)
             .with_context(|| format!("cannot open the block cache {}", dir.display()))?;
         if let Some(w) = writer {
             // Joined when the storage closes (a mount ends) or by `finish`.
@@ -180,7 +178,7 @@ impl RemotePack {
 
     /// Size of the object, bytes.
     pub fn size(&self) -> u64 {
-        self.storage.client().pin().map_or(0, |p| p.size)
+        self.storage.source().pin().map_or(0, |p| p.size)
     }
 
     /// The index.
@@ -194,7 +192,7 @@ impl RemotePack {
     }
 
     /// The object's block cache.
-    pub fn storage(&self) -> &Arc<RemoteStorage> {
+    pub fn storage(&self) -> &Arc<BlockCache> {
         &self.storage
     }
 

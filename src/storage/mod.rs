@@ -1,13 +1,15 @@
 //! Storage: how the bytes of storage objects are read, and the page-cache verbs the read path
 //! needs around those reads. A [`Storage`] knows nothing of files, samples or formats: it reads
 //! byte ranges of the objects a catalog names ([`crate::catalog::ObjectId`]) and says what is
-//! cached. [`local::LocalStorage`] serves local files through the kernel's page cache; a remote
-//! implementation (ranged GETs into a local block cache) answers the same calls.
+//! cached. [`local::LocalStorage`] serves local files through the kernel's page cache; [`block_cache::BlockCache`]
+//! (ranged GETs of an [`object_source::ObjectSource`] into a local block cache) answers the same
+//! calls; [`chunks`] serves compressed chunks decompressed.
 
+pub mod block_cache;
 pub mod chunks;
 pub mod local;
 pub mod object;
-pub mod remote;
+pub mod object_source;
 
 use crate::catalog::ObjectId;
 use nix::fcntl::PosixFadviseAdvice;

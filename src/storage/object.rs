@@ -480,3 +480,29 @@ impl ObjectClient {
         })
     }
 }
+
+impl super::object_source::ObjectSource for ObjectClient {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn pin(&self) -> Option<&Pin> {
+        self.pin.get()
+    }
+
+    fn get(&self, r: Range<u64>) -> futures::future::BoxFuture<'_, io::Result<Bytes>> {
+        Box::pin(ObjectClient::get(self, r))
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.rt
+    }
+
+    fn stats(&self) -> &ObjectStats {
+        &self.stats
+    }
+
+    fn max_requests(&self) -> usize {
+        self.max_requests
+    }
+}

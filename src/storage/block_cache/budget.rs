@@ -1,0 +1,98 @@
+//! The size of a cache root: the budget of the whole root (`--cache-size`, or the free space
+//! less a floor), each object's share of it, and the pruning of other objects' directories,
+//! least recently used first, to keep within it.
+
+use super::blocks::BLOCK;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// Bytes `dir`'s files hold on disk (sparse blocks not counted).
+fn disk_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.metadata().ok())
+                .map(|m| m.blocks() * 512)
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// The budget of the whole cache root and this object's share of it, bytes: `asked`
+/// (`--cache-size`) or, by default, what the root already holds plus the file system's free
+/// space less 5% of its size (mountpoint-s3's default floor); the object's share is that, at
+/// most its own size.
+pub fn cache_budget(root: &Path, len: u64, asked: Option<u64>) -> (u64, u64) {
+    let budget = asked.unwrap_or_else(|| {
+        let held: u64 = std::fs::read_dir(root)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| disk_bytes(&e.path()))
+                    .sum()
+            })
+            .unwrap_or(0);
+        nix::sys::statvfs::statvfs(root)
+            .map(|s| {
+                let free = s.blocks_available() * s.fragment_size();
+                let total = s.blocks() * s.fragment_size();
+                (free + held).saturating_sub(total / 20)
+            })
+            .unwrap_or(u64::MAX)
+    });
+    let share = len.div_ceil(BLOCK).saturating_mul(BLOCK).min(budget);
+    (budget, share)
+}
+
+/// Keeps the cache root within `budget` bytes once the object cached in `keep` holds its
+/// `share`: other objects' directories (other URLs, or older versions of this one) that no
+/// mount holds are removed, least recently used first (their block table's mtime), until the
+/// rest fits beside the share. Failures are logged and skipped.
+pub fn prune(root: &Path, keep: &Path, budget: u64, share: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = std::fs::read_dir(root) else {
+        return;
+    };
+    let mut others: Vec<(i64, PathBuf, u64)> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p != keep && std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
+        .map(|p| {
+            let t = std::fs::metadata(p.join("blocks")).map_or(0, |m| m.mtime());
+            let b = disk_bytes(&p);
+            (t, p, b)
+        })
+        .collect();
+    let mut total: u64 = others.iter().map(|o| o.2).sum();
+    others.sort();
+    for (_, p, bytes) in others {
+        if total.saturating_add(share) <= budget {
+            break;
+        }
+        // A directory locked by a live mount stays (one just unmounted may take a moment to
+        // let go).
+        let Ok(mut lock) = File::open(p.join("lock")) else {
+            continue;
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let _l = loop {
+            match nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+                Ok(l) => break Some(l),
+                Err((f, _)) if std::time::Instant::now() < deadline => {
+                    lock = f;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(_) => break None,
+            }
+        };
+        if _l.is_none() {
+            continue;
+        }
+        match std::fs::remove_dir_all(&p) {
+            Ok(()) => {
+                log::info!("block cache: removed {} ({bytes} bytes)", p.display());
+                total -= bytes;
+            }
+            Err(e) => log::warn!("block cache: cannot remove {}: {e}", p.display()),
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The seam between the block cache and the network: an [`ObjectSource`] is one remote object
+//! pinned to one version, read by ranged GETs. [`super::object::ObjectClient`] (object_store
+//! over S3 and HTTPS) is the real one; [`FakeObject`] holds the bytes in memory and can fail,
+//! stall, flip bytes or be replaced, so the block cache's claim, hold, check and evict logic is
+//! tested in plain `cargo test` (as mountpoint-s3 tests its prefetcher over a mock client and a
+//! failure-injecting wrapper).
+
+use super::object::{ObjectStats, Pin};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use std::io;
+use std::ops::Range;
+
+/// One remote object pinned to a version (size + ETag), read by ranged GETs.
+pub trait ObjectSource: Send + Sync + std::fmt::Debug {
+    /// The object's URL (names it in messages).
+    fn url(&self) -> &str;
+
+    /// What the object is pinned to; `None` before it was opened.
+    fn pin(&self) -> Option<&Pin>;
+
+    /// GETs bytes `r` of the pinned version. Errors: the object was replaced (its ETag no
+    /// longer matches), access refused, a short answer, a network failure after the retries.
+    fn get(&self, r: Range<u64>) -> BoxFuture<'_, io::Result<Bytes>>;
+
+    /// The runtime GETs run on (read-ahead fetches are spawned on it).
+    fn runtime(&self) -> &tokio::runtime::Runtime;
+
+    /// Request counters.
+    fn stats(&self) -> &ObjectStats;
+
+    /// Most GETs in flight at once.
+    fn max_requests(&self) -> usize;
+
+    /// [`ObjectSource::get`], waiting for it (not from the runtime's own worker threads).
+    fn get_blocking(&self, r: Range<u64>) -> io::Result<Bytes> {
+        self.runtime().block_on(self.get(r))
+    }
+}
+
+/// An in-memory object for tests: the bytes of one version, and faults to inject. Every
+/// successful GET is counted in [`FakeObject::stats`], as the real client counts them.
+#[derive(Debug)]
+pub struct FakeObject {
+    rt: tokio::runtime::Runtime,
+    url: String,
+    pin: Pin,
+    data: std::sync::Mutex<Bytes>,
+    stats: ObjectStats,
+    /// The next this many GETs fail (a 503 after the retries).
+    pub fail_next: std::sync::atomic::AtomicU32,
+    /// Every GET fails with "connection refused" while set (an outage).
+    pub down: std::sync::atomic::AtomicBool,
+    /// Every GET waits this long before answering, ms.
+    pub stall_ms: std::sync::atomic::AtomicU64,
+    /// Every answer has its first byte flipped while set (a corrupting proxy).
+    pub flip: std::sync::atomic::AtomicBool,
+    replaced: std::sync::atomic::AtomicBool,
+}
+
+impl FakeObject {
+    /// An object at `url` holding `data`, pinned to ETag `"v1"`.
+    pub fn new(url: &str, data: Vec<u8>) -> FakeObject {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        FakeObject {
+            rt,
+            url: url.to_string(),
+            pin: Pin {
+                size: data.len() as u64,
+                etag: "\"v1\"".into(),
+                version: None,
+            },
+            data: std::sync::Mutex::new(Bytes::from(data)),
+            stats: ObjectStats::default(),
+            fail_next: Default::default(),
+            down: Default::default(),
+            stall_ms: Default::default(),
+            flip: Default::default(),
+            replaced: Default::default(),
+        }
+    }
+
+    /// Replaces the object with `data` (a new version): GETs pinned to the old ETag fail.
+    pub fn replace(&self, data: Vec<u8>) {
+        if let Ok(mut d) = self.data.lock() {
+            *d = Bytes::from(data);
+        }
+        self.replaced
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl ObjectSource for FakeObject {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn pin(&self) -> Option<&Pin> {
+        Some(&self.pin)
+    }
+
+    fn get(&self, r: Range<u64>) -> BoxFuture<'_, io::Result<Bytes>> {
+        use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+        Box::pin(async move {
+            let stall = self.stall_ms.load(Relaxed);
+            if stall > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(stall)).await;
+            }
+            let fail = |why: &str| {
+                self.stats.failed.fetch_add(1, Relaxed);
+                Err(io::Error::other(format!("{}: {why}", self.url)))
+            };
+            if self.down.load(SeqCst) {
+                return fail("connection refused");
+            }
+            if self
+                .fail_next
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return fail("503 Slow Down (after the retries)");
+            }
+            if self.replaced.load(SeqCst) {
+                return fail("object replaced (ETag \"v1\" no longer matches)");
+            }
+            let data = self
+                .data
+                .lock()
+                .map_err(|_| io::Error::other("poisoned"))?
+                .clone();
+            let end = r.end.min(data.len() as u64);
+            if r.start >= end {
+                return fail("range not satisfiable (416)");
+            }
+            let mut b = data.slice(r.start as usize..end as usize);
+            if self.flip.load(SeqCst) {
+                let mut v = b.to_vec();
+                v[0] ^= 0xff;
+                b = Bytes::from(v);
+            }
+            self.stats.gets.fetch_add(1, Relaxed);
+            self.stats.bytes.fetch_add(b.len() as u64, Relaxed);
+            Ok(b)
+        })
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.rt
+    }
+
+    fn stats(&self) -> &ObjectStats {
+        &self.stats
+    }
+
+    fn max_requests(&self) -> usize {
+        4
+    }
+}
