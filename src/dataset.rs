@@ -46,14 +46,20 @@ impl Dataset {
             match Pack::open(src) {
                 Ok(p) => return Ok(Dataset::Pack(p)),
                 Err(FormatError::NotAPack(why)) => {
+                    // A file in a format detected: its own errors name the file and what is
+                    // wrong. In none: say why it is not a pack either.
+                    if let Err(e) = crate::formats::detect(src) {
+                        return Err(
+                            e.context(format!("{}: not a loosefs pack ({why})", src.display()))
+                        );
+                    }
                     return crate::formats::index::open(
                         src,
                         &opts,
                         args.index_dir.as_deref(),
                         progress,
                     )
-                    .map(Dataset::Foreign)
-                    .with_context(|| format!("not a loosefs pack ({why})"));
+                    .map(Dataset::Foreign);
                 }
                 Err(e) => {
                     return Err(e).with_context(|| format!("cannot open pack {}", src.display()));

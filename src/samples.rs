@@ -19,8 +19,11 @@ pub const CHECK_CHUNK: usize = 16 << 20;
 pub struct Samples {
     catalog: Arc<dyn Catalog>,
     storage: Arc<dyn Storage>,
-    /// Records whose bytes matched their CRC-32 (served at least once).
+    /// Records whose bytes matched their CRC-32 under the current storage generation.
     verified: Bitset,
+    /// Records served at least once since the mount (never cleared: `drop-cache` drops the
+    /// kernel's pages of each).
+    served: Bitset,
     /// The storage generation `verified` was filled under.
     generation: AtomicU64,
     /// Read errors are logged at most once per interval (a server outage fails every read).
@@ -34,6 +37,7 @@ impl Samples {
     pub fn new(catalog: Arc<dyn Catalog>, storage: Arc<dyn Storage>) -> Samples {
         Samples {
             verified: Bitset::new(catalog.records()),
+            served: Bitset::new(catalog.records()),
             generation: AtomicU64::new(0),
             io_log: crate::stats::LogLimit::default(),
             failed: Bitset::new(catalog.records()),
@@ -106,6 +110,9 @@ impl Samples {
             let seen = self.storage.generation();
             let crc = self.whole_crc(ext, buf).map_err(io)?;
             if crc == ext.crc32 {
+                if !self.served.contains(ext.record) {
+                    self.served.insert(ext.record);
+                }
                 if self.storage.generation() == seen {
                     self.verified.insert(ext.record);
                 }
@@ -172,8 +179,9 @@ impl Samples {
         FsError::Corrupt(why)
     }
 
-    /// Records whose bytes have been served (checked) since the mount.
+    /// Records whose bytes have been served (checked) since the mount, whatever the storage
+    /// generation since.
     pub fn served(&self) -> impl Iterator<Item = u32> + '_ {
-        self.verified.iter()
+        self.served.iter()
     }
 }

@@ -106,7 +106,7 @@ fn listing(dir: &Path) -> BTreeSet<String> {
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn npy_views_have_exact_sizes_and_decoded_pixels() {
-    require_mount();
+    let _timeout = require_mount();
     let (tmp, src, pack) = packed_tree(view_tree);
     // No decode-ahead: every decode is one of the reads below, so the counts are exact.
     let m = mount(
@@ -187,14 +187,16 @@ fn npy_views_have_exact_sizes_and_decoded_pixels() {
     );
     let s = stats(&m.mnt);
     // Each view was read once (and cached): the CMYK one is the one fallback decode. The two
-    // refused files (impossible size, truncated) fail twice each: the kernel's read of the
-    // page, then its retry of the single page after the first fails.
+    // refused files (impossible size, truncated) fail at least once each; how often the
+    // kernel retries a failed page (read-ahead, then the single page) is its own choice, so
+    // only a bound is asserted.
     assert_eq!(
         dec(&s, "fallback_decodes"),
         1,
         "CMYK goes to the fallback: {s}"
     );
-    assert_eq!(dec(&s, "failures"), 4, "{s}");
+    let failures = dec(&s, "failures");
+    assert!((2..=8).contains(&failures), "{failures} failures: {s}");
     assert_eq!(dec(&s, "damaged_refused"), 1, "{s}");
     drop(m);
     let log = std::fs::read_to_string(&log_path).unwrap();
@@ -233,7 +235,7 @@ fn npy_views_have_exact_sizes_and_decoded_pixels() {
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn decoded_only_ppm_and_max_side() {
-    require_mount();
+    let _timeout = require_mount();
     let (tmp, src, pack) = packed_tree(make_tree);
 
     let only = mount(
@@ -301,7 +303,7 @@ fn decoded_only_ppm_and_max_side() {
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn concurrent_readers_share_one_decode_and_the_cache_budget_holds() {
-    require_mount();
+    let _timeout = require_mount();
     let tmp = tempfile::tempdir().unwrap();
     let (src, pack) = packed(tmp.path());
     let budget_mb = 32u64;

@@ -108,7 +108,7 @@ fn info_text_says_what_the_json_says() {
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn stats_text_blksize_readdirplus_and_isatty() {
-    require_mount();
+    let _timeout = require_mount();
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
     make_tree(&src);
@@ -180,5 +180,29 @@ fn stats_text_blksize_readdirplus_and_isatty() {
     );
     for key in ["daemon", "served", "page cache", "read-ahead"] {
         assert!(text.lines().any(|l| l.starts_with(key)), "{key}: {text}");
+    }
+}
+
+#[test]
+fn a_plain_directory_is_refused_with_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    make_tree(&src);
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    // `info` and `mount` open a source the same way; the refusal comes before any mount.
+    for cmd in ["info", "mount"] {
+        let mut a: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&cmd, &src];
+        if cmd == "mount" {
+            a.push(&mnt);
+        }
+        let o = loosefs(&a);
+        assert_eq!(o.status.code(), Some(2), "{cmd}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("is a plain directory") && err.contains("loosefs pack"),
+            "{cmd}: {err}"
+        );
+        assert!(!err.contains("is not a directory"), "{cmd}: {err}");
     }
 }

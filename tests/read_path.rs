@@ -46,9 +46,9 @@ fn read_all_and_compare(src: &Path, mnt: &Path, names: &[String]) -> u64 {
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn control_directory_is_hidden_but_reachable_and_stats_count_reads() {
-    require_mount();
+    let _timeout = require_mount();
     let _serial = serial();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = disk_tempdir();
     let (src, pack) = packed(tmp.path());
     // Push-ahead off: this test checks exact READ and byte accounting.
     let m = mount(&pack, &tmp.path().join("mnt"), &["--push-ahead", "0"]);
@@ -99,9 +99,9 @@ fn control_directory_is_hidden_but_reachable_and_stats_count_reads() {
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn in_order_reads_prefetch_ahead_and_drop_cache_makes_reads_cold() {
-    require_mount();
+    let _timeout = require_mount();
     let _serial = serial();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = disk_tempdir();
     let (src, pack) = packed(tmp.path());
     // Push-ahead off: this test counts READ requests and pack-cache misses of read-ahead alone.
     let m = mount(&pack, &tmp.path().join("mnt"), &["--push-ahead", "0"]);
@@ -250,9 +250,9 @@ fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn warm_streams_the_whole_pack_into_the_page_cache() {
-    require_mount();
+    let _timeout = require_mount();
     let _serial = serial();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = disk_tempdir();
     let (src, pack) = packed(tmp.path());
     // Push-ahead off: this test counts READ requests and pack-cache misses of read-ahead alone.
     let m = mount(&pack, &tmp.path().join("mnt"), &["--push-ahead", "0"]);
@@ -361,9 +361,9 @@ fn drop_all_caches() {
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn pinned_pack_survives_drop_caches_and_oversize_pins_are_refused() {
-    require_mount();
+    let _timeout = require_mount();
     let _serial = serial();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = disk_tempdir();
     let (src, pack) = packed(tmp.path());
     let pack_len = std::fs::metadata(&pack).unwrap().len();
     // `--wait` returns only once the whole pack is pinned.
@@ -479,9 +479,9 @@ impl Drop for MemCgroup {
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn push_ahead_serves_the_next_samples_without_a_round_trip() {
-    require_mount();
+    let _timeout = require_mount();
     let _serial = serial();
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = disk_tempdir();
     let (src, pack) = packed(tmp.path());
     let m = mount(&pack, &tmp.path().join("mnt"), &[]);
     let names = files(&src);

@@ -233,13 +233,16 @@ fn push_ahead_follows_an_in_order_walk_and_seldom_a_shuffled_one() {
         if !stored.lock().unwrap().iter().any(|(i, _)| i == ino) {
             read_all(&s, *ino);
             reads += 1;
-            // A training step between samples: the push thread keeps ahead of this reader.
-            std::thread::sleep(Duration::from_millis(5));
+            // A training step between samples, long enough for the push thread to do what
+            // this read asked of it (a completion signal, not a sleep).
+            s.settle_push();
         }
     }
     assert!(
         reads < 200,
-        "some files were pushed before the reader reached them"
+        "some files were pushed before the reader reached them: {:?} {:?}",
+        s.report().push_ahead,
+        s.report().prefetch
     );
     wait_for("push-ahead", || stored.lock().unwrap().len() >= 8);
     let pushed = stored.lock().unwrap().clone();
@@ -274,7 +277,8 @@ fn push_ahead_follows_an_in_order_walk_and_seldom_a_shuffled_one() {
             reads += 1;
         }
     }
-    std::thread::sleep(Duration::from_millis(300));
+    // Every push the walk asked for is done before counting.
+    s.settle_push();
     let pushed = stored.lock().unwrap().len();
     assert!(
         pushed * 100 < files.len(),
@@ -506,4 +510,75 @@ fn a_top_level_loosefs_in_a_foreign_pack_is_never_listed_and_the_control_directo
     // Every lookup of the name reaches the control directory, listed or not.
     let r: Report = control(&s, "stats");
     assert_eq!(r.pack.samples, 2);
+}
+
+/// Local files whose generation moves on demand, as a remote block cache's does when it
+/// evicts (cached bytes may have been fetched again: samples are checked again).
+struct Generations {
+    inner: loosefs::storage::local::LocalStorage,
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl loosefs::storage::Storage for Generations {
+    fn len(&self, obj: u32) -> u64 {
+        self.inner.len(obj)
+    }
+    fn read_at(&self, obj: u32, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_at(obj, off, buf)
+    }
+    fn will_need(&self, obj: u32, r: &std::ops::Range<u64>) {
+        self.inner.will_need(obj, r)
+    }
+    fn resident_bytes(&self, obj: u32, r: &std::ops::Range<u64>) -> u64 {
+        self.inner.resident_bytes(obj, r)
+    }
+    fn resident(&self, obj: u32, r: &std::ops::Range<u64>) -> bool {
+        self.inner.resident(obj, r)
+    }
+    fn release(&self, obj: u32, r: &std::ops::Range<u64>) -> std::io::Result<()> {
+        self.inner.release(obj, r)
+    }
+    fn evict(&self, obj: u32, r: &std::ops::Range<u64>) -> std::io::Result<()> {
+        self.inner.evict(obj, r)
+    }
+    fn pin(&self, obj: u32, r: &std::ops::Range<u64>) -> std::io::Result<()> {
+        self.inner.pin(obj, r)
+    }
+    fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn drop_cache_invalidates_every_file_served_even_after_the_storage_generation_moved() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_src, pack) = packed(tmp.path());
+    let storage = Arc::new(Generations {
+        inner: loosefs::storage::local::LocalStorage::for_pack(&pack).unwrap(),
+        generation: Default::default(),
+    });
+    let catalog = Arc::new(loosefs::catalog::native::NativeCatalog::new(
+        pack,
+        Views::default(),
+    ));
+    let s = Server::new(catalog, storage.clone(), options(0));
+    let invalidated = Arc::new(Mutex::new(Vec::new()));
+    let inv = invalidated.clone();
+    s.set_invalidate(Box::new(move |ino| inv.lock().unwrap().push(ino)));
+    let mut files = Vec::new();
+    walk(&s, ROOT_INO, "", &mut files);
+    for (_, ino) in &files[..10] {
+        read_all(&s, *ino);
+    }
+    // An eviction elsewhere in the cache: every sample is checked again on its next read.
+    storage
+        .generation
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    read_all(&s, files[10].1);
+    let r = s.drop_cache();
+    let mut got = invalidated.lock().unwrap().clone();
+    got.sort();
+    let mut want: Vec<u64> = files[..11].iter().map(|f| f.1).collect();
+    want.sort();
+    assert_eq!(got, want, "{r:?}");
 }

@@ -203,6 +203,13 @@ pub fn detect(src: &Path) -> Result<Format> {
             Err(why) => tried.push(format!("{}: {why}", f.name())),
         }
     }
+    if src.is_dir() {
+        bail!(
+            "{d} is a plain directory, not a dataset in a packed format: pack it first with `loosefs pack {d} OUT.pack`, then `loosefs mount OUT.pack MOUNTPOINT`. Formats tried:\n  {}",
+            tried.join("\n  "),
+            d = src.display(),
+        )
+    }
     bail!(
         "{} is not a directory, a loosefs pack, a zip archive, nor a dataset in a format loosefs reads; tried:\n  {}",
         src.display(),

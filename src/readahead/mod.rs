@@ -144,6 +144,11 @@ impl ReadAhead {
         }
     }
 
+    /// Waits until the push thread has done every push asked before this call.
+    pub fn settle_push(&self) {
+        self.push.settle();
+    }
+
     /// Before serving `[offset, offset+size)` of the stored bytes of `ext`: residency
     /// accounting and `will_need`, and for a sample's first READ (offset 0, counted as a read of
     /// the whole sample) the stream walk and push-ahead.

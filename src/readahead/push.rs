@@ -38,7 +38,15 @@ const MAX_KEPT_BUF: usize = 1 << 20;
 pub(super) struct Pusher {
     /// Records pushed into the kernel's cache since the last reset.
     pushed: Bitset,
-    tx: OnceLock<SyncSender<(u64, u64)>>,
+    tx: OnceLock<SyncSender<Request>>,
+}
+
+/// What the push thread is asked.
+enum Request {
+    /// Push the samples after inode `.0` that end before storage offset `.1`.
+    Push(u64, u64),
+    /// Answer once every request sent before this one is done.
+    Settle(SyncSender<()>),
 }
 
 impl Pusher {
@@ -71,14 +79,25 @@ impl Pusher {
     /// offset `ahead` (what the reader's stream read ahead); dropped when the thread is busy.
     pub(super) fn request(&self, ino: u64, ahead: u64) {
         if let Some(tx) = self.tx.get() {
-            let _ = tx.try_send((ino, ahead));
+            let _ = tx.try_send(Request::Push(ino, ahead));
+        }
+    }
+
+    /// Waits until the push thread has done every request made before this call (a
+    /// completion signal for tests and benchmarks; returns at once without a push thread).
+    pub(super) fn settle(&self) {
+        if let Some(tx) = self.tx.get() {
+            let (done, wait) = std::sync::mpsc::sync_channel(1);
+            if tx.send(Request::Settle(done)).is_ok() {
+                let _ = wait.recv();
+            }
         }
     }
 }
 
 /// Starts the push thread of `ra`: up to `files` samples ahead of each request.
 pub(super) fn start(ra: &Arc<ReadAhead>, files: usize, store: Store) {
-    let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, u64)>(64);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Request>(64);
     let weak = Arc::downgrade(ra);
     let spawned = std::thread::Builder::new()
         .name("loosefs-push".into())
@@ -86,7 +105,14 @@ pub(super) fn start(ra: &Arc<ReadAhead>, files: usize, store: Store) {
             let mut buf = Vec::new();
             // Samples pushed by the previous run, whose stored pages are still cached.
             let mut unreleased: VecDeque<Extent> = VecDeque::new();
-            for (ino, ahead) in rx {
+            for req in rx {
+                let (ino, ahead) = match req {
+                    Request::Push(ino, ahead) => (ino, ahead),
+                    Request::Settle(done) => {
+                        let _ = done.send(());
+                        continue;
+                    }
+                };
                 let Some(ra) = weak.upgrade() else { break };
                 let before = unreleased.len();
                 push_run(&ra, ino, ahead, files, &store, &mut buf, &mut unreleased);

@@ -9,22 +9,18 @@
 
 mod control;
 mod data;
+mod local;
 mod report;
 
-use crate::catalog::native::NativeCatalog;
 use crate::catalog::{Attr, Catalog, DirEntry, FsError, FsStats};
 use crate::decode::Decoder;
-use crate::format::reader::Pack;
 use crate::ino::{Node, ROOT_INO};
 pub use crate::options::ServerOptions;
 use crate::readahead::ReadAhead;
 use crate::readahead::push::Store;
-use crate::report::DropCacheReport;
 use crate::samples::Samples;
 use crate::stats::{Op, Stats};
 use crate::storage::Storage;
-use crate::storage::local::LocalStorage;
-use crate::view::Views;
 use control::Control;
 use data::Data;
 use std::sync::atomic::Ordering::Relaxed;
@@ -100,17 +96,6 @@ impl Server {
         }
     }
 
-    /// Serves a native pack from its local file, showing `views`. Errors: the pack's file
-    /// handle cannot be duplicated.
-    pub fn local(pack: Pack, views: Views, opts: ServerOptions) -> std::io::Result<Server> {
-        let storage = Arc::new(LocalStorage::for_pack(&pack)?);
-        Ok(Server::new(
-            Arc::new(NativeCatalog::new(pack, views)),
-            storage,
-            opts,
-        ))
-    }
-
     /// Closes the storage once the mount has ended (see [`Storage::close`]).
     pub fn close(&self) {
         self.data.samples.storage().close();
@@ -124,6 +109,11 @@ impl Server {
     /// Starts pushing samples ahead of in-order readers through `store` (FUSE_NOTIFY_STORE).
     pub fn start_push(&self, store: Store) {
         self.data.readahead.start_push(store);
+    }
+
+    /// Waits until every push asked so far is done (a completion signal for tests).
+    pub fn settle_push(&self) {
+        self.data.readahead.settle_push();
     }
 
     /// Stops serving the catalog for good because its storage was modified in place: logs
@@ -298,27 +288,5 @@ impl Server {
         let mut out = json.map_err(|e| FsError::Corrupt(e.to_string()))?;
         out.push(b'\n');
         Ok(out)
-    }
-
-    fn parts(&self) -> report::Parts<'_> {
-        report::Parts {
-            catalog: self.catalog.as_ref(),
-            data: &self.data,
-            stats: &self.stats,
-            opts: &self.opts,
-            started: self.started,
-        }
-    }
-
-    /// The statistics report (the content of `.loosefs/stats`).
-    pub fn report(&self) -> crate::report::Report {
-        self.parts().report()
-    }
-
-    /// Empties the caches the daemon owns and evicts the unpinned stored pages; drops the
-    /// kernel's cached pages of every file served so far.
-    pub fn drop_cache(&self) -> DropCacheReport {
-        self.data
-            .drop_cache(self.invalidate.get().map(|f| f.as_ref()))
     }
 }

@@ -4,7 +4,9 @@
 use super::ServerOptions;
 use super::data::Data;
 use crate::catalog::Catalog;
-use crate::report::{DaemonReport, PackReport, PageCacheReport, Report, WarmCommandReport};
+use crate::report::{
+    DaemonReport, DropCacheReport, PackReport, PageCacheReport, Report, WarmCommandReport,
+};
 use crate::stats::Stats;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
@@ -81,5 +83,29 @@ impl Parts<'_> {
         let started = self.data.readahead.start_warm();
         let (.., warm) = self.data.readahead.report();
         WarmCommandReport { started, warm }
+    }
+}
+
+impl super::Server {
+    pub(super) fn parts(&self) -> Parts<'_> {
+        Parts {
+            catalog: self.catalog.as_ref(),
+            data: &self.data,
+            stats: &self.stats,
+            opts: &self.opts,
+            started: self.started,
+        }
+    }
+
+    /// The statistics report (the content of `.loosefs/stats`).
+    pub fn report(&self) -> crate::report::Report {
+        self.parts().report()
+    }
+
+    /// Empties the caches the daemon owns and evicts the unpinned stored pages; drops the
+    /// kernel's cached pages of every file served so far.
+    pub fn drop_cache(&self) -> DropCacheReport {
+        self.data
+            .drop_cache(self.invalidate.get().map(|f| f.as_ref()))
     }
 }

@@ -70,8 +70,8 @@ impl LocalObject {
         if let Err(e) = map.advise(Advice::Random) {
             log::warn!("madvise(MADV_RANDOM) failed: {e}");
         }
-        // 0..0: the whole file (a length of 0 runs to its end).
-        if let Err(e) = super::fadvise(&file, &(0..0), PosixFadviseAdvice::POSIX_FADV_RANDOM) {
+        let whole = 0..map.len() as u64;
+        if let Err(e) = super::fadvise(&file, &whole, PosixFadviseAdvice::POSIX_FADV_RANDOM) {
             log::warn!("posix_fadvise(POSIX_FADV_RANDOM) failed: {e}");
         }
         let step = will_need_step(&file);

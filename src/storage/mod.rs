@@ -24,6 +24,11 @@ pub(crate) fn fadvise(
     advice: PosixFadviseAdvice,
 ) -> io::Result<()> {
     let len = r.end.saturating_sub(r.start);
+    // A length of 0 means "to the end of the file" to posix_fadvise: an empty range (a read at
+    // the end of a sample) must advise nothing, not release the rest of the pack.
+    if len == 0 {
+        return Ok(());
+    }
     nix::fcntl::posix_fadvise(file, r.start as i64, len as i64, advice).map_err(io::Error::from)
 }
 

@@ -94,8 +94,73 @@ pub fn can_mount() -> bool {
 }
 
 /// Panics loudly if mounting is impossible here (the test then fails instead of passing).
-pub fn require_mount() {
+/// Returns the test's [`Timeout`]: keep it for the test's life (`let _t = require_mount();`).
+#[must_use = "the timeout ends when dropped"]
+pub fn require_mount() -> Timeout {
     assert!(can_mount(), "this test mounts: it needs root and /dev/fuse");
+    Timeout::start()
+}
+
+/// A watchdog for one test: if the test has not ended within `$LOOSEFS_TEST_TIMEOUT` seconds
+/// (default 900), it prints the test's name and aborts the test binary, so a hung FUSE read
+/// fails the run with a name instead of hanging it. Dropping it ends the watch.
+pub struct Timeout(Option<std::sync::mpsc::Sender<()>>);
+
+impl Timeout {
+    /// Starts watching the calling test (named by its thread).
+    pub fn start() -> Timeout {
+        let secs = std::env::var("LOOSEFS_TEST_TIMEOUT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(900);
+        let name = std::thread::current()
+            .name()
+            .unwrap_or("a test")
+            .to_string();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                rx.recv_timeout(Duration::from_secs(secs))
+            {
+                eprintln!("TIMEOUT: {name} ran longer than {secs} s; aborting the test binary");
+                std::process::abort();
+            }
+        });
+        Timeout(Some(tx))
+    }
+}
+
+impl Drop for Timeout {
+    fn drop(&mut self) {
+        self.0.take();
+    }
+}
+
+/// Runs `f` on its own thread; the receiver gets its result. `recv_timeout` on it bounds a
+/// call that may hang (a read of a mount whose daemon died); after `limit` the result is
+/// dropped and `recv` fails.
+pub fn with_timeout<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+    limit: Duration,
+) -> TimedResult<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    TimedResult { rx, limit }
+}
+
+/// The result of [`with_timeout`].
+pub struct TimedResult<T> {
+    rx: std::sync::mpsc::Receiver<T>,
+    limit: Duration,
+}
+
+impl<T> TimedResult<T> {
+    /// The result, or an error when the call did not end within its limit.
+    pub fn recv(self) -> Result<T, std::sync::mpsc::RecvTimeoutError> {
+        self.rx.recv_timeout(self.limit)
+    }
 }
 
 /// A mounted pack; unmounts (lazily if needed) on drop.
@@ -255,4 +320,11 @@ sys.stdout.buffer.write(b"%d %d\n" % im.size + im.tobytes())
     let mut it = head.split(' ').map(|x| x.parse::<u32>().unwrap());
     let (w, h) = (it.next().unwrap(), it.next().unwrap());
     (w, h, o.stdout[nl + 1..].to_vec())
+}
+
+/// A temp dir on the disk the build is on (`CARGO_TARGET_TMPDIR`), not on `/tmp`, which may be
+/// a tmpfs (Debian 13's default): tests that evict pages and count device reads need files the
+/// kernel can drop and read back from a device.
+pub fn disk_tempdir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir in CARGO_TARGET_TMPDIR")
 }

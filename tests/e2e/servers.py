@@ -241,6 +241,10 @@ class FaultProxy:
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 
+    def reset(self) -> None:
+        """No fault: full speed, no latency, nothing cut, failed or corrupted, up."""
+        self.set(rate=0, latency=0, cut_after=0, cuts=0, fail_503=0, corrupt=0, down=False)
+
     def set(self, **kw) -> None:
         for k, v in kw.items():
             setattr(self, k, v)
