@@ -68,3 +68,23 @@ def test_loader_pass_reports_parse(mount, loader, workers):
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert res["files"] == 64 and res["files_per_s"] > 0
     assert 0 < res["first_batch_s"] <= res["seconds"] and res["cpu_s"] > 0 and res["max_rss_bytes"] > 0
+
+
+def test_bench_loader_rows_run_on_a_disk_profile(source, tmp_path):
+    """DataLoader rows on the `cloud` profile: the disk's bytes are counted for them too (their
+    passes report files, the bytes served come from the tree's mean file size)."""
+    need_mount()
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--data", str(source), "--profiles", "cloud", "--readers", "tv2",
+         "--states", "cold", "--orders", "inorder", "--targets", "orig,loosefs", "--repeat", "1", "--limit", "64",
+         "--out", str(out), "--work", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run,) = list(out.iterdir())
+    rows = json.loads((run / "results.json").read_text())["rows"]
+    assert {row["target"] for row in rows} == {"orig", "loosefs"}
+    for row in rows:
+        assert row["profile"] == "cloud" and row["files"] == 64 and row["bytes_from_mean_size"], row
+        assert row["disk_bytes"] > 0 and row["disk_ratio"] > 0, row
