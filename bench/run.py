@@ -188,6 +188,9 @@ def main():
         "loosefs": Target("loosefs", a.work / "m-default", [], pack, a.work / "m-default"),
         "loosefs-warm": Target("loosefs-warm", a.work / "m-warm", [], pack, a.work / "m-warm"),
         "loosefs-pin": Target("loosefs-pin", a.work / "m-pin", ["--pin", "all", "--wait"], pack, a.work / "m-pin"),
+        # Push-ahead on and off, whatever the default: what each costs in disk bytes.
+        "loosefs-push": Target("loosefs-push", a.work / "m-push", ["--push-ahead", "64"], pack, a.work / "m-push"),
+        "loosefs-nopush": Target("loosefs-nopush", a.work / "m-nopush", ["--push-ahead", "0"], pack, a.work / "m-nopush"),
         "pread": Target("pread", data, pack=pack),
     }
     targets = [all_targets[n] for n in a.targets.split(",") if n]

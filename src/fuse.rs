@@ -178,11 +178,22 @@ impl Filesystem for LooseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        // The reply may be sent later from a decode thread (decoded views).
-        self.server.read(ino.0, offset, size, move |r| match r {
-            Ok(bytes) => reply.data(bytes),
-            Err(e) => reply.error(errno(&e)),
-        })
+        // The reply may be sent later from a decode thread (decoded views). A panic anywhere
+        // below fails this request, not the FUSE thread: the reply dropped while unwinding
+        // answers EIO (fuser), and the mount keeps serving.
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.server.read(ino.0, offset, size, move |r| match r {
+                Ok(bytes) => reply.data(bytes),
+                Err(e) => reply.error(errno(&e)),
+            })
+        }));
+        if let Err(p) = served {
+            log::error!(
+                "{}: a read at byte {offset} failed ({}); answering EIO",
+                self.server.path_of(ino.0),
+                crate::stats::panic_message(&*p)
+            );
+        }
     }
 
     /// Nothing to flush on a read-only mount; ENOSYS once stops the kernel sending FLUSH.

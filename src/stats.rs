@@ -191,3 +191,12 @@ impl LogLimit {
         }
     }
 }
+
+/// The message a panic carried (`panic!` with a literal or a formatted string), for logging a
+/// caught panic.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}

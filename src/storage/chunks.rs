@@ -117,7 +117,8 @@ impl Chunk {
         }
         let mut raw = vec![0u8; (self.range.end - self.range.start) as usize];
         self.file.read_exact_at(&mut raw, self.range.start)?;
-        let mut out = Vec::with_capacity(self.len as usize);
+        // The length is the file's own claim: grown as the stream proves it, not reserved.
+        let mut out = Vec::with_capacity(self.len.min(16 << 20) as usize);
         let r = match self.codec {
             Codec::ParquetRowGroup => unreachable!("handled above"),
             Codec::Zstd => zstd::stream::read::Decoder::new(&raw[..])?
@@ -285,7 +286,21 @@ impl MixedStorage {
                 }
                 continue;
             }
-            let r = self.chunks[k].decompress().map(Arc::new);
+            // A decoder that panics on damaged bytes (the Parquet crate does) fails this chunk
+            // like any damaged stream: the single flight below is cleared either way.
+            let ch = &self.chunks[k];
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ch.decompress()))
+                .unwrap_or_else(|p| {
+                    Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{}: the decoder failed on damaged bytes ({})",
+                            ch.path.display(),
+                            crate::stats::panic_message(&*p)
+                        ),
+                    ))
+                })
+                .map(Arc::new);
             let mut c = self
                 .cache
                 .lock()

@@ -133,3 +133,41 @@ def test_gulpio_videos_show_one_file_per_frame_equal_to_gulpio2(written, tmp_pat
         assert seen == 12
     finally:
         umount(mnt)
+
+
+def test_damaged_compressed_parquet_answers_eio_and_never_wedges(written, tmp_path):
+    """Bytes of a Snappy, dictionary-encoded Parquet file flipped after indexing (bit rot): a
+    decoder that fails or panics on them fails those reads with EIO; every read ends, the
+    others keep their bytes, and the mount unmounts (a panic used to leave the chunk's single
+    flight set, so later readers slept forever and umount was busy)."""
+    import concurrent.futures
+    import errno
+    import shutil
+
+    out, _, src = written
+    work = tmp_path / "w"
+    shutil.copytree(out / "hf-parquet-snappy", work)
+    mnt = mounted((tmp_path, None, None), "w", tmp_path)
+    try:
+        f = work / "train.parquet"
+        data = bytearray(f.read_bytes())
+        for k in range(1, 9):
+            data[len(data) * k // 10] ^= 0x5A
+        f.write_bytes(data)
+        files = sorted(p for p in mnt.rglob("*") if p.is_file())
+        assert len(files) > 0
+
+        def read(p):
+            try:
+                return md5(p.read_bytes())
+            except OSError as e:
+                return e.errno
+
+        with concurrent.futures.ThreadPoolExecutor(4) as ex:
+            results = list(ex.map(read, files * 2, timeout=300))
+        eio = sum(r == errno.EIO for r in results)
+        good = sum(isinstance(r, str) and r in src for r in results)
+        assert eio + good == len(results), [r for r in results if r != errno.EIO and r not in src][:5]
+        assert eio > 0, "the damage went unnoticed"
+    finally:
+        umount(mnt)
