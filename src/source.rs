@@ -211,9 +211,19 @@ impl Source {
             ) => {
                 let mut z = z.clone();
                 let mut f = z.by_index(k)?;
-                let mut data = Vec::with_capacity(size as usize);
-                f.read_to_end(&mut data)
+                // The size is the archive's claim: grown as the member's bytes prove it.
+                let mut data = Vec::with_capacity(size.min(16 << 20) as usize);
+                (&mut f)
+                    .take(size.saturating_add(1))
+                    .read_to_end(&mut data)
                     .with_context(|| format!("cannot read {}", item.path.display()))?;
+                if data.len() as u64 != size {
+                    bail!(
+                        "{}: the archive says {size} bytes, the member holds {}",
+                        item.path.display(),
+                        data.len()
+                    );
+                }
                 Ok(data)
             }
             _ => std::fs::read(&item.path)

@@ -9,6 +9,8 @@
 
 pub mod ffcv;
 pub mod gulpio;
+#[cfg(test)]
+mod hostile;
 pub mod index;
 pub mod litdata;
 pub mod mds;

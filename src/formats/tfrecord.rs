@@ -186,14 +186,16 @@ pub fn scan(src: &Path, label_feature: Option<&str>) -> Result<Scan> {
         while at < data.len() {
             let bad = |why: &str| anyhow::anyhow!("{}: record at byte {at}: {why}", p.display());
             let h = data
-                .get(at..at + 12)
+                .get(at..at.saturating_add(12))
                 .ok_or_else(|| bad("truncated header"))?;
             let len = u64::from_le_bytes(h[..8].try_into()?) as usize;
             if masked(crc32c::crc32c(&h[..8])) != u32::from_le_bytes(h[8..12].try_into()?) {
                 return Err(bad("length CRC-32C mismatch"));
             }
             let start = at + 12;
-            let end = start.checked_add(len).filter(|&e| e + 4 <= data.len());
+            let end = start
+                .checked_add(len)
+                .filter(|&e| e.checked_add(4).is_some_and(|x| x <= data.len()));
             let end = end.ok_or_else(|| bad("truncated record (the file ends inside it)"))?;
             let body = &data[start..end];
             let crc = u32::from_le_bytes(data[end..end + 4].try_into()?);
