@@ -25,3 +25,41 @@ pub fn walk(ix: &IndexView<'_>) -> usize {
     }
     seen
 }
+
+/// Separates the files of a multi-file dataset in one fuzz input: `index SEP data [SEP data…]`.
+pub const SEP: &[u8] = b"\n--8<--loosefs-fuzz--8<--\n";
+
+/// Writes `input` as a dataset of `format` into a fresh temp dir and scans it, then builds its
+/// index (every sample read, chunks decompressed) when the scan accepts it. `names`: the
+/// file names the parts of the input become (split on [`SEP`]); the first part gets the first
+/// name, and so on (parts beyond the names are dropped). `file`: the source is the first file,
+/// not the directory. Errors are expected; a panic, an abort or a hang is a finding.
+pub fn scan_dataset(format: loosefs::formats::Format, input: &[u8], names: &[&str], file: bool) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut rest = input;
+    for (k, name) in names.iter().enumerate() {
+        let (part, next) = match find(rest, SEP) {
+            Some(i) if k + 1 < names.len() => (&rest[..i], &rest[i + SEP.len()..]),
+            _ => (rest, &rest[rest.len()..]),
+        };
+        std::fs::write(dir.path().join(name), part).expect("write part");
+        rest = next;
+    }
+    let src = if file {
+        dir.path().join(names[0])
+    } else {
+        dir.path().to_path_buf()
+    };
+    let opts = loosefs::formats::ScanOptions {
+        format: Some(format),
+        inflate_dir: dir.path().join(".inflated"),
+        ..Default::default()
+    };
+    if loosefs::formats::scan(&src, format, &opts).is_ok() {
+        let _ = loosefs::formats::index::open(&src, &opts, Some(&dir.path().join(".index")), false);
+    }
+}
+
+fn find(h: &[u8], n: &[u8]) -> Option<usize> {
+    h.windows(n.len()).position(|w| w == n)
+}
