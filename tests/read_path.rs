@@ -101,6 +101,7 @@ fn control_directory_is_hidden_but_reachable_and_stats_count_reads() {
 fn in_order_reads_prefetch_ahead_and_drop_cache_makes_reads_cold() {
     let _timeout = require_mount();
     let _serial = serial();
+    shared_sample().expect("this test needs ../shared/data/imagenet-sample (at least 16 files)");
     let tmp = disk_tempdir();
     let (src, pack) = packed(tmp.path());
     // Push-ahead off: this test counts READ requests and pack-cache misses of read-ahead alone.
