@@ -5,15 +5,31 @@
 
 use anyhow::{Result, bail};
 
+/// [`parse_size`] where `all` is not a size (`--cache-size`, budgets). Errors: as
+/// [`parse_size`], or `all`.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    parse_size(s)?.ok_or_else(|| "give a size such as 2G".to_string())
+}
+
 /// Memory left free when checking a pin or warm budget, bytes.
 pub const MEMORY_MARGIN: u64 = 512 << 20;
 
-/// Parses a size: plain bytes or with a K/M/G/T suffix (powers of 1024), e.g. `512M`, `2G`.
-/// `all` gives `None`.
+/// Parses a size: plain bytes or with a K/M/G/T suffix (powers of 1024; `2GB` and `2GiB`
+/// read as `2G`), e.g. `512M`, `2G`. `all` gives `None`.
 pub fn parse_size(s: &str) -> Result<Option<u64>, String> {
-    let t = s.trim();
+    let mut t = s.trim();
     if t.eq_ignore_ascii_case("all") {
         return Ok(None);
+    }
+    for unit in ["ib", "b"] {
+        let n = t.len();
+        if n > unit.len() + 1
+            && t[n - unit.len()..].eq_ignore_ascii_case(unit)
+            && t.as_bytes()[n - unit.len() - 1].is_ascii_alphabetic()
+        {
+            t = &t[..n - unit.len()];
+            break;
+        }
     }
     let (num, mult) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {
@@ -164,6 +180,10 @@ mod tests {
         assert_eq!(parse_size("512M"), Ok(Some(512 << 20)));
         assert_eq!(parse_size("2g"), Ok(Some(2 << 30)));
         assert_eq!(parse_size("1.5K"), Ok(Some(1536)));
+        assert_eq!(parse_size("2GB"), Ok(Some(2 << 30)));
+        assert_eq!(parse_size("2GiB"), Ok(Some(2 << 30)));
+        assert_eq!(parse_size("64mb"), Ok(Some(64 << 20)));
+        assert!(parse_size("2B").is_err());
         assert!(parse_size("12Q").is_err());
         assert!(parse_size("lots").is_err());
         assert!(parse_size("-1G").is_err());

@@ -2,7 +2,7 @@
 //! converted once into what the server needs ([`MountArgs::server_options`]).
 
 use crate::decode::DecodeOptions;
-use crate::memory::parse_size;
+use crate::memory::{parse_bytes, parse_size};
 use crate::readahead::ReadAheadOptions;
 use crate::view::Views;
 use anyhow::Result;
@@ -114,10 +114,6 @@ pub struct SourceArgs {
     /// How a pack at an s3:// or https:// URL is reached and cached.
     #[command(flatten)]
     pub remote: crate::storage::object::RemoteArgs,
-}
-
-pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
-    parse_size(s)?.ok_or_else(|| "give a size such as 2G".to_string())
 }
 
 fn parse_format(s: &str) -> Result<crate::formats::Format, String> {

@@ -32,12 +32,12 @@
 pub mod ledger;
 pub mod pin;
 pub mod push;
+mod report;
 pub mod stream;
 pub mod warm;
 
 use crate::catalog::{Extent, ObjectId};
 use crate::ino::record_ino;
-use crate::report::{DropCacheReport, PinReport, PrefetchReport, PushReport, WarmStatus};
 use crate::samples::Samples;
 use ledger::Ledger;
 use pin::Pinner;
@@ -314,69 +314,6 @@ impl ReadAhead {
     /// way (see [`warm`]).
     pub fn foreground(&self) -> warm::Foreground<'_> {
         self.warm.foreground()
-    }
-
-    /// Forgets every stream, push mark and warm progress, and evicts every unpinned stored
-    /// page (drop-cache). `inodes_invalidated` is left for the caller.
-    pub fn drop_cache(&self) -> DropCacheReport {
-        let storage = self.samples.storage();
-        let objects = self.samples.catalog().objects();
-        let before = self.resident_bytes();
-        let mut error = None;
-        for (k, o) in objects.iter().enumerate() {
-            // Pinned pages stay (that is what pinning is for); only the rest is evicted.
-            let pinned = self.pinned_in(k as ObjectId);
-            if pinned < o.len {
-                if let Err(e) = storage.evict(k as ObjectId, &(pinned..o.len)) {
-                    error.get_or_insert(e.to_string());
-                }
-            }
-        }
-        self.streams.iter().for_each(Streams::reset);
-        self.ledgers.iter().for_each(Ledger::clear);
-        self.warm.reset();
-        self.push.reset();
-        DropCacheReport {
-            pack_resident_bytes_before: before,
-            pack_resident_bytes_after: self.resident_bytes(),
-            pinned_bytes: self.pin.pinned.load(Relaxed),
-            inodes_invalidated: 0,
-            error,
-        }
-    }
-
-    /// Bytes of all storage objects cached now.
-    pub fn resident_bytes(&self) -> u64 {
-        let storage = self.samples.storage();
-        let objects = self.samples.catalog().objects();
-        (0..objects.len())
-            .map(|k| storage.resident_bytes(k as ObjectId, &(0..objects[k].len)))
-            .sum()
-    }
-
-    /// The `prefetch`, `push_ahead`, `pin` and `warm` sections of the stats report.
-    pub fn report(&self) -> (PrefetchReport, PushReport, PinReport, WarmStatus) {
-        let s = &self.stats;
-        (
-            PrefetchReport {
-                max_window_bytes: self.opts.window_max,
-                requests: s.prefetch_requests.load(Relaxed),
-                bytes: self.ledgers.iter().map(|l| l.asked.load(Relaxed)).sum(),
-                served_bytes: self.ledgers.iter().map(|l| l.served.load(Relaxed)).sum(),
-                unserved_bytes: self.ledgers.iter().map(Ledger::unserved).sum(),
-                hits: s.prefetch_hits.load(Relaxed),
-            },
-            PushReport {
-                samples: s.pushed_samples.load(Relaxed),
-                bytes: s.pushed_bytes.load(Relaxed),
-                resets: s.push_resets.load(Relaxed),
-            },
-            PinReport {
-                target_bytes: self.pin.target.load(Relaxed),
-                pinned_bytes: self.pin.pinned.load(Relaxed),
-            },
-            self.warm.status(),
-        )
     }
 
     /// Whether stored pages are kept after serving (`--keep-pack-cache`).

@@ -56,7 +56,7 @@ pub struct RemoteArgs {
     /// Most bytes the cache directory holds, e.g. 20G: this pack's blocks (at most its size)
     /// and other packs' (removed least recently used first) (default: what it holds now plus
     /// the free space of its file system, less 5% of that file system's size).
-    #[arg(long, value_parser = crate::options::parse_bytes)]
+    #[arg(long, value_parser = crate::memory::parse_bytes)]
     pub cache_size: Option<u64>,
     /// Concurrent GETs at most.
     #[arg(long, default_value_t = 16)]

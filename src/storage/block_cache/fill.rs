@@ -4,12 +4,10 @@
 
 use super::blocks::State;
 use super::{BLOCK, Inner};
-use crate::storage::Storage;
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
-use std::sync::Arc;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::Ordering::Relaxed;
 
 /// Bytes received but not stored (the cache's file system is full): `(object range, bytes)`.
 pub(super) type Unstored = (Range<u64>, bytes::Bytes);
@@ -197,7 +195,7 @@ impl Inner {
     /// Checks blocks kept from an earlier mount against their CRC before first use. Each block
     /// is claimed (Unchecked → Checking) by one checker, so a damaged block is logged, counted
     /// and fetched once however many readers reach it at once.
-    fn check_unchecked(&self, blocks: Range<usize>) -> io::Result<Vec<Unstored>> {
+    pub(super) fn check_unchecked(&self, blocks: Range<usize>) -> io::Result<Vec<Unstored>> {
         let mut memory = Vec::new();
         for b in blocks {
             let slot = self.blocks.slot(b);
@@ -224,89 +222,5 @@ impl Inner {
             memory.extend(self.source.runtime().block_on(self.fetch(b..b + 1))?);
         }
         Ok(memory)
-    }
-
-    /// Fetches the blocks of `r` again and writes them over the cached ones, unless another
-    /// reader did so since generation `seen`. Bumps the generation: every sample is checked
-    /// again.
-    pub(super) fn refetch(&self, r: &Range<u64>, seen: u64) -> io::Result<()> {
-        let Ok(_g) = self.refetching.lock() else {
-            return Err(io::Error::other("poisoned"));
-        };
-        if self
-            .generation
-            .compare_exchange(seen, seen + 1, SeqCst, SeqCst)
-            .is_err()
-        {
-            return Ok(());
-        }
-        let blocks = self.blocks.covering(r);
-        if blocks.is_empty() {
-            return Ok(());
-        }
-        let whole = self.blocks.run_bytes(&blocks);
-        let bytes = self.source.get_blocking(whole.clone())?;
-        for b in blocks {
-            let br = self.blocks.bytes(b);
-            let chunk = &bytes[(br.start - whole.start) as usize..(br.end - whole.start) as usize];
-            self.data.write_all_at(chunk, br.start)?;
-            let c = crc32c::crc32c(chunk);
-            self.table.set(b, c, chunk.len() as u32)?;
-            self.blocks.slot(b).crc.store(c, Relaxed);
-        }
-        Ok(())
-    }
-
-    /// Fetches every missing block of `r`, [`super::MERGE`] bytes per GET, waiting for them
-    /// (the download of `--warm` and `pin`).
-    pub(super) fn fetch_all(&self, r: &Range<u64>) -> io::Result<()> {
-        let runs = self.blocks.claim(self.blocks.covering(r));
-        let results = self.source.runtime().block_on(futures::future::join_all(
-            runs.into_iter().map(|run| self.fetch(run)),
-        ));
-        for res in results {
-            res?;
-        }
-        Ok(())
-    }
-
-    /// Starts fetching the missing blocks of `r` without waiting; blocks kept from an earlier
-    /// mount are asked of the kernel (large asynchronous reads) and checked ahead of the
-    /// reader.
-    pub(super) fn will_need(me: &Arc<Inner>, r: &Range<u64>) {
-        let blocks = me.blocks.covering(r);
-        if blocks.is_empty() {
-            return;
-        }
-        let runs = me.blocks.claim(blocks.clone());
-        if runs.is_empty() {
-            if blocks
-                .clone()
-                .any(|b| me.blocks.slot(b).state() == State::Unchecked)
-            {
-                me.local.will_need(0, &me.blocks.run_bytes(&blocks));
-                let me = me.clone();
-                me.source.runtime().spawn_blocking({
-                    let me = me.clone();
-                    move || {
-                        if let Err(e) = me.check_unchecked(blocks) {
-                            log::warn!("checking cached blocks failed: {e}");
-                        }
-                    }
-                });
-            } else {
-                me.local.will_need(0, r);
-            }
-            return;
-        }
-        for run in runs {
-            let me2 = me.clone();
-            me.source.runtime().spawn(async move {
-                if let Err(e) = me2.fetch(run).await {
-                    me2.fetch_log
-                        .log(|| format!("read-ahead fetch failed: {e}"));
-                }
-            });
-        }
     }
 }

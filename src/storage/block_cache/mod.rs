@@ -18,6 +18,7 @@
 //! the cache's file system is full, the cache shrinks to what it holds and a fetched block
 //! that still cannot be stored is served from memory.
 
+mod ahead;
 mod blocks;
 mod budget;
 mod dir;
