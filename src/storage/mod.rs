@@ -7,6 +7,7 @@
 
 pub mod block_cache;
 pub mod chunks;
+mod endpoints;
 pub mod local;
 pub mod object;
 pub mod object_source;

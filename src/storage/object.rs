@@ -9,21 +9,16 @@
 //! `object_store` does not), web identity, container and instance metadata (from
 //! `object_store`); `--no-sign-request` sends unsigned requests for public buckets.
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use bytes::Bytes;
 use clap::Args;
-use object_store::aws::AmazonS3Builder;
-use object_store::http::HttpBuilder;
 use object_store::path::Path as ObjectPath;
-use object_store::{
-    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig,
-};
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 use std::io;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
 
 /// Options for packs at `s3://` and `https://` URLs (`mount`, `info`, `verify`, `pack`).
 #[derive(Args, Debug, Clone, Default)]
@@ -61,9 +56,11 @@ pub struct RemoteArgs {
     /// Concurrent GETs at most.
     #[arg(long, default_value_t = 16)]
     pub max_requests: usize,
-    /// Retries of a failed GET (5xx, SlowDown, reset, timeout) with jittered exponential
-    /// backoff from 100 ms, before the read answers EIO. 403/404/412 are never retried.
-    #[arg(long, default_value_t = 10)]
+    /// Most retries of a failed GET (5xx, SlowDown, reset, refused, timeout), with jittered
+    /// exponential backoff from 100 ms up to 15 s, before the read answers EIO; the default is
+    /// as many as fit in --retry-timeout, so an outage shorter than it fails no read.
+    /// 403/404/412 are never retried.
+    #[arg(long, default_value_t = 1000)]
     pub retries: usize,
     /// Longest time spent retrying one GET, seconds.
     #[arg(long, default_value_t = 120)]
@@ -137,55 +134,6 @@ fn io_error(url: &str, e: object_store::Error) -> io::Error {
     io::Error::new(kind, format!("{url}: {e}"))
 }
 
-/// Credentials of `profile` in the shared AWS files, and its region: `(key, secret, token,
-/// region)`. Files: `$AWS_SHARED_CREDENTIALS_FILE` (default `~/.aws/credentials`, sections
-/// `[name]`) and `$AWS_CONFIG_FILE` (default `~/.aws/config`, sections `[profile name]`, or
-/// `[default]`), as the AWS CLI documents them.
-type ProfileCreds = (
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-);
-
-fn profile_credentials(profile: &str) -> ProfileCreds {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let file = |var: &str, name: &str| {
-        std::env::var_os(var)
-            .map(PathBuf::from)
-            .or_else(|| home.as_ref().map(|h| h.join(".aws").join(name)))
-    };
-    let load = |p: Option<PathBuf>| p.and_then(|p| ini::Ini::load_from_file(p).ok());
-    let creds = load(file("AWS_SHARED_CREDENTIALS_FILE", "credentials"));
-    let config = load(file("AWS_CONFIG_FILE", "config"));
-    let config_section = if profile == "default" {
-        "default".to_string()
-    } else {
-        format!("profile {profile}")
-    };
-    let get = |key: &str| -> Option<String> {
-        creds
-            .as_ref()
-            .and_then(|c| c.section(Some(profile))?.get(key).map(str::to_string))
-            .or_else(|| {
-                config
-                    .as_ref()
-                    .and_then(|c| c.section(Some(config_section.as_str()))?.get(key))
-                    .map(str::to_string)
-            })
-    };
-    (
-        get("aws_access_key_id"),
-        get("aws_secret_access_key"),
-        get("aws_session_token"),
-        get("region"),
-    )
-}
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 impl ObjectClient {
     /// A client of the object at `url` (`s3://bucket/key`, `https://host/path`, or
     /// `http://host/path` with `--allow-http`). Nothing is requested yet.
@@ -193,113 +141,7 @@ impl ObjectClient {
     /// Errors: a malformed URL, plain http without `--allow-http`, an unreadable CA bundle, no
     /// credentials when instance metadata is disabled (`AWS_EC2_METADATA_DISABLED=true`).
     pub fn new(url: &str, args: &RemoteArgs) -> Result<ObjectClient> {
-        let lower = url.to_ascii_lowercase();
-        let mut client = ClientOptions::new()
-            .with_timeout(Duration::from_secs(args.request_timeout.max(1)))
-            .with_connect_timeout(Duration::from_secs(10))
-            .with_allow_http(args.allow_http);
-        let ca = args
-            .ca_bundle
-            .clone()
-            .or_else(|| env("AWS_CA_BUNDLE").map(PathBuf::from));
-        if let Some(ca) = ca {
-            let pem = std::fs::read(&ca)
-                .with_context(|| format!("cannot read the CA bundle {}", ca.display()))?;
-            for c in object_store::Certificate::from_pem_bundle(&pem)
-                .with_context(|| format!("{}: not a PEM certificate bundle", ca.display()))?
-            {
-                client = client.with_root_certificate(c);
-            }
-        }
-        let retry = RetryConfig {
-            backoff: BackoffConfig {
-                init_backoff: Duration::from_millis(100),
-                max_backoff: Duration::from_secs(15),
-                base: 2.0,
-            },
-            max_retries: args.retries,
-            retry_timeout: Duration::from_secs(args.retry_timeout.max(1)),
-        };
-        let (store, path): (Arc<dyn ObjectStore>, ObjectPath) = if lower.starts_with("s3://") {
-            let rest = &url[5..];
-            let (bucket, key) = rest
-                .split_once('/')
-                .filter(|(b, k)| !b.is_empty() && !k.is_empty())
-                .ok_or_else(|| anyhow!("{url}: give s3://BUCKET/KEY"))?;
-            let mut b = AmazonS3Builder::from_env()
-                .with_bucket_name(bucket)
-                .with_retry(retry);
-            let endpoint = args
-                .endpoint_url
-                .clone()
-                .or_else(|| env("AWS_ENDPOINT_URL"));
-            if let Some(ep) = &endpoint {
-                if ep.to_ascii_lowercase().starts_with("http://") && !args.allow_http {
-                    bail!("{ep}: a plain http endpoint needs --allow-http");
-                }
-                b = b.with_endpoint(ep);
-            }
-            let profile = args
-                .profile
-                .clone()
-                .or_else(|| env("AWS_PROFILE"))
-                .unwrap_or_else(|| "default".into());
-            let (pkey, psecret, ptoken, pregion) = profile_credentials(&profile);
-            let region = args
-                .region
-                .clone()
-                .or_else(|| env("AWS_REGION"))
-                .or_else(|| env("AWS_DEFAULT_REGION"))
-                .or(pregion)
-                .unwrap_or_else(|| "us-east-1".into());
-            b = b.with_region(region);
-            if args.no_sign_request {
-                b = b.with_skip_signature(true);
-            } else if env("AWS_ACCESS_KEY_ID").is_none()
-                && env("AWS_WEB_IDENTITY_TOKEN_FILE").is_none()
-                && env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_none()
-                && env("AWS_CONTAINER_CREDENTIALS_FULL_URI").is_none()
-            {
-                if let (Some(k), Some(s)) = (pkey, psecret) {
-                    b = b.with_access_key_id(k).with_secret_access_key(s);
-                    if let Some(t) = ptoken {
-                        b = b.with_token(t);
-                    }
-                } else if env("AWS_EC2_METADATA_DISABLED")
-                    .is_some_and(|v| v.eq_ignore_ascii_case("true"))
-                {
-                    bail!(
-                        "{url}: no AWS credentials (none in the environment or profile {profile:?}, and instance metadata is disabled); use --no-sign-request for a public bucket"
-                    );
-                }
-            }
-            let store = b
-                .with_client_options(client)
-                .build()
-                .with_context(|| format!("{url}: cannot set up the S3 client"))?;
-            (Arc::new(store), ObjectPath::from(key))
-        } else if lower.starts_with("https://") || lower.starts_with("http://") {
-            if lower.starts_with("http://") && !args.allow_http {
-                bail!("{url}: plain http needs --allow-http (bytes travel unencrypted)");
-            }
-            let scheme_end = url.find("://").unwrap() + 3;
-            let slash = url[scheme_end..]
-                .find('/')
-                .map(|p| p + scheme_end)
-                .filter(|&p| p + 1 < url.len())
-                .ok_or_else(|| anyhow!("{url}: no object path after the host"))?;
-            let path = ObjectPath::from_url_path(&url[slash + 1..])
-                .with_context(|| format!("{url}: bad object path"))?;
-            let store = HttpBuilder::new()
-                .with_url(&url[..slash])
-                .with_client_options(client)
-                .with_retry(retry)
-                .build()
-                .with_context(|| format!("{url}: cannot set up the HTTP client"))?;
-            (Arc::new(store), path)
-        } else {
-            bail!("{url}: not an s3://, https:// or http:// URL");
-        };
+        let (store, path) = super::endpoints::store_for(url, args)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("loosefs-net")

@@ -1,0 +1,181 @@
+//! How a URL becomes a configured `object_store` client: S3 (endpoint, region, credentials
+//! from the environment or the shared profile files, unsigned requests) or plain HTTP(S)
+//! ranges, with the timeouts, retries and CA bundle of [`RemoteArgs`].
+
+use super::object::RemoteArgs;
+use anyhow::{Context, Result, anyhow, bail};
+use object_store::aws::AmazonS3Builder;
+use object_store::http::HttpBuilder;
+use object_store::path::Path as ObjectPath;
+use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Credentials of `profile` in the shared AWS files, and its region: `(key, secret, token,
+/// region)`. Files: `$AWS_SHARED_CREDENTIALS_FILE` (default `~/.aws/credentials`, sections
+/// `[name]`) and `$AWS_CONFIG_FILE` (default `~/.aws/config`, sections `[profile name]`, or
+/// `[default]`), as the AWS CLI documents them.
+type ProfileCreds = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+fn profile_credentials(profile: &str) -> ProfileCreds {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let file = |var: &str, name: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(".aws").join(name)))
+    };
+    let load = |p: Option<PathBuf>| p.and_then(|p| ini::Ini::load_from_file(p).ok());
+    let creds = load(file("AWS_SHARED_CREDENTIALS_FILE", "credentials"));
+    let config = load(file("AWS_CONFIG_FILE", "config"));
+    let config_section = if profile == "default" {
+        "default".to_string()
+    } else {
+        format!("profile {profile}")
+    };
+    let get = |key: &str| -> Option<String> {
+        creds
+            .as_ref()
+            .and_then(|c| c.section(Some(profile))?.get(key).map(str::to_string))
+            .or_else(|| {
+                config
+                    .as_ref()
+                    .and_then(|c| c.section(Some(config_section.as_str()))?.get(key))
+                    .map(str::to_string)
+            })
+    };
+    (
+        get("aws_access_key_id"),
+        get("aws_secret_access_key"),
+        get("aws_session_token"),
+        get("region"),
+    )
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The store and object path of `url` (`s3://bucket/key`, `https://host/path`, or
+/// `http://host/path` with `--allow-http`). Nothing is requested yet.
+///
+/// Errors: a malformed URL, plain http without `--allow-http`, an unreadable CA bundle, no
+/// credentials when instance metadata is disabled (`AWS_EC2_METADATA_DISABLED=true`).
+pub(super) fn store_for(
+    url: &str,
+    args: &RemoteArgs,
+) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+    let lower = url.to_ascii_lowercase();
+    let mut client = ClientOptions::new()
+        .with_timeout(Duration::from_secs(args.request_timeout.max(1)))
+        .with_connect_timeout(Duration::from_secs(10))
+        .with_allow_http(args.allow_http);
+    let ca = args
+        .ca_bundle
+        .clone()
+        .or_else(|| env("AWS_CA_BUNDLE").map(PathBuf::from));
+    if let Some(ca) = ca {
+        let pem = std::fs::read(&ca)
+            .with_context(|| format!("cannot read the CA bundle {}", ca.display()))?;
+        for c in object_store::Certificate::from_pem_bundle(&pem)
+            .with_context(|| format!("{}: not a PEM certificate bundle", ca.display()))?
+        {
+            client = client.with_root_certificate(c);
+        }
+    }
+    let retry = RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(15),
+            base: 2.0,
+        },
+        max_retries: args.retries,
+        retry_timeout: Duration::from_secs(args.retry_timeout.max(1)),
+    };
+    let (store, path): (Arc<dyn ObjectStore>, ObjectPath) = if lower.starts_with("s3://") {
+        let rest = &url[5..];
+        let (bucket, key) = rest
+            .split_once('/')
+            .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+            .ok_or_else(|| anyhow!("{url}: give s3://BUCKET/KEY"))?;
+        let mut b = AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_retry(retry);
+        let endpoint = args
+            .endpoint_url
+            .clone()
+            .or_else(|| env("AWS_ENDPOINT_URL"));
+        if let Some(ep) = &endpoint {
+            if ep.to_ascii_lowercase().starts_with("http://") && !args.allow_http {
+                bail!("{ep}: a plain http endpoint needs --allow-http");
+            }
+            b = b.with_endpoint(ep);
+        }
+        let profile = args
+            .profile
+            .clone()
+            .or_else(|| env("AWS_PROFILE"))
+            .unwrap_or_else(|| "default".into());
+        let (pkey, psecret, ptoken, pregion) = profile_credentials(&profile);
+        let region = args
+            .region
+            .clone()
+            .or_else(|| env("AWS_REGION"))
+            .or_else(|| env("AWS_DEFAULT_REGION"))
+            .or(pregion)
+            .unwrap_or_else(|| "us-east-1".into());
+        b = b.with_region(region);
+        if args.no_sign_request {
+            b = b.with_skip_signature(true);
+        } else if env("AWS_ACCESS_KEY_ID").is_none()
+            && env("AWS_WEB_IDENTITY_TOKEN_FILE").is_none()
+            && env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_none()
+            && env("AWS_CONTAINER_CREDENTIALS_FULL_URI").is_none()
+        {
+            if let (Some(k), Some(s)) = (pkey, psecret) {
+                b = b.with_access_key_id(k).with_secret_access_key(s);
+                if let Some(t) = ptoken {
+                    b = b.with_token(t);
+                }
+            } else if env("AWS_EC2_METADATA_DISABLED")
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+            {
+                bail!(
+                    "{url}: no AWS credentials (none in the environment or profile {profile:?}, and instance metadata is disabled); use --no-sign-request for a public bucket"
+                );
+            }
+        }
+        let store = b
+            .with_client_options(client)
+            .build()
+            .with_context(|| format!("{url}: cannot set up the S3 client"))?;
+        (Arc::new(store), ObjectPath::from(key))
+    } else if lower.starts_with("https://") || lower.starts_with("http://") {
+        if lower.starts_with("http://") && !args.allow_http {
+            bail!("{url}: plain http needs --allow-http (bytes travel unencrypted)");
+        }
+        let scheme_end = url.find("://").unwrap() + 3;
+        let slash = url[scheme_end..]
+            .find('/')
+            .map(|p| p + scheme_end)
+            .filter(|&p| p + 1 < url.len())
+            .ok_or_else(|| anyhow!("{url}: no object path after the host"))?;
+        let path = ObjectPath::from_url_path(&url[slash + 1..])
+            .with_context(|| format!("{url}: bad object path"))?;
+        let store = HttpBuilder::new()
+            .with_url(&url[..slash])
+            .with_client_options(client)
+            .with_retry(retry)
+            .build()
+            .with_context(|| format!("{url}: cannot set up the HTTP client"))?;
+        (Arc::new(store), path)
+    } else {
+        bail!("{url}: not an s3://, https:// or http:// URL");
+    };
+    Ok((store, path))
+}
