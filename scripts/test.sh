@@ -20,7 +20,7 @@ VENV=$(scripts/python-env.sh)
 export LOOSEFS_TEST_TIMEOUT=${LOOSEFS_TEST_TIMEOUT:-900}
 if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ]; then
   echo "== cargo test (including the mount tests)"
-  cargo test --release -- --include-ignored
+  cargo test --release --no-fail-fast -- --include-ignored
 elif [ "${CI:-}" = true ]; then
   echo "== cargo test (no mount tests: this machine cannot mount)"
   cargo test --release

@@ -46,20 +46,25 @@ impl Dataset {
             match Pack::open(src) {
                 Ok(p) => return Ok(Dataset::Pack(p)),
                 Err(FormatError::NotAPack(why)) => {
-                    // A file in a format detected: its own errors name the file and what is
-                    // wrong. In none: say why it is not a pack either.
-                    if let Err(e) = crate::formats::detect(src) {
-                        return Err(
-                            e.context(format!("{}: not a loosefs pack ({why})", src.display()))
-                        );
-                    }
-                    return crate::formats::index::open(
+                    // A file in another format: its own errors name the file and what is
+                    // wrong. A zip (a damaged pack is one too) or no format: say why it is not
+                    // a pack either.
+                    let why = format!("{}: not a loosefs pack ({why})", src.display());
+                    let format = match crate::formats::detect(src) {
+                        Err(e) => return Err(e.context(why)),
+                        Ok(f) => f,
+                    };
+                    let r = crate::formats::index::open(
                         src,
                         &opts,
                         args.index_dir.as_deref(),
                         progress,
                     )
                     .map(Dataset::Foreign);
+                    return match format {
+                        crate::formats::Format::Zip => r.context(why),
+                        _ => r,
+                    };
                 }
                 Err(e) => {
                     return Err(e).with_context(|| format!("cannot open pack {}", src.display()));
