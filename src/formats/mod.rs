@@ -317,16 +317,36 @@ pub fn scan(src: &Path, format: Format, opts: &ScanOptions) -> Result<Scan> {
     Ok(s)
 }
 
-/// A file or directory name safe to show: no `/` or NUL, not `.` or `..`, not empty.
+/// Longest name a directory entry may have, bytes (Linux `NAME_MAX`; the kernel refuses a
+/// listing that holds a longer one).
+pub const NAME_MAX: usize = 255;
+
+/// A file or directory name safe to show: no `/` or NUL, not `.` or `..`, not empty, at most
+/// [`NAME_MAX`] bytes (a longer one keeps its start and its extension around a hash of the
+/// whole name, so it stays unique and loaders still see its type).
 pub fn safe_name(n: &str) -> String {
     let s: String = n
         .chars()
         .map(|c| if c == '/' || c == '\0' { '_' } else { c })
         .collect();
-    match s.as_str() {
+    let s = match s.as_str() {
         "" | "." | ".." => format!("_{s}"),
         _ => s,
+    };
+    if s.len() <= NAME_MAX {
+        return s;
     }
+    let ext = s
+        .rsplit_once('.')
+        .map(|(_, e)| e)
+        .filter(|e| !e.is_empty() && e.len() <= 16)
+        .map_or(String::new(), |e| format!(".{e}"));
+    let tag = format!("~{:016x}", xxhash_rust::xxh3::xxh3_64(s.as_bytes()));
+    let mut keep = NAME_MAX - tag.len() - ext.len();
+    while !s.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!("{}{tag}{ext}", &s[..keep])
 }
 
 /// The directory path (components) each sample goes in: the archive's own directories when the
@@ -613,5 +633,25 @@ mod tests {
             name_classes(&s, Some(&names)),
             [vec!["0005_b"], vec!["0009_a"]]
         );
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn long_names_are_cut_to_name_max_keeping_their_extension_and_uniqueness() {
+        assert_eq!(safe_name("a/b"), "a_b");
+        assert_eq!(safe_name(".."), "_..");
+        let a = format!("{}.JPEG", "é".repeat(3000));
+        let b = format!("{}x.JPEG", "é".repeat(3000));
+        let (sa, sb) = (safe_name(&a), safe_name(&b));
+        assert!(sa.len() <= NAME_MAX && sb.len() <= NAME_MAX, "{}", sa.len());
+        assert!(sa.ends_with(".JPEG") && sb.ends_with(".JPEG"));
+        assert_ne!(sa, sb);
+        assert_eq!(safe_name(&a), sa, "deterministic");
+        let c = "x".repeat(NAME_MAX);
+        assert_eq!(safe_name(&c), c);
     }
 }
