@@ -335,7 +335,9 @@ fn foreign_dir(src: &Path) -> bool {
             rd.filter_map(|e| e.ok())
                 .all(|e| e.file_type().is_ok_and(|t| !t.is_dir()))
         }),
-        Err(_) => false,
+        // Damaged, but meant as a dataset (its index, or shard files only): packed as a plain
+        // tree it would hold the raw shards, so it is opened as a dataset and refused with why.
+        Err(_) => crate::formats::looks_like_dataset(src),
     }
 }
 

@@ -206,3 +206,21 @@ fn a_plain_directory_is_refused_with_what_to_do() {
         assert!(!err.contains("is not a directory"), "{cmd}: {err}");
     }
 }
+
+#[test]
+fn pack_of_a_damaged_dataset_directory_is_refused_not_packed_as_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("mds");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("index.json"), b"{\"shards\": [").unwrap();
+    std::fs::write(src.join("shard.00000.mds"), b"not a shard").unwrap();
+    let out = tmp.path().join("o.pack");
+    let o = loosefs(&[&"pack", &src, &out]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("looks like a dataset") && err.contains("mds: index.json"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing written");
+}

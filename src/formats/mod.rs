@@ -205,6 +205,13 @@ pub fn detect(src: &Path) -> Result<Format> {
             Err(why) => tried.push(format!("{}: {why}", f.name())),
         }
     }
+    if looks_like_dataset(src) {
+        bail!(
+            "{} looks like a dataset (an index.json, or only shard files) but no format loosefs reads accepts it; tried:\n  {}",
+            src.display(),
+            tried.join("\n  ")
+        )
+    }
     if src.is_dir() {
         bail!(
             "{d} is a plain directory, not a dataset in a packed format: pack it first with `loosefs pack {d} OUT.pack`, then `loosefs mount OUT.pack MOUNTPOINT`. Formats tried:\n  {}",
@@ -315,6 +322,27 @@ pub fn scan(src: &Path, format: Format, opts: &ScanOptions) -> Result<Scan> {
         .iter_mut()
         .for_each(|x| x.name = safe_name(&x.name));
     Ok(s)
+}
+
+/// Whether directory `dir` is meant as a dataset even if no format accepts it: it holds an
+/// `index.json` (MDS, LitData), or only files, some of them shards (`.tar`, `.tfrecord`,
+/// `.gmeta`).
+pub fn looks_like_dataset(dir: &Path) -> bool {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    let names: Vec<(String, bool)> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            let sub = e.file_type().is_ok_and(|t| t.is_dir());
+            (e.file_name().to_string_lossy().into_owned(), sub)
+        })
+        .collect();
+    let shard = |n: &str| n.ends_with(".tar") || n.ends_with(".tfrecord") || n.ends_with(".gmeta");
+    names.iter().any(|(n, _)| n == "index.json")
+        || (!names.is_empty()
+            && names.iter().all(|(_, d)| !d)
+            && names.iter().any(|(n, _)| shard(n)))
 }
 
 /// Longest name a directory entry may have, bytes (Linux `NAME_MAX`; the kernel refuses a
