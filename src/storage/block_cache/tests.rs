@@ -329,3 +329,18 @@ fn a_full_cache_disk_serves_from_memory_and_shrinks_the_cache() {
         "two passes received {received} bytes for {n}"
     );
 }
+
+#[test]
+fn drop_cache_evicts_pages_but_keeps_the_blocks() {
+    let w = World::new(4);
+    let c = w.open(64 << 20);
+    let n = w.data.len() as u64;
+    w.read(&c, 0..n).unwrap();
+    let gets = w.gets();
+    c.evict(0, &(0..n)).unwrap();
+    for b in 0..4 {
+        assert_eq!(c.state(b), State::Present);
+    }
+    assert_eq!(w.read(&c, 0..n).unwrap(), w.data);
+    assert_eq!(w.gets(), gets, "no block fetched again");
+}
