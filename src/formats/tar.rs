@@ -338,3 +338,72 @@ fn tar_scan(
         labels: labels.into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A WebDataset shard: `(key.ext, bytes)` members, written by the tar crate.
+    fn shard(dir: &Path, name: &str, members: &[(&str, &[u8])]) -> PathBuf {
+        let p = dir.join(name);
+        let mut b = ::tar::Builder::new(std::fs::File::create(&p).unwrap());
+        for (n, data) in members {
+            let mut h = ::tar::Header::new_ustar();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, n, *data).unwrap();
+        }
+        b.finish().unwrap();
+        p
+    }
+
+    #[test]
+    fn webdataset_samples_are_grouped_by_key_and_served_in_place() {
+        let d = tempfile::tempdir().unwrap();
+        let p = shard(
+            d.path(),
+            "s-000.tar",
+            &[
+                ("a/0001.jpg", b"\xff\xd8one"),
+                ("a/0001.cls", b"3"),
+                ("a/0002.jpg", b"\xff\xd8two!"),
+                ("a/0002.cls", b"5"),
+            ],
+        );
+        let s = scan(&p, None, d.path()).unwrap();
+        assert_eq!(s.samples.len(), 2);
+        let bytes = std::fs::read(&p).unwrap();
+        let got: Vec<&[u8]> = s
+            .samples
+            .iter()
+            .map(|x| &bytes[x.range.start as usize..x.range.end as usize])
+            .collect();
+        assert_eq!(got, vec![&b"\xff\xd8one"[..], &b"\xff\xd8two!"[..]]);
+        assert_eq!(
+            s.samples.iter().map(|x| x.label).collect::<Vec<_>>(),
+            vec![Some(3), Some(5)]
+        );
+    }
+
+    #[test]
+    fn truncated_and_damaged_shards_are_refused_naming_the_file() {
+        let d = tempfile::tempdir().unwrap();
+        let p = shard(
+            d.path(),
+            "s.tar",
+            &[("k.jpg", &[7u8; 3000]), ("k.cls", b"1")],
+        );
+        let good = std::fs::read(&p).unwrap();
+        // Cut inside the first member's data.
+        std::fs::write(&p, &good[..1500]).unwrap();
+        let e = format!("{:#}", scan(&p, None, d.path()).unwrap_err());
+        assert!(e.contains("s.tar"), "{e}");
+        // A header whose size field claims more than the file holds.
+        let mut bad = good.clone();
+        bad[124..136].copy_from_slice(b"77777777777\0");
+        std::fs::write(&p, &bad).unwrap();
+        let e = format!("{:#}", scan(&p, None, d.path()).unwrap_err());
+        assert!(e.contains("s.tar"), "{e}");
+    }
+}

@@ -269,3 +269,116 @@ pub fn scan(src: &Path, label_feature: Option<&str>) -> Result<Scan> {
         labels: "image/class/label as stored (1-based for ImageNet: directory 0001 or the synset of label 1 is ImageFolder class 0); names from image/class/synset".into(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A protobuf length-delimited field.
+    fn field(num: u64, body: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        let mut put = |mut x: u64| loop {
+            let b = (x & 0x7f) as u8;
+            x >>= 7;
+            if x == 0 {
+                v.push(b);
+                break;
+            }
+            v.push(b | 0x80);
+        };
+        put((num << 3) | 2);
+        put(body.len() as u64);
+        v.extend_from_slice(body);
+        v
+    }
+
+    /// A `tf.train.Example` with `image/encoded` = `image` and `image/class/label` = `label`.
+    fn example(image: &[u8], label: u64) -> Vec<u8> {
+        let bytes_list = field(1, &field(1, image));
+        let mut varint = vec![0x08];
+        let mut x = label;
+        loop {
+            let b = (x & 0x7f) as u8;
+            x >>= 7;
+            if x == 0 {
+                varint.push(b);
+                break;
+            }
+            varint.push(b | 0x80);
+        }
+        let int64_list = field(3, &field(1, &varint[1..]));
+        let entry =
+            |k: &str, f: Vec<u8>| field(1, &[field(1, k.as_bytes()), field(2, &f)].concat());
+        let features = [
+            entry("image/encoded", bytes_list),
+            entry("image/class/label", int64_list),
+        ]
+        .concat();
+        field(1, &features)
+    }
+
+    fn record(data: &[u8]) -> Vec<u8> {
+        let len = (data.len() as u64).to_le_bytes();
+        let mut r = len.to_vec();
+        r.extend_from_slice(&masked(crc32c::crc32c(&len)).to_le_bytes());
+        r.extend_from_slice(data);
+        r.extend_from_slice(&masked(crc32c::crc32c(data)).to_le_bytes());
+        r
+    }
+
+    fn file(records: &[Vec<u8>]) -> (tempfile::TempDir, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("train-00000");
+        std::fs::write(&p, records.concat()).unwrap();
+        (d, p)
+    }
+
+    #[test]
+    fn images_are_found_in_place_with_their_labels() {
+        let jpeg = b"\xff\xd8\xff\xe0 fake jpeg \xff\xd9".to_vec();
+        let recs = [
+            record(&example(&jpeg, 7)),
+            record(&example(b"\xff\xd8two", 300)),
+        ];
+        let (_d, p) = file(&recs);
+        let s = scan(&p, None).unwrap();
+        assert_eq!(s.samples.len(), 2);
+        let bytes = std::fs::read(&p).unwrap();
+        let r = &s.samples[0].range;
+        assert_eq!(&bytes[r.start as usize..r.end as usize], &jpeg[..]);
+        assert_eq!(s.samples[0].label, Some(7));
+        assert_eq!(s.samples[1].label, Some(300));
+    }
+
+    #[test]
+    fn damaged_records_are_refused_with_the_offset() {
+        let good = record(&example(b"\xff\xd8img", 1));
+        // Truncated inside the record.
+        let (_d, p) = file(&[good[..good.len() - 3].to_vec()]);
+        let e = scan(&p, None).unwrap_err().to_string();
+        assert!(
+            e.contains("record at byte 0") && e.contains("truncated"),
+            "{e}"
+        );
+        // A flipped data byte: the data CRC.
+        let mut bad = good.clone();
+        bad[20] ^= 1;
+        let (_d, p) = file(&[good.clone(), bad]);
+        let e = scan(&p, None).unwrap_err().to_string();
+        assert!(e.contains(&format!("record at byte {}", good.len())), "{e}");
+    }
+
+    #[test]
+    fn a_length_near_2_64_with_a_valid_length_crc_is_refused_not_a_panic() {
+        // 12 + len within 4 of 2^64: `end + 4` overflowed before it was checked.
+        for len in [u64::MAX, u64::MAX - 13, u64::MAX - 15, 1 << 62] {
+            let l = len.to_le_bytes();
+            let mut r = l.to_vec();
+            r.extend_from_slice(&masked(crc32c::crc32c(&l)).to_le_bytes());
+            r.extend_from_slice(&[0u8; 64]);
+            let (_d, p) = file(&[r]);
+            let e = scan(&p, None).unwrap_err().to_string();
+            assert!(e.contains("truncated record"), "{len}: {e}");
+        }
+    }
+}

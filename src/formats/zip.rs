@@ -109,3 +109,65 @@ pub fn scan(src: &std::path::Path) -> Result<Scan> {
         labels: "none: the archive's own tree".into(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn archive(p: &std::path::Path, members: &[(&str, &[u8], bool)]) {
+        let mut w = ::zip::ZipWriter::new(std::fs::File::create(p).unwrap());
+        for (name, data, deflate) in members {
+            let m = if *deflate {
+                ::zip::CompressionMethod::Deflated
+            } else {
+                ::zip::CompressionMethod::Stored
+            };
+            let o = ::zip::write::SimpleFileOptions::default().compression_method(m);
+            w.start_file(*name, o).unwrap();
+            w.write_all(data).unwrap();
+        }
+        w.finish().unwrap();
+    }
+
+    #[test]
+    fn stored_members_are_served_in_place_and_deflated_ones_as_chunks() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("a.zip");
+        let big = vec![9u8; 50_000];
+        archive(
+            &p,
+            &[
+                ("c1/x.jpg", b"\xff\xd8stored", false),
+                ("c2/y.jpg", &big, true),
+            ],
+        );
+        let s = scan(&p).unwrap();
+        assert_eq!(s.samples.len(), 2);
+        let bytes = std::fs::read(&p).unwrap();
+        let x = &s.samples[0];
+        assert_eq!(x.dir.as_deref(), Some("c1"));
+        assert_eq!(
+            &bytes[x.range.start as usize..x.range.end as usize],
+            b"\xff\xd8stored"
+        );
+        assert_eq!(x.crc32, Some(crc32fast::hash(b"\xff\xd8stored")));
+        // The deflated member is an object of its own, decompressed through the chunk cache.
+        let y = &s.samples[1];
+        let spec = s.chunks[y.object as usize].as_ref().expect("a chunk");
+        assert_eq!(spec.len, 50_000);
+        assert_eq!(y.range, 0..50_000);
+    }
+
+    #[test]
+    fn escaping_names_and_garbage_are_refused_naming_the_archive() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("evil.zip");
+        archive(&p, &[("../up.jpg", b"x", false)]);
+        let e = format!("{:#}", scan(&p).unwrap_err());
+        assert!(e.contains("evil.zip") && e.contains("../up.jpg"), "{e}");
+        std::fs::write(&p, b"PK\x03\x04 not really").unwrap();
+        let e = format!("{:#}", scan(&p).unwrap_err());
+        assert!(e.contains("evil.zip"), "{e}");
+    }
+}
