@@ -103,9 +103,12 @@ fn split(path: &str) -> (String, String, String, String) {
 
 /// Inflates gzip shard `gz` into `dir` once (kept while `gz` keeps its size and mtime; written
 /// to a temporary name and renamed), printing progress to stderr. Returns the `.tar`'s path.
+/// The copy inflated from an earlier version of the same shard is removed, so the directory
+/// holds one `.tar` per shard however often it changes.
 fn inflate(gz: &Path, dir: &Path) -> Result<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(gz)?;
+    let shard = xxhash_rust::xxh3::xxh3_64(gz.as_os_str().as_encoded_bytes());
     let key = xxhash_rust::xxh3::xxh3_64(
         format!(
             "{}\0{}\0{}.{}",
@@ -125,10 +128,11 @@ fn inflate(gz: &Path, dir: &Path) -> Result<PathBuf> {
         .or_else(|| name.strip_suffix(".tgz"))
         .or_else(|| name.strip_suffix(".gz"))
         .unwrap_or(&name);
-    let out = dir.join(format!("{key:016x}-{stem}.tar"));
+    let out = dir.join(format!("{shard:016x}-{key:016x}-{stem}.tar"));
     if out.is_file() {
         return Ok(out);
     }
+    let older = format!("{shard:016x}-");
     std::fs::create_dir_all(dir)?;
     eprintln!(
         "loosefs: inflating {} once into {}",
@@ -156,6 +160,13 @@ fn inflate(gz: &Path, dir: &Path) -> Result<PathBuf> {
     tmp.as_file().sync_all()?;
     tmp.persist(&out)
         .with_context(|| format!("cannot write {}", out.display()))?;
+    for e in std::fs::read_dir(dir)?.flatten() {
+        let n = e.file_name();
+        let n = n.to_string_lossy();
+        if n.starts_with(&older) && e.path() != out {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
     Ok(out)
 }
 
@@ -384,6 +395,39 @@ mod tests {
             s.samples.iter().map(|x| x.label).collect::<Vec<_>>(),
             vec![Some(3), Some(5)]
         );
+    }
+
+    #[test]
+    fn a_changed_gzip_shard_replaces_its_inflated_copy() {
+        let d = tempfile::tempdir().unwrap();
+        let tar = shard(
+            d.path(),
+            "s.tar",
+            &[("k.jpg", b"\xff\xd8a"), ("k.cls", b"1")],
+        );
+        let gz = d.path().join("s.tar.gz");
+        let write_gz = |extra: &[u8]| {
+            let mut e = flate2::write::GzEncoder::new(
+                std::fs::File::create(&gz).unwrap(),
+                flate2::Compression::fast(),
+            );
+            std::io::Write::write_all(&mut e, &std::fs::read(&tar).unwrap()).unwrap();
+            std::io::Write::write_all(&mut e, extra).unwrap();
+            e.finish().unwrap();
+        };
+        let dir = d.path().join("inflated");
+        write_gz(b"");
+        let a = inflate(&gz, &dir).unwrap();
+        assert_eq!(inflate(&gz, &dir).unwrap(), a, "kept while unchanged");
+        write_gz(&[0u8; 1024]);
+        let b = inflate(&gz, &dir).unwrap();
+        assert_ne!(a, b);
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert_eq!(left, vec![b], "one inflated copy per shard");
     }
 
     #[test]
