@@ -160,6 +160,7 @@ def main():
     ap.add_argument("--states", default="warm,cold,dropped")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--limit", type=int, default=0, help="files per pass (0 = all)")
+    ap.add_argument("--align", type=int, default=0, help="pack alignment in bytes (0 = pack's default)")
     ap.add_argument("--profiles", default="host", help="disk profiles: host, cloud, hdd (needs root)")
     ap.add_argument("--quick", action="store_true", help="CI smoke run: 1 repeat, few files, few scenarios")
     a = ap.parse_args()
@@ -173,7 +174,7 @@ def main():
     a.work.mkdir(parents=True, exist_ok=True)
     pack = a.work / (data.name + ".pack")
     t = time.perf_counter()
-    sh(BIN, "pack", data, pack, "--force")
+    sh(BIN, "pack", data, pack, "--force", *(["--align", str(a.align)] if a.align else []))
     pack_seconds = time.perf_counter() - t
     files = files_under(data)
     # Loader passes (ImageFolder, DataLoader, DALI) report files, not bytes: their served bytes
