@@ -274,39 +274,33 @@ pub fn scan(src: &Path, label_feature: Option<&str>) -> Result<Scan> {
 mod tests {
     use super::*;
 
-    /// A protobuf length-delimited field.
-    fn field(num: u64, body: &[u8]) -> Vec<u8> {
+    fn varint(mut x: u64) -> Vec<u8> {
         let mut v = Vec::new();
-        let mut put = |mut x: u64| loop {
+        loop {
             let b = (x & 0x7f) as u8;
             x >>= 7;
             if x == 0 {
                 v.push(b);
-                break;
+                return v;
             }
             v.push(b | 0x80);
-        };
-        put((num << 3) | 2);
-        put(body.len() as u64);
-        v.extend_from_slice(body);
-        v
+        }
+    }
+
+    /// A protobuf length-delimited field.
+    fn field(num: u64, body: &[u8]) -> Vec<u8> {
+        [
+            varint((num << 3) | 2),
+            varint(body.len() as u64),
+            body.to_vec(),
+        ]
+        .concat()
     }
 
     /// A `tf.train.Example` with `image/encoded` = `image` and `image/class/label` = `label`.
     fn example(image: &[u8], label: u64) -> Vec<u8> {
         let bytes_list = field(1, &field(1, image));
-        let mut varint = vec![0x08];
-        let mut x = label;
-        loop {
-            let b = (x & 0x7f) as u8;
-            x >>= 7;
-            if x == 0 {
-                varint.push(b);
-                break;
-            }
-            varint.push(b | 0x80);
-        }
-        let int64_list = field(3, &field(1, &varint[1..]));
+        let int64_list = field(3, &field(1, &varint(label)));
         let entry =
             |k: &str, f: Vec<u8>| field(1, &[field(1, k.as_bytes()), field(2, &f)].concat());
         let features = [

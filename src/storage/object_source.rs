@@ -39,7 +39,8 @@ pub trait ObjectSource: Send + Sync + std::fmt::Debug {
 }
 
 /// An in-memory object for tests: the bytes of one version, and faults to inject. Every
-/// successful GET is counted in [`FakeObject::stats`], as the real client counts them.
+/// successful GET is counted in [`ObjectSource::stats`], as the real client counts them.
+#[cfg(test)]
 #[derive(Debug)]
 pub struct FakeObject {
     rt: tokio::runtime::Runtime,
@@ -58,6 +59,7 @@ pub struct FakeObject {
     replaced: std::sync::atomic::AtomicBool,
 }
 
+#[cfg(test)]
 impl FakeObject {
     /// An object at `url` holding `data`, pinned to ETag `"v1"`.
     pub fn new(url: &str, data: Vec<u8>) -> FakeObject {
@@ -94,6 +96,7 @@ impl FakeObject {
     }
 }
 
+#[cfg(test)]
 impl ObjectSource for FakeObject {
     fn url(&self) -> &str {
         &self.url

@@ -103,8 +103,11 @@ pub fn require_mount() -> Timeout {
 
 /// A watchdog for one test: if the test has not ended within `$LOOSEFS_TEST_TIMEOUT` seconds
 /// (default 900), it prints the test's name and aborts the test binary, so a hung FUSE read
-/// fails the run with a name instead of hanging it. Dropping it ends the watch.
-pub struct Timeout(Option<std::sync::mpsc::Sender<()>>);
+/// fails the run with a name instead of hanging it. Dropping it ends the watch (the watcher
+/// sees its channel close).
+pub struct Timeout {
+    _watch: std::sync::mpsc::Sender<()>,
+}
 
 impl Timeout {
     /// Starts watching the calling test (named by its thread).
@@ -126,13 +129,7 @@ impl Timeout {
                 std::process::abort();
             }
         });
-        Timeout(Some(tx))
-    }
-}
-
-impl Drop for Timeout {
-    fn drop(&mut self) {
-        self.0.take();
+        Timeout { _watch: tx }
     }
 }
 

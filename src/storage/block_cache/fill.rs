@@ -14,7 +14,9 @@ pub(super) type Unstored = (Range<u64>, bytes::Bytes);
 
 /// The blocks a read holds against eviction, and the bytes of those that could not be stored.
 pub(super) struct Held {
+    /// The blocks held (each block's reader count raised).
     pub blocks: Range<usize>,
+    /// Bytes of blocks that could not be stored, to be copied over the file's holes.
     pub memory: Vec<Unstored>,
 }
 
