@@ -42,119 +42,180 @@ fn meta_layout(type_id: u8) -> Option<(usize, usize)> {
     })
 }
 
+/// The 24-byte file header: field count, sample count, allocation table offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Header {
+    fields: usize,
+    samples: u64,
+    alloc_table: u64,
+}
+
+/// Reads the header of `map`. Errors: truncation, another version, an unfinished file.
+fn header(map: &[u8]) -> Result<Header, String> {
+    let mut le = Le::new(map, 0);
+    let (Some(version), Some(nf), Some(_page), Some(n), Some(alloc)) =
+        (le.u16(), le.u16(), le.u32(), le.u64(), le.u64())
+    else {
+        return Err("truncated header".into());
+    };
+    if version != 2 {
+        return Err(format!("FFCV version {version}; loosefs reads version 2"));
+    }
+    if alloc == 0 {
+        return Err("the allocation table pointer is 0: the writer did not finish".into());
+    }
+    Ok(Header {
+        fields: usize::from(nf),
+        samples: n,
+        alloc_table: alloc,
+    })
+}
+
+/// The fields and the metadata table's row layout: (type id, name) per field, each field's
+/// offset in a row, and the row length (numpy `align=True`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Layout {
+    fields: Vec<(u8, String)>,
+    offsets: Vec<usize>,
+    row_len: usize,
+}
+
+/// Reads `nf` field descriptors after the header. Errors: truncation, a custom field type.
+fn layout(map: &[u8], nf: usize) -> Result<Layout, String> {
+    let (mut fields, mut offsets) = (Vec::new(), Vec::new());
+    let (mut row, mut max_align) = (0usize, 1);
+    for i in 0..nf {
+        let d = map
+            .get(24 + i * FIELD_LEN..24 + (i + 1) * FIELD_LEN)
+            .ok_or("truncated field descriptors")?;
+        let name: String = d[1..17]
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as char)
+            .collect();
+        let (size, align) = meta_layout(d[0])
+            .ok_or_else(|| format!("field {name} has type {} (custom): not readable", d[0]))?;
+        row = row.div_ceil(align) * align;
+        offsets.push(row);
+        row += size;
+        max_align = max_align.max(align);
+        fields.push((d[0], name));
+    }
+    Ok(Layout {
+        fields,
+        offsets,
+        row_len: row.div_ceil(max_align) * max_align,
+    })
+}
+
+/// The allocation table at `at` to the end of `map`: each allocation's size by its pointer.
+/// Allocations that run past the end of the file are left out (a sample using one is refused).
+fn allocations(map: &[u8], at: u64) -> Result<HashMap<u64, u64>, String> {
+    let table = usize::try_from(at)
+        .ok()
+        .and_then(|a| map.get(a..))
+        .ok_or("the allocation table lies past the end")?;
+    let len = map.len() as u64;
+    Ok(table
+        .chunks_exact(24)
+        .filter_map(|t| {
+            let mut le = Le::new(t, 8);
+            let (ptr, size) = (le.u64()?, le.u64()?);
+            (ptr.checked_add(size)? <= len).then_some((ptr, size))
+        })
+        .collect())
+}
+
+/// Sample `i` from its metadata row `row`: its image's range (checked against the allocation
+/// table), mode (jpg or raw RGB) and label.
+fn parse_sample(
+    row: &[u8],
+    layout: &Layout,
+    image: usize,
+    label: Option<usize>,
+    sizes: &HashMap<u64, u64>,
+    i: u64,
+) -> Result<Sample, String> {
+    let mut le = Le::new(row, layout.offsets[image]);
+    let (Some(&[mode]), Some(width), Some(height), Some(ptr)) =
+        (le.bytes(1), le.u16(), le.u16(), le.u64())
+    else {
+        return Err(format!("sample {i}: truncated image metadata"));
+    };
+    if mode > 1 {
+        return Err(format!(
+            "sample {i}: image mode {mode} (0 jpg and 1 raw are known)"
+        ));
+    }
+    let size = *sizes
+        .get(&ptr)
+        .ok_or_else(|| format!("sample {i}: its image at {ptr} is not in the allocation table"))?;
+    let pixels = (mode == 1).then_some((u32::from(width), u32::from(height)));
+    if let Some((w, h)) = pixels {
+        let need = u64::from(w) * u64::from(h) * 3;
+        if need != size {
+            return Err(format!(
+                "sample {i}: raw image {w}x{h} needs {need} bytes, its allocation has {size}"
+            ));
+        }
+    }
+    let label = label.and_then(|c| Le::new(row, layout.offsets[c]).u64().map(|v| v as i64));
+    Ok(Sample {
+        range: ptr..ptr + size,
+        label,
+        pixels,
+        ..Sample::default()
+    })
+}
+
+/// The name `info` shows for a field type id.
+fn type_name(t: u8) -> &'static str {
+    match t {
+        0 => "float",
+        1 => "int",
+        2 => "rgb_image",
+        3 => "bytes",
+        4 => "ndarray",
+        5 => "json",
+        _ => "tensor",
+    }
+}
+
 /// Reads the header, field descriptors, metadata table and allocation table.
 pub fn scan(src: &Path) -> Result<Scan> {
     let f = std::fs::File::open(src).with_context(|| format!("cannot open {}", src.display()))?;
     // SAFETY: a read-only map of a dataset file that must not change while indexed.
     let map = unsafe { memmap2::Mmap::map(&f) }?;
     let bad = |why: String| anyhow::anyhow!("{}: {why}", src.display());
-    let mut le = Le::new(&map, 0);
-    let (version, nf, _page) = (
-        le.u16().ok_or_else(|| bad("truncated header".into()))?,
-        le.u16().ok_or_else(|| bad("truncated header".into()))? as usize,
-        le.u32().ok_or_else(|| bad("truncated header".into()))?,
-    );
-    let n = le.u64().ok_or_else(|| bad("truncated header".into()))? as usize;
-    let alloc = le.u64().ok_or_else(|| bad("truncated header".into()))? as usize;
-    if version != 2 {
-        return Err(bad(format!(
-            "FFCV version {version}; loosefs reads version 2"
-        )));
-    }
-    if alloc == 0 {
-        return Err(bad(
-            "the allocation table pointer is 0: the writer did not finish".into(),
-        ));
-    }
-    let mut fields = Vec::new();
-    let mut offs = Vec::new();
-    let mut row = 0usize;
-    let mut max_align = 1;
-    for i in 0..nf {
-        let d = map
-            .get(24 + i * FIELD_LEN..24 + (i + 1) * FIELD_LEN)
-            .ok_or_else(|| bad("truncated field descriptors".into()))?;
-        let name: String = d[1..17]
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as char)
-            .collect();
-        let (size, align) = meta_layout(d[0]).ok_or_else(|| {
+    let h = header(&map).map_err(bad)?;
+    let layout = layout(&map, h.fields).map_err(bad)?;
+    let meta = 24 + h.fields * FIELD_LEN;
+    let n = usize::try_from(h.samples)
+        .ok()
+        .filter(|&n| {
+            n.checked_mul(layout.row_len)
+                .and_then(|l| l.checked_add(meta))
+                .is_some_and(|e| e <= map.len())
+        })
+        .ok_or_else(|| {
             bad(format!(
-                "field {name} has type {} (custom): not readable",
-                d[0]
+                "the metadata table of {} samples runs past the end",
+                h.samples
             ))
         })?;
-        row = row.div_ceil(align) * align;
-        offs.push(row);
-        row += size;
-        max_align = max_align.max(align);
-        fields.push((d[0], name));
-    }
-    let row_len = row.div_ceil(max_align) * max_align;
-    let meta = 24 + nf * FIELD_LEN;
-    if meta
-        .checked_add(n.saturating_mul(row_len))
-        .is_none_or(|e| e > map.len())
-    {
-        return Err(bad(format!(
-            "the metadata table of {n} samples runs past the end"
-        )));
-    }
-    let image = fields
-        .iter()
-        .position(|(t, _)| *t == 2)
+    let image = (layout.fields.iter().position(|(t, _)| *t == 2))
         .ok_or_else(|| bad("no RGBImageField".into()))?;
-    let label = fields.iter().position(|(t, _)| *t == 1);
-    let table = map
-        .get(alloc..)
-        .ok_or_else(|| bad("the allocation table lies past the end".into()))?;
-    let mut sizes: HashMap<u64, u64> = HashMap::new();
-    for t in table.chunks_exact(24) {
-        let ptr = u64::from_le_bytes(t[8..16].try_into()?);
-        let size = u64::from_le_bytes(t[16..24].try_into()?);
-        sizes.insert(ptr, size);
-    }
+    let label = layout.fields.iter().position(|(t, _)| *t == 1);
+    let sizes = allocations(&map, h.alloc_table).map_err(bad)?;
     let mtime = mtime_of(src);
     let digits = n.max(1).to_string().len().max(8);
     let mut samples = Vec::with_capacity(n);
     for i in 0..n {
-        let r = &map[meta + i * row_len..meta + (i + 1) * row_len];
-        let im = &r[offs[image]..offs[image] + 13];
-        let mode = im[0];
-        let width = u16::from_le_bytes(im[1..3].try_into()?);
-        let height = u16::from_le_bytes(im[3..5].try_into()?);
-        let ptr = u64::from_le_bytes(im[5..13].try_into()?);
-        if mode > 1 {
-            return Err(bad(format!(
-                "sample {i}: image mode {mode} (0 jpg and 1 raw are known)"
-            )));
-        }
-        let size = *sizes.get(&ptr).ok_or_else(|| {
-            bad(format!(
-                "sample {i}: its image at {ptr} is not in the allocation table"
-            ))
-        })?;
-        let label = label
-            .map(|c| i64::from_le_bytes(r[offs[c]..offs[c] + 8].try_into().unwrap_or_default()));
-        let pixels = (mode == 1).then_some((u32::from(width), u32::from(height)));
-        if let Some((w, h)) = pixels {
-            if u64::from(w) * u64::from(h) * 3 != size {
-                return Err(bad(format!(
-                    "sample {i}: raw image {w}x{h} needs {} bytes, its allocation has {size}",
-                    u64::from(w) * u64::from(h) * 3
-                )));
-            }
-        }
-        samples.push(Sample {
-            object: 0,
-            range: ptr..ptr + size,
-            label,
-            pixels,
-            name: format!("{i:0digits$}.{}", if mode == 1 { "ppm" } else { "jpg" }),
-            mtime,
-            ..Sample::default()
-        });
+        let row = &map[meta + i * layout.row_len..meta + (i + 1) * layout.row_len];
+        let s = parse_sample(row, &layout, image, label, &sizes, i as u64).map_err(bad)?;
+        let ext = if s.pixels.is_some() { "ppm" } else { "jpg" };
+        let name = format!("{i:0digits$}.{ext}");
+        samples.push(Sample { name, mtime, ..s });
     }
     Ok(Scan {
         format: Format::Ffcv,
@@ -162,22 +223,8 @@ pub fn scan(src: &Path) -> Result<Scan> {
         objects: vec![src.to_path_buf()],
         chunks: Vec::new(),
         samples,
-        fields: fields
-            .iter()
-            .map(|(t, n)| {
-                format!(
-                    "{n}:{}",
-                    match t {
-                        0 => "float",
-                        1 => "int",
-                        2 => "rgb_image",
-                        3 => "bytes",
-                        4 => "ndarray",
-                        5 => "json",
-                        _ => "tensor",
-                    }
-                )
-            })
+        fields: (layout.fields.iter())
+            .map(|(t, n)| format!("{n}:{}", type_name(*t)))
             .collect(),
         compression:
             "none (images as FFCV wrote them: re-encoded JPEG, or raw RGB behind a PPM header)"
@@ -186,3 +233,6 @@ pub fn scan(src: &Path) -> Result<Scan> {
             .into(),
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -16,6 +16,7 @@ use super::{ChunkSpec, Format, Le, Sample, Scan, mtime_of};
 use crate::storage::chunks::Codec;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
+use std::ops::Range;
 use std::path::Path;
 
 /// Ok when `src` is a directory whose `index.json` has `chunks` and `config`.
@@ -29,183 +30,264 @@ pub fn sniff(src: &Path) -> std::result::Result<(), String> {
     }
 }
 
+/// `index.json` as LitData's writer leaves it: only the fields loosefs reads.
+#[derive(Debug, serde::Deserialize)]
+struct IndexJson {
+    chunks: Vec<ChunkMeta>,
+    config: Config,
+}
+
+/// The dataset's `config`: codec, leaf formats, encryption.
+#[derive(Debug, serde::Deserialize)]
+struct Config {
+    #[serde(default)]
+    compression: Option<String>,
+    #[serde(default)]
+    compression_level: Option<Value>,
+    data_format: Vec<String>,
+    #[serde(default)]
+    encryption: Option<Value>,
+}
+
+/// One chunk's entry: its file name and item count.
+#[derive(Debug, serde::Deserialize)]
+struct ChunkMeta {
+    filename: String,
+    #[serde(default)]
+    chunk_size: Option<u64>,
+}
+
+/// The leaves loosefs reads: the image (first jpeg/png), label (first int), class (first str).
+#[derive(Debug, Clone, Copy)]
+struct Leaves {
+    count: usize,
+    image: usize,
+    png: bool,
+    label: Option<usize>,
+    class: Option<usize>,
+}
+
+impl Leaves {
+    fn new(formats: &[String]) -> Result<Leaves, String> {
+        let image = (formats.iter().position(|f| f == "jpeg" || f == "png"))
+            .ok_or_else(|| format!("no jpeg or png leaf in {formats:?}"))?;
+        Ok(Leaves {
+            count: formats.len(),
+            image,
+            png: formats[image] == "png",
+            label: formats.iter().position(|f| f == "int"),
+            class: formats.iter().position(|f| f == "str"),
+        })
+    }
+}
+
+/// How the chunks are stored, from `config`: zstd or not, and the zstd level name. Errors:
+/// encryption, another codec or level.
+fn codec(cfg: &Config) -> Result<(bool, &str), String> {
+    if cfg.encryption.as_ref().is_some_and(|e| !e.is_null()) {
+        return Err("chunks are encrypted: loosefs cannot serve them".into());
+    }
+    let zstd = match cfg.compression.as_deref() {
+        None => false,
+        Some("zstd") => true,
+        Some(c) => {
+            return Err(format!(
+                "chunks compressed with {c}: loosefs serves zstd or uncompressed LitData chunks"
+            ));
+        }
+    };
+    let level = (cfg.compression_level.as_ref())
+        .and_then(Value::as_str)
+        .unwrap_or("chunk");
+    if zstd && level != "batch" && level != "chunk" {
+        return Err(format!(
+            "compression_level {level:?}: loosefs serves zstd chunks at the batch or chunk level"
+        ));
+    }
+    Ok((zstd, level))
+}
+
 /// One storage object of a chunk file: its decompressed bytes (empty for the mapped file
 /// itself), its chunk spec (None: plain) and the item ranges in it.
-type Part = (Vec<u8>, Option<ChunkSpec>, Vec<(usize, usize)>);
+type Part = (Vec<u8>, Option<ChunkSpec>, Vec<Range<usize>>);
 
-/// Item ranges of an uncompressed chunk `data` (`u32 n | u32 offsets[n+1] | items`).
-fn classic(data: &[u8], bad: &dyn Fn(String) -> anyhow::Error) -> Result<Vec<(usize, usize)>> {
-    let mut le = Le::new(data, 0);
-    let n = le.u32().ok_or_else(|| bad("truncated header".into()))? as usize;
-    let offsets: Vec<u32> = (0..=n)
-        .map(|_| le.u32())
+/// The frames of an `LDFZ01` (batch-level zstd) chunk `map` of file `path`, each decompressed
+/// (bounded by its declared length and [`crate::storage::chunks::MAX_CHUNK`]) with its items'
+/// ranges in it.
+fn ldfz_parts(map: &[u8], path: &Path) -> Result<Vec<Part>> {
+    let bad = |why: &str| anyhow::anyhow!("{}: {why}", path.display());
+    let mut le = Le::new(map, 8);
+    let hdr = (le.u16(), le.u16(), le.u32(), le.u32(), le.u32());
+    let (Some(_ver), Some(_flags), Some(n), Some(_rows), Some(nf)) = hdr else {
+        return Err(bad("truncated LDFZ01 header"));
+    };
+    if u64::from(n) >= map.len() as u64 / 4 {
+        return Err(bad("truncated LDFZ01 offset table"));
+    }
+    let offsets: Vec<usize> = (0..=n)
+        .map(|_| le.u32().map(|o| o as usize))
         .collect::<Option<_>>()
-        .ok_or_else(|| bad("truncated offset table".into()))?;
-    Ok((0..n)
-        .map(|i| (offsets[i] as usize, offsets[i + 1] as usize))
-        .collect())
+        .ok_or_else(|| bad("truncated LDFZ01 offset table"))?;
+    let mut parts = Vec::new();
+    for k in 0..nf {
+        let fr = (le.u32(), le.u32(), le.u64(), le.u32(), le.u32());
+        let (Some(first), Some(count), Some(off), Some(clen), Some(ulen)) = fr else {
+            return Err(bad("truncated LDFZ01 frame table"));
+        };
+        let items = first.checked_add(count).filter(|&e| e <= n);
+        let (Some(end), Some(_)) = (
+            items,
+            off.checked_add(u64::from(clen))
+                .filter(|&e| e <= map.len() as u64),
+        ) else {
+            return Err(bad(&format!(
+                "frame {k} lies past the end of the chunk or its items"
+            )));
+        };
+        let spec = ChunkSpec {
+            codec: Codec::Zstd,
+            offset: off,
+            stored_len: u64::from(clen),
+            len: u64::from(ulen),
+            crc32: None,
+            parquet: None,
+        };
+        let data = spec.open(path)?.decompress()?;
+        let base = offsets[first as usize];
+        let items = (first as usize..end as usize)
+            .map(|i| offsets[i].wrapping_sub(base)..offsets[i + 1].wrapping_sub(base))
+            .collect();
+        parts.push((data, Some(spec), items));
+    }
+    Ok(parts)
+}
+
+/// A chunk-level zstd chunk: the whole uncompressed layout as one stream, bounded by
+/// [`crate::storage::chunks::MAX_CHUNK`].
+fn whole_zstd_part(map: &[u8], path: &Path) -> Result<Part> {
+    use std::io::Read;
+    let max = crate::storage::chunks::MAX_CHUNK;
+    let mut data = Vec::new();
+    zstd::stream::read::Decoder::new(map)
+        .and_then(|d| d.take(max + 1).read_to_end(&mut data))
+        .map_err(|e| anyhow::anyhow!("{}: not a zstd stream ({e})", path.display()))?;
+    if data.len() as u64 > max {
+        bail!(
+            "{}: decompresses to more than the {max} byte limit for one chunk",
+            path.display()
+        );
+    }
+    let spec = ChunkSpec {
+        codec: Codec::Zstd,
+        offset: 0,
+        stored_len: map.len() as u64,
+        len: data.len() as u64,
+        crc32: None,
+        parquet: None,
+    };
+    let items =
+        super::offset_table(&data).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok((data, Some(spec), items))
+}
+
+/// Item `i` at `item` of chunk bytes `bytes`: one u32 size per leaf, then the leaves.
+fn parse_item(
+    bytes: &[u8],
+    item: Range<usize>,
+    leaves: Leaves,
+    i: usize,
+) -> Result<Sample, String> {
+    if item.start > item.end || item.end > bytes.len() {
+        return Err(format!(
+            "item {i} at {}..{} lies past the end of its chunk",
+            item.start, item.end
+        ));
+    }
+    let mut r = Le::new(&bytes[..item.end], item.start);
+    let lens: Vec<u64> = (0..leaves.count)
+        .map(|_| r.u32().map(u64::from))
+        .collect::<Option<_>>()
+        .ok_or_else(|| format!("item {i}: truncated sizes"))?;
+    let ranges = super::consecutive(r.at as u64, &lens, item.end as u64)
+        .ok_or_else(|| format!("item {i}: its leaves run past its end"))?;
+    let leaf = |j: usize| &bytes[ranges[j].start as usize..ranges[j].end as usize];
+    Ok(Sample {
+        range: ranges[leaves.image].clone(),
+        label: (leaves.label).map(|j| i64::from_le_bytes(leaf(j).try_into().unwrap_or_default())),
+        class: (leaves.class).map(|j| String::from_utf8_lossy(leaf(j)).into_owned()),
+        ..Sample::default()
+    })
+}
+
+/// The storage objects of chunk `name` of `src`: its frames, its whole decompressed stream,
+/// or the file itself.
+fn chunk_parts(
+    src: &Path,
+    c: &ChunkMeta,
+    zstd: bool,
+) -> Result<(std::path::PathBuf, memmap2::Mmap, Vec<Part>)> {
+    let path = src.join(&c.filename);
+    let f = std::fs::File::open(&path).with_context(|| {
+        format!(
+            "{}: chunk {} is missing",
+            src.join("index.json").display(),
+            c.filename
+        )
+    })?;
+    // SAFETY: a read-only map of a dataset file that must not change while indexed.
+    let map = unsafe { memmap2::Mmap::map(&f) }?;
+    let bad = |why: String| anyhow::anyhow!("{}: {why}", path.display());
+    let parts = if map.starts_with(b"LDFZ01\0\0") {
+        ldfz_parts(&map, &path)?
+    } else if zstd {
+        vec![whole_zstd_part(&map, &path)?]
+    } else {
+        let items = super::offset_table(&map).map_err(bad)?;
+        if let Some(want) = c.chunk_size.filter(|&w| w != items.len() as u64) {
+            return Err(bad(format!(
+                "{} items, index.json says {want}",
+                items.len()
+            )));
+        }
+        vec![(Vec::new(), None, items)]
+    };
+    Ok((path, map, parts))
 }
 
 /// Reads `index.json` and every chunk's offset table and leaf sizes.
 pub fn scan(src: &Path) -> Result<Scan> {
     let ipath = src.join("index.json");
-    let v: Value = serde_json::from_slice(&std::fs::read(&ipath)?)
-        .with_context(|| format!("{}: not JSON", ipath.display()))?;
-    let cfg = &v["config"];
-    if !cfg["encryption"].is_null() {
-        bail!(
-            "{}: chunks are encrypted: loosefs cannot serve them",
-            ipath.display()
-        );
-    }
-    let zstd = match cfg["compression"].as_str() {
-        None => false,
-        Some("zstd") => true,
-        Some(c) => bail!(
-            "{}: chunks compressed with {c}: loosefs serves zstd or uncompressed LitData chunks",
-            ipath.display()
-        ),
-    };
-    let level = cfg["compression_level"].as_str().unwrap_or("chunk");
-    if zstd && level != "batch" && level != "chunk" {
-        bail!(
-            "{}: compression_level {level:?}: loosefs serves zstd chunks at the batch or chunk level",
-            ipath.display()
-        );
-    }
-    let formats: Vec<String> = serde_json::from_value(cfg["data_format"].clone())
-        .with_context(|| format!("{}: config.data_format", ipath.display()))?;
-    let image = formats
-        .iter()
-        .position(|f| f == "jpeg" || f == "png")
-        .with_context(|| format!("{}: no jpeg or png leaf in {formats:?}", ipath.display()))?;
-    let label = formats.iter().position(|f| f == "int");
-    let class = formats.iter().position(|f| f == "str");
-    let chunks = v["chunks"].as_array().context("index.json: no chunks")?;
-    let mut objects = Vec::new();
-    let mut specs = Vec::new();
-    let mut samples = Vec::new();
-    let mut global = 0u64;
-    for c in chunks {
-        let name = c["filename"]
-            .as_str()
-            .context("index.json: a chunk without filename")?;
-        if name.contains('/') {
+    let index: IndexJson = serde_json::from_slice(&std::fs::read(&ipath)?)
+        .with_context(|| format!("{}: not a LitData index", ipath.display()))?;
+    let at = |e: String| anyhow::anyhow!("{}: {e}", ipath.display());
+    let (zstd, level) = codec(&index.config).map_err(at)?;
+    let level = level.to_string();
+    let leaves = Leaves::new(&index.config.data_format).map_err(at)?;
+    let ext = if leaves.png { "png" } else { "jpg" };
+    let (mut objects, mut specs, mut samples) = (Vec::new(), Vec::new(), Vec::new());
+    for c in &index.chunks {
+        if c.filename.contains('/') {
             bail!(
-                "{}: chunk name {name:?} is not a plain file name",
-                ipath.display()
+                "{}: chunk name {:?} is not a plain file name",
+                ipath.display(),
+                c.filename
             );
         }
-        let path = src.join(name);
-        let f = std::fs::File::open(&path)
-            .with_context(|| format!("{}: chunk {name} is missing", ipath.display()))?;
-        let flen = f.metadata()?.len();
-        // SAFETY: a read-only map of a dataset file that must not change while indexed.
-        let map = unsafe { memmap2::Mmap::map(&f) }?;
-        let bad = |why: String| anyhow::anyhow!("{}: {why}", path.display());
+        let (path, map, parts) = chunk_parts(src, c, zstd)?;
         let mtime = mtime_of(&path);
-        // (object's decompressed or mapped bytes, its chunk spec, item ranges in them)
-        let mut parts: Vec<Part> = Vec::new();
-        if map.starts_with(b"LDFZ01\0\0") {
-            let mut le = Le::new(&map, 8);
-            let hdr = (le.u16(), le.u16(), le.u32(), le.u32(), le.u32());
-            let (Some(_ver), Some(_flags), Some(n), Some(_rows), Some(nf)) = hdr else {
-                return Err(bad("truncated LDFZ01 header".into()));
-            };
-            let offsets: Vec<u32> = (0..=n)
-                .map(|_| le.u32())
-                .collect::<Option<_>>()
-                .ok_or_else(|| bad("truncated LDFZ01 offset table".into()))?;
-            for k in 0..nf {
-                let fr = (le.u32(), le.u32(), le.u64(), le.u32(), le.u32());
-                let (Some(first), Some(count), Some(off), Some(clen), Some(ulen)) = fr else {
-                    return Err(bad("truncated LDFZ01 frame table".into()));
-                };
-                let end_item = first.checked_add(count).filter(|&e| e <= n);
-                if end_item.is_none() || off.checked_add(u64::from(clen)).is_none_or(|e| e > flen) {
-                    return Err(bad(format!(
-                        "frame {k} lies past the end of the chunk or its items"
-                    )));
-                }
-                let spec = ChunkSpec {
-                    codec: Codec::Zstd,
-                    offset: off,
-                    stored_len: u64::from(clen),
-                    len: u64::from(ulen),
-                    crc32: None,
-                    parquet: None,
-                };
-                let data = spec.open(&path)?.decompress()?;
-                let base = offsets[first as usize] as usize;
-                let items = (first..first + count)
-                    .map(|i| {
-                        let (s, e) = (
-                            offsets[i as usize] as usize,
-                            offsets[i as usize + 1] as usize,
-                        );
-                        (s.wrapping_sub(base), e.wrapping_sub(base))
-                    })
-                    .collect();
-                parts.push((data, Some(spec), items));
-            }
-        } else if zstd {
-            let data = zstd::stream::decode_all(&map[..])
-                .map_err(|e| bad(format!("not a zstd stream ({e})")))?;
-            let spec = ChunkSpec {
-                codec: Codec::Zstd,
-                offset: 0,
-                stored_len: flen,
-                len: data.len() as u64,
-                crc32: None,
-                parquet: None,
-            };
-            let items = classic(&data, &bad)?;
-            parts.push((data, Some(spec), items));
-        } else {
-            if let Some(want) = c["chunk_size"].as_u64() {
-                let n = Le::new(&map, 0)
-                    .u32()
-                    .ok_or_else(|| bad("truncated header".into()))?;
-                if want != u64::from(n) {
-                    return Err(bad(format!("{n} items, index.json says {want}")));
-                }
-            }
-            let items = classic(&map, &bad)?;
-            parts.push((Vec::new(), None, items));
-        }
         for (data, spec, items) in parts {
             let bytes: &[u8] = if spec.is_some() { &data } else { &map };
             let k = objects.len() as u32;
-            for (i, (s, e)) in items.into_iter().enumerate() {
-                if s > e || e > bytes.len() {
-                    return Err(bad(format!(
-                        "item {i} at {s}..{e} lies past the end of its chunk"
-                    )));
-                }
-                let mut r = Le::new(&bytes[..e], s);
-                let lens: Vec<u64> = (0..formats.len())
-                    .map(|_| r.u32().map(u64::from))
-                    .collect::<Option<_>>()
-                    .ok_or_else(|| bad(format!("item {i}: truncated sizes")))?;
-                let ranges = super::consecutive(r.at as u64, &lens, e as u64)
-                    .ok_or_else(|| bad(format!("item {i}: its leaves run past its end")))?;
-                let leaf = |j: usize| &bytes[ranges[j].start as usize..ranges[j].end as usize];
-                let ext = if formats[image] == "png" {
-                    "png"
-                } else {
-                    "jpg"
-                };
+            for (i, item) in items.into_iter().enumerate() {
+                let s = parse_item(bytes, item, leaves, i)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                let name = format!("{:08}.{ext}", samples.len());
                 samples.push(Sample {
                     object: k,
-                    range: ranges[image].clone(),
-                    label: label
-                        .map(|j| i64::from_le_bytes(leaf(j).try_into().unwrap_or_default())),
-                    class: class.map(|j| String::from_utf8_lossy(leaf(j)).into_owned()),
-                    name: format!("{global:08}.{ext}"),
+                    name,
                     mtime,
-                    ..Sample::default()
+                    ..s
                 });
-                global += 1;
             }
             objects.push(path.clone());
             specs.push(spec);
@@ -217,7 +299,7 @@ pub fn scan(src: &Path) -> Result<Scan> {
         objects,
         chunks: specs,
         samples,
-        fields: formats,
+        fields: index.config.data_format,
         compression: if zstd {
             format!("zstd ({level} level, served through the chunk cache)")
         } else {
@@ -226,3 +308,6 @@ pub fn scan(src: &Path) -> Result<Scan> {
         labels: "the int leaf as stored; class names from the first str leaf".into(),
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,6 +7,7 @@
 //! Layouts follow `../shared/research/formats.md` (checked byte by byte against the real
 //! writers' output); each parser's module doc names its source.
 
+mod bytes;
 pub mod ffcv;
 pub mod gulpio;
 #[cfg(test)]
@@ -20,6 +21,7 @@ pub mod tfrecord;
 pub mod zip;
 
 use anyhow::{Result, bail};
+pub(crate) use bytes::{Le, consecutive, offset_table};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -570,55 +572,6 @@ pub(crate) fn list_dir(dir: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<Pa
     }
     v.sort();
     Ok(v)
-}
-
-/// The byte ranges of fields of lengths `lens` laid one after the other from `at`, or `None`
-/// when they run past `end` (MDS columns and LitData leaves are stored this way).
-pub(crate) fn consecutive(mut at: u64, lens: &[u64], end: u64) -> Option<Vec<Range<u64>>> {
-    let mut out = Vec::with_capacity(lens.len());
-    for l in lens {
-        let next = at.checked_add(*l)?;
-        out.push(at..next);
-        at = next;
-    }
-    (at <= end).then_some(out)
-}
-
-/// A little-endian reader over a byte slice that reports truncation instead of panicking.
-pub(crate) struct Le<'a> {
-    /// The bytes read.
-    pub b: &'a [u8],
-    /// The next offset read.
-    pub at: usize,
-}
-
-impl<'a> Le<'a> {
-    /// A reader of `b` from offset `at`.
-    pub fn new(b: &'a [u8], at: usize) -> Le<'a> {
-        Le { b, at }
-    }
-
-    /// The next `n` bytes; `None` past the end.
-    pub fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
-        self.at += n;
-        Some(s)
-    }
-
-    /// The next u16, little-endian; `None` past the end.
-    pub fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_le_bytes(self.bytes(2)?.try_into().ok()?))
-    }
-
-    /// The next u32, little-endian; `None` past the end.
-    pub fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.bytes(4)?.try_into().ok()?))
-    }
-
-    /// The next u64, little-endian; `None` past the end.
-    pub fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
-    }
 }
 
 #[cfg(test)]

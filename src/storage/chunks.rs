@@ -22,6 +22,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
 
+/// The largest decompressed chunk served, bytes (1 GiB): a chunk is decompressed whole into
+/// memory, so a longer claim (a decompression bomb, a damaged length) is refused, naming the
+/// file. Real chunks are far smaller: MDS shards and LitData chunks default to 64 MiB
+/// (`size_limit`, `chunk_bytes`), and a zip member of a sample dataset is one file.
+pub const MAX_CHUNK: u64 = 1 << 30;
+
 /// How a chunk is compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -104,6 +110,12 @@ impl Chunk {
                 format!("{}: {why}", self.path.display()),
             )
         };
+        if self.len > MAX_CHUNK {
+            return Err(bad(format!(
+                "a chunk of {} bytes decompressed is over the {} byte limit for one chunk",
+                self.len, MAX_CHUNK
+            )));
+        }
         if self.codec == Codec::ParquetRowGroup {
             let out = self.parquet_images()?;
             if out.len() as u64 != self.len {
