@@ -13,18 +13,19 @@
 //! Layout: `LOOSEFSX` | u32 version (1) | u32 0 | u64 header length | header JSON | zero pad to
 //! 8 bytes | index (`docs/FORMAT.md`).
 
-use super::{Format, Scan, ScanOptions, name_classes};
+use super::{Format, ScanOptions};
 use crate::catalog::ObjectInfo;
-use crate::format::index::{self, IndexView, Node, Record};
-use anyhow::{Context, Result, bail};
+use crate::format::index::IndexView;
+use anyhow::{Context, Result};
 use memmap2::Mmap;
-use rayon::prelude::*;
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod build;
 mod file;
+use build::build;
 pub use file::load;
 use file::write;
 
@@ -318,179 +319,4 @@ pub fn open(
     let mut f = load(&path).with_context(|| format!("cannot read back {}", path.display()))?;
     f.built = true;
     Ok(f)
-}
-
-/// Builds the index records of `scan`: reads every sample once (CRC-32, JPEG dimensions).
-fn build(
-    src: &Path,
-    scan: &Scan,
-    opts: &ScanOptions,
-    options: String,
-) -> Result<(Header, Vec<u8>)> {
-    let mut objects: Vec<ObjectEntry> = Vec::with_capacity(scan.objects.len());
-    for (k, p) in scan.objects.iter().enumerate() {
-        let mut e = object_entry(p)?;
-        e.chunk = scan.chunks.get(k).cloned().flatten();
-        if let Some((_, from)) = scan.derived.iter().find(|(o, _)| o == p) {
-            e.derived_from = Some(Box::new(object_entry(from)?));
-        }
-        objects.push(e);
-    }
-    let mut bases = Vec::with_capacity(objects.len());
-    let mut next = 0u64;
-    for o in &objects {
-        bases.push(next);
-        next += o.served_len();
-    }
-    let plain = super::open_files(scan.objects.iter().map(|p| p.as_path()))?;
-    let files: Vec<std::sync::Arc<std::fs::File>> =
-        scan.objects.iter().map(|p| plain[p].clone()).collect();
-    // Compressed chunks are decompressed once each (in parallel) for the pass below.
-    let handles = super::open_files(
-        objects
-            .iter()
-            .filter(|o| o.chunk.is_some())
-            .map(|o| o.path.as_path()),
-    )?;
-    let chunk_data: Vec<Option<Vec<u8>>> = objects
-        .par_iter()
-        .map(|o| -> Result<Option<Vec<u8>>> {
-            match &o.chunk {
-                Some(c) => Ok(Some(
-                    c.with_file(&o.path, handles[&o.path].clone())
-                        .decompress()?,
-                )),
-                None => Ok(None),
-            }
-        })
-        .collect::<Result<_>>()?;
-    // One pass over every sample: CRC-32 and JPEG header, in parallel.
-    let probed: Vec<(u32, Option<crate::format::jpeg::JpegInfo>)> = scan
-        .samples
-        .par_iter()
-        .map(|s| -> Result<_> {
-            use std::os::unix::fs::FileExt;
-            let mut buf = vec![0u8; (s.range.end - s.range.start) as usize];
-            match &chunk_data[s.object as usize] {
-                Some(d) => buf.copy_from_slice(&d[s.range.start as usize..s.range.end as usize]),
-                None => files[s.object as usize]
-                    .read_exact_at(&mut buf, s.range.start)
-                    .with_context(|| {
-                        format!(
-                            "cannot read {} bytes {}..{}",
-                            scan.objects[s.object as usize].display(),
-                            s.range.start,
-                            s.range.end
-                        )
-                    })?,
-            }
-            let crc = crc32fast::hash(&buf);
-            if let Some(want) = s.crc32 {
-                if want != crc {
-                    bail!(
-                        "{}: {} fails its CRC-32 ({crc:08x}, the archive says {want:08x})",
-                        scan.objects[s.object as usize].display(),
-                        s.name
-                    );
-                }
-            }
-            Ok((crc, crate::format::jpeg::probe(&buf)))
-        })
-        .collect::<Result<_>>()?;
-    let dirs = name_classes(&scan.samples, opts.class_names.as_deref());
-    let dir_meta = |mtime: i64| Record {
-        is_dir: true,
-        mode: 0o40555,
-        mtime_sec: mtime,
-        ..Record::default()
-    };
-    let root_mtime = scan
-        .objects
-        .iter()
-        .map(|p| super::mtime_of(p))
-        .max()
-        .unwrap_or(0);
-    let mut nodes = vec![Node {
-        parent: None,
-        name: Vec::new(),
-        record: dir_meta(root_mtime),
-    }];
-    let mut dir_ids: std::collections::HashMap<Vec<String>, usize> = Default::default();
-    let mut taken: std::collections::HashSet<(usize, String)> = Default::default();
-    let mut classes = 0;
-    for ((s, (crc, jpeg)), path) in scan.samples.iter().zip(&probed).zip(&dirs) {
-        let mut parent = 0usize;
-        for depth in 1..=path.len() {
-            let key = path[..depth].to_vec();
-            parent = match dir_ids.get(&key) {
-                Some(&id) => id,
-                None => {
-                    nodes.push(Node {
-                        parent: Some(parent),
-                        name: key[depth - 1].as_bytes().to_vec(),
-                        record: dir_meta(root_mtime),
-                    });
-                    taken.insert((parent, key[depth - 1].clone()));
-                    let id = nodes.len() - 1;
-                    dir_ids.insert(key, id);
-                    classes += usize::from(depth == 1);
-                    id
-                }
-            };
-        }
-        // Keys may repeat across shards: later ones get the shard's stem as a prefix.
-        let mut name = s.name.clone();
-        if !taken.insert((parent, name.clone())) {
-            let stem = scan.objects[s.object as usize]
-                .file_stem()
-                .map(|x| x.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let mut k = 0;
-            loop {
-                name = if k == 0 {
-                    format!("{stem}_{}", s.name)
-                } else {
-                    format!("{stem}_{k}_{}", s.name)
-                };
-                if taken.insert((parent, name.clone())) {
-                    break;
-                }
-                k += 1;
-            }
-        }
-        nodes.push(Node {
-            parent: Some(parent),
-            name: name.into_bytes(),
-            record: Record {
-                mode: 0o100444,
-                data_off: bases[s.object as usize] + s.range.start,
-                size: s.range.end - s.range.start,
-                mtime_sec: s.mtime,
-                crc32: *crc,
-                components: match s.pixels {
-                    Some(_) => crate::format::index::PIXELS | 3,
-                    None => jpeg.map_or(0, |j| j.components),
-                },
-                width: s.pixels.map_or(jpeg.map_or(0, |j| j.width), |p| p.0),
-                height: s.pixels.map_or(jpeg.map_or(0, |j| j.height), |p| p.1),
-                ..Record::default()
-            },
-        });
-    }
-    let bytes = index::build(&nodes, 1)
-        .with_context(|| format!("cannot build the index of {}", src.display()))?;
-    let mirrored = scan.samples.iter().all(|s| s.dir.is_some());
-    let header = Header {
-        format: scan.format,
-        source: src.to_path_buf(),
-        objects,
-        bases,
-        fields: scan.fields.clone(),
-        compression: scan.compression.clone(),
-        labels: scan.labels.clone(),
-        classes: if mirrored { 0 } else { classes },
-        samples: scan.samples.len(),
-        options,
-    };
-    Ok((header, bytes))
 }

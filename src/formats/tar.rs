@@ -190,6 +190,107 @@ pub fn scan(src: &Path, label_ext: Option<&str>, inflate_dir: &Path) -> Result<S
     Ok(s)
 }
 
+/// The regular members of tar `p` (object `k`), in archive order, with their data's position.
+/// `__x__` members are skipped. Errors: not a tar, a damaged header, a member that climbs
+/// out of the archive or runs past the end of the file.
+fn members_of(k: u32, p: &Path) -> Result<Vec<(u32, Member)>> {
+    is_tar(p).map_err(anyhow::Error::msg)?;
+    let f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+    let len = f.metadata()?.len();
+    let mut ar = tar::Archive::new(f);
+    let entries = ar
+        .entries_with_seek()
+        .with_context(|| format!("{}: not a readable tar", p.display()))?;
+    let mut members = Vec::new();
+    for e in entries {
+        let e = e.with_context(|| format!("{}: damaged tar header", p.display()))?;
+        if !e.header().entry_type().is_file() {
+            continue;
+        }
+        let name = String::from_utf8_lossy(&e.path_bytes()).into_owned();
+        let name = name.trim_start_matches("./").to_string();
+        if name.split('/').any(|c| c == "..") || name.starts_with('/') {
+            bail!("{}: member {name:?} climbs out of the archive", p.display());
+        }
+        let (key, ext, dir, base) = split(&name);
+        if base.starts_with("__") && base[2..].contains("__") {
+            continue;
+        }
+        let (pos, size) = (e.raw_file_position(), e.size());
+        if pos.checked_add(size).is_none_or(|end| end > len) {
+            bail!(
+                "{}: member {name} ends at byte {}, past the end of the file ({len} bytes): truncated shard",
+                p.display(),
+                pos.saturating_add(size)
+            );
+        }
+        let m = Member {
+            key,
+            ext,
+            dir,
+            base,
+            pos,
+            size,
+        };
+        members.push((k, m));
+    }
+    Ok(members)
+}
+
+/// The WebDataset sample of `group` (consecutive members of one key in object `obj` at
+/// `path`): its image member, the others as extra fields, the label from the first label
+/// member, the class name from a short one-word `.txt`. `None` when the group has no image.
+fn sample_of(
+    group: &[(u32, Member)],
+    path: &Path,
+    mtime: i64,
+    is_label: &dyn Fn(&str) -> bool,
+) -> Result<Option<Sample>> {
+    let small = |m: &Member| -> Result<String> {
+        let b = read_at(path, m.pos, m.size.min(256) as usize)?;
+        Ok(String::from_utf8_lossy(&b).trim().to_string())
+    };
+    let image = group
+        .iter()
+        .find(|(_, m)| IMAGE_EXTS.contains(&m.ext.rsplit('.').next().unwrap_or("")));
+    let Some((obj, img)) = image else {
+        return Ok(None);
+    };
+    let mut s = Sample {
+        object: *obj,
+        range: img.pos..img.pos + img.size,
+        name: format!(
+            "{}.{}",
+            img.key.rsplit('/').next().unwrap_or(&img.key),
+            img.ext
+        ),
+        mtime,
+        ..Sample::default()
+    };
+    for (_, m) in group {
+        if !std::ptr::eq(m, img) {
+            s.extra.push((m.ext.clone(), m.pos..m.pos + m.size));
+        }
+        if is_label(&m.ext) && s.label.is_none() {
+            let t = small(m)?;
+            s.label = Some(t.parse().with_context(|| {
+                format!(
+                    "{}: {}.{} holds {t:?}, not an integer label",
+                    path.display(),
+                    m.key,
+                    m.ext
+                )
+            })?);
+        } else if m.ext == "txt" && m.size <= 64 {
+            let t = small(m)?;
+            if !t.is_empty() && !t.contains(char::is_whitespace) {
+                s.class = Some(t);
+            }
+        }
+    }
+    Ok(Some(s))
+}
+
 fn scan_tars(src: &Path, objects: Vec<PathBuf>, label_ext: Option<&str>) -> Result<Scan> {
     let is_label = |ext: &str| match label_ext {
         Some(l) => ext == l,
@@ -197,48 +298,7 @@ fn scan_tars(src: &Path, objects: Vec<PathBuf>, label_ext: Option<&str>) -> Resu
     };
     let mut members: Vec<(u32, Member)> = Vec::new();
     for (k, p) in objects.iter().enumerate() {
-        is_tar(p).map_err(anyhow::Error::msg)?;
-        let f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
-        let len = f.metadata()?.len();
-        let mut ar = tar::Archive::new(f);
-        let entries = ar
-            .entries_with_seek()
-            .with_context(|| format!("{}: not a readable tar", p.display()))?;
-        for e in entries {
-            let e = e.with_context(|| format!("{}: damaged tar header", p.display()))?;
-            if !e.header().entry_type().is_file() {
-                continue;
-            }
-            let name = String::from_utf8_lossy(&e.path_bytes()).into_owned();
-            let name = name.trim_start_matches("./").to_string();
-            if name.split('/').any(|c| c == "..") || name.starts_with('/') {
-                bail!("{}: member {name:?} climbs out of the archive", p.display());
-            }
-            let (key, ext, dir, base) = split(&name);
-            if base.starts_with("__") && base[2..].contains("__") {
-                continue;
-            }
-            let pos = e.raw_file_position();
-            let size = e.size();
-            if pos.checked_add(size).is_none_or(|end| end > len) {
-                bail!(
-                    "{}: member {name} ends at byte {}, past the end of the file ({len} bytes): truncated shard",
-                    p.display(),
-                    pos.saturating_add(size)
-                );
-            }
-            members.push((
-                k as u32,
-                Member {
-                    key,
-                    ext,
-                    dir,
-                    base,
-                    pos,
-                    size,
-                },
-            ));
-        }
+        members.extend(members_of(k as u32, p)?);
     }
     let mtimes: Vec<i64> = objects.iter().map(|p| mtime_of(p)).collect();
     let fields: BTreeSet<String> = members.iter().map(|(_, m)| m.ext.clone()).collect();
@@ -249,18 +309,17 @@ fn scan_tars(src: &Path, objects: Vec<PathBuf>, label_ext: Option<&str>) -> Resu
             src.display()
         );
     }
-    let mut samples = Vec::new();
     if !labelled {
-        for (k, m) in &members {
-            samples.push(Sample {
+        let samples = (members.iter())
+            .map(|(k, m)| Sample {
                 object: *k,
                 range: m.pos..m.pos + m.size,
                 dir: Some(m.dir.clone()),
                 name: m.base.clone(),
                 mtime: mtimes[*k as usize],
                 ..Sample::default()
-            });
-        }
+            })
+            .collect();
         return Ok(tar_scan(
             objects,
             samples,
@@ -268,61 +327,12 @@ fn scan_tars(src: &Path, objects: Vec<PathBuf>, label_ext: Option<&str>) -> Resu
             "none: the archive's own tree",
         ));
     }
-    let mut i = 0;
-    while i < members.len() {
-        let mut j = i + 1;
-        while j < members.len()
-            && members[j].1.key == members[i].1.key
-            && members[j].0 == members[i].0
-        {
-            j += 1;
-        }
-        let group = &members[i..j];
-        let obj = group[0].0;
-        let path = &objects[obj as usize];
-        let small = |m: &Member| -> Result<String> {
-            let b = read_at(path, m.pos, m.size.min(256) as usize)?;
-            Ok(String::from_utf8_lossy(&b).trim().to_string())
-        };
-        let image = group
-            .iter()
-            .find(|(_, m)| IMAGE_EXTS.contains(&m.ext.rsplit('.').next().unwrap_or("")));
-        if let Some((_, img)) = image {
-            let mut s = Sample {
-                object: obj,
-                range: img.pos..img.pos + img.size,
-                name: format!(
-                    "{}.{}",
-                    img.key.rsplit('/').next().unwrap_or(&img.key),
-                    img.ext
-                ),
-                mtime: mtimes[obj as usize],
-                ..Sample::default()
-            };
-            for (_, m) in group {
-                if !std::ptr::eq(m, img) {
-                    s.extra.push((m.ext.clone(), m.pos..m.pos + m.size));
-                }
-                if is_label(&m.ext) && s.label.is_none() {
-                    let t = small(m)?;
-                    s.label = Some(t.parse().with_context(|| {
-                        format!(
-                            "{}: {}.{} holds {t:?}, not an integer label",
-                            path.display(),
-                            m.key,
-                            m.ext
-                        )
-                    })?);
-                } else if m.ext == "txt" && m.size <= 64 {
-                    let t = small(m)?;
-                    if !t.is_empty() && !t.contains(char::is_whitespace) {
-                        s.class = Some(t);
-                    }
-                }
-            }
+    let mut samples = Vec::new();
+    for group in members.chunk_by(|a, b| a.1.key == b.1.key && a.0 == b.0) {
+        let obj = group[0].0 as usize;
+        if let Some(s) = sample_of(group, &objects[obj], mtimes[obj], &is_label)? {
             samples.push(s);
         }
-        i = j;
     }
     Ok(tar_scan(
         objects,

@@ -1,0 +1,245 @@
+//! Building a foreign dataset's index from its scan: every sample read once (CRC-32, checked
+//! against the format's own where it has one; JPEG dimensions), in bounded memory (a
+//! compressed chunk is decompressed while its own samples are probed, at most one per worker
+//! thread at a time), then the tree the mount shows (class directories, names made unique).
+
+use super::{Header, ObjectEntry, object_entry};
+use crate::format::index::{self, Node, Record};
+use crate::format::jpeg::{JpegInfo, probe};
+use crate::formats::{Sample, Scan, ScanOptions, name_classes};
+use anyhow::{Context, Result, bail};
+use rayon::prelude::*;
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// What one pass over a sample's bytes found: its CRC-32 and, for a JPEG, its header.
+type Probed = (u32, Option<JpegInfo>);
+
+/// Checks sample `s`'s bytes `buf` against the CRC-32 its format stores, and probes them.
+fn check(scan: &Scan, s: &Sample, buf: &[u8]) -> Result<Probed> {
+    let crc = crc32fast::hash(buf);
+    if let Some(want) = s.crc32.filter(|&w| w != crc) {
+        bail!(
+            "{}: {} fails its CRC-32 ({crc:08x}, the archive says {want:08x})",
+            scan.objects[s.object as usize].display(),
+            s.name
+        );
+    }
+    Ok((crc, probe(buf)))
+}
+
+/// Reads every sample of `scan` once and probes it. Plain samples are read from their files in
+/// parallel; each compressed chunk is decompressed by one worker, which probes its samples
+/// and drops it, so memory holds at most one chunk per worker thread.
+fn probe_all(scan: &Scan, objects: &[ObjectEntry]) -> Result<Vec<Probed>> {
+    let plain = crate::formats::open_files(scan.objects.iter().map(|p| p.as_path()))?;
+    let mut by_chunk: Vec<Vec<usize>> = vec![Vec::new(); objects.len()];
+    let mut loose = Vec::new();
+    for (i, s) in scan.samples.iter().enumerate() {
+        match objects[s.object as usize].chunk {
+            Some(_) => by_chunk[s.object as usize].push(i),
+            None => loose.push(i),
+        }
+    }
+    let read = |i: &usize| -> Result<(usize, Probed)> {
+        let s = &scan.samples[*i];
+        let path = &scan.objects[s.object as usize];
+        let mut buf = vec![0u8; (s.range.end - s.range.start) as usize];
+        (plain[path].read_exact_at(&mut buf, s.range.start)).with_context(|| {
+            format!(
+                "cannot read {} bytes {}..{}",
+                path.display(),
+                s.range.start,
+                s.range.end
+            )
+        })?;
+        Ok((*i, check(scan, s, &buf)?))
+    };
+    let mut found: Vec<(usize, Probed)> = loose.par_iter().map(read).collect::<Result<_>>()?;
+    let chunked: Vec<Vec<(usize, Probed)>> = (objects.par_iter().zip(&by_chunk))
+        .filter(|(_, ids)| !ids.is_empty())
+        .map(|(o, ids)| -> Result<Vec<(usize, Probed)>> {
+            let c = o.chunk.as_ref().expect("chunked objects only");
+            let data = c.with_file(&o.path, plain[&o.path].clone()).decompress()?;
+            (ids.iter())
+                .map(|&i| {
+                    let s = &scan.samples[i];
+                    let r = s.range.start as usize..s.range.end as usize;
+                    let buf = data.get(r).with_context(|| {
+                        format!("{}: {} lies past its chunk", o.path.display(), s.name)
+                    })?;
+                    Ok((i, check(scan, s, buf)?))
+                })
+                .collect()
+        })
+        .collect::<Result<_>>()?;
+    found.extend(chunked.into_iter().flatten());
+    let mut out = vec![(0, None); scan.samples.len()];
+    for (i, p) in found {
+        out[i] = p;
+    }
+    Ok(out)
+}
+
+/// `name` made unique among the names `taken` under `parent`: keys may repeat across shards,
+/// so later ones get the shard's stem as a prefix (`<stem>_<name>`, then `<stem>_<k>_<name>`).
+fn unique_name(
+    taken: &mut HashSet<(usize, String)>,
+    parent: usize,
+    name: &str,
+    stem: &str,
+) -> String {
+    if taken.insert((parent, name.to_string())) {
+        return name.to_string();
+    }
+    (0..)
+        .map(|k| match k {
+            0 => format!("{stem}_{name}"),
+            _ => format!("{stem}_{k}_{name}"),
+        })
+        .find(|n| taken.insert((parent, n.clone())))
+        .expect("an unbounded range")
+}
+
+/// The tree the mount shows: the root, class directories `dirs` (per sample), each sample's
+/// file record at `bases[object] + range.start`. Returns the nodes and the class count.
+fn tree(scan: &Scan, probed: &[Probed], dirs: &[Vec<String>], bases: &[u64]) -> (Vec<Node>, usize) {
+    let root_mtime = (scan.objects.iter())
+        .map(|p| crate::formats::mtime_of(p))
+        .max()
+        .unwrap_or(0);
+    let dir = |parent, name: &str| Node {
+        parent,
+        name: name.as_bytes().to_vec(),
+        record: Record {
+            is_dir: true,
+            mode: 0o40555,
+            mtime_sec: root_mtime,
+            ..Record::default()
+        },
+    };
+    let mut nodes = vec![dir(None, "")];
+    let mut dir_ids: HashMap<Vec<String>, usize> = HashMap::new();
+    let mut taken: HashSet<(usize, String)> = HashSet::new();
+    let mut classes = 0;
+    for ((s, (crc, jpeg)), path) in scan.samples.iter().zip(probed).zip(dirs) {
+        let mut parent = 0usize;
+        for depth in 1..=path.len() {
+            let key = path[..depth].to_vec();
+            parent = *dir_ids.entry(key).or_insert_with(|| {
+                nodes.push(dir(Some(parent), &path[depth - 1]));
+                taken.insert((parent, path[depth - 1].clone()));
+                classes += usize::from(depth == 1);
+                nodes.len() - 1
+            });
+        }
+        let stem = (scan.objects[s.object as usize].file_stem())
+            .map(|x| x.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let name = unique_name(&mut taken, parent, &s.name, &stem);
+        nodes.push(Node {
+            parent: Some(parent),
+            name: name.into_bytes(),
+            record: Record {
+                mode: 0o100444,
+                data_off: bases[s.object as usize] + s.range.start,
+                size: s.range.end - s.range.start,
+                mtime_sec: s.mtime,
+                crc32: *crc,
+                components: match s.pixels {
+                    Some(_) => crate::format::index::PIXELS | 3,
+                    None => jpeg.map_or(0, |j| j.components),
+                },
+                width: s.pixels.map_or(jpeg.map_or(0, |j| j.width), |p| p.0),
+                height: s.pixels.map_or(jpeg.map_or(0, |j| j.height), |p| p.1),
+                ..Record::default()
+            },
+        });
+    }
+    (nodes, classes)
+}
+
+/// Builds the index records of `scan`: reads every sample once (CRC-32, JPEG dimensions).
+pub(super) fn build(
+    src: &Path,
+    scan: &Scan,
+    opts: &ScanOptions,
+    options: String,
+) -> Result<(Header, Vec<u8>)> {
+    let mut objects: Vec<ObjectEntry> = Vec::with_capacity(scan.objects.len());
+    for (k, p) in scan.objects.iter().enumerate() {
+        let mut e = object_entry(p)?;
+        e.chunk = scan.chunks.get(k).cloned().flatten();
+        if let Some((_, from)) = scan.derived.iter().find(|(o, _)| o == p) {
+            e.derived_from = Some(Box::new(object_entry(from)?));
+        }
+        objects.push(e);
+    }
+    let bases: Vec<u64> = (objects.iter())
+        .scan(0u64, |next, o| {
+            let b = *next;
+            *next += o.served_len();
+            Some(b)
+        })
+        .collect();
+    let probed = probe_all(scan, &objects)?;
+    let dirs = name_classes(&scan.samples, opts.class_names.as_deref());
+    let (nodes, classes) = tree(scan, &probed, &dirs, &bases);
+    let bytes = index::build(&nodes, 1)
+        .with_context(|| format!("cannot build the index of {}", src.display()))?;
+    let mirrored = scan.samples.iter().all(|s| s.dir.is_some());
+    let header = Header {
+        format: scan.format,
+        source: src.to_path_buf(),
+        objects,
+        bases,
+        fields: scan.fields.clone(),
+        compression: scan.compression.clone(),
+        labels: scan.labels.clone(),
+        classes: if mirrored { 0 } else { classes },
+        samples: scan.samples.len(),
+        options,
+    };
+    Ok((header, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_names_get_the_shard_stem_then_a_number() {
+        let mut taken = HashSet::new();
+        assert_eq!(unique_name(&mut taken, 0, "a.jpg", "s1"), "a.jpg");
+        assert_eq!(unique_name(&mut taken, 0, "a.jpg", "s2"), "s2_a.jpg");
+        assert_eq!(unique_name(&mut taken, 0, "a.jpg", "s2"), "s2_1_a.jpg");
+        assert_eq!(
+            unique_name(&mut taken, 1, "a.jpg", "s2"),
+            "a.jpg",
+            "another dir"
+        );
+    }
+
+    #[test]
+    fn a_sample_failing_its_stored_crc_is_refused_naming_it() {
+        let scan = Scan {
+            format: crate::formats::Format::Zip,
+            objects: vec!["/data/a.zip".into()],
+            chunks: Vec::new(),
+            samples: Vec::new(),
+            fields: Vec::new(),
+            compression: String::new(),
+            labels: String::new(),
+            derived: Vec::new(),
+        };
+        let s = Sample {
+            name: "x.jpg".into(),
+            crc32: Some(crc32fast::hash(b"right")),
+            ..Sample::default()
+        };
+        assert!(check(&scan, &s, b"right").is_ok());
+        let e = check(&scan, &s, b"wrong").unwrap_err().to_string();
+        assert!(e.contains("/data/a.zip: x.jpg fails its CRC-32"), "{e}");
+    }
+}
