@@ -23,30 +23,7 @@ enum Cmd {
     /// index).
     ///
     /// Example: loosefs pack ~/data/imagenet/train train.pack; loosefs pack shards/ train.pack
-    Pack {
-        /// Source directory (an ImageFolder tree, or any tree of files), a zip archive, or a
-        /// WebDataset/tar, TFRecord, MDS, LitData, GulpIO or FFCV dataset.
-        src: PathBuf,
-        /// Output pack; written to a temp file beside it and renamed when complete.
-        out: PathBuf,
-        /// Reader threads (default: number of CPUs).
-        #[arg(long, short = 'j', default_value_t = 0)]
-        jobs: usize,
-        /// Alignment of each sample's data in bytes: a power of two from 1 to 32768.
-        #[arg(long, default_value_t = loosefs::format::DEFAULT_ALIGN)]
-        align: u32,
-        /// Follow symbolic links (default: report and skip them).
-        #[arg(long)]
-        follow_links: bool,
-        /// Replace OUT if it exists.
-        #[arg(long)]
-        force: bool,
-        /// Print the result as JSON.
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        source: loosefs::options::SourceArgs,
-    },
+    Pack(PackCmd),
     /// Mount a pack read-only; returns once the mount is ready, the daemon staying in the
     /// background. Also mounts datasets in other packed formats (WebDataset/tar, zip,
     /// TFRecord, MDS, LitData, GulpIO, FFCV) as ImageFolder trees, indexed once.
@@ -115,82 +92,195 @@ enum Cmd {
     },
 }
 
+/// The arguments of `loosefs pack`.
+#[derive(clap::Args)]
+struct PackCmd {
+    /// Source directory (an ImageFolder tree, or any tree of files), a zip archive, or a
+    /// WebDataset/tar, TFRecord, MDS, LitData, GulpIO or FFCV dataset.
+    src: PathBuf,
+    /// Output pack; written to a temp file beside it and renamed when complete.
+    out: PathBuf,
+    /// Reader threads (default: number of CPUs).
+    #[arg(long, short = 'j', default_value_t = 0)]
+    jobs: usize,
+    /// Alignment of each sample's data in bytes: a power of two from 1 to 32768.
+    #[arg(long, default_value_t = loosefs::format::DEFAULT_ALIGN)]
+    align: u32,
+    /// Follow symbolic links (default: report and skip them).
+    #[arg(long)]
+    follow_links: bool,
+    /// Replace OUT if it exists.
+    #[arg(long)]
+    force: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    source: loosefs::options::SourceArgs,
+}
+
 fn open(pack: &std::path::Path) -> Result<Pack> {
     Pack::open(pack).with_context(|| format!("cannot open pack {}", pack.display()))
 }
 
+/// `loosefs pack`: packs `src` (to a URL: into a staging file in the cache, then uploaded).
+fn cmd_pack(args: PackCmd) -> Result<()> {
+    let PackCmd {
+        src,
+        out,
+        jobs,
+        align,
+        follow_links,
+        force,
+        json,
+        source,
+    } = args;
+    let url = out
+        .to_str()
+        .filter(|s| loosefs::storage::object::is_url(s))
+        .map(str::to_string);
+    // A URL: packed into a temp file in the cache directory, then uploaded.
+    let staging = match &url {
+        Some(_) => {
+            let root = source
+                .remote
+                .cache_dir
+                .clone()
+                .unwrap_or_else(loosefs::storage::block_cache::default_root);
+            std::fs::create_dir_all(&root)?;
+            Some(
+                tempfile::Builder::new()
+                    .suffix(".pack")
+                    .tempfile_in(&root)?,
+            )
+        }
+        None => None,
+    };
+    let out = staging.as_ref().map_or(out, |t| t.path().to_path_buf());
+    let remote = source.remote.clone();
+    let opts = loosefs::packer::PackOptions {
+        jobs,
+        align,
+        follow_links,
+        force: force || url.is_some(),
+        progress: !json,
+        source,
+    };
+    let r = loosefs::packer::pack_dir(&src, &out, &opts)?;
+    if let Some(url) = &url {
+        let client = loosefs::storage::object::ObjectClient::new(url, &remote)?;
+        client.upload(&out)?;
+        if !json {
+            eprintln!("uploaded {} bytes to {url}", r.pack_bytes);
+        }
+    }
+    let out = url.map_or(out, std::path::PathBuf::from);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        for (p, why) in &r.skipped {
+            eprintln!("skipped {}: {why}", p.display());
+        }
+        println!(
+            "packed {} files ({} JPEG) and {} directories, {:.1} MB, into {} ({:.1} MB) in {:.2} s ({:.0} files/s, {:.0} MB/s)",
+            r.files,
+            r.jpegs,
+            r.dirs,
+            r.bytes as f64 / 1e6,
+            out.display(),
+            r.pack_bytes as f64 / 1e6,
+            r.seconds,
+            r.files as f64 / r.seconds,
+            r.bytes as f64 / 1e6 / r.seconds
+        );
+    }
+    Ok(())
+}
+
+/// `loosefs info`: a pack's, a remote pack's or a foreign dataset's summary.
+fn cmd_info(
+    pack: &std::path::Path,
+    json: bool,
+    source: &loosefs::options::SourceArgs,
+) -> Result<()> {
+    let ds = loosefs::dataset::Dataset::open(pack, source, !json)?;
+    if let loosefs::dataset::Dataset::Remote(mut r) = ds {
+        r.finish();
+        let i = loosefs::verify::info_of(r.url(), r.size(), r.totals());
+        if json {
+            println!("{}", serde_json::to_string_pretty(&i)?);
+        } else {
+            print!("{}", i.text());
+            println!("requests:      {} GET(s) to open", r.open_requests);
+            println!("cache:         {}", r.cache_dir().display());
+        }
+        return Ok(());
+    }
+    let loosefs::dataset::Dataset::Pack(p) = ds else {
+        let loosefs::dataset::Dataset::Foreign(f) = ds else {
+            unreachable!()
+        };
+        let i = f.info();
+        if json {
+            println!("{}", serde_json::to_string_pretty(&i)?);
+        } else {
+            print!("{}", i.text());
+        }
+        return Ok(());
+    };
+    let i = loosefs::verify::info(&p);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&i)?);
+    } else {
+        print!("{}", i.text());
+    }
+    Ok(())
+}
+
+/// `loosefs verify`: every sample's CRC-32, and every byte against `against`; exit code 1
+/// when something does not match.
+fn cmd_verify(
+    pack: &std::path::Path,
+    against: Option<&std::path::Path>,
+    remote: &loosefs::storage::object::RemoteArgs,
+) -> Result<i32> {
+    // A URL: every block is downloaded into the cache, which is then the whole pack.
+    let p = match pack
+        .to_str()
+        .filter(|s| loosefs::storage::object::is_url(s))
+    {
+        Some(url) => {
+            let mut r = loosefs::remote::RemotePack::open(url, remote)
+                .with_context(|| format!("cannot open {url}"))?;
+            r.finish();
+            open(&r.download()?)?
+        }
+        None => open(pack)?,
+    };
+    let problems = loosefs::verify::verify(&p, against)?;
+    for line in &problems {
+        println!("MISMATCH {line}");
+    }
+    if !problems.is_empty() {
+        eprintln!("{}: {} problem(s)", pack.display(), problems.len());
+        return Ok(1);
+    }
+    println!(
+        "{}: {} samples OK{}",
+        pack.display(),
+        p.totals().files,
+        if against.is_some() {
+            ", identical to the source"
+        } else {
+            ""
+        }
+    );
+    Ok(0)
+}
+
 fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {
-        Cmd::Pack {
-            src,
-            out,
-            jobs,
-            align,
-            follow_links,
-            force,
-            json,
-            source,
-        } => {
-            let url = out
-                .to_str()
-                .filter(|s| loosefs::storage::object::is_url(s))
-                .map(str::to_string);
-            // A URL: packed into a temp file in the cache directory, then uploaded.
-            let staging = match &url {
-                Some(_) => {
-                    let root = source
-                        .remote
-                        .cache_dir
-                        .clone()
-                        .unwrap_or_else(loosefs::storage::block_cache::default_root);
-                    std::fs::create_dir_all(&root)?;
-                    Some(
-                        tempfile::Builder::new()
-                            .suffix(".pack")
-                            .tempfile_in(&root)?,
-                    )
-                }
-                None => None,
-            };
-            let out = staging.as_ref().map_or(out, |t| t.path().to_path_buf());
-            let remote = source.remote.clone();
-            let opts = loosefs::packer::PackOptions {
-                jobs,
-                align,
-                follow_links,
-                force: force || url.is_some(),
-                progress: !json,
-                source,
-            };
-            let r = loosefs::packer::pack_dir(&src, &out, &opts)?;
-            if let Some(url) = &url {
-                let client = loosefs::storage::object::ObjectClient::new(url, &remote)?;
-                client.upload(&out)?;
-                if !json {
-                    eprintln!("uploaded {} bytes to {url}", r.pack_bytes);
-                }
-            }
-            let out = url.map_or(out, std::path::PathBuf::from);
-            if json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                for (p, why) in &r.skipped {
-                    eprintln!("skipped {}: {why}", p.display());
-                }
-                println!(
-                    "packed {} files ({} JPEG) and {} directories, {:.1} MB, into {} ({:.1} MB) in {:.2} s ({:.0} files/s, {:.0} MB/s)",
-                    r.files,
-                    r.jpegs,
-                    r.dirs,
-                    r.bytes as f64 / 1e6,
-                    out.display(),
-                    r.pack_bytes as f64 / 1e6,
-                    r.seconds,
-                    r.files as f64 / r.seconds,
-                    r.bytes as f64 / 1e6 / r.seconds
-                );
-            }
-        }
+        Cmd::Pack(args) => cmd_pack(args)?,
         Cmd::Mount {
             pack,
             mountpoint,
@@ -219,76 +309,12 @@ fn run(cli: Cli) -> Result<i32> {
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
         Cmd::Umount { mountpoint, lazy } => loosefs::mount::unmount_and_wait(&mountpoint, lazy)?,
-        Cmd::Info { pack, json, source } => {
-            let ds = loosefs::dataset::Dataset::open(&pack, &source, !json)?;
-            if let loosefs::dataset::Dataset::Remote(mut r) = ds {
-                r.finish();
-                let i = loosefs::verify::info_of(r.url(), r.size(), r.totals());
-                if json {
-                    println!("{}", serde_json::to_string_pretty(&i)?);
-                } else {
-                    print!("{}", i.text());
-                    println!("requests:      {} GET(s) to open", r.open_requests);
-                    println!("cache:         {}", r.cache_dir().display());
-                }
-                return Ok(0);
-            }
-            let loosefs::dataset::Dataset::Pack(p) = ds else {
-                let loosefs::dataset::Dataset::Foreign(f) = ds else {
-                    unreachable!()
-                };
-                let i = f.info();
-                if json {
-                    println!("{}", serde_json::to_string_pretty(&i)?);
-                } else {
-                    print!("{}", i.text());
-                }
-                return Ok(0);
-            };
-            let i = loosefs::verify::info(&p);
-            if json {
-                println!("{}", serde_json::to_string_pretty(&i)?);
-            } else {
-                print!("{}", i.text());
-            }
-        }
+        Cmd::Info { pack, json, source } => cmd_info(&pack, json, &source)?,
         Cmd::Verify {
             pack,
             against,
             remote,
-        } => {
-            // A URL: every block is downloaded into the cache, which is then the whole pack.
-            let p = match pack
-                .to_str()
-                .filter(|s| loosefs::storage::object::is_url(s))
-            {
-                Some(url) => {
-                    let mut r = loosefs::remote::RemotePack::open(url, &remote)
-                        .with_context(|| format!("cannot open {url}"))?;
-                    r.finish();
-                    open(&r.download()?)?
-                }
-                None => open(&pack)?,
-            };
-            let problems = loosefs::verify::verify(&p, against.as_deref())?;
-            for line in &problems {
-                println!("MISMATCH {line}");
-            }
-            if !problems.is_empty() {
-                eprintln!("{}: {} problem(s)", pack.display(), problems.len());
-                return Ok(1);
-            }
-            println!(
-                "{}: {} samples OK{}",
-                pack.display(),
-                p.totals().files,
-                if against.is_some() {
-                    ", identical to the source"
-                } else {
-                    ""
-                }
-            );
-        }
+        } => return cmd_verify(&pack, against.as_deref(), &remote),
     }
     Ok(0)
 }

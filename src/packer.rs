@@ -113,14 +113,18 @@ fn progress_bar(total: u64, enabled: bool) -> ProgressBar {
     pb
 }
 
-/// Packs directory (or zip archive) `src` into a new pack at `out`.
-///
-/// Errors (each names the file): `src` missing, unreadable, or a zip with escaping names; `out` existing
-/// without `force`; the directory of `out` missing; any read or write failure; an interrupt
-/// (SIGINT/SIGTERM). On error the temp file is removed and `out` is untouched.
-pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport> {
-    let t0 = Instant::now();
-    if !opts.force && std::fs::symlink_metadata(out).is_ok() {
+/// Counts of what was written: (files, directories, sample bytes, JPEGs).
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    files: u64,
+    dirs: u64,
+    bytes: u64,
+    jpegs: u64,
+}
+
+/// The directory OUT goes in. Errors: OUT exists without `force`, its directory is missing.
+fn out_dir_of(out: &Path, force: bool) -> Result<PathBuf> {
+    if !force && std::fs::symlink_metadata(out).is_ok() {
         bail!(
             "{} already exists (use --force to replace it)",
             out.display()
@@ -136,33 +140,32 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
             out_dir.display()
         );
     }
-    let source = Source::open_with(src, out, opts.follow_links, &opts.source)?;
-    let (root_meta, items, skipped) = (source.root, &source.items, &source.skipped);
-    let total: u64 = items
-        .iter()
-        .map(|i| {
-            if let ItemKind::File { size: n, .. } = i.kind {
-                n
-            } else {
-                0
-            }
-        })
-        .sum();
+    Ok(out_dir)
+}
+
+/// The locked temp file `.OUT.XXXXXX.tmp` in `out_dir` the pack is written to; leftovers of
+/// killed packs beside it are removed first.
+fn temp_pack(out_dir: &Path, out: &Path) -> Result<tempfile::NamedTempFile> {
     let out_name = out
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let prefix = format!(".{out_name}.");
-    remove_stale_temp_files(&out_dir, &prefix);
+    remove_stale_temp_files(out_dir, &prefix);
     let tmp = tempfile::Builder::new()
         .prefix(&prefix)
         .suffix(TEMP_SUFFIX)
-        .tempfile_in(&out_dir)
+        .tempfile_in(out_dir)
         .with_context(|| format!("cannot create a temp file in {}", out_dir.display()))?;
     // Held until the pack is renamed into place or removed: a temp file nobody holds is a
     // leftover of a pack that was killed (SIGKILL, a crash, a power cut).
     flock(tmp.as_file(), libc::LOCK_EX | libc::LOCK_NB)
         .with_context(|| format!("cannot lock {}", tmp.path().display()))?;
+    Ok(tmp)
+}
+
+/// A flag raised by SIGINT, SIGTERM or SIGHUP.
+fn stop_flag() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGINT,
@@ -171,18 +174,54 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
     ] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.jobs)
-        .build()?;
-    let pb = progress_bar(total, opts.progress);
-    let file = tmp.as_file().try_clone()?;
-    let mut w = PackWriter::new(file, opts.align, root_meta)?;
+    Ok(stop)
+}
+
+/// Adds one loaded item to the pack under `parent`; returns its node.
+fn add(
+    w: &mut PackWriter<std::fs::File>,
+    source: &Source,
+    item: &Item,
+    parent: usize,
+    loaded: Loaded,
+    n: &mut Counts,
+) -> Result<usize> {
+    match loaded {
+        Loaded::Dir => {
+            n.dirs += 1;
+            w.add_dir(parent, &item.name, item.meta).map_err(Into::into)
+        }
+        Loaded::Whole { data, crc, jpeg } => {
+            (n.files, n.bytes) = (n.files + 1, n.bytes + data.len() as u64);
+            w.add_file(parent, &item.name, item.meta, &data, crc, jpeg)
+                .map_err(Into::into)
+        }
+        Loaded::Stream(size) => {
+            (n.files, n.bytes) = (n.files + 1, n.bytes + size);
+            source.with_reader(item, |r| {
+                Ok(w.add_file_from(parent, &item.name, item.meta, size, r)?)
+            })
+        }
+    }
+    .with_context(|| format!("cannot add {} to the pack", item.path.display()))
+}
+
+/// Reads the source's items in parallel batches on `pool` and writes them in order to `w`.
+/// Errors: a read or write failure, `stop` raised (an interrupt).
+fn write_items(
+    w: &mut PackWriter<std::fs::File>,
+    source: &Source,
+    pool: rayon::ThreadPool,
+    pb: &ProgressBar,
+    stop: &Arc<AtomicBool>,
+    out: &Path,
+) -> Result<Counts> {
+    let (items, t0) = (&source.items, Instant::now());
     let mut node_of = vec![0usize; items.len()];
-    let (mut files, mut dirs, mut bytes, mut jpegs) = (0u64, 0u64, 0u64, 0u64);
+    let mut n = Counts::default();
     let plan = batches(items);
     std::thread::scope(|s| -> Result<()> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Loaded>>>(1);
-        let source = &source;
         let stop_reader = stop.clone();
         s.spawn(move || {
             for range in plan {
@@ -203,34 +242,18 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
             for loaded in batch? {
                 let item = &items[next];
                 let parent = item.parent.map_or(ROOT, |p| node_of[p]);
-                let node = match loaded {
-                    Loaded::Dir => {
-                        dirs += 1;
-                        w.add_dir(parent, &item.name, item.meta).map_err(Into::into)
-                    }
-                    Loaded::Whole { data, crc, jpeg } => {
-                        (files, bytes) = (files + 1, bytes + data.len() as u64);
-                        pb.inc(data.len() as u64);
-                        w.add_file(parent, &item.name, item.meta, &data, crc, jpeg)
-                            .map_err(Into::into)
-                    }
-                    Loaded::Stream(size) => {
-                        (files, bytes) = (files + 1, bytes + size);
-                        pb.inc(size);
-                        source.with_reader(item, |r| {
-                            Ok(w.add_file_from(parent, &item.name, item.meta, size, r)?)
-                        })
-                    }
-                }
-                .with_context(|| format!("cannot add {} to the pack", item.path.display()))?;
-                jpegs += u64::from(w.is_jpeg(node));
+                let before = n.bytes;
+                let node = add(w, source, item, parent, loaded, &mut n)?;
+                pb.inc(n.bytes - before);
+                n.jpegs += u64::from(w.is_jpeg(node));
                 node_of[next] = node;
                 next += 1;
             }
             let secs = t0.elapsed().as_secs_f64().max(1e-9);
             pb.set_message(format!(
-                "{files} files ({:.0} files/s)",
-                files as f64 / secs
+                "{} files ({:.0} files/s)",
+                n.files,
+                n.files as f64 / secs
             ));
             if stop.load(Ordering::Relaxed) {
                 bail!("interrupted; {} was not written", out.display());
@@ -241,6 +264,32 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
         }
         Ok(())
     })?;
+    Ok(n)
+}
+
+/// Packs directory (or zip archive) `src` into a new pack at `out`.
+///
+/// Errors (each names the file): `src` missing, unreadable, or a zip with escaping names; `out` existing
+/// without `force`; the directory of `out` missing; any read or write failure; an interrupt
+/// (SIGINT/SIGTERM). On error the temp file is removed and `out` is untouched.
+pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport> {
+    let t0 = Instant::now();
+    let out_dir = out_dir_of(out, opts.force)?;
+    let source = Source::open_with(src, out, opts.follow_links, &opts.source)?;
+    let total: u64 = (source.items.iter())
+        .map(|i| match i.kind {
+            ItemKind::File { size, .. } => size,
+            ItemKind::Dir => 0,
+        })
+        .sum();
+    let tmp = temp_pack(&out_dir, out)?;
+    let stop = stop_flag()?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.jobs)
+        .build()?;
+    let pb = progress_bar(total, opts.progress);
+    let mut w = PackWriter::new(tmp.as_file().try_clone()?, opts.align, source.root)?;
+    let n = write_items(&mut w, &source, pool, &pb, &stop, out)?;
     let file = w
         .finish()
         .with_context(|| format!("cannot finish {}", out.display()))?;
@@ -263,12 +312,12 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
     }
     pb.finish_and_clear();
     Ok(PackReport {
-        files,
-        dirs,
-        bytes,
-        jpegs,
+        files: n.files,
+        dirs: n.dirs,
+        bytes: n.bytes,
+        jpegs: n.jpegs,
         pack_bytes,
-        skipped: skipped.clone(),
+        skipped: source.skipped.clone(),
         seconds: t0.elapsed().as_secs_f64(),
     })
 }
