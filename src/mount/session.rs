@@ -1,0 +1,193 @@
+//! The FUSE session of a mount and what runs beside it: the kernel mount (type
+//! `fuse.loosefs`, as root), the session's configuration, the lease on a native pack (a writer
+//! opening it is noticed), the mount's read-ahead, and the wait for a signal or the unmount.
+
+use super::{FS_TYPE, mount_device, unmount};
+use crate::fuse::LooseFs;
+use crate::options::MountArgs;
+use anyhow::{Context, Result};
+use fuser::{Config, MountOption, Session, SessionACL};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+use std::time::Duration;
+
+/// The name a mount of `path` shows (`loosefs:<name>`): its file name, with characters other
+/// than ASCII letters, digits and `._-` replaced by `_`.
+pub(super) fn fs_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| {
+            n.to_string_lossy()
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The FUSE session serving `fs` at `mnt`: read-only, noatime, default permissions, the
+/// owner only unless `--allow-other`, `--threads` workers with a cloned fd each. As root the
+/// mount is made here (type `fuse.loosefs`); otherwise through fusermount.
+pub(super) fn open_session(
+    fs: LooseFs,
+    mnt: &Path,
+    name: &str,
+    opts: &MountArgs,
+) -> Result<Session<LooseFs>> {
+    let mut cfg = Config::default();
+    cfg.mount_options = vec![
+        MountOption::RO,
+        MountOption::NoAtime,
+        MountOption::DefaultPermissions,
+        MountOption::FSName(format!("loosefs:{name}")),
+        MountOption::Subtype("loosefs".into()),
+    ];
+    cfg.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    cfg.n_threads = Some(opts.threads.max(1));
+    cfg.clone_fd = true;
+    let session = if nix::unistd::geteuid().is_root() {
+        let source = format!("loosefs:{name}");
+        let fd = mount_fuse(mnt, &source, opts.allow_other)
+            .with_context(|| format!("cannot mount at {}", mnt.display()))?;
+        let acl = cfg.acl;
+        Session::from_fd(fs, fd, acl, cfg)
+    } else {
+        Session::new(fs, mnt, &cfg)
+    }
+    .with_context(|| format!("cannot mount at {}", mnt.display()))?;
+    Ok(session)
+}
+
+/// Waits for a signal: SIGIO (the leased pack is being written: the server retires it) or
+/// SIGINT/SIGTERM/SIGHUP (unmounts `mnt` if it is still this mount), or the session's end.
+pub(super) fn serve_until_signal(
+    mnt: &Path,
+    signals: signal_hook::iterator::Signals,
+    bg: &fuser::BackgroundSession,
+    server: &crate::server::Server,
+    lease: Option<&Lease>,
+    pack_path: &Path,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let signals_handle = signals.handle();
+    std::thread::spawn(move || {
+        let mut signals = signals;
+        if let Some(sig) = signals.forever().next() {
+            let _ = tx.send(sig);
+        }
+    });
+    // The mount's device: a signal unmounts `mnt` only while this mount is still the one there.
+    let our_dev = mount_device(mnt);
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(signal_hook::consts::SIGIO) => {
+                if let Some(l) = lease {
+                    server.retire(&format!(
+                        "{} is being modified in place (opened for writing or truncated) while mounted",
+                        pack_path.display()
+                    ));
+                    l.release();
+                }
+            }
+            Ok(sig) => {
+                if our_dev.is_some() && mount_device(mnt) == our_dev {
+                    log::info!("signal {sig}: unmounting {}", mnt.display());
+                    if let Err(e) = unmount(mnt, true) {
+                        log::error!("{e:#}");
+                    }
+                } else {
+                    log::info!("signal {sig}: {} is no longer this mount", mnt.display());
+                }
+                break;
+            }
+            Err(_) if bg.guard.is_finished() => break,
+            Err(_) => {}
+        }
+    }
+    signals_handle.close();
+}
+
+/// Mounts a FUSE filesystem of type [`FS_TYPE`] at `mnt` (root only) and returns the
+/// `/dev/fuse` descriptor that serves it: read-only, `nosuid`, `nodev`, `noatime`,
+/// `default_permissions`, and `allow_other` when asked. (fuser's own mount names every
+/// filesystem plain `fuse`.)
+pub(super) fn mount_fuse(mnt: &Path, source: &str, allow_other: bool) -> Result<OwnedFd> {
+    use nix::mount::MsFlags;
+    use std::os::unix::fs::PermissionsExt;
+    let dev = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .context("cannot open /dev/fuse (is the fuse module loaded?)")?;
+    let rootmode = std::fs::metadata(mnt)?.permissions().mode();
+    let mut data = format!(
+        "fd={},rootmode={rootmode:o},user_id={},group_id={},default_permissions",
+        dev.as_raw_fd(),
+        nix::unistd::getuid(),
+        nix::unistd::getgid()
+    );
+    if allow_other {
+        data.push_str(",allow_other");
+    }
+    let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOATIME;
+    nix::mount::mount(Some(source), mnt, Some(FS_TYPE), flags, Some(data.as_str()))
+        .with_context(|| format!("mount(2) of type {FS_TYPE}"))?;
+    Ok(OwnedFd::from(dev))
+}
+
+/// A read lease on the pack (`fcntl(F_SETLEASE, F_RDLCK)`): a process that opens the pack for
+/// writing or truncates it is held in `open`/`truncate` while the kernel sends the daemon
+/// SIGIO, so the daemon stops reading the pack before any byte of it changes, then releases
+/// the lease. Replacing a pack by rename touches no lease: the mount keeps the old file.
+pub(super) struct Lease {
+    file: std::fs::File,
+}
+
+impl Lease {
+    /// Takes the lease on `file` (the pack at `path`); `None`, with a warning, where leases are
+    /// not available (the filesystem, or another process has the pack open for writing).
+    pub(super) fn take(path: &Path, file: std::fs::File) -> Option<Lease> {
+        // SAFETY: fcntl on an fd this process owns; F_SETLEASE takes an integer argument.
+        let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, libc::F_RDLCK) };
+        if rc != 0 {
+            log::warn!(
+                "cannot take a lease on {}: {}; modifying it in place while mounted will not be \
+                 detected (replace a pack by writing a new file and renaming it over the old one)",
+                path.display(),
+                std::io::Error::last_os_error()
+            );
+            return None;
+        }
+        Some(Lease { file })
+    }
+
+    /// Gives the lease up, letting the writer proceed. Waits briefly first so that requests
+    /// already past the catalog's check finish reading the mapped index.
+    fn release(&self) {
+        std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: as in `take`.
+        unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+    }
+}
+
+/// Raises the kernel read-ahead of the mount's bdi (`/sys/class/bdi/MAJ:MIN/read_ahead_kb`).
+pub(super) fn set_read_ahead(mnt: &Path, kb: u32) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(mnt)?.dev();
+    let path = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    std::fs::write(&path, kb.to_string()).with_context(|| format!("cannot write {path}"))?;
+    Ok(())
+}
