@@ -49,29 +49,7 @@ impl RemotePack {
         let tail = client.open_tail(TAIL)?;
         let pin = client.pin().cloned().expect("pinned by open_tail");
         let size = pin.size;
-        let trailer = Trailer::parse_tail(&tail).map_err(|e| match e {
-            FormatError::NotAPack(why) => anyhow!("{url}: not a loosefs pack ({why})"),
-            e => anyhow!("{url}: {e}"),
-        })?;
-        if trailer.version != INDEX_VERSION {
-            return Err(FormatError::Version {
-                found: trailer.version,
-                supported: INDEX_VERSION,
-            })
-            .with_context(|| url.to_string());
-        }
-        let limit = size - (TRAILER_LEN as u64 + 22);
-        let index_end = trailer
-            .index_offset
-            .checked_add(trailer.index_len)
-            .filter(|&e| e <= limit)
-            .ok_or_else(|| {
-                anyhow!(
-                    "{url}: truncated: the index at {}+{} lies past the end of the archive data ({limit} bytes)",
-                    trailer.index_offset,
-                    trailer.index_len
-                )
-            })?;
+        let (trailer, index_range) = index_range(url, &tail, size)?;
         let root = args.cache_dir.clone().unwrap_or_else(remote::default_root);
         remote::check_root(&root)
             .with_context(|| format!("cannot use the cache root {}", root.display()))?;
@@ -79,68 +57,38 @@ impl RemotePack {
         let cache_dir = CacheDir::lock(&dir)
             .with_context(|| format!("cannot use the block cache {}", dir.display()))?;
         let mut requests = 1;
-        let cached = cache_dir
-            .open_ro("index")
-            .ok()
-            .and_then(|f| {
-                // SAFETY: a read-only map of a file this program wrote whole and renamed into
-                // place; it is checked below before use.
-                unsafe { Mmap::map(&f) }.ok()
-            })
-            .filter(|m| m.len() as u64 == trailer.index_len)
-            .and_then(|m| {
-                // A kept index that fails its checksum is fetched again.
-                let totals = IndexView::parse(&m).ok()?.totals();
-                Some((m, totals))
-            });
-        let fetched = cached.is_none();
-        let (map, totals) = match cached {
-            Some(c) => c,
+        let (map, totals, fetched) = match kept_index(&cache_dir, trailer.index_len) {
+            Some((m, totals)) => (m, totals, false),
             None => {
                 let mut anon = memmap2::MmapMut::map_anon(trailer.index_len as usize)?;
                 let tail_start = size - tail.len() as u64;
-                if trailer.index_offset >= tail_start {
-                    let s = (trailer.index_offset - tail_start) as usize;
+                if index_range.start >= tail_start {
+                    let s = (index_range.start - tail_start) as usize;
                     anon.copy_from_slice(&tail[s..s + trailer.index_len as usize]);
                 } else {
                     requests += trailer.index_len.div_ceil(INDEX_PART);
-                    fetch_parts(&client, trailer.index_offset..index_end, &mut anon)?;
+                    fetch_parts(&client, index_range.clone(), &mut anon)?;
                 }
                 let map = anon.make_read_only()?;
                 let totals = IndexView::parse(&map)
                     .with_context(|| format!("{url}: damaged index"))?
                     .totals();
-                (map, totals)
+                (map, totals, true)
             }
         };
         IndexView::from_validated(&map, totals)
             .ok_or_else(|| anyhow!("{url}: damaged index (bounds)"))?
             .validate_tree()
             .with_context(|| format!("{url}: damaged index"))?;
-        if totals.data_end > trailer.index_offset {
+        if totals.data_end > index_range.start {
             bail!(
                 "{url}: sample data reaches byte {} but the index starts at {}",
                 totals.data_end,
-                trailer.index_offset
+                index_range.start
             );
         }
         let index = Arc::new(map);
-        // The index is kept for the next mount off the critical path (temp + rename, so a
-        // crash leaves no partial index under the name).
-        let writer = fetched.then(|| {
-            let (index, dir) = (index.clone(), dir.clone());
-            std::thread::spawn(move || {
-                let write = || -> std::io::Result<()> {
-                    let mut tmp = tempfile::NamedTempFile::new_in(&dir)?;
-                    tmp.write_all(&index)?;
-                    tmp.persist(dir.join("index"))?;
-                    Ok(())
-                };
-                if let Err(e) = write() {
-                    log::warn!("cannot keep the index in {}: {e}", dir.display());
-                }
-            })
-        });
+        let writer = fetched.then(|| keep_index(index.clone(), dir.clone()));
         let (budget, limit) = remote::cache_budget(&root, size, args.cache_size);
         remote::prune(&root, &dir, budget, limit);
         if limit < size {
@@ -242,6 +190,66 @@ impl RemotePack {
         }
         Ok(self.dir.join("data"))
     }
+}
+
+/// The trailer in the last bytes `tail` of the object at `url` (`size` bytes) and the byte
+/// range of the index it locates. Errors: no trailer, another index version, an index that
+/// runs past the archive data.
+fn index_range(url: &str, tail: &[u8], size: u64) -> Result<(Trailer, std::ops::Range<u64>)> {
+    let trailer = Trailer::parse_tail(tail).map_err(|e| match e {
+        FormatError::NotAPack(why) => anyhow!("{url}: not a loosefs pack ({why})"),
+        e => anyhow!("{url}: {e}"),
+    })?;
+    if trailer.version != INDEX_VERSION {
+        return Err(FormatError::Version {
+            found: trailer.version,
+            supported: INDEX_VERSION,
+        })
+        .with_context(|| url.to_string());
+    }
+    let limit = size.saturating_sub(TRAILER_LEN as u64 + 22);
+    let end = trailer
+        .index_offset
+        .checked_add(trailer.index_len)
+        .filter(|&e| e <= limit)
+        .ok_or_else(|| {
+            anyhow!(
+                "{url}: truncated: the index at {}+{} lies past the end of the archive data ({limit} bytes)",
+                trailer.index_offset,
+                trailer.index_len
+            )
+        })?;
+    Ok((trailer, trailer.index_offset..end))
+}
+
+/// The index kept in the cache directory by an earlier open, when it has the expected length
+/// `len` and passes its checksum (a kept index that fails is fetched again).
+fn kept_index(dir: &CacheDir, len: u64) -> Option<(Mmap, Totals)> {
+    let f = dir.open_ro("index").ok()?;
+    // SAFETY: a read-only map of a file this program wrote whole and renamed into place; it
+    // is checked below before use.
+    let m = unsafe { Mmap::map(&f) }.ok()?;
+    if m.len() as u64 != len {
+        return None;
+    }
+    let totals = IndexView::parse(&m).ok()?.totals();
+    Some((m, totals))
+}
+
+/// Keeps a fetched index in `dir` for the next mount, off the critical path (temp + rename,
+/// so a crash leaves no partial index under the name).
+fn keep_index(index: Arc<Mmap>, dir: PathBuf) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let write = || -> std::io::Result<()> {
+            let mut tmp = tempfile::NamedTempFile::new_in(&dir)?;
+            tmp.write_all(&index)?;
+            tmp.persist(dir.join("index"))?;
+            Ok(())
+        };
+        if let Err(e) = write() {
+            log::warn!("cannot keep the index in {}: {e}", dir.display());
+        }
+    })
 }
 
 /// GETs `r` in [`INDEX_PART`] parts concurrently into `out` (`r`'s length).
