@@ -213,14 +213,16 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     use std::os::unix::fs::MetadataExt;
     let name = fs_name(pack.path());
     let views = opts.decode.views()?;
-    if views.any() {
-        // Decoded images (hundreds of KiB each) are allocated and freed all the time: a fixed
-        // mmap threshold gives their memory back to the system on free, so the daemon's RSS
-        // follows the decoded cache instead of the allocator's high-water mark.
-        // SAFETY: mallopt only tunes glibc's allocator; no other thread allocates yet.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-        }
+    // Decoded images (hundreds of KiB each) and decompressed chunks (MiBs) are allocated and
+    // freed all the time: a fixed mmap threshold gives their memory back to the system on
+    // free, so the daemon's RSS follows the decoded and chunk caches instead of the
+    // allocator's high-water mark (glibc raises a dynamic threshold to each freed mapping's
+    // size, up to 32 MiB, after which freed chunks stay in its arenas). 4 MiB without views
+    // keeps READ replies (at most 1 MiB) off mmap.
+    let threshold = if views.any() { 128 << 10 } else { 4 << 20 };
+    // SAFETY: mallopt only tunes glibc's allocator; no other thread allocates yet.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, threshold);
     }
     let server = pack
         .server(views, opts.server_options(mnt), opts.source.chunk_cache)

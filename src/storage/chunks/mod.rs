@@ -6,166 +6,30 @@
 //! length. Reading a chunk decompresses the next two on background threads, so an in-order walk
 //! finds them ready (read-ahead in chunk order); `will_need` decompresses ahead the same way.
 //!
+//! The budget counts chunks being decompressed as well as cached ones: a decompression first
+//! evicts least recently used chunks to make room and, while other decompressions hold the
+//! room, waits for them; one always proceeds. Decompressed bytes held are so at most
+//! `max(--chunk-cache, largest chunk)`, plus chunks evicted while a reader still copies from
+//! them (at most one per FUSE thread).
+//!
 //! [`MixedStorage`] serves a dataset whose files are partly plain (through [`LocalStorage`]) and
 //! partly compressed chunks.
+
+mod chunk;
+#[cfg(test)]
+mod tests;
+
+pub use chunk::{Chunk, Codec, MAX_CHUNK};
 
 use super::Storage;
 use super::local::{LocalObject, LocalStorage};
 use crate::catalog::ObjectId;
 use nix::fcntl::PosixFadviseAdvice;
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
-
-/// The largest decompressed chunk served, bytes (1 GiB): a chunk is decompressed whole into
-/// memory, so a longer claim (a decompression bomb, a damaged length) is refused, naming the
-/// file. Real chunks are far smaller: MDS shards and LitData chunks default to 64 MiB
-/// (`size_limit`, `chunk_bytes`), and a zip member of a sample dataset is one file.
-pub const MAX_CHUNK: u64 = 1 << 30;
-
-/// How a chunk is compressed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Codec {
-    /// A zstd stream (one or more frames).
-    Zstd,
-    /// Raw deflate (a zip member).
-    Deflate,
-    /// The image values of one row group of a Parquet file, concatenated in row order, as the
-    /// `parquet` crate decodes them (any codec, dictionary or not). `range` is unused.
-    ParquetRowGroup,
-}
-
-/// One compressed chunk: bytes `range` of `path`, `len` bytes once decompressed.
-#[derive(Debug)]
-pub struct Chunk {
-    /// The file, for messages.
-    pub path: PathBuf,
-    /// The file, shared by every chunk of it (a zip of many members opens it once).
-    pub file: Arc<File>,
-    /// The compressed bytes in the file.
-    pub range: Range<u64>,
-    /// How they are compressed.
-    pub codec: Codec,
-    /// Decompressed length, bytes.
-    pub len: u64,
-    /// CRC-32 of the decompressed bytes, when the container records one (zip).
-    pub crc32: Option<u32>,
-    /// For [`Codec::ParquetRowGroup`]: the row group and the image column's group name.
-    pub parquet: Option<(usize, String)>,
-}
-
-impl Chunk {
-    /// The concatenated image bytes of a Parquet row group (see [`Codec::ParquetRowGroup`]).
-    fn parquet_images(&self) -> io::Result<Vec<u8>> {
-        use parquet::file::reader::{FileReader, SerializedFileReader};
-        use parquet::record::Field;
-        let bad = |why: String| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{}: {why}", self.path.display()),
-            )
-        };
-        // Its own open file: the crate seeks and reads, and a dup of the shared handle would
-        // share the offset with other row groups decoded at the same time.
-        let (g, image) = self
-            .parquet
-            .clone()
-            .ok_or_else(|| bad("no row group given".into()))?;
-        let reader =
-            SerializedFileReader::new(File::open(&self.path)?).map_err(|e| bad(e.to_string()))?;
-        let rg = reader
-            .get_row_group(g)
-            .map_err(|e| bad(format!("row group {g}: {e}")))?;
-        let mut out = Vec::with_capacity(self.len as usize);
-        for row in rg
-            .get_row_iter(None)
-            .map_err(|e| bad(format!("row group {g}: {e}")))?
-        {
-            let row = row.map_err(|e| bad(format!("row group {g}: {e}")))?;
-            for (name, field) in row.get_column_iter() {
-                if let (true, Field::Group(img)) = (*name == image, field) {
-                    for (n, v) in img.get_column_iter() {
-                        if let ("bytes", Field::Bytes(b)) = (n.as_str(), v) {
-                            out.extend_from_slice(b.data());
-                        }
-                    }
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Reads and decompresses the chunk. Errors: I/O, a damaged stream, a length or CRC-32
-    /// that does not match (the message names the file).
-    pub fn decompress(&self) -> io::Result<Vec<u8>> {
-        let bad = |why: String| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{}: {why}", self.path.display()),
-            )
-        };
-        if self.len > MAX_CHUNK {
-            return Err(bad(format!(
-                "a chunk of {} bytes decompressed is over the {} byte limit for one chunk",
-                self.len, MAX_CHUNK
-            )));
-        }
-        if self.codec == Codec::ParquetRowGroup {
-            let out = self.parquet_images()?;
-            if out.len() as u64 != self.len {
-                return Err(bad(format!(
-                    "row group images are {} bytes, the index says {}",
-                    out.len(),
-                    self.len
-                )));
-            }
-            return Ok(out);
-        }
-        let mut raw = vec![0u8; (self.range.end - self.range.start) as usize];
-        self.file.read_exact_at(&mut raw, self.range.start)?;
-        // The length is the file's own claim: grown as the stream proves it, not reserved.
-        let mut out = Vec::with_capacity(self.len.min(16 << 20) as usize);
-        let r = match self.codec {
-            Codec::ParquetRowGroup => unreachable!("handled above"),
-            Codec::Zstd => zstd::stream::read::Decoder::new(&raw[..])?
-                .take(self.len + 1)
-                .read_to_end(&mut out),
-            Codec::Deflate => flate2::read::DeflateDecoder::new(&raw[..])
-                .take(self.len + 1)
-                .read_to_end(&mut out),
-        };
-        r.map_err(|e| {
-            bad(format!(
-                "bytes {}..{} do not decompress ({e})",
-                self.range.start, self.range.end
-            ))
-        })?;
-        if out.len() as u64 != self.len {
-            return Err(bad(format!(
-                "bytes {}..{} decompress to {} bytes, the index says {}",
-                self.range.start,
-                self.range.end,
-                out.len(),
-                self.len
-            )));
-        }
-        if let Some(want) = self.crc32 {
-            let got = crc32fast::hash(&out);
-            if got != want {
-                return Err(bad(format!(
-                    "decompressed CRC-32 {got:08x}, the archive says {want:08x}"
-                )));
-            }
-        }
-        Ok(out)
-    }
-}
 
 /// A plain local file or a compressed chunk.
 #[derive(Debug)]
@@ -180,6 +44,10 @@ struct Cache {
     /// Decompressed chunks by object (O(1) per read: a zip of 30k members is 30k chunks).
     lru: lru::LruCache<ObjectId, Arc<Vec<u8>>>,
     bytes: u64,
+    /// Decompressed bytes of the chunks being decompressed now (their declared lengths).
+    inflight: u64,
+    /// The most `bytes + inflight` has been.
+    peak: u64,
     /// Chunks being decompressed now (single flight).
     busy: HashMap<ObjectId, Arc<(Mutex<bool>, Condvar)>>,
     /// Pinned chunks: kept outside the LRU budget.
@@ -193,6 +61,8 @@ pub struct MixedStorage {
     map: Vec<Result<u32, usize>>,
     chunks: Vec<Chunk>,
     cache: Mutex<Cache>,
+    /// Signalled when a decompression ends (room may have been made).
+    room: Condvar,
     budget: u64,
     background: AtomicUsize,
     me: std::sync::Weak<MixedStorage>,
@@ -236,9 +106,12 @@ impl MixedStorage {
             plain: LocalStorage::new(plain),
             map,
             chunks,
+            room: Condvar::new(),
             cache: Mutex::new(Cache {
                 lru: lru::LruCache::unbounded(),
                 bytes: 0,
+                inflight: 0,
+                peak: 0,
                 busy: HashMap::new(),
                 pinned: HashMap::new(),
             }),
@@ -298,9 +171,10 @@ impl MixedStorage {
                 }
                 continue;
             }
+            let ch = &self.chunks[k];
+            self.reserve(ch.len);
             // A decoder that panics on damaged bytes (the Parquet crate does) fails this chunk
             // like any damaged stream: the single flight below is cleared either way.
-            let ch = &self.chunks[k];
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ch.decompress()))
                 .unwrap_or_else(|p| {
                     Err(io::Error::new(
@@ -317,6 +191,7 @@ impl MixedStorage {
                 .cache
                 .lock()
                 .map_err(|_| io::Error::other("chunk cache poisoned"))?;
+            c.inflight -= ch.len;
             if let Ok(d) = &r {
                 c.bytes += d.len() as u64;
                 c.lru.put(obj, d.clone());
@@ -326,6 +201,7 @@ impl MixedStorage {
                     }
                 }
             }
+            self.room.notify_all();
             c.busy.remove(&obj);
             drop(c);
             let (m, cv) = &*flight;
@@ -335,6 +211,34 @@ impl MixedStorage {
             cv.notify_all();
             return r;
         }
+    }
+
+    /// Makes room in the budget for a decompression of `len` bytes: least recently used
+    /// chunks are evicted, and while other decompressions hold the room this one waits for
+    /// them (one decompression always proceeds, so a chunk larger than the budget is served).
+    /// The bytes are counted as in flight until the caller takes them off.
+    fn reserve(&self, len: u64) {
+        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            while c.bytes + c.inflight + len > self.budget {
+                match c.lru.pop_lru() {
+                    Some((_, old)) => c.bytes -= old.len() as u64,
+                    None => break,
+                }
+            }
+            if c.inflight == 0 || c.bytes + c.inflight + len <= self.budget {
+                break;
+            }
+            c = self.room.wait(c).unwrap_or_else(|e| e.into_inner());
+        }
+        c.inflight += len;
+        c.peak = c.peak.max(c.bytes + c.inflight);
+    }
+
+    /// The most decompressed bytes the cache has held at once, cached and being decompressed
+    /// (pinned chunks aside): at most `max(budget, largest chunk)`.
+    pub fn peak_bytes(&self) -> u64 {
+        self.cache.lock().map_or(0, |c| c.peak)
     }
 
     /// Asks the device for the compressed bytes of chunks `from..to` that lie in the same file

@@ -1,0 +1,155 @@
+//! One compressed chunk: a range of a local file whose bytes are served decompressed (a zstd
+//! MDS shard or LitData frame, a deflated zip member, a Parquet row group's images), checked
+//! against its declared length (at most [`MAX_CHUNK`]) and, for zip, its CRC-32.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The largest decompressed chunk served, bytes (1 GiB): a chunk is decompressed whole into
+/// memory, so a longer claim (a decompression bomb, a damaged length) is refused, naming the
+/// file. Real chunks are far smaller: MDS shards and LitData chunks default to 64 MiB
+/// (`size_limit`, `chunk_bytes`), and a zip member of a sample dataset is one file.
+pub const MAX_CHUNK: u64 = 1 << 30;
+
+/// How a chunk is compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Codec {
+    /// A zstd stream (one or more frames).
+    Zstd,
+    /// Raw deflate (a zip member).
+    Deflate,
+    /// The image values of one row group of a Parquet file, concatenated in row order, as the
+    /// `parquet` crate decodes them (any codec, dictionary or not). `range` is unused.
+    ParquetRowGroup,
+}
+
+/// One compressed chunk: bytes `range` of `path`, `len` bytes once decompressed.
+#[derive(Debug)]
+pub struct Chunk {
+    /// The file, for messages.
+    pub path: PathBuf,
+    /// The file, shared by every chunk of it (a zip of many members opens it once).
+    pub file: Arc<File>,
+    /// The compressed bytes in the file.
+    pub range: Range<u64>,
+    /// How they are compressed.
+    pub codec: Codec,
+    /// Decompressed length, bytes.
+    pub len: u64,
+    /// CRC-32 of the decompressed bytes, when the container records one (zip).
+    pub crc32: Option<u32>,
+    /// For [`Codec::ParquetRowGroup`]: the row group and the image column's group name.
+    pub parquet: Option<(usize, String)>,
+}
+
+impl Chunk {
+    /// The concatenated image bytes of a Parquet row group (see [`Codec::ParquetRowGroup`]).
+    fn parquet_images(&self) -> io::Result<Vec<u8>> {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        use parquet::record::Field;
+        let bad = |why: String| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {why}", self.path.display()),
+            )
+        };
+        // Its own open file: the crate seeks and reads, and a dup of the shared handle would
+        // share the offset with other row groups decoded at the same time.
+        let (g, image) = self
+            .parquet
+            .clone()
+            .ok_or_else(|| bad("no row group given".into()))?;
+        let reader =
+            SerializedFileReader::new(File::open(&self.path)?).map_err(|e| bad(e.to_string()))?;
+        let rg = reader
+            .get_row_group(g)
+            .map_err(|e| bad(format!("row group {g}: {e}")))?;
+        let mut out = Vec::with_capacity(self.len as usize);
+        for row in rg
+            .get_row_iter(None)
+            .map_err(|e| bad(format!("row group {g}: {e}")))?
+        {
+            let row = row.map_err(|e| bad(format!("row group {g}: {e}")))?;
+            for (name, field) in row.get_column_iter() {
+                if let (true, Field::Group(img)) = (*name == image, field) {
+                    for (n, v) in img.get_column_iter() {
+                        if let ("bytes", Field::Bytes(b)) = (n.as_str(), v) {
+                            out.extend_from_slice(b.data());
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads and decompresses the chunk. Errors: I/O, a damaged stream, a length or CRC-32
+    /// that does not match (the message names the file).
+    pub fn decompress(&self) -> io::Result<Vec<u8>> {
+        let bad = |why: String| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {why}", self.path.display()),
+            )
+        };
+        if self.len > MAX_CHUNK {
+            return Err(bad(format!(
+                "a chunk of {} bytes decompressed is over the {} byte limit for one chunk",
+                self.len, MAX_CHUNK
+            )));
+        }
+        if self.codec == Codec::ParquetRowGroup {
+            let out = self.parquet_images()?;
+            if out.len() as u64 != self.len {
+                return Err(bad(format!(
+                    "row group images are {} bytes, the index says {}",
+                    out.len(),
+                    self.len
+                )));
+            }
+            return Ok(out);
+        }
+        let mut raw = vec![0u8; (self.range.end - self.range.start) as usize];
+        self.file.read_exact_at(&mut raw, self.range.start)?;
+        // The length is the file's own claim: grown as the stream proves it, not reserved.
+        let mut out = Vec::with_capacity(self.len.min(16 << 20) as usize);
+        let r = match self.codec {
+            Codec::ParquetRowGroup => unreachable!("handled above"),
+            Codec::Zstd => zstd::stream::read::Decoder::new(&raw[..])?
+                .take(self.len + 1)
+                .read_to_end(&mut out),
+            Codec::Deflate => flate2::read::DeflateDecoder::new(&raw[..])
+                .take(self.len + 1)
+                .read_to_end(&mut out),
+        };
+        r.map_err(|e| {
+            bad(format!(
+                "bytes {}..{} do not decompress ({e})",
+                self.range.start, self.range.end
+            ))
+        })?;
+        if out.len() as u64 != self.len {
+            return Err(bad(format!(
+                "bytes {}..{} decompress to {} bytes, the index says {}",
+                self.range.start,
+                self.range.end,
+                out.len(),
+                self.len
+            )));
+        }
+        if let Some(want) = self.crc32 {
+            let got = crc32fast::hash(&out);
+            if got != want {
+                return Err(bad(format!(
+                    "decompressed CRC-32 {got:08x}, the archive says {want:08x}"
+                )));
+            }
+        }
+        Ok(out)
+    }
+}
