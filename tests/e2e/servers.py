@@ -215,13 +215,15 @@ class FaultProxy:
     `cut_after` (the next `cuts` connections are reset after this many response bytes),
     `fail_503` (the next N requests are answered `503 Slow Down` without reaching the server),
     `corrupt` (the next N response bodies of at least 4 KiB get one byte flipped), `down`
-    (connections are refused and open ones dropped). `requests` counts requests that went on.
+    (connections are refused and open ones dropped). `requests` counts requests that went on;
+    `max_active` the most forwarded at once before their answers came back.
     """
 
     def __init__(self, target: int, rate: float = 0, latency: float = 0):
         self.target, self.rate, self.latency = target, rate, latency
         self.port = free_port()
         self.requests = 0
+        self.active, self.max_active = 0, 0  # requests forwarded and not yet answered
         self.cut_after, self.cuts = 0, 0
         self.fail_503 = 0
         self.corrupt = 0
@@ -244,7 +246,7 @@ class FaultProxy:
 
     def reset(self) -> None:
         """No fault: full speed, no latency, nothing cut, failed or corrupted, up."""
-        self.set(rate=0, latency=0, cut_after=0, cuts=0, fail_503=0, corrupt=0, down=False)
+        self.set(rate=0, latency=0, cut_after=0, cuts=0, fail_503=0, corrupt=0, down=False, max_active=0)
 
     def set(self, **kw) -> None:
         for k, v in kw.items():
@@ -290,6 +292,13 @@ class FaultProxy:
             return
         self._conns.update((cw, sw))
         cut = None
+        pending = [0]  # requests of this connection forwarded and not yet answered
+
+        def answered():
+            if pending[0] > 0:
+                pending[0] -= 1
+                self.active -= 1
+
         if self.cuts > 0:
             self.cuts -= 1
             cut = self.cut_after
@@ -310,6 +319,9 @@ class FaultProxy:
                 if n and self.latency:
                     await asyncio.sleep(self.latency)
                 self.requests += n
+                pending[0] += n
+                self.active += n
+                self.max_active = max(self.max_active, self.active)
                 await self._throttle(len(data))
                 sw.write(data)
                 await sw.drain()
@@ -336,6 +348,8 @@ class FaultProxy:
                             flip -= take
                         left -= take
                         i += take
+                        if left == 0:
+                            answered()
                         continue
                     before = len(head)
                     head += data[i:]
@@ -347,6 +361,8 @@ class FaultProxy:
                     m = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", bytes(head[:end + 4]))
                     left = int(m.group(1)) if m else 0
                     head = bytearray()
+                    if left == 0:
+                        answered()
                     if self.corrupt > 0 and left >= 4096:
                         self.corrupt -= 1
                         self.corrupted += 1
@@ -368,6 +384,8 @@ class FaultProxy:
         except (ConnectionError, OSError):
             pass
         finally:
+            while pending[0] > 0:
+                answered()
             self._conns.discard(cw)
             self._conns.discard(sw)
             for w in (cw, sw):

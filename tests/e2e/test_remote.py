@@ -410,3 +410,25 @@ def test_warm_downloads_once_then_a_shuffled_epoch_makes_no_request(world, sourc
         for rel in files:
             assert (mnt / rel).read_bytes() == (source / rel).read_bytes(), rel
         assert proxy.requests == n
+
+
+def test_max_requests_bounds_the_requests_in_flight(world, source):
+    # Each request waits 20 ms in the proxy, so a warm keeps many in flight if it may. The
+    # proxy counts requests forwarded and not yet answered, independently of the daemon.
+    proxy = world["s3_proxy"]
+    seen = {}
+    for limit in (2, 8):
+        proxy.set(latency=0.02, max_active=0)
+        with Mount("s3://packs/data.pack", world["work"], *s3_args(world),
+                   "--max-requests", str(limit), "--warm", "--wait") as mnt:
+            assert_same_tree(mnt, source)
+        seen[limit] = proxy.max_active
+    assert 1 <= seen[2] <= 2, seen
+    assert seen[8] > 2, seen  # the counter sees concurrency when it is allowed
+
+
+def test_region_is_used_for_signing(world, source):
+    # The region goes into every SigV4 credential scope; SeaweedFS checks the signature with
+    # the region the scope names, so a mount given one still reads every byte.
+    with Mount("s3://packs/data.pack", world["work"], *s3_args(world), "--region", "eu-west-3") as mnt:
+        assert_same_tree(mnt, source)
