@@ -13,6 +13,8 @@ use std::io::{Cursor, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+#[cfg(test)]
+mod tests;
 mod zip_source;
 use zip_source::walk_zip;
 

@@ -1,6 +1,7 @@
 //! Zip archives (any zip writer; not a loosefs pack, which mounts natively): the central
-//! directory read with the `zip` crate, member names taken only through its `enclosed_name`
-//! (a name that is absolute or climbs out with `..` refuses the archive, naming the member).
+//! directory read with the `zip` crate, member names checked by the same rules `loosefs pack`
+//! applies (a name that is absolute, climbs out with `..`, is not UTF-8, holds a backslash or
+//! NUL, or appears twice refuses the archive, naming the member).
 //! The tree of members is shown as is; STORED members are served in place, deflated members
 //! through the chunk cache (each member a chunk, decompressed whole on first read), all checked
 //! against the CRC-32 the archive records. Other methods (bzip2, zstd in zip, ...) are refused
@@ -9,6 +10,8 @@
 use super::{ChunkSpec, Format, Sample, Scan, mtime_of, read_at};
 use crate::storage::chunks::Codec;
 use anyhow::{Context, Result, bail};
+use std::io::Cursor;
+use std::path::Path;
 
 /// Ok when `src` is a file starting with a zip local header or ending with an end record.
 pub fn sniff(src: &std::path::Path) -> std::result::Result<(), String> {
@@ -23,11 +26,16 @@ pub fn sniff(src: &std::path::Path) -> std::result::Result<(), String> {
     }
 }
 
-/// Reads the central directory.
+/// Reads the central directory. Member names follow the same rules as `loosefs pack`'s
+/// ([`member_path`]; a name twice refuses the archive, [`refuse_merged_duplicates`]); an
+/// encrypted member refuses it; symbolic links are left out, as `pack` leaves them out.
 pub fn scan(src: &std::path::Path) -> Result<Scan> {
     let f = std::fs::File::open(src).with_context(|| format!("cannot open {}", src.display()))?;
-    let mut z = zip::ZipArchive::new(f)
+    // SAFETY: a read-only map of a dataset file that must not change while indexed.
+    let map = unsafe { memmap2::Mmap::map(&f) }?;
+    let mut z = zip::ZipArchive::new(Cursor::new(&map[..]))
         .with_context(|| format!("{}: not a readable zip archive", src.display()))?;
+    refuse_merged_duplicates(src, &map, &mut z)?;
     let mtime = mtime_of(src);
     let mut samples = Vec::new();
     let mut objects = vec![src.to_path_buf()];
@@ -37,17 +45,31 @@ pub fn scan(src: &std::path::Path) -> Result<Scan> {
         let m = z
             .by_index_raw(i)
             .with_context(|| format!("{}: damaged central directory entry {i}", src.display()))?;
-        let Some(name) = m.enclosed_name() else {
+        let parts = member_path(m.name_raw()).map_err(|why| {
+            anyhow::anyhow!(
+                "{}: member {:?} {why}; refusing the archive",
+                src.display(),
+                String::from_utf8_lossy(m.name_raw())
+            )
+        })?;
+        if m.is_dir() || m.unix_mode().unwrap_or(0) & libc::S_IFMT == libc::S_IFLNK {
+            continue;
+        }
+        if parts.is_empty() {
             bail!(
-                "{}: member {:?} climbs out of the archive",
+                "{}: member {:?} names no file (empty, or only `.`); refusing the archive",
                 src.display(),
                 m.name()
             );
-        };
-        if m.is_dir() {
-            continue;
         }
-        let name = name.to_string_lossy().into_owned();
+        if m.encrypted() {
+            bail!(
+                "{}: member {:?} is encrypted; loosefs cannot read it",
+                src.display(),
+                m.name()
+            );
+        }
+        let name = parts.join("/");
         let start = m.data_start();
         let (object, range) = match m.compression() {
             zip::CompressionMethod::Stored => (0, start..start + m.compressed_size()),
@@ -108,6 +130,79 @@ pub fn scan(src: &std::path::Path) -> Result<Scan> {
         },
         labels: "none: the archive's own tree".into(),
     })
+}
+
+/// The components of zip member name `raw`, resolved lexically: `/`-separated, empty and `.`
+/// components dropped, `..` removing the component before it. Errors (the reason): not UTF-8,
+/// absolute, a NUL or backslash in it, or a `..` that would climb out of the archive's tree.
+pub(crate) fn member_path(raw: &[u8]) -> Result<Vec<String>, String> {
+    let name = std::str::from_utf8(raw).map_err(|_| "is not UTF-8".to_string())?;
+    if name.starts_with('/') {
+        return Err("is an absolute path (it would escape the extracted tree)".into());
+    }
+    if name.contains('\0') || name.contains('\\') {
+        return Err("contains a NUL or a backslash".into());
+    }
+    let mut parts: Vec<String> = Vec::new();
+    for c in name.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return Err("would escape the extracted tree (`..` above its top)".into());
+                }
+            }
+            c => parts.push(c.to_string()),
+        }
+    }
+    Ok(parts)
+}
+
+/// Refuses an archive whose central directory names a member twice. The zip reader keeps one
+/// entry per name, so a duplicate shows as a central-directory record no kept entry starts at:
+/// the records of the kept entries must tile the central directory from its start, with no
+/// record left after the last one.
+pub(crate) fn refuse_merged_duplicates(
+    src: &Path,
+    map: &[u8],
+    z: &mut zip::ZipArchive<Cursor<&[u8]>>,
+) -> Result<()> {
+    let mut starts = Vec::with_capacity(z.len());
+    for k in 0..z.len() {
+        starts.push(z.by_index_raw(k)?.central_header_start() as usize);
+    }
+    starts.sort_unstable();
+    let record_end = |at: usize| -> Option<usize> {
+        let h = map.get(at..at + 46)?;
+        let len = |o: usize| usize::from(u16::from_le_bytes([h[o], h[o + 1]]));
+        Some(at + 46 + len(28) + len(30) + len(32))
+    };
+    let name_at = |at: usize| -> String {
+        let n = map
+            .get(at + 28..at + 30)
+            .map_or(0, |b| usize::from(u16::from_le_bytes([b[0], b[1]])));
+        String::from_utf8_lossy(map.get(at + 46..at + 46 + n).unwrap_or(&[])).into_owned()
+    };
+    let mut expected = z.central_directory_start() as usize;
+    for at in starts.iter().copied().chain(std::iter::once(usize::MAX)) {
+        let dropped = if at == usize::MAX {
+            map.get(expected..expected + 4) == Some(b"PK\x01\x02")
+        } else {
+            at != expected
+        };
+        if dropped {
+            bail!(
+                "{}: member {:?} appears twice in the archive; refusing it (which copy is meant?)",
+                src.display(),
+                name_at(expected)
+            );
+        }
+        if at == usize::MAX {
+            break;
+        }
+        expected = record_end(at).context("truncated central directory")?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

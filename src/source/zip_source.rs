@@ -3,6 +3,7 @@
 
 use super::{Item, ItemKind, MapBytes, Skipped, Source};
 use crate::format::writer::EntryMeta;
+use crate::formats::zip::{member_path, refuse_merged_duplicates};
 use anyhow::{Context, Result, bail};
 use memmap2::Mmap;
 use std::collections::BTreeMap;
@@ -62,6 +63,13 @@ fn tree_of(src: &Path, z: &mut Archive, default_mtime: i64) -> Result<(Tree, Ski
         }
         if parts.is_empty() {
             continue; // a `./` entry: the root itself
+        }
+        if f.encrypted() {
+            bail!(
+                "{}: member {:?} is encrypted; loosefs cannot read it",
+                src.display(),
+                f.name()
+            );
         }
         if f.unix_mode().unwrap_or(0) & libc::S_IFMT == libc::S_IFLNK {
             skipped.push((src.join(f.name()), "symbolic link in the archive".into()));
@@ -162,77 +170,4 @@ pub(super) fn walk_zip(src: &Path, meta: &std::fs::Metadata) -> Result<Source> {
         zip: Some(archive),
         stored: None,
     })
-}
-
-/// The components of zip member name `raw`, resolved lexically: `/`-separated, empty and `.`
-/// components dropped, `..` removing the component before it. Errors (the reason): not UTF-8,
-/// absolute, a NUL or backslash in it, or a `..` that would climb out of the archive's tree.
-fn member_path(raw: &[u8]) -> Result<Vec<String>, String> {
-    let name = std::str::from_utf8(raw).map_err(|_| "is not UTF-8".to_string())?;
-    if name.starts_with('/') {
-        return Err("is an absolute path (it would escape the extracted tree)".into());
-    }
-    if name.contains('\0') || name.contains('\\') {
-        return Err("contains a NUL or a backslash".into());
-    }
-    let mut parts: Vec<String> = Vec::new();
-    for c in name.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                if parts.pop().is_none() {
-                    return Err("would escape the extracted tree (`..` above its top)".into());
-                }
-            }
-            c => parts.push(c.to_string()),
-        }
-    }
-    Ok(parts)
-}
-
-/// Refuses an archive whose central directory names a member twice. The zip reader keeps one
-/// entry per name, so a duplicate shows as a central-directory record no kept entry starts at:
-/// the records of the kept entries must tile the central directory from its start, with no
-/// record left after the last one.
-fn refuse_merged_duplicates(
-    src: &Path,
-    map: &[u8],
-    z: &mut zip::ZipArchive<Cursor<&[u8]>>,
-) -> Result<()> {
-    let mut starts = Vec::with_capacity(z.len());
-    for k in 0..z.len() {
-        starts.push(z.by_index_raw(k)?.central_header_start() as usize);
-    }
-    starts.sort_unstable();
-    let record_end = |at: usize| -> Option<usize> {
-        let h = map.get(at..at + 46)?;
-        let len = |o: usize| usize::from(u16::from_le_bytes([h[o], h[o + 1]]));
-        Some(at + 46 + len(28) + len(30) + len(32))
-    };
-    let name_at = |at: usize| -> String {
-        let n = map
-            .get(at + 28..at + 30)
-            .map_or(0, |b| usize::from(u16::from_le_bytes([b[0], b[1]])));
-        String::from_utf8_lossy(map.get(at + 46..at + 46 + n).unwrap_or(&[])).into_owned()
-    };
-    let mut expected = z.central_directory_start() as usize;
-    for at in starts.iter().copied().chain(std::iter::once(usize::MAX)) {
-        let dropped = if at == usize::MAX {
-            map.get(expected..expected + 4) == Some(b"PK\x01\x02")
-        } else {
-            at != expected
-        };
-        if dropped {
-            bail!(
-                "{}: member {:?} appears twice in the archive; refusing it (which copy is meant?)",
-                src.display(),
-                name_at(expected)
-            );
-        }
-        if at == usize::MAX {
-            break;
-        }
-        expected = record_end(at).context("truncated central directory")?;
-    }
-    Ok(())
 }
