@@ -376,4 +376,88 @@ mod tests {
         );
         assert!(helper_args(&args[..2]).is_err());
     }
+
+    /// `loosefs mount` flags as clap parses them (the flattened groups included).
+    #[derive(clap::Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        m: MountArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<MountArgs, String> {
+        use clap::Parser;
+        let argv = std::iter::once("mount").chain(args.iter().copied());
+        Cli::try_parse_from(argv)
+            .map(|c| c.m)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn mount_defaults_are_the_documented_ones() {
+        let m = parse(&[]).unwrap();
+        assert_eq!((m.threads, m.prefetch_max_mb, m.push_ahead), (16, 64, 64));
+        assert_eq!(m.pin, None);
+        assert_eq!(m.source.chunk_cache, 1 << 30);
+        assert_eq!(m.decode.decode_cache, 1 << 30);
+        // Retries outlast a short outage: up to 1000 tries within 120 s (README, "Remote").
+        let r = &m.source.remote;
+        assert_eq!(
+            (
+                r.retries,
+                r.retry_timeout,
+                r.request_timeout,
+                r.max_requests
+            ),
+            (1000, 120, 60, 16)
+        );
+        assert!(m.decode.views().is_ok_and(|v| !v.any()));
+    }
+
+    #[test]
+    fn sizes_views_formats_and_remote_flags_parse_or_are_refused_with_the_reason() {
+        let m = parse(&[
+            "--pin",
+            "all",
+            "--decode",
+            "npy,ppm",
+            "--decoded-only",
+            "--chunk-cache",
+            "512M",
+            "--format",
+            "webdataset",
+            "--region",
+            "eu-west-3",
+            "--max-requests",
+            "4",
+            "--cache-size",
+            "2GiB",
+        ])
+        .unwrap();
+        assert_eq!(m.pin, Some(u64::MAX));
+        assert_eq!(m.source.chunk_cache, 512 << 20);
+        assert_eq!(m.source.format, Some(crate::formats::Format::Tar));
+        assert_eq!(m.source.remote.region.as_deref(), Some("eu-west-3"));
+        assert_eq!(m.source.remote.max_requests, 4);
+        assert_eq!(m.source.remote.cache_size, Some(2 << 30));
+        let v = m.decode.views().unwrap();
+        assert!(v.npy && v.ppm && v.decoded_only);
+        assert_eq!(parse(&["--pin", "8G"]).unwrap().pin, Some(8 << 30));
+        for (args, want) in [
+            (&["--pin", "8X"][..], "unknown size suffix"),
+            (&["--format", "hdf5"], "known: webdataset"),
+            (&["--chunk-cache", "all"], "give a size"),
+            (&["--decode", "png"], "possible values"),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+        let m = parse(&["--decoded-only"]).unwrap();
+        assert!(
+            m.decode
+                .views()
+                .unwrap_err()
+                .to_string()
+                .contains("--decode npy")
+        );
+    }
 }

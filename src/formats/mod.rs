@@ -588,6 +588,19 @@ mod tests {
         assert_eq!(expand_braces("plain.tar"), ["plain.tar"]);
     }
 
+    #[test]
+    fn format_names_and_aliases_parse() {
+        for f in Format::ALL {
+            assert_eq!(Format::parse(f.name()), Some(f));
+        }
+        assert_eq!(Format::parse("webdataset"), Some(Format::Tar));
+        assert_eq!(Format::parse("wds"), Some(Format::Tar));
+        assert_eq!(Format::parse("huggingface"), Some(Format::Parquet));
+        assert_eq!(Format::parse("hf-parquet"), Some(Format::Parquet));
+        assert_eq!(Format::parse("TAR"), None, "names are lower case");
+        assert_eq!(Format::parse("hdf5"), None);
+    }
+
     fn labelled(label: i64, class: Option<&str>) -> Sample {
         Sample {
             label: Some(label),

@@ -179,3 +179,70 @@ pub(super) fn store_for(
     };
     Ok((store, path))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(url: &str, args: &RemoteArgs) -> String {
+        match store_for(url, args) {
+            Ok(_) => panic!("{url}: accepted"),
+            Err(e) => format!("{e:#}"),
+        }
+    }
+
+    #[test]
+    fn malformed_urls_are_refused_with_what_to_give() {
+        let a = RemoteArgs::default();
+        for (url, want) in [
+            ("s3://bucket", "give s3://BUCKET/KEY"),
+            ("s3:///key", "give s3://BUCKET/KEY"),
+            ("s3://bucket/", "give s3://BUCKET/KEY"),
+            ("https://host", "no object path"),
+            ("https://host/", "no object path"),
+            ("ftp://host/x.pack", "not an s3://, https:// or http:// URL"),
+        ] {
+            let e = err(url, &a);
+            assert!(e.contains(url) && e.contains(want), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn plain_http_needs_allow_http_for_urls_and_endpoints() {
+        let mut a = RemoteArgs::default();
+        let e = err("http://127.0.0.1:9/x.pack", &a);
+        assert!(e.contains("--allow-http"), "{e}");
+        a.endpoint_url = Some("http://127.0.0.1:9".into());
+        a.no_sign_request = true;
+        let e = err("s3://b/k.pack", &a);
+        assert!(e.contains("--allow-http"), "{e}");
+        a.allow_http = true;
+        let (_, path) = store_for("s3://b/dir/k.pack", &a).unwrap();
+        assert_eq!(path.as_ref(), "dir/k.pack");
+        let (_, path) = store_for("http://127.0.0.1:9/a/b%20c.pack", &a).unwrap();
+        assert_eq!(path.as_ref(), "a/b c.pack");
+    }
+
+    #[test]
+    fn a_ca_bundle_must_be_readable_pem() {
+        let d = tempfile::tempdir().unwrap();
+        let mut a = RemoteArgs {
+            ca_bundle: Some(d.path().join("missing.pem")),
+            ..RemoteArgs::default()
+        };
+        let e = err("https://host/x.pack", &a);
+        assert!(
+            e.contains("cannot read the CA bundle") && e.contains("missing.pem"),
+            "{e}"
+        );
+        let bad = d.path().join("bad.pem");
+        std::fs::write(
+            &bad,
+            "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        a.ca_bundle = Some(bad);
+        let e = err("https://host/x.pack", &a);
+        assert!(e.contains("bad.pem") && e.contains("not a PEM"), "{e}");
+    }
+}

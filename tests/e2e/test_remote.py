@@ -8,6 +8,7 @@ import pathlib
 import random
 import shutil
 import subprocess
+import threading
 import time
 
 import pytest
@@ -432,3 +433,38 @@ def test_region_is_used_for_signing(world, source):
     # the region the scope names, so a mount given one still reads every byte.
     with Mount("s3://packs/data.pack", world["work"], *s3_args(world), "--region", "eu-west-3") as mnt:
         assert_same_tree(mnt, source)
+
+
+def test_a_20_s_outage_with_default_options_gives_no_eio(world, source):
+    # Connections refused and open ones dropped for 20 s mid-epoch: readers wait through the
+    # retries (default --retry-timeout 120 s) and get every byte; none sees EIO. The 20 s is
+    # the length of the outage under test, not a wait for something to happen.
+    proxy = world["http_proxy"]
+    url = f"http://127.0.0.1:{proxy.port}/data.pack"
+    files = files_of(source)
+    errors, done = [], threading.Event()
+    with Mount(url, world["work"], "--allow-http", "--cache-size", "1G",
+               "--cache-dir", str(world["work"] / f"cache-outage{random.randrange(1 << 30)}")) as mnt:
+        assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
+        proxy.set(down=True)
+
+        def epoch():
+            try:
+                for rel in files[1:]:
+                    if (mnt / rel).read_bytes() != (source / rel).read_bytes():
+                        errors.append(f"{rel}: wrong bytes")
+            except OSError as e:
+                errors.append(f"{e}")
+            finally:
+                done.set()
+
+        t = threading.Thread(target=epoch, daemon=True)
+        t.start()
+        try:
+            assert not done.wait(20), f"the epoch ended during the outage: {errors}"
+        finally:
+            proxy.set(down=False)
+        assert done.wait(300), "the epoch did not finish after the outage"
+        assert errors == [], errors[:5]
+        log = (world["work"] / f"{mnt.name}.log").read_text()
+        assert "answering EIO" not in log, log[-2000:]

@@ -1,0 +1,372 @@
+//! Every foreign format of `../shared/data/formats` (written by each format's own writer)
+//! served in process, without a mount: the tree listed, looked up and read through the same
+//! `Server` the FUSE adaptor calls. Where the writer keeps the original JPEG bytes, each served
+//! file is byte-identical to its source image and sits under its source's class; where it
+//! re-encodes (GulpIO, FFCV), every file is a whole JPEG and the classes are the manifest's.
+
+mod common;
+
+use loosefs::catalog::Kind;
+use loosefs::decode::DecodeOptions;
+use loosefs::ino::ROOT_INO;
+use loosefs::readahead::ReadAheadOptions;
+use loosefs::server::{Server, ServerOptions};
+use loosefs::view::Views;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+fn formats_dir() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/formats");
+    if p.join("manifest.json").is_file() {
+        Some(p)
+    } else {
+        eprintln!("skipped: {} is missing", p.display());
+        None
+    }
+}
+
+/// The manifest: class names in label order, and each source file's class.
+fn manifest(dir: &Path) -> (Vec<String>, Vec<(PathBuf, String)>) {
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    let classes: Vec<String> = serde_json::from_value(v["classes"].clone()).unwrap();
+    let sample = dir.join("../imagenet-sample");
+    let files = (v["files"].as_array().unwrap().iter())
+        .map(|f| {
+            let rel = f.as_str().unwrap();
+            (sample.join(rel), rel.split('/').next().unwrap().to_string())
+        })
+        .collect();
+    (classes, files)
+}
+
+fn server(src: &Path, index: &Path) -> Server {
+    let args = loosefs::options::SourceArgs {
+        index_dir: Some(index.to_path_buf()),
+        ..Default::default()
+    };
+    let ds = loosefs::dataset::Dataset::open(src, &args, false).unwrap();
+    ds.server(Views::default(), server_options(), 64 << 20)
+        .unwrap()
+}
+
+fn server_options() -> ServerOptions {
+    ServerOptions {
+        readahead: ReadAheadOptions {
+            window_max: 16 << 20,
+            push_ahead: 0,
+            keep_cache: false,
+            pin: None,
+        },
+        warm: false,
+        mountpoint: "/test".into(),
+        threads: 2,
+        owner: 1000,
+        decode: DecodeOptions {
+            cache_bytes: 64 << 20,
+            threads: 1,
+            ahead: 0,
+            accept_damaged: false,
+        },
+    }
+}
+
+fn read_all(s: &Server, ino: u64) -> Vec<u8> {
+    let size = s.getattr(ino).unwrap().attr.size;
+    let mut out = Vec::new();
+    while (out.len() as u64) < size {
+        let (tx, rx) = std::sync::mpsc::channel();
+        s.read(ino, out.len() as u64, 64 << 10, move |r| {
+            let _ = tx.send(r.map(<[u8]>::to_vec));
+        });
+        let b = rx.recv_timeout(Duration::from_secs(60)).unwrap().unwrap();
+        assert!(!b.is_empty(), "short read at {} of {size}", out.len());
+        out.extend_from_slice(&b);
+    }
+    out
+}
+
+/// Every file as (top directory, bytes), found by readdir and checked by lookup.
+fn files(s: &Server, dir: u64, top: Option<&str>, out: &mut Vec<(String, Vec<u8>)>) {
+    let mut entries = Vec::new();
+    s.readdir(dir, 0, |e| {
+        entries.push((String::from_utf8_lossy(&e.name).into_owned(), e.ino, e.kind));
+        false
+    })
+    .unwrap();
+    for (name, ino, kind) in entries {
+        if name == "." || name == ".." {
+            continue;
+        }
+        assert_eq!(
+            s.lookup(dir, name.as_bytes()).unwrap().attr.ino,
+            ino,
+            "{name}"
+        );
+        let top = top.unwrap_or(&name).to_string();
+        match kind {
+            Kind::Dir => files(s, ino, Some(&top), out),
+            Kind::File => out.push((top, read_all(s, ino))),
+        }
+    }
+}
+
+/// Serves `rel` of the formats directory; checks it shows the 48 images under the right
+/// classes. `exact`: byte-identical to the sources. `numbered`: classes shown as zero-padded
+/// labels (`first_label` for class 0) rather than names.
+fn check(rel: &str, exact: bool, numbered: Option<i64>) {
+    let Some(dir) = formats_dir() else { return };
+    let (classes, sources) = manifest(&dir);
+    let index = tempfile::tempdir().unwrap();
+    let s = server(&dir.join(rel), index.path());
+    let mut got = Vec::new();
+    files(&s, ROOT_INO, None, &mut got);
+    assert_eq!(got.len(), sources.len(), "{rel}: files");
+    let class_of: HashMap<Vec<u8>, String> = (sources.iter())
+        .map(|(p, c)| (std::fs::read(p).unwrap(), c.clone()))
+        .collect();
+    let shown = |c: &str| match numbered {
+        Some(first) => {
+            let label = first + classes.iter().position(|x| x == c).unwrap() as i64;
+            format!("{label:04}")
+        }
+        None => c.to_string(),
+    };
+    let mut dirs: Vec<&String> = got.iter().map(|(d, _)| d).collect();
+    dirs.dedup();
+    let want: Vec<String> = classes.iter().map(|c| shown(c)).collect();
+    assert_eq!(
+        dirs,
+        want.iter().collect::<Vec<_>>(),
+        "{rel}: class directories"
+    );
+    for (d, bytes) in &got {
+        assert!(
+            bytes.starts_with(b"\xff\xd8") && bytes.ends_with(b"\xff\xd9"),
+            "{rel}/{d}: not a whole JPEG"
+        );
+        if exact {
+            let c = class_of
+                .get(bytes)
+                .unwrap_or_else(|| panic!("{rel}/{d}: bytes of no source image"));
+            assert_eq!(d, &shown(c), "{rel}: an image under another class");
+        }
+    }
+}
+
+#[test]
+fn webdataset_shards_serve_the_original_jpegs_under_their_classes() {
+    check("webdataset", true, None);
+}
+
+#[test]
+fn mds_shards_serve_the_original_jpegs_under_their_classes() {
+    check("mds", true, None);
+}
+
+#[test]
+fn parquet_serves_the_original_jpegs_under_their_class_names() {
+    check("hf-parquet", true, None);
+}
+
+#[test]
+fn tfrecord_serves_the_original_jpegs_under_their_synsets() {
+    check("tfrecord", true, None);
+}
+
+#[test]
+fn a_zip_serves_its_members_as_its_own_tree() {
+    let Some(dir) = formats_dir() else { return };
+    let (_, sources) = manifest(&dir);
+    let index = tempfile::tempdir().unwrap();
+    let s = server(&dir.join("zip/images.zip"), index.path());
+    let train = s.lookup(ROOT_INO, b"train").unwrap().attr.ino;
+    for (p, class) in sources {
+        let c = s.lookup(train, class.as_bytes()).unwrap().attr.ino;
+        let name = p.file_name().unwrap().as_encoded_bytes();
+        let ino = s.lookup(c, name).unwrap().attr.ino;
+        assert_eq!(
+            read_all(&s, ino),
+            std::fs::read(&p).unwrap(),
+            "{}",
+            p.display()
+        );
+    }
+}
+
+#[test]
+fn litdata_gulpio_and_ffcv_serve_whole_jpegs_under_every_class() {
+    check("litdata", false, Some(0));
+    check("gulpio", false, None);
+    check("ffcv/jpg.beton", false, Some(0));
+}
+
+#[test]
+fn every_format_is_detected_from_its_content() {
+    use loosefs::formats::{Format, detect};
+    let Some(dir) = formats_dir() else { return };
+    for (rel, want) in [
+        ("webdataset", Format::Tar),
+        ("mds", Format::Mds),
+        ("litdata", Format::Litdata),
+        ("gulpio", Format::Gulpio),
+        ("tfrecord", Format::Tfrecord),
+        ("hf-parquet", Format::Parquet),
+        ("ffcv/raw.beton", Format::Ffcv),
+        ("zip/images.zip", Format::Zip),
+    ] {
+        assert_eq!(detect(&dir.join(rel)).unwrap(), want, "{rel}");
+    }
+    let e = format!("{:#}", detect(&dir.join("../imagenet-sample")).unwrap_err());
+    assert!(
+        e.contains("plain directory") && e.contains("loosefs pack"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_index_is_built_once_and_rebuilt_when_a_file_changes() {
+    use loosefs::formats::index::open;
+    let Some(dir) = formats_dir() else { return };
+    // A copy of the MDS dataset, so one of its shards can be touched.
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("mds");
+    std::fs::create_dir(&src).unwrap();
+    for e in std::fs::read_dir(dir.join("mds")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), src.join(e.file_name())).unwrap();
+    }
+    let args = loosefs::options::SourceArgs::default();
+    let opts = args.scan_options().unwrap();
+    let index = d.path().join("index");
+    let first = open(&src, &opts, Some(&index), false).unwrap();
+    assert!(first.built, "the first open builds the index");
+    let again = open(&src, &opts, Some(&index), false).unwrap();
+    assert!(!again.built, "an unchanged source reuses it");
+    let shard = src.join("shard.00001.mds");
+    let f = std::fs::File::options().write(true).open(&shard).unwrap();
+    f.set_modified(std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 30))
+        .unwrap();
+    drop(f);
+    let changed = open(&src, &opts, Some(&index), false).unwrap();
+    assert!(changed.built, "a shard with another mtime rebuilds it");
+    // A different --label is another index, not a reuse of this one.
+    let mut other = opts.clone();
+    other.label = Some("label".into());
+    assert!(open(&src, &other, Some(&index), false).unwrap().built);
+}
+
+/// A copy of `rel` of the formats directory in a temp dir.
+fn copy_of(dir: &Path, rel: &str, to: &Path) -> PathBuf {
+    let dst = to.join(rel);
+    std::fs::create_dir_all(&dst).unwrap();
+    for e in std::fs::read_dir(dir.join(rel)).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+    }
+    dst
+}
+
+#[test]
+fn a_sample_damaged_after_indexing_fails_alone_and_never_serves_wrong_bytes() {
+    let Some(dir) = formats_dir() else { return };
+    let (_, sources) = manifest(&dir);
+    let d = tempfile::tempdir().unwrap();
+    let src = copy_of(&dir, "webdataset", d.path());
+    let s = server(&src, &d.path().join("index"));
+    // Flip one byte in the middle of the first image, in the shard, after the index was built.
+    let victim = std::fs::read(&sources[0].0).unwrap();
+    let shard = src.join("shard-000000.tar");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let at = memchr::memmem::find(&bytes, &victim).expect("the image is stored in place");
+    bytes[at + victim.len() / 2] ^= 0x01;
+    let damaged = bytes[at..at + victim.len()].to_vec();
+    std::fs::write(&shard, &bytes).unwrap();
+    let mut failed = Vec::new();
+    let mut served = 0;
+    let mut stack = vec![ROOT_INO];
+    while let Some(dirino) = stack.pop() {
+        let mut entries = Vec::new();
+        s.readdir(dirino, 0, |e| {
+            entries.push((e.ino, e.kind, String::from_utf8_lossy(&e.name).into_owned()));
+            false
+        })
+        .unwrap();
+        for (ino, kind, name) in entries {
+            match kind {
+                Kind::Dir if name != "." && name != ".." => stack.push(ino),
+                Kind::File => {
+                    let size = s.getattr(ino).unwrap().attr.size;
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    s.read(ino, 0, size as u32, move |r| {
+                        let _ = tx.send(r.map(<[u8]>::to_vec));
+                    });
+                    match rx.recv_timeout(Duration::from_secs(60)).unwrap() {
+                        Ok(b) => {
+                            assert_ne!(b.len(), 0);
+                            assert_ne!(b, damaged, "{name}: the damaged bytes were served");
+                            served += 1;
+                        }
+                        Err(_) => failed.push(name),
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let victim_name = sources[0]
+        .0
+        .file_stem()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        failed[0].starts_with(&victim_name),
+        "{failed:?} vs {victim_name}"
+    );
+    assert_eq!(served, sources.len() - 1);
+}
+
+#[test]
+fn fields_all_shows_every_member_beside_the_image() {
+    let Some(dir) = formats_dir() else { return };
+    let (classes, sources) = manifest(&dir);
+    let d = tempfile::tempdir().unwrap();
+    let args = loosefs::options::SourceArgs {
+        index_dir: Some(d.path().to_path_buf()),
+        fields: "all".into(),
+        ..Default::default()
+    };
+    let ds = loosefs::dataset::Dataset::open(&dir.join("webdataset"), &args, false).unwrap();
+    let loosefs::dataset::Dataset::Foreign(f) = &ds else {
+        panic!("a foreign dataset")
+    };
+    assert_eq!(
+        f.info().samples,
+        3 * sources.len() as u64,
+        "image, .cls and .txt"
+    );
+    let (class, stem) = (
+        &sources[5].1,
+        sources[5].0.file_stem().unwrap().to_string_lossy(),
+    );
+    let s = ds
+        .server(Views::default(), server_options(), 64 << 20)
+        .unwrap();
+    let c2 = s.lookup(ROOT_INO, class.as_bytes()).unwrap().attr.ino;
+    let cls = s
+        .lookup(c2, format!("{stem}.cls").as_bytes())
+        .unwrap()
+        .attr
+        .ino;
+    let label = classes.iter().position(|x| x == class).unwrap();
+    assert_eq!(read_all(&s, cls), label.to_string().as_bytes());
+    let txt = s
+        .lookup(c2, format!("{stem}.txt").as_bytes())
+        .unwrap()
+        .attr
+        .ino;
+    assert_eq!(read_all(&s, txt), class.as_bytes());
+}
