@@ -39,6 +39,7 @@ impl Inner {
             let c = crc32c::crc32c(chunk);
             self.table.set(b, c, chunk.len() as u32)?;
             self.blocks.slot(b).crc.store(c, Relaxed);
+            self.fetched.fetch_add(1, Relaxed);
         }
         Ok(())
     }

@@ -96,3 +96,52 @@ pub fn prune(root: &Path, keep: &Path, budget: u64, share: u64) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::block_cache::dir::{CacheDir, check_root};
+
+    /// An object directory under `root` holding `mb` MiB of data, last used `age` s ago.
+    fn object(root: &Path, name: &str, mb: usize, age: u64) -> PathBuf {
+        let d = root.join(name);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("data"), vec![1u8; mb << 20]).unwrap();
+        std::fs::write(d.join("lock"), b"").unwrap();
+        let blocks = File::create(d.join("blocks")).unwrap();
+        let t = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
+        blocks.set_modified(t).unwrap();
+        d
+    }
+
+    #[test]
+    fn the_share_is_the_object_in_whole_blocks_within_the_budget() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(cache_budget(d.path(), 1, Some(1 << 30)), (1 << 30, BLOCK));
+        assert_eq!(
+            cache_budget(d.path(), 5 << 30, Some(1 << 30)),
+            (1 << 30, 1 << 30)
+        );
+    }
+
+    #[test]
+    fn pruning_removes_the_least_recently_used_unheld_objects_until_the_share_fits() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        check_root(&root).unwrap();
+        let oldest = object(&root, "oldest", 3, 300);
+        let older = object(&root, "older", 3, 200);
+        let recent = object(&root, "recent", 3, 10);
+        let held = object(&root, "held", 3, 400);
+        let keep = root.join("keep");
+        let _lock = CacheDir::lock(&held).unwrap();
+        // 12 MiB held by others; 8 MiB of budget with a 2 MiB share: 6 MiB may stay.
+        prune(&root, &keep, 8 << 20, 2 << 20);
+        assert!(
+            !oldest.exists() && !older.exists(),
+            "least recently used first"
+        );
+        assert!(recent.exists(), "removed no more than needed");
+        assert!(held.exists(), "a directory a mount holds stays");
+    }
+}

@@ -115,7 +115,10 @@ impl BlockCache {
             .ok_or_else(|| io::Error::other("remote object not opened"))?;
         let len = pin.size;
         let data = dir.open_rw("data")?;
-        if data.metadata()?.len() != len {
+        // A data file of another length was cut short or grown behind this cache's back (a
+        // full disk, a tamperer): its blocks cannot be trusted even after a clean close.
+        let resized = data.metadata()?.len() != len;
+        if resized {
             data.set_len(len)?;
         }
         let blocks = Blocks::new(len, limit.max(MIN_CACHE) / BLOCK);
@@ -123,11 +126,12 @@ impl BlockCache {
         // After a clean close every entry's block is on disk: trusted as is. Otherwise (a
         // crash, a kill) each is checked before first use. The marker goes before serving, so
         // a crash of this mount leaves none.
-        let trusted = dir.has(CLEAN);
-        if trusted {
+        let clean = dir.has(CLEAN);
+        if clean {
             dir.remove(CLEAN)?;
             dir.sync()?;
         }
+        let trusted = clean && !resized;
         let kept = if trusted {
             State::Present
         } else {

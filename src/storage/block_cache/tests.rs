@@ -344,3 +344,54 @@ fn drop_cache_evicts_pages_but_keeps_the_blocks() {
     assert_eq!(w.read(&c, 0..n).unwrap(), w.data);
     assert_eq!(w.gets(), gets, "no block fetched again");
 }
+
+#[test]
+fn a_data_file_cut_short_after_a_clean_close_is_checked_and_each_lost_block_fetched_once() {
+    let w = World::new(8);
+    {
+        let c = w.open(64 << 20);
+        w.read(&c, 0..w.data.len() as u64).unwrap();
+        c.close();
+    }
+    // The last three blocks and part of a fourth lost (a full disk, a careless copy).
+    let keep = 4 * BLOCK + 100;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(w.dir().join("data"))
+        .unwrap();
+    f.set_len(keep).unwrap();
+    drop(f);
+    let (gets, bytes) = (w.gets(), w.fake.stats().bytes.load(SeqCst));
+    let c = w.open(64 << 20);
+    assert_eq!(
+        c.state(0),
+        State::Unchecked,
+        "not trusted: the file changed length"
+    );
+    for _ in 0..2 {
+        assert_eq!(w.read(&c, 0..w.data.len() as u64).unwrap(), w.data);
+    }
+    let lost = 8 - 4;
+    let got = w.fake.stats().bytes.load(SeqCst) - bytes;
+    assert!(w.gets() > gets, "the lost blocks were fetched");
+    assert!(
+        got <= lost * BLOCK,
+        "received {got} bytes for {lost} lost blocks"
+    );
+    assert_eq!(c.c.fetched.load(SeqCst), lost, "counted as fetched");
+    assert_eq!(
+        c.c.damaged.load(SeqCst),
+        lost,
+        "each damaged block counted once"
+    );
+}
+
+#[test]
+fn a_refetch_is_counted_as_fetched() {
+    let w = World::new(2);
+    let c = w.open(64 << 20);
+    w.read(&c, 0..10).unwrap();
+    let before = c.c.fetched.load(SeqCst);
+    assert!(c.refetch(0, &(0..10), c.generation()));
+    assert_eq!(c.c.fetched.load(SeqCst), before + 1);
+}
