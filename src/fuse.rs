@@ -74,7 +74,7 @@ fn errno(e: &FsError) -> Errno {
         FsError::NotFound => Errno::ENOENT,
         FsError::NotDir => Errno::ENOTDIR,
         FsError::IsDir => Errno::EISDIR,
-        FsError::Corrupt(_) => Errno::EIO,
+        FsError::Corrupt(_) | FsError::Io(_) | FsError::Internal(_) => Errno::EIO,
         FsError::Denied => Errno::EACCES,
     }
 }

@@ -36,10 +36,13 @@ pub struct PackOptions {
 /// What `pack` did.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PackReport {
+    /// Files packed.
     pub files: u64,
+    /// Directories packed (the root not counted).
     pub dirs: u64,
     /// Sum of sample sizes, bytes.
     pub bytes: u64,
+    /// Files whose header probes as a JPEG (their dimensions are in the index).
     pub jpegs: u64,
     /// Size of the pack file, bytes.
     pub pack_bytes: u64,

@@ -70,8 +70,8 @@ impl Samples {
 
     /// Up to `size` bytes of the stored bytes of `ext` from `offset` (empty at or past the
     /// end), read into `buf` (reused across calls; it grows to at most the larger of the
-    /// request and [`CHECK_CHUNK`]). Errors: [`FsError::Corrupt`] for a failed check or an I/O
-    /// error.
+    /// request and [`CHECK_CHUNK`]). Errors: [`FsError::Corrupt`] for a failed check,
+    /// [`FsError::Io`] for a read the storage could not make.
     pub fn read_extent<'b>(
         &self,
         ext: &Extent,
@@ -86,7 +86,7 @@ impl Samples {
             let why = format!("cannot read the pack: {e}");
             self.io_log
                 .log(|| format!("{}: {why}; answering EIO", self.path(ext)));
-            FsError::Corrupt(why)
+            FsError::Io(why)
         };
         if self.failed.contains(ext.record) {
             return Err(FsError::Corrupt("failed its CRC-32 check (logged)".into()));

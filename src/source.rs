@@ -21,8 +21,15 @@ use zip_source::walk_zip;
 /// Kind of an item; files know their size and, in a zip source, their member number.
 #[derive(Debug, Clone, Copy)]
 pub enum ItemKind {
+    /// A directory.
     Dir,
-    File { size: u64, member: Option<usize> },
+    /// A regular file.
+    File {
+        /// Its length, bytes.
+        size: u64,
+        /// Its member number in a zip source; `None` in a directory.
+        member: Option<usize>,
+    },
 }
 
 /// A name no entry at the top of a pack may have: mounts show their control directory there.
@@ -37,7 +44,9 @@ pub struct Item {
     pub parent: Option<usize>,
     /// File name (UTF-8).
     pub name: String,
+    /// Directory or file (with its size).
     pub kind: ItemKind,
+    /// Mode and modification time packed with it.
     pub meta: EntryMeta,
 }
 
@@ -48,7 +57,9 @@ pub type Skipped = Vec<(PathBuf, String)>;
 pub struct Source {
     /// Mode and mtime for the root directory.
     pub root: EntryMeta,
+    /// What is packed, in pack order (parents before children).
     pub items: Vec<Item>,
+    /// What is left out, each with the reason.
     pub skipped: Skipped,
     /// The parsed archive when the source is a zip file: clones share its central directory,
     /// so reading a member does not parse it again.

@@ -11,12 +11,19 @@ use std::time::{Duration, Instant};
 /// FUSE operations counted separately.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
+    /// LOOKUP of a name in a directory.
     Lookup,
+    /// GETATTR of an inode.
     Getattr,
+    /// READDIR and READDIRPLUS.
     Readdir,
+    /// READ of a file's bytes.
     Read,
+    /// STATFS.
     Statfs,
+    /// IOCTL (Python's `isatty` on open).
     Ioctl,
+    /// A read of a control file under `.loosefs/`.
     Control,
     /// OPEN: answered ENOSYS once, after which the kernel sends none (zero-message open).
     Open,

@@ -225,14 +225,23 @@ fn check_local_header<R: std::io::Read>(
 /// Summary printed by `loosefs info`.
 #[derive(Debug, serde::Serialize)]
 pub struct Info {
+    /// The pack's path or URL.
     pub pack: String,
+    /// Size of the pack file, bytes.
     pub pack_bytes: u64,
+    /// The index version its trailer names.
     pub index_version: u32,
+    /// Files in the pack.
     pub samples: u64,
+    /// Directories in the pack (the root included).
     pub directories: u64,
+    /// Sum of the files' sizes, bytes.
     pub sample_bytes: u64,
+    /// Alignment of the files' data in the pack, bytes (as `pack --align` wrote it).
     pub alignment: u32,
+    /// Files whose header probes as a JPEG.
     pub jpeg_files: u64,
+    /// The other files.
     pub other_files: u64,
 }
 

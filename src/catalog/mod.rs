@@ -29,6 +29,14 @@ pub enum FsError {
     /// Stored data failed its check or lies outside the pack (EIO). The string says why.
     #[error("corrupt sample: {0}")]
     Corrupt(String),
+    /// The bytes could not be read (EIO): a disk error, a network outage past the retries, a
+    /// remote object replaced since the mount. The string says which, with its source.
+    #[error("I/O error: {0}")]
+    Io(String),
+    /// The daemon could not answer for a reason of its own (EIO): a worker pool that is not
+    /// running, a report that cannot be written. The string says why.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// The caller may not do this (EACCES): a control command from a user other than the
     /// mount's owner or root.
     #[error("permission denied")]

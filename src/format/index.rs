@@ -28,7 +28,9 @@ pub const PIXELS: u8 = 0x80;
 /// Kind of an index record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// A directory.
     Dir,
+    /// A regular file.
     File,
 }
 
@@ -41,8 +43,9 @@ pub struct Record {
     pub first_child: u32,
     /// Directories: number of children; files: 0.
     pub n_children: u32,
-    /// Offset of the name in the names blob, and its length in bytes (no terminator).
+    /// Offset of the name in the names blob, bytes.
     pub name_off: u32,
+    /// Length of the name in bytes (no terminator).
     pub name_len: u16,
     /// true for a directory.
     pub is_dir: bool,
@@ -55,13 +58,15 @@ pub struct Record {
     pub data_off: u64,
     /// Files: length in bytes; directories: 0.
     pub size: u64,
-    /// Modification time of the source: seconds since the Unix epoch and nanoseconds.
+    /// Modification time of the source: seconds since the Unix epoch.
     pub mtime_sec: i64,
+    /// Nanoseconds of the modification time.
     pub mtime_nsec: u32,
     /// CRC-32 (ISO-HDLC, as zip) of the file's data; 0 for directories.
     pub crc32: u32,
-    /// JPEG width and height in pixels from the SOF header, 0 when not a JPEG.
+    /// JPEG width in pixels from the SOF header, 0 when not a JPEG.
     pub width: u32,
+    /// JPEG height in pixels from the SOF header, 0 when not a JPEG.
     pub height: u32,
 }
 

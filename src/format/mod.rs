@@ -28,16 +28,31 @@ pub const MAX_ALIGN: u32 = 32768;
 /// added by the caller.
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
+    /// No loosefs trailer where a pack has one; the string says what was found.
     #[error("not a loosefs pack: {0}")]
     NotAPack(String),
+    /// An index version this build does not read.
     #[error("unsupported index version {found} (this loosefs reads version {supported})")]
-    Version { found: u32, supported: u32 },
+    Version {
+        /// The version the pack's trailer names.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// The index's xxh3 checksum does not match its bytes.
     #[error(
         "index checksum mismatch (stored {stored:016x}, computed {computed:016x}): the index is corrupted"
     )]
-    Checksum { stored: u64, computed: u64 },
+    Checksum {
+        /// The checksum the trailer records.
+        stored: u64,
+        /// The checksum of the index bytes as read.
+        computed: u64,
+    },
+    /// The index's records do not form a valid tree or lie outside it; the string says where.
     #[error("corrupted index: {0}")]
     Corrupt(String),
+    /// The file ends before a structure it declares; the string says which.
     #[error("truncated pack: {0}")]
     Truncated(String),
     /// A whole pack followed by this many more bytes (something was appended to the file).
@@ -45,6 +60,7 @@ pub enum FormatError {
         "{0} bytes were appended after the end of the pack (truncating the file by {0} bytes gives the pack back)"
     )]
     Appended(u64),
+    /// Reading the file failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }

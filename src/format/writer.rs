@@ -20,8 +20,9 @@ use zip::{CompressionMethod, ZipWriter};
 pub struct EntryMeta {
     /// Unix mode (type and permission bits).
     pub mode: u32,
-    /// Modification time: seconds since the Unix epoch and nanoseconds.
+    /// Modification time: seconds since the Unix epoch.
     pub mtime_sec: i64,
+    /// Nanoseconds of the modification time.
     pub mtime_nsec: u32,
 }
 

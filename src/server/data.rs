@@ -55,7 +55,7 @@ impl Data {
                     size,
                     Box::new(reply),
                 ),
-                None => reply(Err(FsError::Corrupt(
+                None => reply(Err(FsError::Internal(
                     "the decode threads are not running".into(),
                 ))),
             },

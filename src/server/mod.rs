@@ -268,7 +268,10 @@ impl Server {
     }
 
     fn finish<T>(&self, op: Op, t0: Instant, r: Result<T, FsError>) -> Result<T, FsError> {
-        if matches!(r, Err(FsError::Corrupt(_))) {
+        if matches!(
+            r,
+            Err(FsError::Corrupt(_) | FsError::Io(_) | FsError::Internal(_))
+        ) {
             self.stats.errors.fetch_add(1, Relaxed);
         }
         self.stats.done(op, t0);
@@ -285,7 +288,7 @@ impl Server {
             "drop-cache" => serde_json::to_vec_pretty(&self.drop_cache()),
             _ => return Err(FsError::NotFound),
         };
-        let mut out = json.map_err(|e| FsError::Corrupt(e.to_string()))?;
+        let mut out = json.map_err(|e| FsError::Internal(format!("report {name}: {e}")))?;
         out.push(b'\n');
         Ok(out)
     }
