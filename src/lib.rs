@@ -5,11 +5,20 @@
 //! samples, decoded views, control files) → [`catalog`] (what files exist and where their bytes
 //! come from, an [`catalog::Extent`] per file) → [`readahead`] and [`samples`] (read-ahead in
 //! storage order, checked reads) over [`storage`] (byte ranges of objects and their page
-//! cache) → [`decode`] for decoded views. Beside it: [`ino`] (inode spaces), [`view`] (view
-//! geometry), [`stats`] and [`report`] (counters and the typed reports), [`memory`] (budgets),
-//! [`options`] and [`mount`] (the daemon's options and lifecycle), [`client`] (the `stats`,
-//! `warm`, `drop-cache` commands), and the pack itself: [`format`], [`packer`] (`pack`, reading
-//! a [`source`] tree or zip) and [`verify`] (`verify`, `info`).
+//! cache: local files, compressed chunks in `storage/chunks/`, remote objects through the
+//! block cache in `storage/block_cache/`) → [`decode`] for decoded views.
+//!
+//! What is served: [`dataset`] opens any source: a native pack ([`format`], the pack format;
+//! `format/index/` its tree check), a pack at a URL ([`remote`]), or a dataset in another
+//! packed format ([`formats`]: one scanner per format, their fixture tests in `formats/mds/`,
+//! `formats/litdata/`, `formats/ffcv/`, `formats/parquet/`, and the kept index in
+//! `formats/index/`).
+//!
+//! Beside it: [`ino`] (inode spaces), [`view`] (view geometry), [`stats`] and [`report`]
+//! (counters and the typed reports), [`memory`] (budgets), [`options`] and [`mount`] (the
+//! daemon's options and lifecycle; `mount/` the FUSE session), [`client`] (the `stats`,
+//! `warm`, `drop-cache` commands), [`packer`] (`pack`, reading a [`source`] tree or zip;
+//! `source/` the zip walk and the tests) and [`verify`] (`verify`, `info`).
 
 pub mod catalog;
 pub mod client;
