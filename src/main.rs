@@ -319,7 +319,25 @@ fn run(cli: Cli) -> Result<i32> {
     Ok(0)
 }
 
+/// Reports a panic in one line: where and what. Whoever catches it (a scan, a chunk decode, a
+/// FUSE request) names the file and answers with an error; a backtrace is printed only when
+/// `LOOSEFS_BACKTRACE=1` (a bug report), not for every damaged input.
+fn panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = loosefs::stats::panic_message(info.payload());
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("loosefs: internal error at {at}: {msg}");
+        if std::env::var_os("LOOSEFS_BACKTRACE").is_some_and(|v| v == "1") {
+            eprintln!("{}", std::backtrace::Backtrace::force_capture());
+        }
+    }));
+}
+
 fn main() {
+    panic_hook();
     // fuser warns when the mount it tracks was already unmounted by us or by `umount`: noise.
     env_logger::Builder::new()
         .filter_level(log::LevelFilter::Warn)

@@ -264,9 +264,7 @@ pub fn scan(src: &Path, label_column: Option<&str>) -> Result<Scan> {
             f.samples(object, &mut row_no, &mut groups)
         }))
         .unwrap_or_else(|e| {
-            let why = (e.downcast_ref::<String>().map(String::as_str))
-                .or_else(|| e.downcast_ref::<&str>().copied())
-                .unwrap_or("a panic");
+            let why = crate::stats::panic_message(&*e);
             bail!(
                 "{}: the Parquet reader failed on damaged data ({why})",
                 p.display()
