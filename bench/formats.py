@@ -13,6 +13,9 @@
    samples per shard), then times the first `loosefs info` (scan + index build) and the second
    (index loaded), and a second `loosefs mount` (from start to the mount answering).
 
+5. `--chunk-rss SRC`: the daemon's peak and idle RSS over a compressed source under each
+   `--chunk-budgets` value, `--threads` shuffled readers (`--formats ''` to run it alone).
+
 Run as root from the repository: python bench/formats.py --data /work/bench30k --work /work/fmtbench
 The machine's disk mood changes cold figures: say which (dd of a pack) when quoting them.
 """
@@ -260,6 +263,31 @@ def bench_index(a):
     return out
 
 
+def bench_chunk_rss(a):
+    """The daemon's memory over a compressed source (`--chunk-rss SRC`): for each
+    `--chunk-cache` budget, a fresh mount, `--threads` shuffled readers over every file, then
+    the daemon's peak RSS (VmHWM) and its RSS once idle, from `loosefs stats`."""
+    work = pathlib.Path(a.work)
+    index_dir, mnt = work / "index", work / "mnt"
+    mnt.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for budget in a.chunk_budgets.split(","):
+        for rep in range(a.repeat):
+            drop_caches()
+            mnt.mkdir(parents=True, exist_ok=True)
+            sh(BIN, "mount", a.chunk_rss, mnt, "--index-dir", index_dir, "--chunk-cache", budget)
+            try:
+                r = read_pass(mnt, "shuffled", a.threads)
+                d = json.loads(sh(BIN, "stats", mnt, "--json").stdout)["daemon"]
+                row = {"budget": budget, "rep": rep, "threads": a.threads, "files_per_s": r.get("files_per_s"),
+                       "rss_peak_bytes": d["rss_peak_bytes"], "rss_idle_bytes": d["rss_bytes"]}
+            finally:
+                umount(mnt)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="ImageFolder tree of JPEGs")
@@ -270,8 +298,12 @@ def main():
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--index-scale", type=int, default=0, help="also time the index of an N-sample WebDataset")
+    ap.add_argument("--chunk-rss", help="a compressed source (zstd MDS, deflated zip): measure the daemon's RSS under --chunk-budgets")
+    ap.add_argument("--chunk-budgets", default="16M,128M")
     a = ap.parse_args()
     res = {"formats": bench_formats(a) if a.formats else []}
+    if a.chunk_rss:
+        res["chunk_rss"] = bench_chunk_rss(a)
     if a.index_scale:
         res["index"] = bench_index(a)
     out = pathlib.Path(a.work) / f"results-{time.strftime('%Y%m%d-%H%M%S')}.json"

@@ -69,14 +69,19 @@ impl Inner {
         for b in run {
             let br = self.blocks.bytes(b);
             let chunk = &bytes[(br.start - start) as usize..(br.end - start) as usize];
+            // Counted in `used` from here; given back if it cannot be stored.
             self.make_room();
-            self.write_block(br.start, chunk)?;
             let c = crc32c::crc32c(chunk);
-            self.table.set(b, c, chunk.len() as u32)?;
+            let stored = self
+                .write_block(br.start, chunk)
+                .and_then(|()| self.table.set(b, c, chunk.len() as u32));
+            if let Err(e) = stored {
+                self.blocks.used.fetch_sub(1, Relaxed);
+                return Err(e);
+            }
             let slot = self.blocks.slot(b);
             slot.crc.store(c, Relaxed);
             slot.referenced.store(true, Relaxed);
-            self.blocks.used.fetch_add(1, Relaxed);
             slot.set(State::Present);
             self.fetched.fetch_add(1, Relaxed);
         }

@@ -240,9 +240,24 @@ impl Inner {
 
     /// Evicts blocks until one more fits (CLOCK). A cache whose every block is pinned or
     /// being read grows past its limit by the blocks in flight.
+    /// Takes a place for one more block within the limit, evicting by CLOCK to make one: the
+    /// check and the count are one atomic step, so concurrent stores never overshoot. When no
+    /// block can be evicted (every one pinned or being read) the block is counted all the
+    /// same (the caller stores it), the only way past the limit.
     fn make_room(&self) {
-        while self.blocks.full() {
+        loop {
+            let used = self.blocks.used.load(Relaxed);
+            if used < self.blocks.limit.load(Relaxed) {
+                if (self.blocks.used)
+                    .compare_exchange(used, used + 1, Relaxed, Relaxed)
+                    .is_ok()
+                {
+                    return;
+                }
+                continue;
+            }
             if !self.evict_one() {
+                self.blocks.used.fetch_add(1, Relaxed);
                 return;
             }
         }
