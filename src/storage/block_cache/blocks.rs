@@ -174,11 +174,6 @@ impl Blocks {
         runs
     }
 
-    /// Whether one more block fits under the limit.
-    pub fn full(&self) -> bool {
-        self.used.load(Relaxed) >= self.limit.load(Relaxed)
-    }
-
     /// Chooses a block to evict by CLOCK and moves it to Evicting (pinned blocks and blocks
     /// being read are skipped); returns it with the state it had, or `None` after two sweeps.
     pub fn take_victim(&self) -> Option<(usize, State)> {
