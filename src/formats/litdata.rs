@@ -165,11 +165,9 @@ fn ldfz_parts(map: &[u8], path: &Path) -> Result<Vec<Part>> {
 /// A chunk-level zstd chunk: the whole uncompressed layout as one stream, bounded by
 /// [`crate::storage::chunks::MAX_CHUNK`].
 fn whole_zstd_part(map: &[u8], path: &Path) -> Result<Part> {
-    use std::io::Read;
     let max = crate::storage::chunks::MAX_CHUNK;
-    let mut data = Vec::new();
-    zstd::stream::read::Decoder::new(map)
-        .and_then(|d| d.take(max + 1).read_to_end(&mut data))
+    let data = zstd::stream::read::Decoder::new(map)
+        .and_then(|d| crate::storage::chunks::read_declared(d, max))
         .map_err(|e| anyhow::anyhow!("{}: not a zstd stream ({e})", path.display()))?;
     if data.len() as u64 > max {
         bail!(

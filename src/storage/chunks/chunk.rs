@@ -9,11 +9,11 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// The largest decompressed chunk served, bytes (1 GiB): a chunk is decompressed whole into
+/// The largest decompressed chunk served, bytes (512 MiB): a chunk is decompressed whole into
 /// memory, so a longer claim (a decompression bomb, a damaged length) is refused, naming the
 /// file. Real chunks are far smaller: MDS shards and LitData chunks default to 64 MiB
 /// (`size_limit`, `chunk_bytes`), and a zip member of a sample dataset is one file.
-pub const MAX_CHUNK: u64 = 1 << 30;
+pub const MAX_CHUNK: u64 = 512 << 20;
 
 /// How a chunk is compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -116,18 +116,14 @@ impl Chunk {
         }
         let mut raw = vec![0u8; (self.range.end - self.range.start) as usize];
         self.file.read_exact_at(&mut raw, self.range.start)?;
-        // The length is the file's own claim: grown as the stream proves it, not reserved.
-        let mut out = Vec::with_capacity(self.len.min(16 << 20) as usize);
         let r = match self.codec {
             Codec::ParquetRowGroup => unreachable!("handled above"),
-            Codec::Zstd => zstd::stream::read::Decoder::new(&raw[..])?
-                .take(self.len + 1)
-                .read_to_end(&mut out),
-            Codec::Deflate => flate2::read::DeflateDecoder::new(&raw[..])
-                .take(self.len + 1)
-                .read_to_end(&mut out),
+            Codec::Zstd => {
+                zstd::stream::read::Decoder::new(&raw[..]).and_then(|d| read_declared(d, self.len))
+            }
+            Codec::Deflate => read_declared(flate2::read::DeflateDecoder::new(&raw[..]), self.len),
         };
-        r.map_err(|e| {
+        let out = r.map_err(|e| {
             bad(format!(
                 "bytes {}..{} do not decompress ({e})",
                 self.range.start, self.range.end
@@ -152,4 +148,38 @@ impl Chunk {
         }
         Ok(out)
     }
+}
+
+/// Reads `r` to its end, or to one byte past `len` (a stream longer than declared), into a
+/// buffer that never holds more than `len + 1` bytes of capacity. The length is the file's own
+/// claim: the first 16 MiB are reserved as the stream proves them, then the rest of the claim
+/// at once (exactly, so a chunk of `len` bytes costs `len`, not the doubling of a growing
+/// buffer, which for a 1 GiB chunk reached 2 GiB).
+pub(crate) fn read_declared(mut r: impl Read, len: u64) -> io::Result<Vec<u8>> {
+    const PROVEN: u64 = 16 << 20;
+    let limit = len.saturating_add(1);
+    let mut out: Vec<u8> = Vec::with_capacity(limit.min(PROVEN) as usize);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let room = (limit - out.len() as u64).min(buf.len() as u64) as usize;
+        if room == 0 {
+            break;
+        }
+        let n = match r.read(&mut buf[..room]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if out.len() + n > out.capacity() {
+            let want = if out.len() as u64 >= PROVEN {
+                limit
+            } else {
+                limit.min(PROVEN.max(out.len() as u64 + n as u64))
+            };
+            out.reserve_exact(want as usize - out.len());
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    Ok(out)
 }

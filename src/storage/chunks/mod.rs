@@ -19,6 +19,7 @@ mod chunk;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use chunk::read_declared;
 pub use chunk::{Chunk, Codec, MAX_CHUNK};
 
 use super::Storage;
