@@ -300,7 +300,11 @@ def main():
     ap.add_argument("--index-scale", type=int, default=0, help="also time the index of an N-sample WebDataset")
     ap.add_argument("--chunk-rss", help="a compressed source (zstd MDS, deflated zip): measure the daemon's RSS under --chunk-budgets")
     ap.add_argument("--chunk-budgets", default="16M,128M")
+    ap.add_argument("--loosefs", help="another loosefs binary to measure (a baseline build)")
     a = ap.parse_args()
+    if a.loosefs:
+        global BIN
+        BIN = pathlib.Path(a.loosefs)
     res = {"formats": bench_formats(a) if a.formats else []}
     if a.chunk_rss:
         res["chunk_rss"] = bench_chunk_rss(a)

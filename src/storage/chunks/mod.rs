@@ -3,8 +3,9 @@
 //! A chunk is decompressed whole, once, into a bounded LRU cache of decompressed chunks
 //! (`--chunk-cache`), single flight (concurrent readers of a chunk being decompressed wait for
 //! it), and checked: a zip member against its CRC-32, every chunk against its decompressed
-//! length. Reading a chunk decompresses the next two on background threads, so an in-order walk
-//! finds them ready (read-ahead in chunk order); `will_need` decompresses ahead the same way.
+//! length. Reading past the middle of a chunk that a walk reached in order decompresses the next
+//! two on background threads, so an in-order walk finds them ready (read-ahead in chunk order;
+//! a shuffled walk starts none); `will_need` decompresses ahead the same way.
 //!
 //! The budget counts chunks being decompressed as well as cached ones: a decompression first
 //! evicts least recently used chunks to make room and, while other decompressions hold the
@@ -29,7 +30,7 @@ use nix::fcntl::PosixFadviseAdvice;
 use std::collections::HashMap;
 use std::io;
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// A plain local file or a compressed chunk.
@@ -50,9 +51,18 @@ struct Cache {
     /// The most `bytes + inflight` has been.
     peak: u64,
     /// Chunks being decompressed now (single flight).
-    busy: HashMap<ObjectId, Arc<(Mutex<bool>, Condvar)>>,
+    busy: HashMap<ObjectId, Arc<Flight>>,
     /// Pinned chunks: kept outside the LRU budget.
     pinned: HashMap<ObjectId, Arc<Vec<u8>>>,
+}
+
+/// One decompression in flight: its readers wait on it and take its result from it, not from
+/// the cache (which may already have evicted it to make room for another).
+#[derive(Default)]
+struct Flight {
+    /// `None` until the decompression ends; then the chunk, or `None` inside when it failed.
+    result: Mutex<Option<Option<Arc<Vec<u8>>>>>,
+    done: Condvar,
 }
 
 /// Storage over plain files and compressed chunks (object ids as the catalog numbers them).
@@ -66,6 +76,9 @@ pub struct MixedStorage {
     room: Condvar,
     budget: u64,
     background: AtomicUsize,
+    /// The chunk object read last (read-ahead in chunk order follows a walk that stays on a
+    /// chunk or moves to the next one, not a shuffled one).
+    last: AtomicU32,
     me: std::sync::Weak<MixedStorage>,
 }
 
@@ -118,6 +131,7 @@ impl MixedStorage {
             }),
             budget,
             background: AtomicUsize::new(0),
+            last: AtomicU32::new(u32::MAX),
             me: me.clone(),
         })
     }
@@ -150,25 +164,26 @@ impl MixedStorage {
                 match c.busy.get(&obj) {
                     Some(f) => (f.clone(), false),
                     None => {
-                        let f = Arc::new((Mutex::new(false), Condvar::new()));
+                        let f = Arc::new(Flight::default());
                         c.busy.insert(obj, f.clone());
                         (f, true)
                     }
                 }
             };
             if !leader {
-                let (m, cv) = &*flight;
-                let mut done = m
+                let mut r = flight
+                    .result
                     .lock()
                     .map_err(|_| io::Error::other("chunk cache poisoned"))?;
-                while !*done {
-                    done = cv
-                        .wait(done)
+                while r.is_none() {
+                    r = flight
+                        .done
+                        .wait(r)
                         .map_err(|_| io::Error::other("chunk cache poisoned"))?;
                 }
-                // Decompressed (or failed): look again; a failure is retried by this reader.
-                if let Some(d) = self.cached(obj) {
-                    return Ok(d);
+                // Decompressed: the leader's bytes. Failed: this reader tries again.
+                if let Some(Some(d)) = r.as_ref() {
+                    return Ok(d.clone());
                 }
                 continue;
             }
@@ -205,11 +220,10 @@ impl MixedStorage {
             self.room.notify_all();
             c.busy.remove(&obj);
             drop(c);
-            let (m, cv) = &*flight;
-            if let Ok(mut done) = m.lock() {
-                *done = true;
+            if let Ok(mut done) = flight.result.lock() {
+                *done = Some(r.as_ref().ok().cloned());
             }
-            cv.notify_all();
+            flight.done.notify_all();
             return r;
         }
     }
@@ -314,12 +328,18 @@ impl Storage for MixedStorage {
                         io::Error::new(io::ErrorKind::UnexpectedEof, "read past the chunk")
                     })?;
                 buf.copy_from_slice(&d[off as usize..end as usize]);
-                // Read-ahead in chunk order: the next two chunks are decompressed in the
-                // background while this one is served (two threads: one per core here).
+                // Read-ahead in chunk order: past the middle of a chunk that a walk reached in
+                // order, the next two chunks are decompressed in the background while this one
+                // is served (two threads: one per core here). A shuffled walk starts none:
+                // they would take the budget from the chunks its readers wait for.
                 // Small chunks (a zip member) decompress faster inline than a thread starts.
+                let prev = self.last.swap(obj, Relaxed);
+                let walking = prev == obj || prev.wrapping_add(1) == obj;
                 if d.len() >= AHEAD_MIN {
-                    self.ahead(obj + 1);
-                    self.ahead(obj + 2);
+                    if walking && end > d.len() as u64 / 2 {
+                        self.ahead(obj + 1);
+                        self.ahead(obj + 2);
+                    }
                 } else if k % 8 == 0 {
                     // Their compressed bytes are asked from the device instead, 16 chunks on.
                     self.will_need_stored(k + 1, k + 17);
