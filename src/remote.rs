@@ -89,8 +89,11 @@ impl RemotePack {
         }
         let index = Arc::new(map);
         let writer = fetched.then(|| keep_index(index.clone(), dir.clone()));
-        let (budget, limit) = remote::cache_budget(&root, size, args.cache_size);
-        remote::prune(&root, &dir, budget, limit);
+        let (budget, share) = remote::cache_budget(&root, size, args.cache_size);
+        remote::prune(&root, &dir, budget, share);
+        // Mounts of other objects running now keep their shares: this one takes what is left.
+        let limit = share.min(budget.saturating_sub(remote::live_shares(&root, &dir)));
+        remote::record_share(&cache_dir, limit.max(remote::MIN_CACHE));
         if limit < size {
             log::warn!(
                 "{url}: the block cache keeps {limit} of the pack's {size} bytes (--cache-size, or the free space of {}): blocks will be fetched more than once, and --pin/--warm of the whole pack cannot complete",

@@ -305,6 +305,23 @@ def test_cache_root_keeps_within_its_size_across_objects(world, source, pack):
     assert len(dirs) == 1 and held <= budget, (dirs, held, budget)
 
 
+def test_two_live_mounts_sharing_a_cache_root_keep_within_its_size(world, source, pack):
+    # Two objects mounted at once on one root: the second takes what the first's share leaves,
+    # so both warmed whole still hold no more than --cache-size (a block's rounding aside).
+    www = world["www"]
+    shutil.copy(pack, www / "third.pack")
+    cache = world["work"] / f"cache-live{random.randrange(1 << 30)}"
+    size = pack.stat().st_size
+    budget = int(size * 1.5)
+    a = ["--allow-http", "--cache-dir", str(cache), "--cache-size", str(budget), "--warm", "--wait"]
+    with Mount(world["nginx"].url("data.pack"), world["work"], *a) as m1:
+        with Mount(world["nginx"].url("third.pack"), world["work"], *a) as m2:
+            assert_same_tree(m1, source)
+            assert_same_tree(m2, source)
+            held = sum(f.stat().st_blocks * 512 for d in cache.iterdir() if d.is_dir() for f in d.iterdir())
+            assert held <= budget + (8 << 20), (held, budget)
+
+
 def test_replaced_object_gives_eio_never_mixed_bytes(world, source, pack):
     www, nginx = world["www"], world["nginx"]
     shutil.copy(pack, www / "replaced.pack")

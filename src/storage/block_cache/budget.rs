@@ -97,6 +97,61 @@ pub fn prune(root: &Path, keep: &Path, budget: u64, share: u64) {
     }
 }
 
+/// The name of the file in an object's directory that holds the share its live mount took.
+const SHARE_FILE: &str = "share";
+
+/// Records in `dir` the `share` of the root its mount keeps, so mounts of other objects sharing
+/// the root leave it room (see [`live_shares`]). Failures are logged: the share then counts 0.
+pub fn record_share(dir: &super::CacheDir, share: u64) {
+    let r = dir.open_rw(SHARE_FILE).and_then(|f| {
+        use std::os::unix::fs::FileExt;
+        f.set_len(0)?;
+        f.write_all_at(share.to_string().as_bytes(), 0)
+    });
+    if let Err(e) = r {
+        log::warn!(
+            "block cache: cannot record the share of {}: {e}",
+            dir.path().display()
+        );
+    }
+}
+
+/// The shares other live mounts hold in `root` (their directory locked by a running mount),
+/// bytes, `keep` aside: what a new mount must leave them so the mounts together keep within the
+/// root's budget. A share file is read without following links.
+pub fn live_shares(root: &Path, keep: &Path) -> u64 {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(rd) = std::fs::read_dir(root) else {
+        return 0;
+    };
+    let mut sum = 0u64;
+    for p in rd.filter_map(|e| e.ok()).map(|e| e.path()) {
+        if p == keep || !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        let Ok(lock) = File::open(p.join("lock")) else {
+            continue;
+        };
+        let live = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockSharedNonblock).is_err();
+        if !live {
+            continue;
+        }
+        let share = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(p.join(SHARE_FILE))
+            .ok()
+            .and_then(|mut f| {
+                let mut t = String::new();
+                std::io::Read::read_to_string(&mut f, &mut t).ok()?;
+                t.trim().parse::<u64>().ok()
+            })
+            .unwrap_or(0);
+        sum = sum.saturating_add(share);
+    }
+    sum
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +167,29 @@ mod tests {
         let t = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
         blocks.set_modified(t).unwrap();
         d
+    }
+
+    #[test]
+    fn the_shares_of_live_mounts_are_counted_and_those_of_finished_ones_not() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        check_root(&root).unwrap();
+        let (live, done) = (root.join("live"), root.join("done"));
+        let held = CacheDir::lock(&live).unwrap();
+        record_share(&held, 30 << 20);
+        {
+            let d = CacheDir::lock(&done).unwrap();
+            record_share(&d, 50 << 20);
+        }
+        let keep = root.join("keep");
+        assert_eq!(
+            live_shares(&root, &keep),
+            30 << 20,
+            "the unmounted one's share is free"
+        );
+        assert_eq!(live_shares(&root, &live), 0, "its own share aside");
+        drop(held);
+        assert_eq!(live_shares(&root, &keep), 0);
     }
 
     #[test]

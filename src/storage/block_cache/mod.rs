@@ -28,7 +28,7 @@ mod table;
 mod tests;
 
 pub use blocks::{BLOCK, MERGE, State};
-pub use budget::{cache_budget, prune};
+pub use budget::{cache_budget, live_shares, prune, record_share};
 pub use dir::{CacheDir, cache_dir, check_root, default_root};
 
 use super::Storage;
