@@ -9,8 +9,8 @@
 use crate::catalog::ObjectInfo;
 use crate::catalog::native::NativeCatalog;
 use crate::format::FormatError;
-use crate::format::index::{INDEX_VERSION, IndexView, Totals};
-use crate::format::trailer::{TRAILER_LEN, Trailer};
+use crate::format::index::{IndexView, Totals};
+use crate::format::trailer::Trailer;
 use crate::storage::block_cache::{self as remote, BlockCache, CacheDir};
 use crate::storage::object::{ObjectClient, RemoteArgs};
 use crate::view::Views;
@@ -80,13 +80,9 @@ impl RemotePack {
             .ok_or_else(|| anyhow!("{url}: damaged index (bounds)"))?
             .validate_tree()
             .with_context(|| format!("{url}: damaged index"))?;
-        if totals.data_end > index_range.start {
-            bail!(
-                "{url}: sample data reaches byte {} but the index starts at {}",
-                totals.data_end,
-                index_range.start
-            );
-        }
+        trailer
+            .check_data_end(totals.data_end)
+            .map_err(|e| anyhow!("{url}: {e}"))?;
         let index = Arc::new(map);
         let writer = fetched.then(|| keep_index(index.clone(), dir.clone()));
         let (budget, share) = remote::cache_budget(&root, size, args.cache_size);
@@ -203,26 +199,10 @@ fn index_range(url: &str, tail: &[u8], size: u64) -> Result<(Trailer, std::ops::
         FormatError::NotAPack(why) => anyhow!("{url}: not a loosefs pack ({why})"),
         e => anyhow!("{url}: {e}"),
     })?;
-    if trailer.version != INDEX_VERSION {
-        return Err(FormatError::Version {
-            found: trailer.version,
-            supported: INDEX_VERSION,
-        })
-        .with_context(|| url.to_string());
-    }
-    let limit = size.saturating_sub(TRAILER_LEN as u64 + 22);
-    let end = trailer
-        .index_offset
-        .checked_add(trailer.index_len)
-        .filter(|&e| e <= limit)
-        .ok_or_else(|| {
-            anyhow!(
-                "{url}: truncated: the index at {}+{} lies past the end of the archive data ({limit} bytes)",
-                trailer.index_offset,
-                trailer.index_len
-            )
-        })?;
-    Ok((trailer, trailer.index_offset..end))
+    let r = trailer
+        .index_range(size)
+        .map_err(|e| anyhow!("{url}: {e}"))?;
+    Ok((trailer, r))
 }
 
 /// The index kept in the cache directory by an earlier open, when it has the expected length

@@ -4,7 +4,7 @@
 
 use super::FormatError;
 use super::index::{IndexView, Record, Totals};
-use super::trailer::{TRAILER_LEN, Trailer};
+use super::trailer::Trailer;
 use memmap2::Mmap;
 use std::fs::File;
 use std::ops::Range;
@@ -50,31 +50,12 @@ impl Pack {
             }
             Err(e) => return Err(e),
         };
-        if trailer.version != super::index::INDEX_VERSION {
-            return Err(FormatError::Version {
-                found: trailer.version,
-                supported: super::index::INDEX_VERSION,
-            });
-        }
-        let limit = len - (TRAILER_LEN as u64 + 22);
-        let end = trailer.index_offset.checked_add(trailer.index_len);
-        if end.is_none_or(|e| e > limit) {
-            return Err(FormatError::Truncated(format!(
-                "the index at {}+{} lies past the end of the archive data ({limit} bytes)",
-                trailer.index_offset, trailer.index_len
-            )));
-        }
-        let index =
-            trailer.index_offset as usize..(trailer.index_offset + trailer.index_len) as usize;
+        let r = trailer.index_range(len)?;
+        let index = r.start as usize..r.end as usize;
         let view = IndexView::parse(&map[index.clone()])?;
         view.validate_tree()?;
         let totals = view.totals();
-        if totals.data_end > trailer.index_offset {
-            return Err(FormatError::Truncated(format!(
-                "sample data reaches byte {} but the index starts at {}",
-                totals.data_end, trailer.index_offset
-            )));
-        }
+        trailer.check_data_end(totals.data_end)?;
         // The checksum pass faulted every index page into this process; release the mappings
         // (the pages stay in the page cache) so the resident set grows only with the records
         // lookups actually touch.

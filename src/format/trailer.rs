@@ -77,6 +77,41 @@ impl Trailer {
     }
 }
 
+impl Trailer {
+    /// The byte range of the index in a pack of `len` bytes, after the checks a local and a
+    /// remote pack share: the index version this build reads, an index that ends before the
+    /// central directory's end records and the trailer. Errors: [`FormatError::Version`],
+    /// [`FormatError::Truncated`].
+    pub fn index_range(&self, len: u64) -> Result<std::ops::Range<u64>, FormatError> {
+        if self.version != super::index::INDEX_VERSION {
+            return Err(FormatError::Version {
+                found: self.version,
+                supported: super::index::INDEX_VERSION,
+            });
+        }
+        let limit = len.saturating_sub(TRAILER_LEN as u64 + 22);
+        match self.index_offset.checked_add(self.index_len) {
+            Some(end) if end <= limit => Ok(self.index_offset..end),
+            _ => Err(FormatError::Truncated(format!(
+                "the index at {}+{} lies past the end of the archive data ({limit} bytes)",
+                self.index_offset, self.index_len
+            ))),
+        }
+    }
+
+    /// Checks that the samples' data (ending at `data_end`, from the index) lies before the
+    /// index. Errors: [`FormatError::Truncated`].
+    pub fn check_data_end(&self, data_end: u64) -> Result<(), FormatError> {
+        if data_end > self.index_offset {
+            return Err(FormatError::Truncated(format!(
+                "sample data reaches byte {data_end} but the index starts at {}",
+                self.index_offset
+            )));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +133,33 @@ mod tests {
         assert!(matches!(
             Trailer::parse_tail(&tail),
             Err(FormatError::NotAPack(_))
+        ));
+    }
+
+    #[test]
+    fn the_index_must_lie_in_the_archive_data_and_before_it_the_samples() {
+        let t = |off, len| Trailer {
+            version: crate::format::index::INDEX_VERSION,
+            index_offset: off,
+            index_len: len,
+        };
+        // A pack of 1000 bytes: its data ends 75 bytes before the end (records + trailer).
+        assert_eq!(t(800, 125).index_range(1000).unwrap(), 800..925);
+        for bad in [t(800, 126), t(u64::MAX, 2), t(0, 2000)] {
+            let e = bad.index_range(1000).unwrap_err();
+            assert!(matches!(e, FormatError::Truncated(_)), "{e}");
+        }
+        let e = Trailer {
+            version: 9,
+            ..t(0, 1)
+        }
+        .index_range(1000)
+        .unwrap_err();
+        assert!(matches!(e, FormatError::Version { found: 9, .. }), "{e}");
+        assert!(t(800, 10).check_data_end(800).is_ok());
+        assert!(matches!(
+            t(800, 10).check_data_end(801),
+            Err(FormatError::Truncated(_))
         ));
     }
 }
