@@ -9,7 +9,7 @@
 //! block cache in `storage/block_cache/`) → [`decode`] for decoded views.
 //!
 //! What is served: [`dataset`] opens any source: a native pack ([`format`], the pack format;
-//! `format/index/` its tree check), a pack at a URL ([`remote`]), or a dataset in another
+//! `format/index/` its tree check, `format/writer/` its zip records), a pack at a URL ([`remote`]), or a dataset in another
 //! packed format ([`formats`]: one scanner per format, their fixture tests in `formats/mds/`,
 //! `formats/litdata/`, `formats/ffcv/`, `formats/parquet/`, and the kept index in
 //! `formats/index/`).

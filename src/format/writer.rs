@@ -15,7 +15,10 @@ use super::index::{self, Node, Record};
 use super::trailer::Trailer;
 use super::{FormatError, INDEX_MEMBER};
 use std::collections::HashMap;
-use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::io::{self, BufWriter, Seek, Write};
+
+mod records;
+use records::{Member, Out};
 
 /// Metadata of a source entry, as recorded in the pack.
 #[derive(Debug, Clone, Copy)]
@@ -30,87 +33,6 @@ pub struct EntryMeta {
 
 /// Node number of the root directory in a [`PackWriter`].
 pub const ROOT: usize = 0;
-
-/// The largest value a 32-bit zip field holds; at or past it a ZIP64 field is used.
-const ZIP32_MAX: u64 = 0xFFFF_FFFF;
-/// Extra field id of the alignment padding (APPNOTE 4.6.11, as zipalign writes it).
-const PADDING_FIELD: u16 = 0xa11e;
-/// Extra field id of the ZIP64 sizes and offset (APPNOTE 4.5.3).
-const ZIP64_FIELD: u16 = 0x0001;
-/// General purpose flag bit 11: the name is UTF-8.
-const UTF8_FLAG: u16 = 0x0800;
-
-/// The output stream and its position.
-struct Out<W: Write + Seek> {
-    inner: BufWriter<W>,
-    pos: u64,
-}
-
-impl<W: Write + Seek> Out<W> {
-    fn put(&mut self, b: &[u8]) -> io::Result<()> {
-        self.inner.write_all(b)?;
-        self.pos += b.len() as u64;
-        Ok(())
-    }
-
-    /// Overwrites bytes at `at` (before the current position) and comes back.
-    fn patch(&mut self, at: u64, b: &[u8]) -> io::Result<()> {
-        self.inner.seek(SeekFrom::Start(at))?;
-        self.inner.write_all(b)?;
-        self.inner.seek(SeekFrom::Start(self.pos))?;
-        Ok(())
-    }
-}
-
-/// One member as the central directory lists it.
-struct Member<'a> {
-    path: &'a str,
-    is_dir: bool,
-    mode: u32,
-    mtime_sec: i64,
-    crc32: u32,
-    size: u64,
-    header: u64,
-}
-
-/// Little-endian byte building for zip records.
-trait Le {
-    fn u16(&mut self, v: u16) -> &mut Self;
-    fn u32(&mut self, v: u32) -> &mut Self;
-    fn u64(&mut self, v: u64) -> &mut Self;
-}
-
-impl Le for Vec<u8> {
-    fn u16(&mut self, v: u16) -> &mut Self {
-        self.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn u32(&mut self, v: u32) -> &mut Self {
-        self.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn u64(&mut self, v: u64) -> &mut Self {
-        self.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-}
-
-/// A 32-bit zip field for `v`: `v`, or the ZIP64 marker when it does not fit.
-fn zip32(v: u64) -> u32 {
-    u32::try_from(v)
-        .ok()
-        .filter(|&x| u64::from(x) < ZIP32_MAX)
-        .unwrap_or(u32::MAX)
-}
-
-/// MS-DOS (time, date) of a Unix time, UTC; 1980-01-01 00:00 outside 1980..=2107.
-fn dos_time(sec: i64) -> (u16, u16) {
-    let t = time::OffsetDateTime::from_unix_timestamp(sec)
-        .ok()
-        .and_then(|t| zip::DateTime::try_from(t).ok())
-        .unwrap_or_default();
-    (t.timepart(), t.datepart())
-}
 
 /// Streams members into a new pack. Add directories before their contents, in pack order.
 pub struct PackWriter<W: Write + Seek> {
@@ -182,42 +104,8 @@ impl<W: Write + Seek> PackWriter<W> {
         crc32: u32,
         align: u32,
     ) -> Result<(u64, u64), FormatError> {
-        let name = path.as_bytes();
-        let name_len = u16::try_from(name.len())
-            .map_err(|_| FormatError::Corrupt(format!("member name of {} bytes", name.len())))?;
-        let zip64 = size >= ZIP32_MAX;
-        let mut extra = Vec::new();
-        if zip64 {
-            extra.u16(ZIP64_FIELD).u16(16).u64(size).u64(size);
-        }
         let start = self.out()?.pos;
-        let align = u64::from(align);
-        let unaligned = (start + 30 + name.len() as u64 + extra.len() as u64) % align;
-        if unaligned != 0 {
-            let mut pad = align - unaligned;
-            while pad < 6 {
-                pad += align;
-            }
-            extra
-                .u16(PADDING_FIELD)
-                .u16(pad as u16 - 4)
-                .u16(align as u16);
-            extra.resize(extra.len() + pad as usize - 6, 0);
-        }
-        let (time, date) = dos_time(mtime_sec);
-        let mut h = Vec::with_capacity(30 + name.len() + extra.len());
-        h.u32(0x0403_4b50)
-            .u16(if zip64 { 45 } else { 20 })
-            .u16(UTF8_FLAG)
-            .u16(0);
-        h.u16(time)
-            .u16(date)
-            .u32(crc32)
-            .u32(zip32(size))
-            .u32(zip32(size));
-        h.u16(name_len).u16(extra.len() as u16);
-        h.extend_from_slice(name);
-        h.extend_from_slice(&extra);
+        let h = records::local_header(path, mtime_sec, size, crc32, start, align)?;
         let out = self.out()?;
         out.put(&h)?;
         Ok((start, out.pos))
@@ -348,52 +236,10 @@ impl<W: Write + Seek> PackWriter<W> {
     pub fn is_empty(&self) -> bool {
         false
     }
+}
 
-    /// The central directory record of `m` (APPNOTE 4.3.12), ZIP64 fields where needed.
-    fn central_record(m: &Member) -> Vec<u8> {
-        let name = m.path.as_bytes();
-        let mut extra = Vec::new();
-        let (big_size, big_off) = (m.size >= ZIP32_MAX, m.header >= ZIP32_MAX);
-        if big_size || big_off {
-            let n = 16 * u16::from(big_size) + 8 * u16::from(big_off);
-            extra.u16(ZIP64_FIELD).u16(n);
-            if big_size {
-                extra.u64(m.size).u64(m.size);
-            }
-            if big_off {
-                extra.u64(m.header);
-            }
-        }
-        let version = if big_size || big_off { 45 } else { 20 };
-        let (time, date) = dos_time(m.mtime_sec);
-        let kind = if m.is_dir {
-            libc::S_IFDIR
-        } else {
-            libc::S_IFREG
-        };
-        let attrs = ((kind | (m.mode & 0o7777)) << 16) | if m.is_dir { 0x10 } else { 0 };
-        let mut r = Vec::with_capacity(46 + name.len() + extra.len());
-        r.u32(0x0201_4b50)
-            .u16(0x0300 | version)
-            .u16(version)
-            .u16(UTF8_FLAG)
-            .u16(0);
-        r.u16(time)
-            .u16(date)
-            .u32(m.crc32)
-            .u32(zip32(m.size))
-            .u32(zip32(m.size));
-        r.u16(name.len() as u16)
-            .u16(extra.len() as u16)
-            .u16(0)
-            .u16(0)
-            .u16(0);
-        r.u32(attrs).u32(zip32(m.header));
-        r.extend_from_slice(name);
-        r.extend_from_slice(&extra);
-        r
-    }
-
+/// The end of a pack: the index member, the central directory, the end records.
+impl<W: Write + Seek> PackWriter<W> {
     /// The central directory of every member added and `index` (the index member), written
     /// as it is generated. Returns (members, its start, its length).
     fn central_directory(&mut self, index: &Member) -> Result<(u64, u64, u64), FormatError> {
@@ -423,10 +269,10 @@ impl<W: Write + Seek> PackWriter<W> {
                 size: r.size,
                 header: self.headers[id],
             };
-            out.put(&Self::central_record(&m))?;
+            out.put(&records::central_record(&m))?;
             n += 1;
         }
-        out.put(&Self::central_record(index))?;
+        out.put(&records::central_record(index))?;
         let len = out.pos - start;
         self.out = Some(out);
         Ok((n + 1, start, len))
@@ -459,32 +305,8 @@ impl<W: Write + Seek> PackWriter<W> {
         }
         .encode();
         let out = self.out()?;
-        let zip64 = n >= 0xFFFF || cd_start >= ZIP32_MAX || cd_len >= ZIP32_MAX;
-        if zip64 {
-            // ZIP64 end of central directory record and its locator (APPNOTE 4.3.14-15).
-            let at = out.pos;
-            let mut e = Vec::with_capacity(76);
-            e.u32(0x0606_4b50)
-                .u64(44)
-                .u16(0x0300 | 45)
-                .u16(45)
-                .u32(0)
-                .u32(0);
-            e.u64(n).u64(n).u64(cd_len).u64(cd_start);
-            e.u32(0x0706_4b50).u32(0).u64(at).u32(1);
-            out.put(&e)?;
-        }
-        let n16 = u16::try_from(n)
-            .ok()
-            .filter(|&x| x < 0xFFFF)
-            .unwrap_or(0xFFFF);
-        let mut e = Vec::with_capacity(22 + trailer.len());
-        e.u32(0x0605_4b50).u16(0).u16(0).u16(n16).u16(n16);
-        e.u32(zip32(cd_len))
-            .u32(zip32(cd_start))
-            .u16(trailer.len() as u16);
-        e.extend_from_slice(trailer.as_bytes());
-        out.put(&e)?;
+        let at = out.pos;
+        out.put(&records::end_records(n, cd_start, cd_len, at, &trailer))?;
         let out = self.out.take().ok_or_else(finished)?;
         out.inner
             .into_inner()

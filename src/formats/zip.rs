@@ -26,6 +26,49 @@ pub fn sniff(src: &std::path::Path) -> std::result::Result<(), String> {
     }
 }
 
+/// The sample of member `m` named `name`: a STORED member in place in the archive (object 0),
+/// a deflated one as a new chunk object pushed to `objects`/`chunks`. `None` for another
+/// compression method.
+fn member_sample(
+    m: &zip::read::ZipFile<'_, Cursor<&[u8]>>,
+    name: &str,
+    objects: &mut Vec<std::path::PathBuf>,
+    chunks: &mut Vec<Option<ChunkSpec>>,
+    src: &Path,
+    mtime: i64,
+) -> Option<Sample> {
+    let start = m.data_start();
+    let (object, range) = match m.compression() {
+        zip::CompressionMethod::Stored => (0, start..start + m.compressed_size()),
+        zip::CompressionMethod::Deflated => {
+            objects.push(src.to_path_buf());
+            chunks.push(Some(ChunkSpec {
+                codec: Codec::Deflate,
+                offset: start,
+                stored_len: m.compressed_size(),
+                len: m.size(),
+                crc32: Some(m.crc32()),
+                parquet: None,
+            }));
+            (objects.len() as u32 - 1, 0..m.size())
+        }
+        _ => return None,
+    };
+    let (dir, base) = match name.rfind('/') {
+        Some(i) => (name[..i].to_string(), name[i + 1..].to_string()),
+        None => (String::new(), name.to_string()),
+    };
+    Some(Sample {
+        object,
+        range,
+        dir: Some(dir),
+        name: base,
+        crc32: Some(m.crc32()),
+        mtime,
+        ..Sample::default()
+    })
+}
+
 /// Reads the central directory. Member names follow the same rules as `loosefs pack`'s
 /// ([`member_path`]; a name twice refuses the archive, [`refuse_merged_duplicates`]); an
 /// encrypted member refuses it; symbolic links are left out, as `pack` leaves them out.
@@ -70,39 +113,10 @@ pub fn scan(src: &std::path::Path) -> Result<Scan> {
             );
         }
         let name = parts.join("/");
-        let start = m.data_start();
-        let (object, range) = match m.compression() {
-            zip::CompressionMethod::Stored => (0, start..start + m.compressed_size()),
-            zip::CompressionMethod::Deflated => {
-                objects.push(src.to_path_buf());
-                chunks.push(Some(ChunkSpec {
-                    codec: Codec::Deflate,
-                    offset: start,
-                    stored_len: m.compressed_size(),
-                    len: m.size(),
-                    crc32: Some(m.crc32()),
-                    parquet: None,
-                }));
-                (objects.len() as u32 - 1, 0..m.size())
-            }
-            _ => {
-                other.push(format!("{name} ({:?})", m.compression()));
-                continue;
-            }
-        };
-        let (dir, base) = match name.rfind('/') {
-            Some(i) => (name[..i].to_string(), name[i + 1..].to_string()),
-            None => (String::new(), name.clone()),
-        };
-        samples.push(Sample {
-            object,
-            range,
-            dir: Some(dir),
-            name: base,
-            crc32: Some(m.crc32()),
-            mtime,
-            ..Sample::default()
-        });
+        match member_sample(&m, &name, &mut objects, &mut chunks, src, mtime) {
+            Some(sample) => samples.push(sample),
+            None => other.push(format!("{name} ({:?})", m.compression())),
+        }
     }
     if !other.is_empty() {
         bail!(
