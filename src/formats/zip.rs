@@ -88,30 +88,11 @@ pub fn scan(src: &std::path::Path) -> Result<Scan> {
         let m = z
             .by_index_raw(i)
             .with_context(|| format!("{}: damaged central directory entry {i}", src.display()))?;
-        let parts = member_path(m.name_raw()).map_err(|why| {
-            anyhow::anyhow!(
-                "{}: member {:?} {why}; refusing the archive",
-                src.display(),
-                String::from_utf8_lossy(m.name_raw())
-            )
-        })?;
         if m.is_dir() || m.unix_mode().unwrap_or(0) & libc::S_IFMT == libc::S_IFLNK {
+            member_parts(src, &m)?; // a directory's name is checked all the same
             continue;
         }
-        if parts.is_empty() {
-            bail!(
-                "{}: member {:?} names no file (empty, or only `.`); refusing the archive",
-                src.display(),
-                m.name()
-            );
-        }
-        if m.encrypted() {
-            bail!(
-                "{}: member {:?} is encrypted; loosefs cannot read it",
-                src.display(),
-                m.name()
-            );
-        }
+        let parts = member_parts(src, &m)?;
         let name = parts.join("/");
         match member_sample(&m, &name, &mut objects, &mut chunks, src, mtime) {
             Some(sample) => samples.push(sample),
@@ -144,6 +125,38 @@ pub fn scan(src: &std::path::Path) -> Result<Scan> {
         },
         labels: "none: the archive's own tree".into(),
     })
+}
+
+/// The checked components of member `m` of archive `src`, by the rules `loosefs pack` and the
+/// mount share ([`member_path`]). Errors, naming the archive and member: a name that escapes or
+/// is not UTF-8, a file that names nothing, an encrypted file.
+pub(crate) fn member_parts(
+    src: &Path,
+    m: &zip::read::ZipFile<'_, Cursor<&[u8]>>,
+) -> Result<Vec<String>> {
+    let parts = member_path(m.name_raw()).map_err(|why| {
+        anyhow::anyhow!(
+            "{}: member {:?} {why}; refusing the archive",
+            src.display(),
+            String::from_utf8_lossy(m.name_raw())
+        )
+    })?;
+    let file = !m.is_dir() && m.unix_mode().unwrap_or(0) & libc::S_IFMT != libc::S_IFLNK;
+    if file && parts.is_empty() {
+        bail!(
+            "{}: member {:?} names no file (empty, or only `.`); refusing the archive",
+            src.display(),
+            m.name()
+        );
+    }
+    if file && m.encrypted() {
+        bail!(
+            "{}: member {:?} is encrypted; loosefs cannot read it",
+            src.display(),
+            m.name()
+        );
+    }
+    Ok(parts)
 }
 
 /// The components of zip member name `raw`, resolved lexically: `/`-separated, empty and `.`

@@ -3,7 +3,7 @@
 
 use super::{Item, ItemKind, MapBytes, Skipped, Source};
 use crate::format::writer::EntryMeta;
-use crate::formats::zip::{member_path, refuse_merged_duplicates};
+use crate::formats::zip::{member_parts, refuse_merged_duplicates};
 use anyhow::{Context, Result, bail};
 use memmap2::Mmap;
 use std::collections::BTreeMap;
@@ -46,30 +46,10 @@ fn tree_of(src: &Path, z: &mut Archive, default_mtime: i64) -> Result<(Tree, Ski
     let mut skipped = Skipped::new();
     for k in 0..z.len() {
         let f = z.by_index_raw(k)?;
-        let parts = member_path(f.name_raw()).map_err(|why| {
-            anyhow::anyhow!(
-                "{}: member {:?} {why}; refusing the archive",
-                src.display(),
-                String::from_utf8_lossy(f.name_raw())
-            )
-        })?;
+        let parts = member_parts(src, &f)?;
         let is_dir = f.is_dir();
-        if parts.is_empty() && !is_dir {
-            bail!(
-                "{}: member {:?} names no file (empty, or only `.`); refusing the archive",
-                src.display(),
-                f.name()
-            );
-        }
         if parts.is_empty() {
             continue; // a `./` entry: the root itself
-        }
-        if f.encrypted() {
-            bail!(
-                "{}: member {:?} is encrypted; loosefs cannot read it",
-                src.display(),
-                f.name()
-            );
         }
         if f.unix_mode().unwrap_or(0) & libc::S_IFMT == libc::S_IFLNK {
             skipped.push((src.join(f.name()), "symbolic link in the archive".into()));
