@@ -418,6 +418,66 @@ def test_a_pack_of_ffcv_raw_pixels_holds_the_ppm_files_the_mount_shows(manifest,
         run("umount", src_mnt)
 
 
+def _beton_samples(b):
+    """(metadata table offset, n, {ptr: (allocation-table offset, size)}) of a `.beton` with
+    fields [RGBImage, Int] (formats.md §1: rows of 24 bytes after 1041-byte field descriptors)."""
+    _version, nf, _page, n, alloc = struct.unpack_from("<HHIQQ", b, 0)
+    sizes = {}
+    for k in range(alloc, len(b) - 23, 24):
+        _sid, ptr, size = struct.unpack_from("<QQQ", b, k)
+        sizes[ptr] = (k, size)
+    return 24 + 1041 * nf, n, sizes
+
+
+def test_a_pack_of_mixed_jpeg_and_raw_ffcv_mounts_to_the_source_mounts_bytes(manifest, work, tmp_path):
+    """An FFCV file mixing JPEG and raw samples (what ffcv's `write_mode='smart'` writes), made
+    here from raw.beton by putting jpg.beton's JPEG of every even sample into that sample's slot
+    (mode byte 0, allocation size the JPEG's): its pack holds both halves, `.jpg` and `.ppm`,
+    byte-identical to the source's mount, and `verify --against` that mount passes."""
+    need_mount()
+    raw = bytearray((FORMATS / "ffcv" / "raw.beton").read_bytes())
+    jpg = (FORMATS / "ffcv" / "jpg.beton").read_bytes()
+    meta, n, raw_sizes = _beton_samples(raw)
+    jmeta, jn, jpg_sizes = _beton_samples(jpg)
+    assert n == jn == 48
+    for i in range(0, n, 2):
+        _m, w, h, ptr = struct.unpack_from("<BHHQ", raw, meta + 24 * i)
+        jm, jw, jh, jptr = struct.unpack_from("<BHHQ", jpg, jmeta + 24 * i)
+        assert jm == 0 and (jw, jh) == (w, h)
+        data = jpg[jptr:jptr + jpg_sizes[jptr][1]]
+        k, size = raw_sizes[ptr]
+        assert len(data) <= size
+        raw[ptr:ptr + len(data)] = data
+        raw[meta + 24 * i] = 0
+        struct.pack_into("<Q", raw, k + 16, len(data))
+    src = tmp_path / "mixed.beton"
+    src.write_bytes(bytes(raw))
+    idx = tmp_path / "index"
+    pack = tmp_path / "mixed.pack"
+    run("pack", src, pack, "--index-dir", idx)
+    src_mnt, pack_mnt = tmp_path / "src", tmp_path / "pack"
+    src_mnt.mkdir()
+    pack_mnt.mkdir()
+    run("mount", src, src_mnt, "--index-dir", idx)
+    try:
+        shown = {p.relative_to(src_mnt): p.read_bytes() for p in src_mnt.rglob("*") if p.is_file()}
+        assert sorted(p.suffix for p in shown).count(".jpg") == 24
+        assert sorted(p.suffix for p in shown).count(".ppm") == 24
+        run("mount", pack, pack_mnt)
+        try:
+            packed = {p.relative_to(pack_mnt): p.read_bytes() for p in pack_mnt.rglob("*") if p.is_file()}
+            assert packed == shown
+            for rel in shown:
+                with Image.open(pack_mnt / rel) as im:
+                    im.load()
+        finally:
+            run("umount", pack_mnt)
+        r = run("verify", pack, "--against", src_mnt, check=False)
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        run("umount", src_mnt)
+
+
 def test_gzipped_webdataset_is_inflated_once_and_served_like_the_tar(manifest, mounts, work, tmp_path):
     need_mount()
     import gzip
