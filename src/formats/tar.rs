@@ -101,10 +101,26 @@ fn split(path: &str) -> (String, String, String, String) {
     )
 }
 
+/// How many inflated bytes are written between two checks of the free space, bytes.
+const INFLATE_CHECK: u64 = 64 << 20;
+
+/// What `dir`'s file system can take before its free space falls under 5% of its size (the
+/// block cache's floor, mountpoint-s3's default), bytes.
+fn inflate_room(dir: &Path) -> Result<u64> {
+    let s = nix::sys::statvfs::statvfs(dir)?;
+    let free = s.blocks_available() * s.fragment_size();
+    Ok(free.saturating_sub(s.blocks() * s.fragment_size() / 20))
+}
+
 /// Inflates gzip shard `gz` into `dir` once (kept while `gz` keeps its size and mtime; written
 /// to a temporary name and renamed), printing progress to stderr. Returns the `.tar`'s path.
 /// The copy inflated from an earlier version of the same shard is removed, so the directory
 /// holds one `.tar` per shard however often it changes.
+///
+/// # Errors
+/// A damaged gzip stream, or one that inflates past what `dir`'s file system holds beside 5%
+/// of its size kept free (checked every [`INFLATE_CHECK`] bytes): refused naming `gz`, the
+/// partial copy removed.
 fn inflate(gz: &Path, dir: &Path) -> Result<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(gz)?;
@@ -143,13 +159,30 @@ fn inflate(gz: &Path, dir: &Path) -> Result<PathBuf> {
     let mut r =
         flate2::read::MultiGzDecoder::new(std::io::BufReader::new(std::fs::File::open(gz)?));
     let mut buf = vec![0u8; 1 << 20];
-    let (mut done, mut shown) = (0u64, 0u64);
+    let (mut done, mut shown, mut room) = (0u64, 0u64, 0u64);
     loop {
         let n = std::io::Read::read(&mut r, &mut buf)
             .with_context(|| format!("{}: damaged gzip stream after {done} bytes", gz.display()))?;
         if n == 0 {
             break;
         }
+        if n as u64 > room {
+            room = inflate_room(dir)
+                .with_context(|| {
+                    format!("{}: cannot inflate into {}", gz.display(), dir.display())
+                })?
+                .min(INFLATE_CHECK);
+            if (n as u64) > room {
+                bail!(
+                    "{}: inflates to more than {done} bytes, more than {} can hold beside 5% of \
+                     its size kept free (a gzip bomb, or too little space: give --index-dir on \
+                     a larger file system)",
+                    gz.display(),
+                    dir.display()
+                );
+            }
+        }
+        room -= n as u64;
         std::io::Write::write_all(&mut tmp, &buf[..n])?;
         done += n as u64;
         if done - shown >= 256 << 20 {
@@ -405,6 +438,46 @@ mod tests {
             s.samples.iter().map(|x| x.label).collect::<Vec<_>>(),
             vec![Some(3), Some(5)]
         );
+    }
+
+    #[test]
+    #[ignore = "needs root: mounts a 32 MiB tmpfs as the index directory's file system"]
+    fn a_gzip_bomb_is_refused_before_it_fills_the_index_disk() {
+        let d = tempfile::tempdir().unwrap();
+        let fs = d.path().join("small");
+        std::fs::create_dir(&fs).unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            &fs,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("size=32m"),
+        )
+        .expect("mount tmpfs (root needed)");
+        struct Umount<'a>(&'a Path);
+        impl Drop for Umount<'_> {
+            fn drop(&mut self) {
+                let _ = nix::mount::umount2(self.0, nix::mount::MntFlags::MNT_DETACH);
+            }
+        }
+        let _u = Umount(&fs);
+        // 256 MiB of zeros after a valid member: about 250 KB of gzip.
+        let tar = shard(d.path(), "s.tar", &[("k.jpg", b"\xff\xd8a")]);
+        let gz = d.path().join("bomb.tar.gz");
+        let mut e = flate2::write::GzEncoder::new(
+            std::fs::File::create(&gz).unwrap(),
+            flate2::Compression::best(),
+        );
+        std::io::Write::write_all(&mut e, &std::fs::read(&tar).unwrap()).unwrap();
+        for _ in 0..256 {
+            std::io::Write::write_all(&mut e, &[0u8; 1 << 20]).unwrap();
+        }
+        e.finish().unwrap();
+        let dir = fs.join("inflated");
+        let err = format!("{:#}", inflate(&gz, &dir).unwrap_err());
+        assert!(err.contains("bomb.tar.gz") && err.contains("5%"), "{err}");
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+        assert!(left.is_empty(), "nothing half-written is left: {left:?}");
     }
 
     #[test]
