@@ -13,7 +13,7 @@ use crate::server::Server;
 use crate::storage::chunks::{MixedStorage, Part};
 use crate::storage::local::{LocalObject, LocalStorage};
 use crate::view::Views;
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -26,6 +26,24 @@ pub enum Dataset {
     Foreign(Foreign),
     /// A native pack at an `s3://` or `https://` URL, through its block cache.
     Remote(RemotePack),
+}
+
+/// Whether the end of zip `src` names the pack index member (the last entry of a pack's
+/// central directory, so within its last 64 KiB): a damaged pack rather than another zip.
+fn names_pack_index(src: &Path) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(src) else {
+        return false;
+    };
+    let mut tail = Vec::new();
+    let _ = f
+        .seek(SeekFrom::End(-(64 << 10)))
+        .or_else(|_| f.seek(SeekFrom::Start(0)));
+    if f.take(64 << 10).read_to_end(&mut tail).is_err() {
+        return false;
+    }
+    let name = crate::format::INDEX_MEMBER.as_bytes();
+    tail.windows(name.len()).any(|w| w == name)
 }
 
 impl Dataset {
@@ -47,24 +65,27 @@ impl Dataset {
                 Ok(p) => return Ok(Dataset::Pack(p)),
                 Err(FormatError::NotAPack(why)) => {
                     // A file in another format: its own errors name the file and what is
-                    // wrong. A zip (a damaged pack is one too) or no format: say why it is not
-                    // a pack either.
+                    // wrong. No format: say why it is not a pack either. A zip whose central
+                    // directory names the pack index is a pack with a damaged trailer: refused,
+                    // not served as a plain zip.
                     let why = format!("{}: not a loosefs pack ({why})", src.display());
-                    let format = match crate::formats::detect(src) {
+                    match crate::formats::detect(src) {
                         Err(e) => return Err(e.context(why)),
-                        Ok(f) => f,
-                    };
-                    let r = crate::formats::index::open(
+                        Ok(crate::formats::Format::Zip) if names_pack_index(src) => {
+                            bail!(
+                                "{why}; it holds a pack index ({}): a loosefs pack whose end is damaged. Pack the source again",
+                                crate::format::INDEX_MEMBER
+                            )
+                        }
+                        Ok(_) => {}
+                    }
+                    return crate::formats::index::open(
                         src,
                         &opts,
                         args.index_dir.as_deref(),
                         progress,
                     )
                     .map(Dataset::Foreign);
-                    return match format {
-                        crate::formats::Format::Zip => r.context(why),
-                        _ => r,
-                    };
                 }
                 Err(e) => {
                     return Err(e).with_context(|| format!("cannot open pack {}", src.display()));

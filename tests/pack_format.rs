@@ -365,6 +365,19 @@ fn corrupt_packs_are_refused_with_the_reason() {
     let n = b.len();
     b[n - 53..].copy_from_slice(t.encode().as_bytes());
     assert!(matches!(err(&b), FormatError::Truncated(_)));
+    // A damaged trailer leaves a valid zip that names the pack index: the CLI refuses it as a
+    // damaged pack (it was served as a plain zip of the pack's members, index included).
+    let mut b = good.clone();
+    let n = b.len();
+    b[n - 5] = b'h';
+    std::fs::write(&bad, &b).unwrap();
+    let o = loosefs(&[&"info", &bad, &"--index-dir", &tmp.path().join("ix")]);
+    assert_eq!(o.status.code(), Some(2));
+    let msg = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        msg.contains("bad.pack") && msg.contains("whose end is damaged"),
+        "{msg}"
+    );
     // A foreign zip (written by Python's zipfile) is not a loosefs pack.
     let foreign = tmp.path().join("foreign.zip");
     let py = "import zipfile,sys; z=zipfile.ZipFile(sys.argv[1],'w'); z.writestr('../evil.txt','x'); z.writestr('/abs.txt','y'); z.close()";

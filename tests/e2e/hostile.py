@@ -6,7 +6,9 @@ The variants follow the in-process sweep of `src/formats/hostile.rs`: the real w
 `../shared/data/formats` cut short, with bytes flipped, with 8-byte length fields set to 2^64-1
 and 2^62, and with JSON numbers made huge. Each command must either refuse (exit 2, naming the
 file it refused) or succeed; a mount must answer every read with the bytes or an error (EIO),
-never hang; nothing may panic or be killed by a signal. Peak RSS is measured: of the CLI
+never hang; nothing may panic or be killed by a signal. `info` runs twice: with the format
+detected from the content (a refusal must not call a foreign file a damaged loosefs pack) and
+with `--format`, which `mount` and `pack` are given. Peak RSS is measured: of the CLI
 commands by `getrusage(RUSAGE_CHILDREN)`, of each daemon by its own `stats` (`VmHWM`).
 
     tests/e2e/hostile.py [--stride N] [--limit-gib 4] [--json OUT]
@@ -123,6 +125,11 @@ class Sweep:
         try:
             idx, mnt, out = tmp / "index", tmp / "mnt", tmp / "out.pack"
             common = ["--format", fmt, "--index-dir", idx]
+            # As a user meets it first: the format detected from the content.
+            r = self.run("info", src, "--index-dir", tmp / "detected")
+            self.check(what, "info (detected)", r, names)
+            if r is not None and "loosefs trailer" in r.stderr:
+                self.failures.append(f"{what}: refused as a loosefs pack: {r.stderr.strip()[:300]}")
             if not self.check(what, "info", self.run("info", src, *common), names):
                 self.counts["refused"] += 1
             else:
