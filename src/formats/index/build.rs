@@ -1,7 +1,7 @@
 //! Building a foreign dataset's index from its scan: every sample read once (CRC-32, checked
 //! against the format's own where it has one; JPEG dimensions), in bounded memory (a
-//! compressed chunk is decompressed while its own samples are probed, at most one per worker
-//! thread at a time), then the tree the mount shows (class directories, names made unique).
+//! compressed chunk is streamed through its decompressor while its own samples are probed,
+//! one sample held at a time per worker thread), then the tree the mount shows (class directories, names made unique).
 
 use super::{Header, ObjectEntry, object_entry};
 use crate::format::index::{self, Node, Record};
@@ -16,22 +16,41 @@ use std::path::Path;
 /// What one pass over a sample's bytes found: its CRC-32 and, for a JPEG, its header.
 type Probed = (u32, Option<JpegInfo>);
 
-/// Checks sample `s`'s bytes `buf` against the CRC-32 its format stores, and probes them.
-fn check(scan: &Scan, s: &Sample, buf: &[u8]) -> Result<Probed> {
-    let crc = crc32fast::hash(buf);
-    if let Some(want) = s.crc32.filter(|&w| w != crc) {
-        bail!(
-            "{}: {} fails its CRC-32 ({crc:08x}, the archive says {want:08x})",
-            scan.objects[s.object as usize].display(),
-            s.name
-        );
+/// The JPEG probe reads a sample's first 4 MiB at most: a frame header further in (behind
+/// metadata segments of 64 KiB each) is not looked for, and the sample counts as not a JPEG.
+const HEAD: usize = 4 << 20;
+
+/// One sample's bytes as they pass, in pieces: their CRC-32 and the head the JPEG probe reads.
+#[derive(Default)]
+struct Probe {
+    crc: crc32fast::Hasher,
+    head: Vec<u8>,
+}
+
+impl Probe {
+    fn update(&mut self, piece: &[u8]) {
+        self.crc.update(piece);
+        let room = HEAD.saturating_sub(self.head.len()).min(piece.len());
+        self.head.extend_from_slice(&piece[..room]);
     }
-    Ok((crc, probe(buf)))
+
+    /// Checks the sample's CRC-32 against the one its format stores (`s.crc32`), and probes it.
+    fn finish(self, scan: &Scan, s: &Sample) -> Result<Probed> {
+        let crc = self.crc.finalize();
+        if let Some(want) = s.crc32.filter(|&w| w != crc) {
+            bail!(
+                "{}: {} fails its CRC-32 ({crc:08x}, the archive says {want:08x})",
+                scan.objects[s.object as usize].display(),
+                s.name
+            );
+        }
+        Ok((crc, probe(&self.head)))
+    }
 }
 
 /// Reads every sample of `scan` once and probes it. Plain samples are read from their files in
-/// parallel; each compressed chunk is decompressed by one worker, which probes its samples
-/// and drops it, so memory holds at most one chunk per worker thread.
+/// parallel; each compressed chunk is streamed by one worker, which probes its samples as
+/// they pass, so memory holds one sample per worker thread, never a whole chunk.
 fn probe_all(scan: &Scan, objects: &[ObjectEntry]) -> Result<Vec<Probed>> {
     let plain = crate::formats::open_files(scan.objects.iter().map(|p| p.as_path()))?;
     let mut by_chunk: Vec<Vec<usize>> = vec![Vec::new(); objects.len()];
@@ -45,33 +64,54 @@ fn probe_all(scan: &Scan, objects: &[ObjectEntry]) -> Result<Vec<Probed>> {
     let read = |i: &usize| -> Result<(usize, Probed)> {
         let s = &scan.samples[*i];
         let path = &scan.objects[s.object as usize];
-        let mut buf = vec![0u8; (s.range.end - s.range.start) as usize];
-        (plain[path].read_exact_at(&mut buf, s.range.start)).with_context(|| {
-            format!(
-                "cannot read {} bytes {}..{}",
-                path.display(),
-                s.range.start,
-                s.range.end
-            )
-        })?;
-        Ok((*i, check(scan, s, &buf)?))
+        let mut p = Probe::default();
+        let mut buf = vec![0u8; (s.range.end - s.range.start).min(1 << 20) as usize];
+        let mut at = s.range.start;
+        while at < s.range.end {
+            let n = (s.range.end - at).min(buf.len() as u64) as usize;
+            (plain[path].read_exact_at(&mut buf[..n], at)).with_context(|| {
+                format!(
+                    "cannot read {} bytes {}..{}",
+                    path.display(),
+                    s.range.start,
+                    s.range.end
+                )
+            })?;
+            p.update(&buf[..n]);
+            at += n as u64;
+        }
+        Ok((*i, p.finish(scan, s)?))
     };
     let mut found: Vec<(usize, Probed)> = loose.par_iter().map(read).collect::<Result<_>>()?;
     let chunked: Vec<Vec<(usize, Probed)>> = (objects.par_iter().zip(&by_chunk))
         .filter(|(_, ids)| !ids.is_empty())
         .map(|(o, ids)| -> Result<Vec<(usize, Probed)>> {
             let c = o.chunk.as_ref().expect("chunked objects only");
-            let data = c.with_file(&o.path, plain[&o.path].clone()).decompress()?;
-            (ids.iter())
-                .map(|&i| {
-                    let s = &scan.samples[i];
-                    let r = s.range.start as usize..s.range.end as usize;
-                    let buf = data.get(r).with_context(|| {
-                        format!("{}: {} lies past its chunk", o.path.display(), s.name)
-                    })?;
-                    Ok((i, check(scan, s, buf)?))
+            let mut ids = ids.clone();
+            ids.sort_by_key(|&i| (scan.samples[i].range.start, scan.samples[i].range.end));
+            let ranges: Vec<_> = ids.iter().map(|&i| scan.samples[i].range.clone()).collect();
+            let mut out = Vec::with_capacity(ids.len());
+            let (mut failed, mut p) = (None, Probe::default());
+            c.with_file(&o.path, plain[&o.path].clone())
+                .for_each_range(&ranges, |k, piece, last| {
+                    p.update(piece);
+                    if last {
+                        let (i, s) = (ids[k], &scan.samples[ids[k]]);
+                        match std::mem::take(&mut p).finish(scan, s) {
+                            Ok(p) => out.push((i, p)),
+                            Err(e) => failed = Some(e),
+                        }
+                    }
+                    failed
+                        .as_ref()
+                        .map_or(Ok(()), |_| Err(std::io::ErrorKind::Other.into()))
                 })
-                .collect()
+                .or_else(|e| failed.take().map_or(Err(e.into()), Err))?;
+            if out.len() < ids.len() {
+                let s = &scan.samples[ids[out.len()]];
+                bail!("{}: {} lies past its chunk", o.path.display(), s.name);
+            }
+            Ok(out)
         })
         .collect::<Result<_>>()?;
     found.extend(chunked.into_iter().flatten());
@@ -238,8 +278,13 @@ mod tests {
             crc32: Some(crc32fast::hash(b"right")),
             ..Sample::default()
         };
-        assert!(check(&scan, &s, b"right").is_ok());
-        let e = check(&scan, &s, b"wrong").unwrap_err().to_string();
+        let check = |pieces: &[&[u8]]| {
+            let mut p = Probe::default();
+            pieces.iter().for_each(|b| p.update(b));
+            p.finish(&scan, &s)
+        };
+        assert!(check(&[b"ri", b"", b"ght"]).is_ok());
+        let e = check(&[b"wrong"]).unwrap_err().to_string();
         assert!(e.contains("/data/a.zip: x.jpg fails its CRC-32"), "{e}");
     }
 }

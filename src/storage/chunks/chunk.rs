@@ -29,7 +29,7 @@ pub enum Codec {
 }
 
 /// One compressed chunk: bytes `range` of `path`, `len` bytes once decompressed.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Chunk {
     /// The file, for messages.
     pub path: PathBuf,
@@ -148,6 +148,159 @@ impl Chunk {
         }
         Ok(out)
     }
+}
+
+impl Chunk {
+    /// Decompresses the chunk as a stream and calls `each(k, piece, last)` with the bytes of
+    /// `ranges[k]` (offsets in the decompressed chunk), in order, in pieces of at most 1 MiB
+    /// (`last` on the range's final piece, also for an empty range): index builds hold neither
+    /// a chunk nor a sample whole, whatever their lengths. Checks the
+    /// chunk's length and CRC-32 as [`Chunk::decompress`] does, after the last range. Parquet
+    /// row groups, and ranges that are not sorted and disjoint, go through
+    /// [`Chunk::decompress`]. Errors: those of `decompress`, a range past the chunk's end, and
+    /// `each`'s own.
+    pub fn for_each_range(
+        &self,
+        ranges: &[Range<u64>],
+        mut each: impl FnMut(usize, &[u8], bool) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let bad = |why: String| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {why}", self.path.display()),
+            )
+        };
+        let disjoint = ranges.windows(2).all(|w| w[0].end <= w[1].start)
+            && ranges.iter().all(|r| r.start <= r.end);
+        if self.codec == Codec::ParquetRowGroup || !disjoint {
+            let data = self.decompress()?;
+            for (k, r) in ranges.iter().enumerate() {
+                let b = usize::try_from(r.start)
+                    .ok()
+                    .zip(usize::try_from(r.end).ok())
+                    .and_then(|(s, e)| data.get(s..e))
+                    .ok_or_else(|| bad(format!("bytes {r:?} lie past the chunk's end")))?;
+                each(k, b, true)?;
+            }
+            return Ok(());
+        }
+        if self.len > MAX_CHUNK {
+            return Err(bad(format!(
+                "a chunk of {} bytes decompressed is over the {} byte limit for one chunk",
+                self.len, MAX_CHUNK
+            )));
+        }
+        let raw = io::BufReader::with_capacity(
+            1 << 20,
+            Pread {
+                file: &self.file,
+                at: self.range.start,
+                end: self.range.end,
+            },
+        );
+        let dec: Box<dyn Read> = match self.codec {
+            Codec::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(raw)?),
+            _ => Box::new(flate2::bufread::DeflateDecoder::new(raw)),
+        };
+        // One byte past the declared length is read, so a longer stream is seen.
+        let mut r = Hashing {
+            inner: dec.take(self.len.saturating_add(1)),
+            crc: crc32fast::Hasher::new(),
+            n: 0,
+        };
+        let stream_err = |e: io::Error| {
+            bad(format!(
+                "bytes {}..{} do not decompress ({e})",
+                self.range.start, self.range.end
+            ))
+        };
+        let mut buf = vec![0u8; 1 << 20];
+        'ranges: for (k, rg) in ranges.iter().enumerate() {
+            if rg.end > self.len {
+                return Err(bad(format!("bytes {rg:?} lie past the chunk's end")));
+            }
+            let skip = rg.start - r.n;
+            if io::copy(&mut (&mut r).take(skip), &mut io::sink()).map_err(stream_err)? < skip {
+                break;
+            }
+            loop {
+                let want = (rg.end - r.n).min(buf.len() as u64) as usize;
+                let got = read_full(&mut r, &mut buf[..want]).map_err(stream_err)?;
+                if got < want {
+                    break 'ranges;
+                }
+                let last = r.n == rg.end;
+                each(k, &buf[..got], last)?;
+                if last {
+                    break;
+                }
+            }
+        }
+        io::copy(&mut r, &mut io::sink()).map_err(stream_err)?;
+        if r.n != self.len {
+            return Err(bad(format!(
+                "bytes {}..{} decompress to {} bytes, the index says {}",
+                self.range.start, self.range.end, r.n, self.len
+            )));
+        }
+        let got = r.crc.finalize();
+        match self.crc32 {
+            Some(want) if want != got => Err(bad(format!(
+                "decompressed CRC-32 {got:08x}, the archive says {want:08x}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Reads bytes `at..end` of a file by `pread` (no shared file offset: other threads read the
+/// same file).
+struct Pread<'a> {
+    file: &'a File,
+    at: u64,
+    end: u64,
+}
+
+impl Read for Pread<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = (self.end - self.at).min(buf.len() as u64) as usize;
+        if n == 0 {
+            return Ok(0);
+        }
+        let k = self.file.read_at(&mut buf[..n], self.at)?;
+        self.at += k as u64;
+        Ok(k)
+    }
+}
+
+/// A reader that counts and CRC-32s what passes through it.
+struct Hashing<R> {
+    inner: R,
+    crc: crc32fast::Hasher,
+    n: u64,
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let k = self.inner.read(buf)?;
+        self.crc.update(&buf[..k]);
+        self.n += k as u64;
+        Ok(k)
+    }
+}
+
+/// Reads into all of `buf` unless the stream ends first; returns the bytes read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }
 
 /// Reads `r` to its end, or to one byte past `len` (a stream longer than declared), into a

@@ -114,6 +114,68 @@ fn a_wrong_length_crc_or_claim_is_refused_naming_the_file() {
     assert!(e.contains("limit"), "{e}");
 }
 
+/// `ranges` of `c` through `for_each_range`: each range's bytes joined from its pieces, and the
+/// largest piece seen.
+fn streamed(c: &Chunk, ranges: &[std::ops::Range<u64>]) -> io::Result<(Vec<Vec<u8>>, usize)> {
+    let mut out = vec![Vec::new(); ranges.len()];
+    let (mut biggest, mut ended) = (0, vec![false; ranges.len()]);
+    c.for_each_range(ranges, |k, piece, last| {
+        assert!(!ended[k], "a piece after the last one of range {k}");
+        out[k].extend_from_slice(piece);
+        biggest = biggest.max(piece.len());
+        ended[k] = last;
+        Ok(())
+    })?;
+    assert!(ended.iter().all(|&e| e), "every range ends");
+    Ok((out, biggest))
+}
+
+#[test]
+fn ranges_stream_in_pieces_and_the_whole_chunk_is_still_checked() {
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let (_f, parts) = zstd_file(std::slice::from_ref(&data), None);
+    let Part::Chunk(c) = &parts[0] else { panic!() };
+    let ranges = [0..10, 10..10, 100..2_500_000, 2_999_999..3_000_000];
+    let (got, biggest) = streamed(c, &ranges).unwrap();
+    for (r, g) in ranges.iter().zip(&got) {
+        assert_eq!(g[..], data[r.start as usize..r.end as usize]);
+    }
+    assert!(biggest <= 1 << 20, "pieces of at most 1 MiB: {biggest}");
+    // Unsorted ranges go through the whole chunk, and give the same bytes.
+    let (got2, _) = streamed(c, &[100..2_500_000, 0..10]).unwrap();
+    assert_eq!((&got2[0], &got2[1]), (&got[2], &got[0]));
+    // A range past the end, a length claim the stream does not meet, a wrong CRC: refused
+    // after the stream is read, naming the file.
+    let e = streamed(c, &[0..3_000_001]).unwrap_err().to_string();
+    assert!(e.contains("past the chunk's end"), "{e}");
+    let mut long = Chunk {
+        len: 3_000_001,
+        ..c.clone()
+    };
+    let e = streamed(&long, &[0..10]).unwrap_err().to_string();
+    assert!(
+        e.contains("the index says") && e.contains(&c.path.display().to_string()),
+        "{e}"
+    );
+    long.len = 2_000_000;
+    let e = streamed(&long, &[0..10]).unwrap_err().to_string();
+    assert!(
+        e.contains("the index says"),
+        "a stream longer than its claim: {e}"
+    );
+    let bad_crc = Chunk {
+        crc32: Some(1),
+        ..c.clone()
+    };
+    let e = streamed(&bad_crc, &[0..10]).unwrap_err().to_string();
+    assert!(e.contains("CRC-32"), "{e}");
+    let good_crc = Chunk {
+        crc32: Some(crc32fast::hash(&data)),
+        ..c.clone()
+    };
+    assert!(streamed(&good_crc, &[5..6]).is_ok());
+}
+
 #[test]
 fn readers_of_one_chunk_share_one_decompression() {
     // Below the read-ahead size: no background decompression joins in.
