@@ -28,22 +28,29 @@ pub enum Dataset {
     Remote(RemotePack),
 }
 
-/// Whether the end of zip `src` names the pack index member (the last entry of a pack's
-/// central directory, so within its last 64 KiB): a damaged pack rather than another zip.
-fn names_pack_index(src: &Path) -> bool {
+/// The last 64 KiB of `src` (less when it is shorter; empty when it cannot be read).
+fn tail_of(src: &Path) -> Vec<u8> {
     use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(src) else {
-        return false;
-    };
     let mut tail = Vec::new();
-    let _ = f
-        .seek(SeekFrom::End(-(64 << 10)))
-        .or_else(|_| f.seek(SeekFrom::Start(0)));
-    if f.take(64 << 10).read_to_end(&mut tail).is_err() {
-        return false;
+    if let Ok(mut f) = std::fs::File::open(src) {
+        let _ = f
+            .seek(SeekFrom::End(-(64 << 10)))
+            .or_else(|_| f.seek(SeekFrom::Start(0)));
+        let _ = f.take(64 << 10).read_to_end(&mut tail);
     }
-    let name = crate::format::INDEX_MEMBER.as_bytes();
-    tail.windows(name.len()).any(|w| w == name)
+    tail
+}
+
+/// What the end of a zip says it is: `(names the pack index, has an end of central directory)`.
+/// The pack index is the last entry of a pack's central directory, so a zip naming it is a pack
+/// whose trailer is damaged; a zip without an end record is cut short (perhaps a pack).
+fn zip_end(src: &Path) -> (bool, bool) {
+    let tail = tail_of(src);
+    let has = |name: &[u8]| tail.windows(name.len()).any(|w| w == name);
+    (
+        has(crate::format::INDEX_MEMBER.as_bytes()),
+        has(b"PK\x05\x06"),
+    )
 }
 
 impl Dataset {
@@ -65,27 +72,32 @@ impl Dataset {
                 Ok(p) => return Ok(Dataset::Pack(p)),
                 Err(FormatError::NotAPack(why)) => {
                     // A file in another format: its own errors name the file and what is
-                    // wrong. No format: say why it is not a pack either. A zip whose central
-                    // directory names the pack index is a pack with a damaged trailer: refused,
-                    // not served as a plain zip.
+                    // wrong. No format, or a zip cut short (a truncated pack is one): say why
+                    // it is not a pack either. A zip whose central directory names the pack
+                    // index is a pack with a damaged trailer: refused, not served as a zip.
                     let why = format!("{}: not a loosefs pack ({why})", src.display());
-                    match crate::formats::detect(src) {
+                    let format = match crate::formats::detect(src) {
                         Err(e) => return Err(e.context(why)),
-                        Ok(crate::formats::Format::Zip) if names_pack_index(src) => {
-                            bail!(
-                                "{why}; it holds a pack index ({}): a loosefs pack whose end is damaged. Pack the source again",
-                                crate::format::INDEX_MEMBER
-                            )
-                        }
-                        Ok(_) => {}
+                        Ok(f) => f,
+                    };
+                    let (names_index, whole) = match format {
+                        crate::formats::Format::Zip => zip_end(src),
+                        _ => (false, true),
+                    };
+                    if names_index {
+                        bail!(
+                            "{why}; it holds a pack index ({}): a loosefs pack whose end is damaged. Pack the source again",
+                            crate::format::INDEX_MEMBER
+                        );
                     }
-                    return crate::formats::index::open(
+                    let r = crate::formats::index::open(
                         src,
                         &opts,
                         args.index_dir.as_deref(),
                         progress,
                     )
                     .map(Dataset::Foreign);
+                    return if whole { r } else { r.context(why) };
                 }
                 Err(e) => {
                     return Err(e).with_context(|| format!("cannot open pack {}", src.display()));

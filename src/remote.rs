@@ -157,6 +157,7 @@ impl RemotePack {
                 path: PathBuf::from(&self.url),
                 len: self.size(),
                 data_end: self.totals.data_end,
+                align: u64::from(self.totals.align),
             }],
             vec![0],
             views,

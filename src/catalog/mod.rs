@@ -109,6 +109,10 @@ pub struct ObjectInfo {
     pub len: u64,
     /// End of the sample data inside it (read-ahead and warm stop here), bytes.
     pub data_end: u64,
+    /// Every sample's stored bytes start at a multiple of this, bytes (a pack's `--align`;
+    /// 1 where the format promises nothing), so the bytes from a sample's end up to the next
+    /// multiple hold no other sample's bytes (the pack's padding and zip headers).
+    pub align: u64,
 }
 
 /// How a file's content is made from its stored bytes.

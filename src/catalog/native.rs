@@ -51,6 +51,7 @@ impl NativeCatalog {
             path: pack.path().to_path_buf(),
             len: pack.file_len(),
             data_end: pack.totals().data_end,
+            align: u64::from(pack.totals().align),
         }];
         NativeCatalog {
             map: pack.map_arc(),

@@ -191,6 +191,7 @@ impl Foreign {
                 path: o.path.clone(),
                 len: o.served_len(),
                 data_end: o.served_len(),
+                align: 1,
             })
             .collect()
     }

@@ -43,6 +43,9 @@ use ledger::Ledger;
 use pin::Pinner;
 use push::{Pusher, Store};
 use std::ops::Range;
+
+/// The page size the kernel drops page-cache pages by, bytes.
+const PAGE: u64 = 4096;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::SyncSender;
@@ -262,10 +265,21 @@ impl ReadAhead {
         if r.end <= pinned {
             return false;
         }
+        // The kernel drops whole pages only: a sample's last page goes too where the rest of
+        // it is padding (samples aligned to pages), else it stays until the next sample's
+        // bytes in it are served and the kernel reclaims it.
+        let align = (self.samples.catalog().objects())
+            .get(ext.object as usize)
+            .map_or(1, |o| o.align);
+        let end = if r.end >= ext.range.end && align >= PAGE && align % PAGE == 0 {
+            r.end.next_multiple_of(PAGE)
+        } else {
+            r.end
+        };
         let _ = self
             .samples
             .storage()
-            .release(ext.object, &(r.start.max(pinned)..r.end));
+            .release(ext.object, &(r.start.max(pinned)..end));
         if r.end >= ext.range.end {
             self.stats.samples_evicted.fetch_add(1, Relaxed);
         }
