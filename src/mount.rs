@@ -174,12 +174,7 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     let mut msg = String::new();
     let _ = std::fs::File::from(rx).read_to_string(&mut msg);
     if msg.trim() == "ready" {
-        let log = opts
-            .log
-            .as_ref()
-            .map_or("discarded (use --log FILE)".to_string(), |p| {
-                p.display().to_string()
-            });
+        let log = log_path(opts, mnt).display().to_string();
         eprintln!(
             "loosefs: mounted {} at {} (daemon pid {}, log {log})",
             pack_path.display(),
@@ -255,7 +250,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         let mut f = std::fs::File::from(fd);
         let _ = f.write_all(b"ready\n");
         drop(f);
-        redirect_stderr(opts.log.as_deref())?;
+        redirect_stderr(&log_path(opts, mnt), opts.log.is_some())?;
     }
     log::info!("serving {} at {}", pack_path.display(), mnt.display());
     serve_until_signal(mnt, signals, &bg, &server, lease.as_ref(), &pack_path);
@@ -275,15 +270,56 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
 /// Filesystem type of a loosefs mount, as `/proc/mounts`, `findmnt`, `df -T` and fstab name it.
 pub const FS_TYPE: &str = "fuse.loosefs";
 
-fn redirect_stderr(log: Option<&Path>) -> Result<()> {
-    let target = match log {
-        Some(p) => std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(p)
-            .with_context(|| format!("cannot open log {}", p.display()))?,
-        None => std::fs::OpenOptions::new().write(true).open("/dev/null")?,
-    };
+/// Largest default log file, bytes: past this, it is renamed to `<name>.1` (replacing an
+/// older one) when a mount starts.
+const LOG_ROTATE: u64 = 8 << 20;
+
+/// The daemon's log: `--log`, else `loosefs/log/<mountpoint>.log` under `$XDG_STATE_HOME`
+/// (default `~/.local/state`), the mountpoint's absolute path with `/` as `_`.
+pub fn log_path(opts: &MountArgs, mnt: &Path) -> PathBuf {
+    if let Some(p) = &opts.log {
+        return p.clone();
+    }
+    let abs = std::fs::canonicalize(mnt).unwrap_or_else(|_| mnt.to_path_buf());
+    let name = abs.to_string_lossy().trim_matches('/').replace('/', "_");
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(|| PathBuf::from("/var/log"));
+    base.join("loosefs").join("log").join(format!(
+        "{}.log",
+        if name.is_empty() { "root" } else { &name }
+    ))
+}
+
+/// Points the daemon's stderr (its log) at `log`, appending; a default log past
+/// [`LOG_ROTATE`] bytes is rotated first, and one that cannot be opened is given up
+/// (`explicit`: `--log` was given, and failing to open it is an error). The log's directory is made 0700 and the file 0600
+/// (messages name the dataset's files).
+fn redirect_stderr(log: &Path, explicit: bool) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = log.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir);
+    }
+    if std::fs::metadata(log).is_ok_and(|m| m.is_file() && m.len() > LOG_ROTATE) {
+        let mut old = log.as_os_str().to_owned();
+        old.push(".1");
+        let _ = std::fs::rename(log, old);
+    }
+    let target = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(log)
+        .or_else(|e| match explicit {
+            true => Err(e),
+            // The default place cannot be written (a read-only home): no log, as before.
+            false => std::fs::OpenOptions::new().write(true).open("/dev/null"),
+        })
+        .with_context(|| format!("cannot open log {}", log.display()))?;
     let mut stderr = std::io::stderr().lock();
     let _ = stderr.flush();
     nix::unistd::dup2_stderr(&target)?;

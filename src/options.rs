@@ -42,7 +42,9 @@ pub struct MountArgs {
     /// shuffled (one READ per sample instead of two in parallel), so the default is 0.
     #[arg(long, default_value_t = 0)]
     pub read_ahead_kb: u32,
-    /// Log file of the background daemon (default: discarded). Level from RUST_LOG.
+    /// Log file of the background daemon (default: `~/.local/state/loosefs/log/<mountpoint>.log`,
+    /// or under `$XDG_STATE_HOME`; rotated past 8 MiB; `/dev/null` discards it). Level from
+    /// RUST_LOG.
     #[arg(long)]
     pub log: Option<PathBuf>,
     /// Largest read-ahead window in pack order, MiB (0 disables read-ahead across samples).

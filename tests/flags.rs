@@ -205,6 +205,14 @@ fn a_plain_directory_is_refused_with_what_to_do() {
         );
         assert!(!err.contains("is not a directory"), "{cmd}: {err}");
     }
+    // `verify` checks packs only: a directory is named as one (it said "No such device").
+    let o = loosefs(&[&"verify", &src]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("a directory, not a pack file") && err.contains("src"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -472,6 +472,37 @@ fn damaged_sample_answers_eio_and_is_logged() {
         "log: {log}"
     );
     assert_eq!(log.matches(&victim).count(), 1, "logged once: {log}");
+    // Without --log the daemon logs to $XDG_STATE_HOME/loosefs/log/<mountpoint>.log, named
+    // when it mounts.
+    let state = tmp.path().join("state");
+    let mnt2 = tmp.path().join("mnt2");
+    std::fs::create_dir_all(&mnt2).unwrap();
+    let o = std::process::Command::new(bin())
+        .arg("mount")
+        .arg(&pack)
+        .arg(&mnt2)
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    let msg = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{msg}");
+    let name = std::fs::canonicalize(&mnt2).unwrap();
+    let name = name.to_string_lossy().trim_matches('/').replace('/', "_");
+    let default_log = state.join("loosefs/log").join(format!("{name}.log"));
+    assert!(msg.contains(&default_log.display().to_string()), "{msg}");
+    let _ = std::fs::read(mnt2.join(&victim));
+    assert!(loosefs(&[&"umount", &mnt2]).status.success());
+    let log = std::fs::read_to_string(&default_log).unwrap();
+    assert!(
+        log.contains(&victim) && log.contains("CRC-32"),
+        "log: {log}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&default_log)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
 }
 
 #[test]

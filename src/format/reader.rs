@@ -31,7 +31,15 @@ impl Pack {
     /// index.
     pub fn open(path: &Path) -> Result<Pack, FormatError> {
         let file = File::open(path)?;
-        let len = file.metadata()?.len();
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(FormatError::NotAPack(if meta.is_dir() {
+                "a directory, not a pack file (`loosefs pack DIR OUT` makes one)".into()
+            } else {
+                "not a regular file".into()
+            }));
+        }
+        let len = meta.len();
         if len == 0 {
             return Err(FormatError::NotAPack("the file is empty".into()));
         }
