@@ -1,0 +1,241 @@
+"""loosefs from Python: mount a packed dataset (a loosefs pack, WebDataset, MDS, LitData,
+TFRecord, Parquet, FFCV, GulpIO, zip; local or `s3://`/`https://`) as ordinary files, pack a
+directory, read `info` and `stats`. Every call runs the `loosefs` command line (the binary this
+package carries, or `$LOOSEFS_BIN`), so behaviour, options and messages are the CLI's.
+
+    import loosefs, torchvision
+    with loosefs.mount("train.pack", warm=True) as m:
+        ds = torchvision.datasets.ImageFolder(m.path)
+        ...
+"""
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Any, Dict, List, Optional, Union
+
+__all__ = ["LoosefsError", "MountError", "Mount", "Info", "PackResult", "Stats", "binary", "mount", "pack", "info",
+           "stats", "unmount"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class LoosefsError(RuntimeError):
+    """A `loosefs` command failed. `reason` is its message (stderr), `returncode` its exit
+    status (2: bad input, named in the reason)."""
+
+    def __init__(self, reason: str, returncode: int = 1, command: Optional[List[str]] = None):
+        super().__init__(reason)
+        self.reason, self.returncode, self.command = reason, returncode, command or []
+
+
+class MountError(LoosefsError):
+    """`loosefs mount` refused the source or the mountpoint, or the daemon did not start."""
+
+
+def binary() -> str:
+    """The `loosefs` executable: `$LOOSEFS_BIN`, else the one installed beside this Python
+    (the wheel's script), else the first on `PATH`. Raises LoosefsError when there is none."""
+    env = os.environ.get("LOOSEFS_BIN")
+    if env:
+        return env
+    here = pathlib.Path(sys.executable).parent / "loosefs"
+    if here.is_file() and os.access(here, os.X_OK):
+        return str(here)
+    found = shutil.which("loosefs")
+    if found:
+        return found
+    raise LoosefsError("no loosefs executable: install the loosefs wheel, put loosefs on PATH or set LOOSEFS_BIN")
+
+
+def _flags(options: Dict[str, Any]) -> List[str]:
+    """CLI flags of keyword options: `warm=True` → `--warm`, `pin="8G"` → `--pin 8G`,
+    `decode=["npy", "ppm"]` → `--decode npy,ppm`; False and None are left out."""
+    out: List[str] = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, (list, tuple)):
+            out += [flag, ",".join(str(v) for v in value)]
+        else:
+            out += [flag, os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
+    return out
+
+
+def _run(args: List[str], error=LoosefsError, stream_stderr: bool = False) -> str:
+    cmd = [binary(), *args]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None if stream_stderr else subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        reason = (r.stderr or "").strip() or f"{' '.join(cmd)} exited {r.returncode}"
+        raise error(reason, r.returncode, cmd)
+    return r.stdout
+
+
+@dataclasses.dataclass(frozen=True)
+class Info:
+    """What `loosefs info --json` says of a source: `format` is `"loosefs"` for a pack, else
+    the detected format (`mds`, `tar`, ...). `raw` holds every field of the JSON."""
+
+    source: str
+    format: str
+    samples: int
+    sample_bytes: int
+    jpeg_samples: int
+    raw: Dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class PackResult:
+    """What `loosefs pack --json` wrote: files, directories and bytes of the tree, the pack's
+    size (bytes), the paths skipped (symlinks, special files) and the seconds it took."""
+
+    out: pathlib.Path
+    files: int
+    dirs: int
+    bytes: int
+    jpegs: int
+    pack_bytes: int
+    skipped: List[Any]
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """A mount's `stats --json`: the daemon's pid and RSS (bytes), bytes served, errors
+    answered, request counts by kind. `raw` holds every section (page cache, read-ahead, pin,
+    warm, decode, remote, latency percentiles in µs)."""
+
+    pid: int
+    rss_bytes: int
+    rss_peak_bytes: int
+    bytes_served: int
+    errors: int
+    requests: Dict[str, int]
+    raw: Dict[str, Any]
+
+
+def info(source: PathLike, **options: Any) -> Info:
+    """`loosefs info SOURCE --json` with the CLI's options (`format="mds"`, `index_dir=...`,
+    remote options). Raises LoosefsError with the CLI's reason."""
+    d = json.loads(_run(["info", os.fspath(source), "--json", *_flags(options)]))
+    return Info(
+        source=d.get("source", d.get("pack", os.fspath(source))),
+        format=d.get("format", "loosefs"),
+        samples=int(d.get("samples", 0)),
+        sample_bytes=int(d.get("sample_bytes", 0)),
+        jpeg_samples=int(d.get("jpeg_samples", d.get("jpeg_files", 0))),
+        raw=d,
+    )
+
+
+def pack(source: PathLike, out: PathLike, progress: bool = False, **options: Any) -> PackResult:
+    """`loosefs pack SOURCE OUT --json`: a directory or a dataset in another format into one
+    pack (`force=True` replaces OUT, `align=512`, `jobs=N`). `progress=True` lets the CLI's
+    progress bar through to stderr. Raises LoosefsError; OUT is never left half-written."""
+    d = json.loads(_run(["pack", os.fspath(source), os.fspath(out), "--json", *_flags(options)],
+                        stream_stderr=progress))
+    return PackResult(out=pathlib.Path(out), files=d["files"], dirs=d["dirs"], bytes=d["bytes"], jpegs=d["jpegs"],
+                      pack_bytes=d["pack_bytes"], skipped=d.get("skipped", []), seconds=d["seconds"])
+
+
+def stats(mountpoint: PathLike) -> Stats:
+    """`loosefs stats MOUNTPOINT --json` of a live mount."""
+    d = json.loads(_run(["stats", os.fspath(mountpoint), "--json"]))
+    daemon = d.get("daemon", {})
+    return Stats(pid=daemon.get("pid", 0), rss_bytes=daemon.get("rss_bytes", 0),
+                 rss_peak_bytes=daemon.get("rss_peak_bytes", 0), bytes_served=d.get("bytes_served", 0),
+                 errors=d.get("errors", 0), requests=d.get("requests", {}), raw=d)
+
+
+def unmount(mountpoint: PathLike, lazy: bool = False) -> None:
+    """`loosefs umount MOUNTPOINT` (waits for the daemon to finish; `lazy=True` detaches a
+    busy mount)."""
+    _run(["umount", os.fspath(mountpoint), *(["--lazy"] if lazy else [])])
+
+
+_LIVE: Dict[str, "Mount"] = {}
+_LOCK = threading.Lock()
+
+
+class Mount(os.PathLike):
+    """A live mount: `path` is its root (a `pathlib.Path`); the object is `os.PathLike`, so it
+    can be given wherever a path is. Unmounted by `unmount()`, at the end of a `with` block
+    (also after an exception), and at interpreter exit; a mountpoint made for it is removed."""
+
+    def __init__(self, source: PathLike, path: pathlib.Path, made_dir: bool):
+        self.source, self.path, self._made_dir = os.fspath(source), path, made_dir
+        self.mounted = True
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"<loosefs.Mount {self.source!r} at {str(self.path)!r}{'' if self.mounted else ' (unmounted)'}>"
+
+    def stats(self) -> Stats:
+        """The mount's `stats` (see `loosefs.stats`)."""
+        return stats(self.path)
+
+    def unmount(self, lazy: bool = False) -> None:
+        """Unmounts (once; later calls do nothing) and removes a mountpoint made for it."""
+        with _LOCK:
+            if not self.mounted:
+                return
+            _LIVE.pop(str(self.path), None)
+            unmount(self.path, lazy=lazy)
+            self.mounted = False
+        if self._made_dir:
+            try:
+                self.path.rmdir()
+            except OSError:
+                pass
+
+    def __enter__(self) -> "Mount":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.unmount()
+        except LoosefsError:
+            # Busy (a file still open, a process inside): detach it rather than leave it.
+            self.unmount(lazy=True)
+
+
+def mount(source: PathLike, mountpoint: Optional[PathLike] = None, **options: Any) -> Mount:
+    """Mounts SOURCE (a pack, a dataset in another format, an `s3://` or `https://` URL) at
+    MOUNTPOINT, or at a new temporary directory, and returns once it answers. Options are the
+    CLI's: `warm=True`, `pin="8G"`, `decode="npy"`, `index_dir=...`, `endpoint_url=...`, ...
+    Use it as a context manager; it is unmounted at interpreter exit in any case. Raises
+    MountError carrying the CLI's reason."""
+    made = mountpoint is None
+    path = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-")) if made else pathlib.Path(mountpoint)
+    try:
+        _run(["mount", os.fspath(source), str(path), *_flags(options)], error=MountError)
+    except BaseException:
+        if made:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    m = Mount(source, path, made)
+    with _LOCK:
+        _LIVE[str(path)] = m
+    return m
+
+
+@atexit.register
+def _unmount_all() -> None:
+    for m in list(_LIVE.values()):
+        try:
+            m.unmount(lazy=True)
+        except LoosefsError:
+            pass
