@@ -29,6 +29,7 @@ pub mod formats;
 pub mod fuse;
 pub mod ino;
 pub mod memory;
+pub mod metrics;
 pub mod mount;
 pub mod options;
 pub mod packer;

@@ -43,6 +43,10 @@ enum Cmd {
         mountpoint: PathBuf,
         #[arg(long)]
         json: bool,
+        /// Prometheus text exposition instead (for node_exporter's textfile collector:
+        /// `loosefs stats MNT --prometheus > DIR/loosefs.prom.tmp && mv ...`).
+        #[arg(long, conflicts_with = "json")]
+        prometheus: bool,
     },
     /// Start streaming the whole pack into the page cache (see `stats` for progress).
     ///
@@ -286,9 +290,19 @@ fn run(cli: Cli) -> Result<i32> {
             mountpoint,
             opts,
         } => loosefs::mount::mount(&pack, &mountpoint, &opts)?,
-        Cmd::Stats { mountpoint, json } => {
+        Cmd::Stats {
+            mountpoint,
+            json,
+            prometheus,
+        } => {
             let v: loosefs::report::Report = loosefs::client::read_control(&mountpoint, "stats")?;
-            if json {
+            if prometheus {
+                let mnt = std::fs::canonicalize(&mountpoint).unwrap_or(mountpoint.clone());
+                print!(
+                    "{}",
+                    loosefs::metrics::prometheus(&v, &mnt.to_string_lossy())
+                );
+            } else if json {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 print!("{}", loosefs::client::format_stats(&v));

@@ -142,3 +142,25 @@ def test_decode_ahead_decodes_the_next_files_before_they_are_read(pack, source, 
                 assert d1["misses"] - d0["misses"] == 3, (d0, d1)
         finally:
             run("umount", mnt)
+
+
+def test_stats_prometheus_is_valid_exposition_and_says_what_the_json_says(mount):
+    """`stats --prometheus` parsed by prometheus_client's own parser (the oracle): every plain
+    metric labelled with the mountpoint, values equal to the JSON's, latency quantiles per op."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    files = sorted(p for p in pathlib.Path(mount).rglob("*") if p.is_file())[:5]
+    for f in files:
+        f.read_bytes()
+    text = run("stats", mount, "--prometheus").stdout
+    j = json.loads(run("stats", mount, "--json").stdout)
+    fams = list(text_string_to_metric_families(text))
+    plain = {s.name: s for f in fams for s in f.samples if "op" not in s.labels}
+    mnt = os.path.realpath(mount)
+    assert all(s.labels == {"mountpoint": mnt} for s in plain.values())
+    assert plain["loosefs_pack_samples"].value == j["pack"]["samples"]
+    assert plain["loosefs_daemon_pid"].value == j["daemon"]["pid"]
+    assert plain["loosefs_bytes_served"].value <= j["bytes_served"]
+    q = {(s.labels["op"], s.labels["quantile"]): s.value for f in fams for s in f.samples
+         if s.name == "loosefs_latency_us"}
+    assert q[("read", "0.5")] > 0 and q[("read", "0.99")] >= q[("read", "0.5")]
