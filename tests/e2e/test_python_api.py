@@ -115,3 +115,32 @@ def test_python_dash_m_runs_the_cli():
     r = subprocess.run([sys.executable, "-m", "loosefs", "--version"], capture_output=True, text=True, env=env,
                        timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("loosefs "), r.stderr
+
+
+def test_the_wheel_installs_and_mounts_without_a_toolchain(pack, tmp_path):
+    """`maturin build --release` (the venv's maturin, this repository's target directory) makes
+    a wheel carrying the stripped CLI; installed into a new venv, with no cargo, rustc or
+    loosefs on PATH and no $LOOSEFS_BIN, `python -m loosefs` and `loosefs.mount` work."""
+    need_mount()
+    maturin = pathlib.Path(sys.executable).parent / "maturin"
+    wheels = tmp_path / "wheels"
+    r = subprocess.run([str(maturin), "build", "--release", "-o", str(wheels)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (wheel,) = wheels.glob("loosefs-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--no-index", str(wheel)], check=True,
+                   timeout=300)
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOSEFS_BIN", "PYTHONPATH")}
+    env["PATH"] = "/usr/bin:/bin"
+    py = str(venv / "bin" / "python")
+    r = subprocess.run([py, "-m", "loosefs", "--version"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("loosefs "), r.stderr
+    exe = venv / "bin" / "loosefs"
+    assert exe.stat().st_size < 40 << 20, "the wheel's binary is stripped"
+    code = ("import loosefs; assert loosefs.binary() == %r\n"
+            "with loosefs.mount(%r) as m:\n    print(sum(1 for p in m.path.rglob('*') if p.is_file()))\n"
+            % (str(exe), str(pack)))
+    r = subprocess.run([py, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0 and int(r.stdout) > 0, r.stderr
