@@ -72,14 +72,15 @@ impl Dataset {
                 Ok(p) => return Ok(Dataset::Pack(p)),
                 Err(FormatError::NotAPack(why)) => {
                     // A file in another format: its own errors name the file and what is
-                    // wrong. No format, or a zip cut short (a truncated pack is one): say why
-                    // it is not a pack either. A zip whose central directory names the pack
+                    // wrong. No format: the pack's reason is one of those tried. A zip cut
+                    // short (a truncated pack is one): say why it is not a pack either. A zip whose central directory names the pack
                     // index is a pack with a damaged trailer: refused, not served as a zip.
-                    let why = format!("{}: not a loosefs pack ({why})", src.display());
                     let format = match crate::formats::detect(src) {
-                        Err(e) => return Err(e.context(why)),
+                        // The formats tried, each with its reason, the pack among them.
+                        Err(e) => bail!("{e:#}\n  loosefs pack: {why}"),
                         Ok(f) => f,
                     };
+                    let why = format!("{}: not a loosefs pack ({why})", src.display());
                     let (names_index, whole) = match format {
                         crate::formats::Format::Zip => zip_end(src),
                         _ => (false, true),
