@@ -77,7 +77,7 @@ def test_bench_loader_rows_run_on_a_disk_profile(source, tmp_path):
     out = tmp_path / "results"
     r = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "run.py"), "--data", str(source), "--profiles", "cloud", "--readers", "tv2",
-         "--states", "cold", "--orders", "inorder", "--targets", "orig,loosefs", "--repeat", "1", "--limit", "64",
+         "--states", "cold", "--orders", "inorder", "--targets", "orig,loosefs", "--peers", "", "--repeat", "1", "--limit", "64",
          "--out", str(out), "--work", str(tmp_path / "work")],
         capture_output=True, text=True, timeout=600,
     )
