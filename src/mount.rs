@@ -377,6 +377,44 @@ pub fn unmount(mnt: &Path, lazy_if_busy: bool) -> Result<()> {
             "{} is busy (a process has a file open or its working directory there); close it, or use `loosefs umount --lazy`",
             mnt.display()
         ),
+        // A user's own FUSE mount (made through the setuid fusermount3): it unmounts it.
+        Err(nix::errno::Errno::EPERM) if !nix::unistd::geteuid().is_root() => {
+            fusermount_unmount(&abs, lazy_if_busy)
+        }
         Err(e) => Err(e).with_context(|| format!("cannot unmount {}", mnt.display())),
     }
+}
+
+/// Unmounts `mnt` with `fusermount3 -u` (or `fusermount -u`), which lets a user unmount a FUSE
+/// mount of their own; `-z` detaches a busy one when `lazy`. Errors: neither is installed, or
+/// it refused (its message is given).
+fn fusermount_unmount(mnt: &Path, lazy: bool) -> Result<()> {
+    let mut last = None;
+    for tool in ["fusermount3", "fusermount"] {
+        let flags = if lazy { "-uz" } else { "-u" };
+        match std::process::Command::new(tool)
+            .arg(flags)
+            .arg(mnt)
+            .output()
+        {
+            Ok(o) if o.status.success() => return Ok(()),
+            Ok(o) => {
+                let why = String::from_utf8_lossy(&o.stderr).trim().to_string();
+                if why.contains("busy") && !lazy {
+                    bail!(
+                        "{} is busy (a process has a file open or its working directory there); close it, or use `loosefs umount --lazy`",
+                        mnt.display()
+                    );
+                }
+                bail!("cannot unmount {}: {tool}: {why}", mnt.display());
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.map_or_else(|| anyhow::anyhow!("no fusermount"), anyhow::Error::from)).with_context(|| {
+        format!(
+            "cannot unmount {}: not permitted, and neither fusermount3 nor fusermount is installed",
+            mnt.display()
+        )
+    })
 }

@@ -61,10 +61,30 @@ pub(super) fn open_session(
         let acl = cfg.acl;
         Session::from_fd(fs, fd, acl, cfg)
     } else {
-        Session::new(fs, mnt, &cfg)
+        Session::new(fs, mnt, &cfg).map_err(|e| match e.kind() {
+            std::io::ErrorKind::PermissionDenied => std::io::Error::new(
+                e.kind(),
+                format!(
+                    "{e}: a user's mount needs /dev/fuse readable and writable by the user \
+                     (mode 0666, the distribution default; it is {}) and fusermount3 (setuid \
+                     root, from the fuse3 package); or mount as root",
+                    dev_fuse_mode()
+                ),
+            ),
+            _ => e,
+        })
     }
     .with_context(|| format!("cannot mount at {}", mnt.display()))?;
     Ok(session)
+}
+
+/// `/dev/fuse`'s permission bits, as `0666`, or why they cannot be read.
+fn dev_fuse_mode() -> String {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata("/dev/fuse").map_or_else(
+        |e| format!("unreadable: {e}"),
+        |m| format!("{:04o}", m.permissions().mode() & 0o7777),
+    )
 }
 
 /// Waits for a signal: SIGIO (the leased pack is being written: the server retires it) or

@@ -164,3 +164,59 @@ def test_stats_prometheus_is_valid_exposition_and_says_what_the_json_says(mount)
     q = {(s.labels["op"], s.labels["quantile"]): s.value for f in fams for s in f.samples
          if s.name == "loosefs_latency_us"}
     assert q[("read", "0.5")] > 0 and q[("read", "0.99")] >= q[("read", "0.5")]
+
+
+def test_a_user_mounts_through_fusermount3_or_is_told_why(pack, source):
+    """Non-root use: as `nobody`, with /dev/fuse as this machine has it and then (if it was
+    not) with the distribution's 0666, a mount either works (through the setuid fusermount3:
+    files read, `stats`, and `loosefs umount` by the user, which falls back to `fusermount3 -u`)
+    or is refused naming /dev/fuse and its mode. /dev/fuse's mode is restored."""
+    need_mount()
+    import pwd
+    import shutil
+    import stat
+    import tempfile
+
+    if not shutil.which("fusermount3"):
+        pytest.skip("SKIPPED: fusermount3 is not installed (package fuse3)")
+    nobody = pwd.getpwnam("nobody")
+    work = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-user-", dir="/tmp"))
+    mode = stat.S_IMODE(os.stat("/dev/fuse").st_mode)
+    try:
+        work.chmod(0o755)
+        p = work / "data.pack"
+        shutil.copyfile(pack, p)
+        p.chmod(0o644)
+        mnt = work / "mnt"
+        mnt.mkdir()
+        os.chown(mnt, nobody.pw_uid, nobody.pw_gid)
+        os.chown(work, nobody.pw_uid, nobody.pw_gid)
+
+        def as_nobody(*args):
+            return subprocess.run(["su", "nobody", "-s", "/bin/sh", "-c", " ".join(f"'{a}'" for a in args)],
+                                  capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(work)})
+
+        for m in ([mode] if mode & 0o006 == 0o006 else [mode, 0o666]):
+            os.chmod("/dev/fuse", m)
+            r = as_nobody(loosefs_bin(), "mount", p, mnt)
+            if m & 0o006 != 0o006:
+                assert r.returncode == 2, r.stderr
+                assert "/dev/fuse" in r.stderr and f"{m:04o}" in r.stderr, r.stderr
+                continue
+            assert r.returncode == 0, r.stderr
+            try:
+                files = as_nobody("find", mnt, "-type", "f").stdout.split()
+                assert files, "the user sees the tree"
+                import hashlib
+                rel = pathlib.Path(files[0]).relative_to(mnt)
+                got = as_nobody("sha256sum", files[0]).stdout.split()[0]
+                assert got == hashlib.sha256((pathlib.Path(source) / rel).read_bytes()).hexdigest(), rel
+                assert json.loads(as_nobody(loosefs_bin(), "stats", mnt, "--json").stdout)["bytes_served"] > 0
+            finally:
+                r = as_nobody(loosefs_bin(), "umount", mnt)
+            assert r.returncode == 0, r.stderr
+            assert str(mnt) not in open("/proc/self/mounts").read()
+    finally:
+        os.chmod("/dev/fuse", mode)
+        subprocess.run(["umount", "-l", str(work / "mnt")], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
