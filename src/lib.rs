@@ -41,5 +41,7 @@ pub mod server;
 pub mod source;
 pub mod stats;
 pub mod storage;
+#[cfg(test)]
+mod testutil;
 pub mod verify;
 pub mod view;

@@ -444,23 +444,8 @@ mod tests {
     #[ignore = "needs root: mounts a 32 MiB tmpfs as the index directory's file system"]
     fn a_gzip_bomb_is_refused_before_it_fills_the_index_disk() {
         let d = tempfile::tempdir().unwrap();
-        let fs = d.path().join("small");
-        std::fs::create_dir(&fs).unwrap();
-        nix::mount::mount(
-            Some("tmpfs"),
-            &fs,
-            Some("tmpfs"),
-            nix::mount::MsFlags::empty(),
-            Some("size=32m"),
-        )
-        .expect("mount tmpfs (root needed)");
-        struct Umount<'a>(&'a Path);
-        impl Drop for Umount<'_> {
-            fn drop(&mut self) {
-                let _ = nix::mount::umount2(self.0, nix::mount::MntFlags::MNT_DETACH);
-            }
-        }
-        let _u = Umount(&fs);
+        let small = crate::testutil::SmallTmpfs::mount(d.path(), "small", "32m");
+        let fs = small.path();
         // 256 MiB of zeros after a valid member: about 250 KB of gzip.
         let tar = shard(d.path(), "s.tar", &[("k.jpg", b"\xff\xd8a")]);
         let gz = d.path().join("bomb.tar.gz");

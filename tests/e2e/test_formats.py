@@ -389,33 +389,41 @@ def test_ffcv_raw_pixels_are_served_as_ppm_and_npy(manifest, mounts, work, tmp_p
         run("umount", mnt)
 
 
-def test_a_pack_of_ffcv_raw_pixels_holds_the_ppm_files_the_mount_shows(manifest, work, tmp_path):
-    """`loosefs pack` of raw.beton writes the tree its mount shows: each `.ppm` with its header,
-    readable by Pillow; `verify --against` the source's mount passes byte for byte."""
-    need_mount()
-    pack = tmp_path / "raw.pack"
-    run("pack", FORMATS / "ffcv" / "raw.beton", pack, "--index-dir", work / "index")
-    src_mnt, pack_mnt = tmp_path / "src", tmp_path / "pack"
+def _pack_shows_the_source_mounts_tree(src, idx, tmp_path):
+    """Packs `src`, mounts `src` and the pack, and checks the pack's tree byte for byte against
+    the source's mount (every file, each image opened by Pillow) and `verify --against` that
+    mount. Returns the tree shown: {relative path: bytes}."""
+    pack = tmp_path / "out.pack"
+    run("pack", src, pack, "--index-dir", idx)
+    src_mnt, pack_mnt = tmp_path / "src-mnt", tmp_path / "pack-mnt"
     src_mnt.mkdir()
     pack_mnt.mkdir()
-    run("mount", FORMATS / "ffcv" / "raw.beton", src_mnt, "--index-dir", work / "index")
+    run("mount", src, src_mnt, "--index-dir", idx)
     try:
+        shown = {p.relative_to(src_mnt): p.read_bytes() for p in src_mnt.rglob("*") if p.is_file()}
         run("mount", pack, pack_mnt)
         try:
-            a = sorted(p.relative_to(src_mnt) for p in src_mnt.rglob("*.ppm"))
-            b = sorted(p.relative_to(pack_mnt) for p in pack_mnt.rglob("*.ppm"))
-            assert a == b and len(a) == 48
-            for rel in a:
-                assert (pack_mnt / rel).read_bytes() == (src_mnt / rel).read_bytes(), rel
+            packed = {p.relative_to(pack_mnt): p.read_bytes() for p in pack_mnt.rglob("*") if p.is_file()}
+            assert packed == shown
+            for rel in shown:
                 with Image.open(pack_mnt / rel) as im:
                     im.load()
-                    assert im.mode == "RGB"
+                    assert im.mode == "RGB", rel
         finally:
             run("umount", pack_mnt)
         r = run("verify", pack, "--against", src_mnt, check=False)
         assert r.returncode == 0, r.stdout + r.stderr
     finally:
         run("umount", src_mnt)
+    return shown
+
+
+def test_a_pack_of_ffcv_raw_pixels_holds_the_ppm_files_the_mount_shows(manifest, work, tmp_path):
+    """`loosefs pack` of raw.beton writes the tree its mount shows: each `.ppm` with its header,
+    readable by Pillow; `verify --against` the source's mount passes byte for byte."""
+    need_mount()
+    shown = _pack_shows_the_source_mounts_tree(FORMATS / "ffcv" / "raw.beton", work / "index", tmp_path)
+    assert len(shown) == 48 and all(p.suffix == ".ppm" for p in shown)
 
 
 def _beton_samples(b):
@@ -452,30 +460,9 @@ def test_a_pack_of_mixed_jpeg_and_raw_ffcv_mounts_to_the_source_mounts_bytes(man
         struct.pack_into("<Q", raw, k + 16, len(data))
     src = tmp_path / "mixed.beton"
     src.write_bytes(bytes(raw))
-    idx = tmp_path / "index"
-    pack = tmp_path / "mixed.pack"
-    run("pack", src, pack, "--index-dir", idx)
-    src_mnt, pack_mnt = tmp_path / "src", tmp_path / "pack"
-    src_mnt.mkdir()
-    pack_mnt.mkdir()
-    run("mount", src, src_mnt, "--index-dir", idx)
-    try:
-        shown = {p.relative_to(src_mnt): p.read_bytes() for p in src_mnt.rglob("*") if p.is_file()}
-        assert sorted(p.suffix for p in shown).count(".jpg") == 24
-        assert sorted(p.suffix for p in shown).count(".ppm") == 24
-        run("mount", pack, pack_mnt)
-        try:
-            packed = {p.relative_to(pack_mnt): p.read_bytes() for p in pack_mnt.rglob("*") if p.is_file()}
-            assert packed == shown
-            for rel in shown:
-                with Image.open(pack_mnt / rel) as im:
-                    im.load()
-        finally:
-            run("umount", pack_mnt)
-        r = run("verify", pack, "--against", src_mnt, check=False)
-        assert r.returncode == 0, r.stdout + r.stderr
-    finally:
-        run("umount", src_mnt)
+    shown = _pack_shows_the_source_mounts_tree(src, tmp_path / "index", tmp_path)
+    suffixes = sorted(p.suffix for p in shown)
+    assert suffixes.count(".jpg") == 24 and suffixes.count(".ppm") == 24
 
 
 def test_gzipped_webdataset_is_inflated_once_and_served_like_the_tar(manifest, mounts, work, tmp_path):

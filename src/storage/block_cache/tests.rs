@@ -284,23 +284,8 @@ fn pinned_blocks_are_never_evicted_and_a_pin_over_the_cache_is_refused() {
 #[ignore = "needs root: mounts a 40 MiB tmpfs as a full cache disk"]
 fn a_full_cache_disk_serves_from_memory_and_shrinks_the_cache() {
     let w = World::new(48);
-    let fs = w._tmp.path().join("small");
-    std::fs::create_dir(&fs).unwrap();
-    nix::mount::mount(
-        Some("tmpfs"),
-        &fs,
-        Some("tmpfs"),
-        nix::mount::MsFlags::empty(),
-        Some("size=40m"),
-    )
-    .expect("mount tmpfs (root needed)");
-    struct Umount<'a>(&'a std::path::Path);
-    impl Drop for Umount<'_> {
-        fn drop(&mut self) {
-            let _ = nix::mount::umount2(self.0, nix::mount::MntFlags::MNT_DETACH);
-        }
-    }
-    let _u = Umount(&fs);
+    let small = crate::testutil::SmallTmpfs::mount(w._tmp.path(), "small", "40m");
+    let fs = small.path();
     // Another process fills most of the disk after the mount: 24 MiB left for the cache.
     std::fs::write(fs.join("ballast"), vec![1u8; 16 << 20]).unwrap();
     let d = CacheDir::lock(&fs.join("obj")).unwrap();

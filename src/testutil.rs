@@ -1,0 +1,36 @@
+//! Helpers shared by the in-process tests: a small tmpfs to stand in for a full disk.
+
+use std::path::{Path, PathBuf};
+
+/// A tmpfs of `size` (mount(8)'s `size=`, e.g. `"32m"`) mounted at a new directory `dir/name`,
+/// unmounted (lazily) when dropped. Needs root: panics otherwise, so callers are `#[ignore]`d
+/// root-only tests.
+pub struct SmallTmpfs(PathBuf);
+
+impl SmallTmpfs {
+    /// Mounts it.
+    pub fn mount(dir: &Path, name: &str, size: &str) -> SmallTmpfs {
+        let at = dir.join(name);
+        std::fs::create_dir(&at).unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            &at,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some(format!("size={size}").as_str()),
+        )
+        .expect("mount tmpfs (root needed)");
+        SmallTmpfs(at)
+    }
+
+    /// Where it is mounted.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
