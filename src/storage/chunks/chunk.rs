@@ -52,12 +52,7 @@ impl Chunk {
     fn parquet_images(&self) -> io::Result<Vec<u8>> {
         use parquet::file::reader::{FileReader, SerializedFileReader};
         use parquet::record::Field;
-        let bad = |why: String| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{}: {why}", self.path.display()),
-            )
-        };
+        let bad = |why: String| self.bad(why);
         // Its own open file: the crate seeks and reads, and a dup of the shared handle would
         // share the offset with other row groups decoded at the same time.
         let (g, image) = self
@@ -91,22 +86,11 @@ impl Chunk {
     /// Reads and decompresses the chunk. Errors: I/O, a damaged stream, a length or CRC-32
     /// that does not match (the message names the file).
     pub fn decompress(&self) -> io::Result<Vec<u8>> {
-        let bad = |why: String| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{}: {why}", self.path.display()),
-            )
-        };
-        if self.len > MAX_CHUNK {
-            return Err(bad(format!(
-                "a chunk of {} bytes decompressed is over the {} byte limit for one chunk",
-                self.len, MAX_CHUNK
-            )));
-        }
+        self.check_limit()?;
         if self.codec == Codec::ParquetRowGroup {
             let out = self.parquet_images()?;
             if out.len() as u64 != self.len {
-                return Err(bad(format!(
+                return Err(self.bad(format!(
                     "row group images are {} bytes, the index says {}",
                     out.len(),
                     self.len
@@ -123,30 +107,56 @@ impl Chunk {
             }
             Codec::Deflate => read_declared(flate2::read::DeflateDecoder::new(&raw[..]), self.len),
         };
-        let out = r.map_err(|e| {
-            bad(format!(
-                "bytes {}..{} do not decompress ({e})",
-                self.range.start, self.range.end
-            ))
-        })?;
-        if out.len() as u64 != self.len {
-            return Err(bad(format!(
-                "bytes {}..{} decompress to {} bytes, the index says {}",
-                self.range.start,
-                self.range.end,
-                out.len(),
-                self.len
+        let out = r.map_err(|e| self.stream_error(e))?;
+        self.check_output(out.len() as u64, || crc32fast::hash(&out))?;
+        Ok(out)
+    }
+
+    /// An `InvalidData` error whose message names the chunk's file.
+    fn bad(&self, why: String) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: {why}", self.path.display()),
+        )
+    }
+
+    /// A decompressor's error, with the compressed byte range that gave it.
+    fn stream_error(&self, e: io::Error) -> io::Error {
+        self.bad(format!(
+            "bytes {}..{} do not decompress ({e})",
+            self.range.start, self.range.end
+        ))
+    }
+
+    /// Refuses a chunk whose declared decompressed length is over [`MAX_CHUNK`].
+    fn check_limit(&self) -> io::Result<()> {
+        if self.len > MAX_CHUNK {
+            return Err(self.bad(format!(
+                "a chunk of {} bytes decompressed is over the {} byte limit for one chunk",
+                self.len, MAX_CHUNK
             )));
         }
-        if let Some(want) = self.crc32 {
-            let got = crc32fast::hash(&out);
-            if got != want {
-                return Err(bad(format!(
-                    "decompressed CRC-32 {got:08x}, the archive says {want:08x}"
-                )));
-            }
+        Ok(())
+    }
+
+    /// Checks a decompressed stream of `n` bytes against the declared length, then (when the
+    /// archive gives one) its CRC-32, computed by `crc` only when needed.
+    fn check_output(&self, n: u64, crc: impl FnOnce() -> u32) -> io::Result<()> {
+        if n != self.len {
+            return Err(self.bad(format!(
+                "bytes {}..{} decompress to {n} bytes, the index says {}",
+                self.range.start, self.range.end, self.len
+            )));
         }
-        Ok(out)
+        match self.crc32 {
+            Some(want) => match crc() {
+                got if got != want => Err(self.bad(format!(
+                    "decompressed CRC-32 {got:08x}, the archive says {want:08x}"
+                ))),
+                _ => Ok(()),
+            },
+            None => Ok(()),
+        }
     }
 }
 
@@ -164,12 +174,6 @@ impl Chunk {
         ranges: &[Range<u64>],
         mut each: impl FnMut(usize, &[u8], bool) -> io::Result<()>,
     ) -> io::Result<()> {
-        let bad = |why: String| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{}: {why}", self.path.display()),
-            )
-        };
         let disjoint = ranges.windows(2).all(|w| w[0].end <= w[1].start)
             && ranges.iter().all(|r| r.start <= r.end);
         if self.codec == Codec::ParquetRowGroup || !disjoint {
@@ -179,17 +183,12 @@ impl Chunk {
                     .ok()
                     .zip(usize::try_from(r.end).ok())
                     .and_then(|(s, e)| data.get(s..e))
-                    .ok_or_else(|| bad(format!("bytes {r:?} lie past the chunk's end")))?;
+                    .ok_or_else(|| self.bad(format!("bytes {r:?} lie past the chunk's end")))?;
                 each(k, b, true)?;
             }
             return Ok(());
         }
-        if self.len > MAX_CHUNK {
-            return Err(bad(format!(
-                "a chunk of {} bytes decompressed is over the {} byte limit for one chunk",
-                self.len, MAX_CHUNK
-            )));
-        }
+        self.check_limit()?;
         let raw = io::BufReader::with_capacity(
             1 << 20,
             Pread {
@@ -208,16 +207,11 @@ impl Chunk {
             crc: crc32fast::Hasher::new(),
             n: 0,
         };
-        let stream_err = |e: io::Error| {
-            bad(format!(
-                "bytes {}..{} do not decompress ({e})",
-                self.range.start, self.range.end
-            ))
-        };
+        let stream_err = |e| self.stream_error(e);
         let mut buf = vec![0u8; 1 << 20];
         'ranges: for (k, rg) in ranges.iter().enumerate() {
             if rg.end > self.len {
-                return Err(bad(format!("bytes {rg:?} lie past the chunk's end")));
+                return Err(self.bad(format!("bytes {rg:?} lie past the chunk's end")));
             }
             let skip = rg.start - r.n;
             if io::copy(&mut (&mut r).take(skip), &mut io::sink()).map_err(stream_err)? < skip {
@@ -237,19 +231,7 @@ impl Chunk {
             }
         }
         io::copy(&mut r, &mut io::sink()).map_err(stream_err)?;
-        if r.n != self.len {
-            return Err(bad(format!(
-                "bytes {}..{} decompress to {} bytes, the index says {}",
-                self.range.start, self.range.end, r.n, self.len
-            )));
-        }
-        let got = r.crc.finalize();
-        match self.crc32 {
-            Some(want) if want != got => Err(bad(format!(
-                "decompressed CRC-32 {got:08x}, the archive says {want:08x}"
-            ))),
-            _ => Ok(()),
-        }
+        self.check_output(r.n, || r.crc.finalize())
     }
 }
 
