@@ -292,10 +292,11 @@ pub fn log_path(opts: &MountArgs, mnt: &Path) -> PathBuf {
     ))
 }
 
-/// Points the daemon's stderr (its log) at `log`, appending; a default log past
-/// [`LOG_ROTATE`] bytes is rotated first, and one that cannot be opened is given up
-/// (`explicit`: `--log` was given, and failing to open it is an error). The log's directory is made 0700 and the file 0600
-/// (messages name the dataset's files).
+/// Points the daemon's stderr (its log) at `log`, appending. A log (default or `--log`) that is
+/// a regular file past [`LOG_ROTATE`] bytes is first renamed to `<log>.1`, so a log never grows
+/// past twice that. A missing parent directory is made with mode 0700, a new log file 0600
+/// (messages name the dataset's files). A default log that cannot be opened is given up (the
+/// daemon logs to `/dev/null`); with `explicit` (`--log` was given) that is an error.
 fn redirect_stderr(log: &Path, explicit: bool) -> Result<()> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     if let Some(dir) = log.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -373,16 +374,21 @@ pub fn unmount(mnt: &Path, lazy_if_busy: bool) -> Result<()> {
             umount2(&abs, MntFlags::MNT_DETACH)
                 .with_context(|| format!("cannot detach {}", mnt.display()))
         }
-        Err(nix::errno::Errno::EBUSY) => bail!(
-            "{} is busy (a process has a file open or its working directory there); close it, or use `loosefs umount --lazy`",
-            mnt.display()
-        ),
+        Err(nix::errno::Errno::EBUSY) => Err(busy(mnt)),
         // A user's own FUSE mount (made through the setuid fusermount3): it unmounts it.
         Err(nix::errno::Errno::EPERM) if !nix::unistd::geteuid().is_root() => {
             fusermount_unmount(&abs, lazy_if_busy)
         }
         Err(e) => Err(e).with_context(|| format!("cannot unmount {}", mnt.display())),
     }
+}
+
+/// The refusal to unmount a busy `mnt`, with what to do about it.
+fn busy(mnt: &Path) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{} is busy (a process has a file open or its working directory there); close it, or use `loosefs umount --lazy`",
+        mnt.display()
+    )
 }
 
 /// Unmounts `mnt` with `fusermount3 -u` (or `fusermount -u`), which lets a user unmount a FUSE
@@ -401,10 +407,7 @@ fn fusermount_unmount(mnt: &Path, lazy: bool) -> Result<()> {
             Ok(o) => {
                 let why = String::from_utf8_lossy(&o.stderr).trim().to_string();
                 if why.contains("busy") && !lazy {
-                    bail!(
-                        "{} is busy (a process has a file open or its working directory there); close it, or use `loosefs umount --lazy`",
-                        mnt.display()
-                    );
+                    return Err(busy(mnt));
                 }
                 bail!("cannot unmount {}: {tool}: {why}", mnt.display());
             }

@@ -43,8 +43,8 @@ pub struct MountArgs {
     #[arg(long, default_value_t = 0)]
     pub read_ahead_kb: u32,
     /// Log file of the background daemon (default: `~/.local/state/loosefs/log/<mountpoint>.log`,
-    /// or under `$XDG_STATE_HOME`; rotated past 8 MiB; `/dev/null` discards it). Level from
-    /// RUST_LOG.
+    /// or under `$XDG_STATE_HOME`). A log past 8 MiB is renamed to `<log>.1` when a mount starts;
+    /// `/dev/null` discards it. Level from RUST_LOG.
     #[arg(long)]
     pub log: Option<PathBuf>,
     /// Largest read-ahead window in pack order, MiB (0 disables read-ahead across samples).
