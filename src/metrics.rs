@@ -1,9 +1,11 @@
 //! The stats report as Prometheus text exposition (format 0.0.4), for node_exporter's
 //! textfile collector or any scraper: every number of the report becomes a sample named
 //! `loosefs_<section>_<field>` with the mountpoint as a label; latency percentiles become
-//! `loosefs_latency_us{op, quantile}` and their counts `loosefs_latency_count{op}`.
+//! `loosefs_latency_us{op, quantile}` gauges and the latency histograms one histogram family,
+//! `loosefs_request_duration_seconds{op}` (cumulative `_bucket{le}` from 10 µs to 10 s and
+//! `+Inf`, `_sum`, `_count`).
 
-use crate::report::Report;
+use crate::report::{Latency, Report};
 use serde_json::Value;
 use std::fmt::Write;
 
@@ -70,15 +72,20 @@ pub fn prometheus(r: &Report, mountpoint: &str) -> String {
                 }
             }
         }
-        let _ = writeln!(out, "# TYPE loosefs_latency_count gauge");
+        let _ = writeln!(out, "# TYPE loosefs_request_duration_seconds histogram");
         for (op, l) in ops {
-            if let Some(x) = l.get("count").and_then(Value::as_f64) {
-                let _ = writeln!(
-                    out,
-                    "loosefs_latency_count{{mountpoint=\"{mnt}\",op=\"{}\"}} {x}",
-                    label(op)
-                );
+            let Ok(l) = serde_json::from_value::<Latency>(l.clone()) else {
+                continue;
+            };
+            let labels = format!("mountpoint=\"{mnt}\",op=\"{}\"", label(op));
+            let name = "loosefs_request_duration_seconds";
+            for b in &l.buckets {
+                let le = b.le_us / 1e6;
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {}", b.count);
             }
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", l.count);
+            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", l.sum_us / 1e6);
+            let _ = writeln!(out, "{name}_count{{{labels}}} {}", l.count);
         }
     }
     out
