@@ -37,13 +37,14 @@ pub fn format_stats(r: &Report) -> String {
     );
     let d = &r.daemon;
     out += &format!(
-        "daemon      pid {}, up {:.0} s, RSS {:.1} MB (peak {:.1}), locked {:.1} MB, {} threads\n",
+        "daemon      pid {}, up {:.0} s, RSS {:.1} MB (peak {:.1}), locked {:.1} MB, {} threads, log {}\n",
         d.pid,
         d.uptime_s,
         mb(d.rss_bytes),
         mb(d.rss_peak_bytes),
         mb(d.locked_bytes),
-        d.threads
+        d.threads,
+        if d.log == "-" { "on stderr" } else { &d.log }
     );
     out += &format!(
         "served      {:.1} MB, {} errors\n",

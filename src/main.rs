@@ -41,11 +41,16 @@ enum Cmd {
     /// Example: loosefs stats /mnt/train --json
     Stats {
         mountpoint: PathBuf,
-        #[arg(long)]
+        /// `text` (a table), `json` (the report `<mnt>/.loosefs/stats` holds) or `prometheus`
+        /// (text exposition, as `<mnt>/.loosefs/metrics` holds: for node_exporter's textfile
+        /// collector, `loosefs stats MNT --format prometheus > DIR/loosefs.prom.tmp && mv ...`).
+        #[arg(long, value_enum, default_value = "text")]
+        format: StatsFormat,
+        /// Same as `--format json`.
+        #[arg(long, conflicts_with = "format")]
         json: bool,
-        /// Prometheus text exposition instead (for node_exporter's textfile collector:
-        /// `loosefs stats MNT --prometheus > DIR/loosefs.prom.tmp && mv ...`).
-        #[arg(long, conflicts_with = "json")]
+        /// Same as `--format prometheus`.
+        #[arg(long, conflicts_with_all = ["format", "json"])]
         prometheus: bool,
     },
     /// Start streaming the whole pack into the page cache (see `stats` for progress).
@@ -96,6 +101,17 @@ enum Cmd {
     },
 }
 
+/// Output of `loosefs stats`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StatsFormat {
+    /// A table for people.
+    Text,
+    /// The JSON report.
+    Json,
+    /// Prometheus text exposition (format 0.0.4).
+    Prometheus,
+}
+
 /// The arguments of `loosefs pack`.
 #[derive(clap::Args)]
 struct PackCmd {
@@ -119,6 +135,11 @@ struct PackCmd {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+    /// Progress for programs that wrap `loosefs pack` (the Python package's tqdm bar): one
+    /// JSON object per line on stderr, at most five a second and one at the end,
+    /// `{"progress": {"bytes": N, "total": N, "files": N}}` (sample bytes written, of all).
+    #[arg(long)]
+    progress_lines: bool,
     #[command(flatten)]
     source: loosefs::options::SourceArgs,
 }
@@ -137,6 +158,7 @@ fn cmd_pack(args: PackCmd) -> Result<()> {
         follow_links,
         force,
         json,
+        progress_lines,
         source,
     } = args;
     let url = out
@@ -167,7 +189,11 @@ fn cmd_pack(args: PackCmd) -> Result<()> {
         align,
         follow_links,
         force: force || url.is_some(),
-        progress: !json,
+        progress: match (progress_lines, json) {
+            (true, _) => loosefs::packer::Progress::Lines,
+            (false, true) => loosefs::packer::Progress::None,
+            (false, false) => loosefs::packer::Progress::Bar,
+        },
         source,
     };
     let r = loosefs::packer::pack_dir(&src, &out, &opts)?;
@@ -292,17 +318,23 @@ fn run(cli: Cli) -> Result<i32> {
         } => loosefs::mount::mount(&pack, &mountpoint, &opts)?,
         Cmd::Stats {
             mountpoint,
+            format,
             json,
             prometheus,
         } => {
             let v: loosefs::report::Report = loosefs::client::read_control(&mountpoint, "stats")?;
-            if prometheus {
+            let format = match (json, prometheus) {
+                (true, _) => StatsFormat::Json,
+                (_, true) => StatsFormat::Prometheus,
+                _ => format,
+            };
+            if format == StatsFormat::Prometheus {
                 let mnt = std::fs::canonicalize(&mountpoint).unwrap_or(mountpoint.clone());
                 print!(
                     "{}",
                     loosefs::metrics::prometheus(&v, &mnt.to_string_lossy())
                 );
-            } else if json {
+            } else if format == StatsFormat::Json {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 print!("{}", loosefs::client::format_stats(&v));

@@ -174,7 +174,10 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     let mut msg = String::new();
     let _ = std::fs::File::from(rx).read_to_string(&mut msg);
     if msg.trim() == "ready" {
-        let log = log_path(opts, mnt).display().to_string();
+        let log = match opts.log_path(mnt) {
+            p if p == Path::new("-") => "on stderr".to_string(),
+            p => p.display().to_string(),
+        };
         eprintln!(
             "loosefs: mounted {} at {} (daemon pid {}, log {log})",
             pack_path.display(),
@@ -250,7 +253,9 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         let mut f = std::fs::File::from(fd);
         let _ = f.write_all(b"ready\n");
         drop(f);
-        redirect_stderr(&log_path(opts, mnt), opts.log.is_some())?;
+        if opts.log.as_deref() != Some(Path::new("-")) {
+            redirect_stderr(&opts.log_path(mnt), opts.log.is_some())?;
+        }
     }
     log::info!("serving {} at {}", pack_path.display(), mnt.display());
     serve_until_signal(mnt, signals, &bg, &server, lease.as_ref(), &pack_path);
@@ -273,24 +278,6 @@ pub const FS_TYPE: &str = "fuse.loosefs";
 /// Largest default log file, bytes: past this, it is renamed to `<name>.1` (replacing an
 /// older one) when a mount starts.
 const LOG_ROTATE: u64 = 8 << 20;
-
-/// The daemon's log: `--log`, else `loosefs/log/<mountpoint>.log` under `$XDG_STATE_HOME`
-/// (default `~/.local/state`), the mountpoint's absolute path with `/` as `_`.
-pub fn log_path(opts: &MountArgs, mnt: &Path) -> PathBuf {
-    if let Some(p) = &opts.log {
-        return p.clone();
-    }
-    let abs = std::fs::canonicalize(mnt).unwrap_or_else(|_| mnt.to_path_buf());
-    let name = abs.to_string_lossy().trim_matches('/').replace('/', "_");
-    let base = std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-        .unwrap_or_else(|| PathBuf::from("/var/log"));
-    base.join("loosefs").join("log").join(format!(
-        "{}.log",
-        if name.is_empty() { "root" } else { &name }
-    ))
-}
 
 /// Points the daemon's stderr (its log) at `log`, appending. A log (default or `--log`) that is
 /// a regular file past [`LOG_ROTATE`] bytes is first renamed to `<log>.1`, so a log never grows

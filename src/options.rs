@@ -20,6 +20,8 @@ pub struct ServerOptions {
     pub mountpoint: String,
     /// FUSE threads (for stats).
     pub threads: usize,
+    /// The daemon's log file (for stats; `-`: its stderr).
+    pub log: String,
     /// The mount's owner (the user who mounted it): with root, the only user who may run the
     /// control commands.
     pub owner: u32,
@@ -43,8 +45,10 @@ pub struct MountArgs {
     #[arg(long, default_value_t = 0)]
     pub read_ahead_kb: u32,
     /// Log file of the background daemon (default: `~/.local/state/loosefs/log/<mountpoint>.log`,
-    /// or under `$XDG_STATE_HOME`). A log past 8 MiB is renamed to `<log>.1` when a mount starts;
-    /// `/dev/null` discards it. Level from RUST_LOG.
+    /// or under `$XDG_STATE_HOME`; `loosefs stats` names it). A log past 8 MiB is renamed to
+    /// `<log>.1` when a mount starts; `/dev/null` discards it; `-` keeps it on the stderr
+    /// `loosefs mount` was given (whoever reads that pipe waits until the daemon exits). Level
+    /// from RUST_LOG.
     #[arg(long)]
     pub log: Option<PathBuf>,
     /// Largest read-ahead window in pack order, MiB (0 disables read-ahead across samples).
@@ -153,6 +157,25 @@ impl SourceArgs {
 }
 
 impl MountArgs {
+    /// The daemon's log: `--log`, else `loosefs/log/<mountpoint>.log` under `$XDG_STATE_HOME`
+    /// (default `~/.local/state`), the mountpoint's absolute path with `/` as `_`; `-` is the
+    /// stderr `loosefs mount` was started with.
+    pub fn log_path(&self, mnt: &Path) -> PathBuf {
+        if let Some(p) = &self.log {
+            return p.clone();
+        }
+        let abs = std::fs::canonicalize(mnt).unwrap_or_else(|_| mnt.to_path_buf());
+        let name = abs.to_string_lossy().trim_matches('/').replace('/', "_");
+        let base = std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+            .unwrap_or_else(|| PathBuf::from("/var/log"));
+        base.join("loosefs").join("log").join(format!(
+            "{}.log",
+            if name.is_empty() { "root" } else { &name }
+        ))
+    }
+
     /// What the server is told, for a mount at `mountpoint`.
     pub fn server_options(&self, mountpoint: &Path) -> ServerOptions {
         ServerOptions {
@@ -163,8 +186,14 @@ impl MountArgs {
                 pin: self.pin,
             },
             warm: self.warm,
-            mountpoint: mountpoint.display().to_string(),
+            // Resolved before the mount covers it (a lookup of our own root would wait on us).
+            mountpoint: std::fs::canonicalize(mountpoint)
+                .or_else(|_| std::path::absolute(mountpoint))
+                .unwrap_or_else(|_| mountpoint.to_path_buf())
+                .display()
+                .to_string(),
             threads: self.threads,
+            log: self.log_path(mountpoint).display().to_string(),
             owner: nix::unistd::geteuid().as_raw(),
             decode: self.decode.options(),
         }

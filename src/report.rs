@@ -5,8 +5,17 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Latency summary of one operation, µs (power-of-two bucket upper bounds capped at the
-/// maximum: at most 2× the true value).
+/// One cumulative histogram bucket: requests that took at most `le_us` µs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Bucket {
+    /// Upper bound, µs.
+    pub le_us: f64,
+    /// Requests at or under it.
+    pub count: u64,
+}
+
+/// Latency summary of one operation, µs (percentiles of an HdrHistogram with 2 significant
+/// digits: within 1% of the true value, at most the maximum; see `stats.rs`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
     /// Requests recorded.
@@ -17,8 +26,15 @@ pub struct Latency {
     pub p90_us: f64,
     /// 99th percentile, µs.
     pub p99_us: f64,
-    /// Largest, µs (exact).
+    /// Largest, µs (exact; durations over one hour count as one hour).
     pub max_us: f64,
+    /// Sum of all, µs (exact).
+    #[serde(default)]
+    pub sum_us: f64,
+    /// Cumulative counts at fixed bounds from 10 µs to 10 s (`stats::BUCKET_BOUNDS_US`);
+    /// requests over the last bound are `count` minus the last bucket's.
+    #[serde(default)]
+    pub buckets: Vec<Bucket>,
 }
 
 /// The content of `<mnt>/.loosefs/stats`.
@@ -111,6 +127,9 @@ pub struct DaemonReport {
     pub threads: usize,
     /// Where it is mounted.
     pub mountpoint: String,
+    /// Its log file (`-`: the stderr it was started with).
+    #[serde(default)]
+    pub log: String,
 }
 
 /// The `page_cache` section.

@@ -61,6 +61,7 @@ fn server_options() -> ServerOptions {
         },
         warm: false,
         mountpoint: "/test".into(),
+        log: "-".into(),
         threads: 2,
         owner: 1000,
         decode: DecodeOptions {

@@ -490,6 +490,10 @@ fn damaged_sample_answers_eio_and_is_logged() {
     let name = name.to_string_lossy().trim_matches('/').replace('/', "_");
     let default_log = state.join("loosefs/log").join(format!("{name}.log"));
     assert!(msg.contains(&default_log.display().to_string()), "{msg}");
+    // `stats` names it too.
+    let st = loosefs(&[&"stats", &mnt2, &"--json"]);
+    let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(st["daemon"]["log"], default_log.display().to_string());
     let _ = std::fs::read(mnt2.join(&victim));
     assert!(loosefs(&[&"umount", &mnt2]).status.success());
     let log = std::fs::read_to_string(&default_log).unwrap();
@@ -503,6 +507,30 @@ fn damaged_sample_answers_eio_and_is_logged() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600);
+    // `--log -`: the daemon keeps the stderr `loosefs mount` was given (here a file).
+    let err = tmp.path().join("stderr.txt");
+    let o = std::process::Command::new(bin())
+        .arg("mount")
+        .arg(&pack)
+        .arg(&mnt2)
+        .args(["--log", "-"])
+        .stderr(std::fs::File::create(&err).unwrap())
+        .status()
+        .unwrap();
+    assert!(o.success(), "{}", std::fs::read_to_string(&err).unwrap());
+    let st = loosefs(&[&"stats", &mnt2, &"--json"]);
+    let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(st["daemon"]["log"], "-");
+    let _ = std::fs::read(mnt2.join(&victim));
+    let pid = st["daemon"]["pid"].as_u64().unwrap() as i32;
+    assert!(loosefs(&[&"umount", &mnt2]).status.success());
+    assert!(wait_exit(pid, 10));
+    let log = std::fs::read_to_string(&err).unwrap();
+    assert!(log.contains("log on stderr"), "{log}");
+    assert!(
+        log.contains(&victim) && log.contains("CRC-32"),
+        "log: {log}"
+    );
 }
 
 #[test]

@@ -50,7 +50,7 @@ fn packed(tmp: &Path) -> (PathBuf, Pack) {
         align: loosefs::format::DEFAULT_ALIGN,
         follow_links: false,
         force: true,
-        progress: false,
+        progress: loosefs::packer::Progress::None,
         source: Default::default(),
     };
     loosefs::packer::pack_dir(&src, &out, &opts).unwrap();
@@ -67,6 +67,7 @@ fn options(push_ahead: usize) -> ServerOptions {
         },
         warm: false,
         mountpoint: "/test".into(),
+        log: "-".into(),
         threads: 4,
         owner: 1000,
         decode: DecodeOptions {
@@ -388,7 +389,7 @@ fn control_directory_is_hidden_reachable_and_runs_commands_once_per_lookup() {
     .unwrap();
     assert_eq!(
         listed,
-        [".", "..", "stats"],
+        [".", "..", "stats", "metrics"],
         "commands are reachable by name only"
     );
     assert_eq!(

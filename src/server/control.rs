@@ -3,9 +3,10 @@
 //!
 //! Each *lookup* of a control file produces a fresh snapshot inode holding the file's whole
 //! content, with zero entry and attribute TTLs, so every `open` sees current data even though
-//! the kernel caches file pages across opens on this mount. `stats` renders the statistics;
-//! `warm` and `drop-cache` are commands: looking one up runs it once and its content is the
-//! result. Only `stats` is listed (listing must not run commands).
+//! the kernel caches file pages across opens on this mount. `stats` renders the statistics
+//! (JSON), `metrics` the same in Prometheus text; `warm` and `drop-cache` are commands: looking
+//! one up runs it once and its content is the result. Only `stats` and `metrics` are listed
+//! (listing must not run commands).
 
 use super::{Entry, TTL};
 use crate::catalog::{Attr, DirEntry, FsError, Kind};
@@ -17,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Name of the control directory in the mount root.
 pub const DIR_NAME: &[u8] = b".loosefs";
 /// Files listed in the control directory (control file `k` is `LISTED[k]` in listings).
-pub const LISTED: &[&str] = &["stats"];
+pub const LISTED: &[&str] = &["stats", "metrics"];
 /// Snapshots kept at most (older ones are dropped; reading them then answers ENOENT).
 const KEEP: usize = 256;
 

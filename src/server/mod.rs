@@ -278,10 +278,15 @@ impl Server {
         r
     }
 
-    /// Runs control file `name`, returning its content (pretty JSON and a newline). Commands
-    /// run only for a `trusted` caller. Errors: [`FsError::NotFound`], [`FsError::Denied`].
+    /// Runs control file `name`, returning its content (pretty JSON and a newline; Prometheus
+    /// text for `metrics`). Commands run only for a `trusted` caller. Errors:
+    /// [`FsError::NotFound`], [`FsError::Denied`].
     fn run_control(&self, name: &str, trusted: bool) -> Result<Vec<u8>, FsError> {
         let json = match name {
+            "metrics" => {
+                let mnt = &self.parts().opts.mountpoint;
+                return Ok(crate::metrics::prometheus(&self.report(), mnt).into_bytes());
+            }
             "stats" => serde_json::to_vec_pretty(&self.report()),
             "warm" | "drop-cache" if !trusted => return Err(FsError::Denied),
             "warm" => serde_json::to_vec_pretty(&self.parts().warm()),

@@ -58,6 +58,7 @@ impl Parts<'_> {
                 locked_bytes: status_bytes(&status, "VmLck:"),
                 threads: self.opts.threads,
                 mountpoint: self.opts.mountpoint.clone(),
+                log: self.opts.log.clone(),
             },
             requests: lat.iter().map(|(n, l)| (n.to_string(), l.count)).collect(),
             errors: s.errors.load(Relaxed),

@@ -145,25 +145,45 @@ def test_decode_ahead_decodes_the_next_files_before_they_are_read(pack, source, 
 
 
 def test_stats_prometheus_is_valid_exposition_and_says_what_the_json_says(mount):
-    """`stats --prometheus` parsed by prometheus_client's own parser (the oracle): every plain
-    metric labelled with the mountpoint, values equal to the JSON's, latency quantiles per op."""
+    """`stats --format prometheus` and `<mnt>/.loosefs/metrics`, parsed by prometheus_client's
+    own parser (the oracle): every plain metric labelled with the mountpoint, values equal to
+    the JSON's, latency quantiles per op, and one histogram family whose buckets are cumulative
+    and whose count per op is the JSON's request count."""
     from prometheus_client.parser import text_string_to_metric_families
 
     files = sorted(p for p in pathlib.Path(mount).rglob("*") if p.is_file())[:5]
     for f in files:
         f.read_bytes()
-    text = run("stats", mount, "--prometheus").stdout
-    j = json.loads(run("stats", mount, "--json").stdout)
-    fams = list(text_string_to_metric_families(text))
-    plain = {s.name: s for f in fams for s in f.samples if "op" not in s.labels}
+    text = run("stats", mount, "--format", "prometheus").stdout
+    assert run("stats", mount, "--prometheus").stdout.count("\n") > 10
+    j = json.loads(run("stats", mount, "--format", "json").stdout)
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    plain = {s.name: s for f in fams.values() for s in f.samples if "op" not in s.labels}
     mnt = os.path.realpath(mount)
     assert all(s.labels == {"mountpoint": mnt} for s in plain.values())
     assert plain["loosefs_pack_samples"].value == j["pack"]["samples"]
     assert plain["loosefs_daemon_pid"].value == j["daemon"]["pid"]
     assert plain["loosefs_bytes_served"].value <= j["bytes_served"]
-    q = {(s.labels["op"], s.labels["quantile"]): s.value for f in fams for s in f.samples
-         if s.name == "loosefs_latency_us"}
+    q = {(s.labels["op"], s.labels["quantile"]): s.value for s in fams["loosefs_latency_us"].samples}
     assert q[("read", "0.5")] > 0 and q[("read", "0.99")] >= q[("read", "0.5")]
+    h = fams["loosefs_request_duration_seconds"]
+    assert h.type == "histogram"
+    reads = [s for s in h.samples if s.labels.get("op") == "read"]
+    buckets = [(float(s.labels["le"]), s.value) for s in reads if s.name.endswith("_bucket")]
+    assert [le for le, _ in buckets] == sorted(le for le, _ in buckets) and buckets[-1][0] == float("inf")
+    assert all(a[1] <= b[1] for a, b in zip(buckets, buckets[1:])), buckets
+    count = next(s.value for s in reads if s.name.endswith("_count"))
+    assert buckets[-1][1] == count >= 5
+    assert count <= json.loads(run("stats", mount, "--json").stdout)["latency_us"]["read"]["count"]
+    assert next(s.value for s in reads if s.name.endswith("_sum")) > 0
+    # The control file holds the same exposition (for a scraper that reads files).
+    listed = os.listdir(os.path.join(mount, ".loosefs"))
+    assert "metrics" in listed and "stats" in listed, listed
+    own = {f.name: f for f in text_string_to_metric_families(
+        pathlib.Path(mount, ".loosefs", "metrics").read_text())}
+    assert own["loosefs_request_duration_seconds"].type == "histogram"
+    s = next(s for s in own["loosefs_pack_samples"].samples)
+    assert s.labels == {"mountpoint": mnt} and s.value == j["pack"]["samples"]
 
 
 def test_a_user_mounts_through_fusermount3_or_is_told_why(pack, source):
