@@ -27,8 +27,8 @@ pub struct PackOptions {
     pub follow_links: bool,
     /// Replace OUT if it exists.
     pub force: bool,
-    /// Show a progress bar (only drawn when stderr is a terminal).
-    pub progress: bool,
+    /// How progress is shown.
+    pub progress: Progress,
     /// How a source in another packed format is read.
     pub source: crate::options::SourceArgs,
 }
@@ -103,17 +103,65 @@ fn load(source: &Source, item: &Item) -> Result<Loaded> {
     })
 }
 
-fn progress_bar(total: u64, enabled: bool) -> ProgressBar {
-    if !enabled || !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
+/// How `pack` shows its progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Nothing.
+    None,
+    /// An indicatif bar on stderr, drawn only when stderr is a terminal.
+    Bar,
+    /// JSON lines on stderr for a wrapping program (see `loosefs pack --progress-lines`).
+    Lines,
+}
+
+/// The progress display of one `pack`: the bar, or JSON lines at most every 200 ms.
+struct Meter {
+    bar: ProgressBar,
+    lines: bool,
+    total: u64,
+    last: Option<Instant>,
+}
+
+impl Meter {
+    fn new(total: u64, how: Progress) -> Meter {
+        let bar = if how != Progress::Bar || !std::io::stderr().is_terminal() {
+            ProgressBar::hidden()
+        } else {
+            let pb = ProgressBar::new(total);
+            pb.set_style(
+                ProgressStyle::with_template("{spinner} {elapsed_precise} [{wide_bar}] {bytes}/{total_bytes} {binary_bytes_per_sec} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            pb.enable_steady_tick(Duration::from_millis(200));
+            pb
+        };
+        let lines = how == Progress::Lines;
+        Meter {
+            bar,
+            lines,
+            total,
+            last: None,
+        }
     }
-    let pb = ProgressBar::new(total);
-    pb.set_style(
-        ProgressStyle::with_template("{spinner} {elapsed_precise} [{wide_bar}] {bytes}/{total_bytes} {binary_bytes_per_sec} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    pb.enable_steady_tick(Duration::from_millis(200));
-    pb
+
+    /// `n` files and sample bytes are written; `last` forces a line.
+    fn update(&mut self, n: &Counts, t0: Instant, last: bool) {
+        let secs = t0.elapsed().as_secs_f64().max(1e-9);
+        self.bar.set_position(n.bytes);
+        self.bar.set_message(format!(
+            "{} files ({:.0} files/s)",
+            n.files,
+            n.files as f64 / secs
+        ));
+        let due = self
+            .last
+            .is_none_or(|t| t.elapsed() >= Duration::from_millis(200));
+        if self.lines && (due || last) {
+            self.last = Some(Instant::now());
+            let line = serde_json::json!({"progress": {"bytes": n.bytes, "total": self.total, "files": n.files}});
+            eprintln!("{line}");
+        }
+    }
 }
 
 /// Counts of what was written: (files, directories, sample bytes, JPEGs).
@@ -215,7 +263,7 @@ fn write_items(
     w: &mut PackWriter<std::fs::File>,
     source: &Source,
     pool: rayon::ThreadPool,
-    pb: &ProgressBar,
+    meter: &mut Meter,
     stop: &Arc<AtomicBool>,
     out: &Path,
 ) -> Result<Counts> {
@@ -245,19 +293,12 @@ fn write_items(
             for loaded in batch? {
                 let item = &items[next];
                 let parent = item.parent.map_or(ROOT, |p| node_of[p]);
-                let before = n.bytes;
                 let node = add(w, source, item, parent, loaded, &mut n)?;
-                pb.inc(n.bytes - before);
                 n.jpegs += u64::from(w.is_jpeg(node));
                 node_of[next] = node;
                 next += 1;
             }
-            let secs = t0.elapsed().as_secs_f64().max(1e-9);
-            pb.set_message(format!(
-                "{} files ({:.0} files/s)",
-                n.files,
-                n.files as f64 / secs
-            ));
+            meter.update(&n, t0, false);
             if stop.load(Ordering::Relaxed) {
                 bail!("interrupted; {} was not written", out.display());
             }
@@ -290,9 +331,10 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.jobs)
         .build()?;
-    let pb = progress_bar(total, opts.progress);
+    let mut meter = Meter::new(total, opts.progress);
     let mut w = PackWriter::new(tmp.as_file().try_clone()?, opts.align, source.root)?;
-    let n = write_items(&mut w, &source, pool, &pb, &stop, out)?;
+    let n = write_items(&mut w, &source, pool, &mut meter, &stop, out)?;
+    meter.update(&n, t0, true);
     let file = w
         .finish()
         .with_context(|| format!("cannot finish {}", out.display()))?;
@@ -313,7 +355,7 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
     if let Ok(d) = std::fs::File::open(&out_dir) {
         let _ = d.sync_all();
     }
-    pb.finish_and_clear();
+    meter.bar.finish_and_clear();
     Ok(PackReport {
         files: n.files,
         dirs: n.dirs,

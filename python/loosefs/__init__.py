@@ -112,9 +112,9 @@ class PackResult:
 
 @dataclasses.dataclass(frozen=True)
 class Stats:
-    """A mount's `stats --json`: the daemon's pid and RSS (bytes), bytes served, errors
-    answered, request counts by kind. `raw` holds every section (page cache, read-ahead, pin,
-    warm, decode, remote, latency percentiles in µs)."""
+    """A mount's `stats --json`: the daemon's pid, RSS (bytes) and log file, bytes served,
+    errors answered, request counts by kind. `raw` holds every section (page cache,
+    read-ahead, pin, warm, decode, remote, latency percentiles and buckets in µs)."""
 
     pid: int
     rss_bytes: int
@@ -122,6 +122,7 @@ class Stats:
     bytes_served: int
     errors: int
     requests: Dict[str, int]
+    log: str
     raw: Dict[str, Any]
 
 
@@ -139,14 +140,57 @@ def info(source: PathLike, **options: Any) -> Info:
     )
 
 
-def pack(source: PathLike, out: PathLike, progress: bool = False, **options: Any) -> PackResult:
+def pack(source: PathLike, out: PathLike, progress: Optional[bool] = None, **options: Any) -> PackResult:
     """`loosefs pack SOURCE OUT --json`: a directory or a dataset in another format into one
-    pack (`force=True` replaces OUT, `align=512`, `jobs=N`). `progress=True` lets the CLI's
-    progress bar through to stderr. Raises LoosefsError; OUT is never left half-written."""
-    d = json.loads(_run(["pack", os.fspath(source), os.fspath(out), "--json", *_flags(options)],
-                        stream_stderr=progress))
+    pack (`force=True` replaces OUT, `align=512`, `jobs=N`). Progress (sample bytes written)
+    is a tqdm bar when tqdm is installed, else the CLI's own bar on a terminal; `progress=None`
+    (the default) shows it when stderr is a terminal, `True` always, `False` never. Raises
+    LoosefsError with the CLI's reason; OUT is never left half-written."""
+    if progress is None:
+        progress = sys.stderr.isatty()
+    try:
+        from tqdm.auto import tqdm  # type: ignore
+    except ImportError:
+        tqdm = None
+    args = ["pack", os.fspath(source), os.fspath(out), "--json", *_flags(options)]
+    if progress and tqdm is not None:
+        out_text = _run_with_progress_lines([*args, "--progress-lines"], tqdm)
+    else:
+        out_text = _run(args, stream_stderr=progress)
+    d = json.loads(out_text)
     return PackResult(out=pathlib.Path(out), files=d["files"], dirs=d["dirs"], bytes=d["bytes"], jpegs=d["jpegs"],
                       pack_bytes=d["pack_bytes"], skipped=d.get("skipped", []), seconds=d["seconds"])
+
+
+def _run_with_progress_lines(args: List[str], tqdm: Any) -> str:
+    """Runs the CLI with `--progress-lines`, feeding its progress lines to a tqdm bar (bytes);
+    other stderr lines are kept for the error. Returns stdout."""
+    cmd = [binary(), *args]
+    with tempfile.TemporaryFile("w+") as out, \
+            subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True) as p:
+        bar, other = None, []
+        try:
+            assert p.stderr is not None
+            for line in p.stderr:
+                try:
+                    prog = json.loads(line)["progress"]
+                except (ValueError, KeyError, TypeError):
+                    other.append(line)
+                    continue
+                if bar is None:
+                    bar = tqdm(total=prog["total"], unit="B", unit_scale=True, desc="loosefs pack")
+                bar.n = prog["bytes"]
+                bar.set_postfix(files=prog["files"], refresh=False)
+                bar.refresh()
+        finally:
+            if bar is not None:
+                bar.close()
+        code = p.wait()
+        out.seek(0)
+        text = out.read()
+    if code != 0:
+        raise LoosefsError("".join(other).strip() or f"{' '.join(cmd)} exited {code}", code, cmd)
+    return text
 
 
 def stats(mountpoint: PathLike) -> Stats:
@@ -155,7 +199,7 @@ def stats(mountpoint: PathLike) -> Stats:
     daemon = d.get("daemon", {})
     return Stats(pid=daemon.get("pid", 0), rss_bytes=daemon.get("rss_bytes", 0),
                  rss_peak_bytes=daemon.get("rss_peak_bytes", 0), bytes_served=d.get("bytes_served", 0),
-                 errors=d.get("errors", 0), requests=d.get("requests", {}), raw=d)
+                 errors=d.get("errors", 0), requests=d.get("requests", {}), log=daemon.get("log", ""), raw=d)
 
 
 def unmount(mountpoint: PathLike, lazy: bool = False) -> None:

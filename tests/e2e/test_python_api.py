@@ -1,8 +1,10 @@
 """The Python package (`python/loosefs`, imported from the source tree with `$LOOSEFS_BIN`):
 `mount` as a context manager over real mounts (a temporary mountpoint made and removed, the
 mount gone after the block, after an exception in it, and at interpreter exit), the CLI's
-options and refusals (`MountError` with the CLI's reason), `pack`, `info`, `stats` as
-dataclasses, and `python -m loosefs`."""
+options and refusals (`MountError` with the CLI's reason), `pack` (with a tqdm bar), `info`,
+`stats` as dataclasses, `python -m loosefs`, and `pip install` of the repository into a new
+venv."""
+import json
 import os
 import pathlib
 import subprocess
@@ -25,6 +27,15 @@ def mounted(path) -> bool:
     p = os.path.realpath(path)
     with open("/proc/self/mounts") as f:
         return any(line.split()[1] == p for line in f)
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_mount_is_a_context_manager_that_leaves_nothing_behind(pack, source):
@@ -91,6 +102,20 @@ def test_pack_info_and_stats_return_dataclasses(source, tmp_path):
     assert loosefs.pack(source, out, force=True).files == n
 
 
+def test_pack_progress_reaches_a_tqdm_bar(source, tmp_path, capsys):
+    """`progress=True` with tqdm installed: the CLI's `--progress-lines` feed a tqdm bar that
+    ends at the sample bytes written; without tqdm the CLI's own output is used."""
+    import tqdm  # noqa: F401  (installed by scripts/python-env.sh)
+    r = loosefs.pack(source, tmp_path / "p.pack", progress=True)
+    err = capsys.readouterr().err
+    assert "loosefs pack" in err and "files=%d" % r.files in err, err[-500:]
+    raw = subprocess.run([loosefs_bin(), "pack", str(source), str(tmp_path / "q.pack"), "--json", "--progress-lines"],
+                         capture_output=True, text=True, timeout=300)
+    lines = [json.loads(x)["progress"] for x in raw.stderr.splitlines()]
+    assert lines and lines[-1] == {"bytes": r.bytes, "total": r.bytes, "files": r.files}, lines[-3:]
+    assert all(a["bytes"] <= b["bytes"] for a, b in zip(lines, lines[1:]))
+
+
 def test_foreign_info(tmp_path):
     mds = ROOT.parent / "shared" / "data" / "formats" / "mds"
     if not mds.is_dir():
@@ -117,30 +142,48 @@ def test_python_dash_m_runs_the_cli():
     assert r.returncode == 0 and r.stdout.startswith("loosefs "), r.stderr
 
 
-def test_the_wheel_installs_and_mounts_without_a_toolchain(pack, tmp_path):
-    """`maturin build --release` (the venv's maturin, this repository's target directory) makes
-    a wheel carrying the stripped CLI; installed into a new venv, with no cargo, rustc or
-    loosefs on PATH and no $LOOSEFS_BIN, `python -m loosefs` and `loosefs.mount` work."""
+def test_pip_install_of_the_repository_mounts_byte_identical_and_leaves_nothing(pack, source, tmp_path):
+    """`pip install <this repository>` into a new venv (PEP 517: pip fetches maturin from PyPI
+    and builds the wheel, stripped CLI inside, in this repository's target directory). Then,
+    with no cargo, rustc or loosefs on PATH and no $LOOSEFS_BIN: `python -m loosefs --help`;
+    `loosefs.mount(PACK)` serves every file of the sample byte-identical to the source; after
+    the `with` block, and after a script that raises inside it, neither the mount nor its
+    daemon remains."""
     need_mount()
-    maturin = pathlib.Path(sys.executable).parent / "maturin"
-    wheels = tmp_path / "wheels"
-    r = subprocess.run([str(maturin), "build", "--release", "-o", str(wheels)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=1800)
-    assert r.returncode == 0, r.stderr[-2000:]
-    (wheel,) = wheels.glob("loosefs-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--no-index", str(wheel)], check=True,
-                   timeout=300)
+    r = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", str(ROOT)], capture_output=True, text=True,
+                       timeout=2400)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     env = {k: v for k, v in os.environ.items() if k not in ("LOOSEFS_BIN", "PYTHONPATH")}
     env["PATH"] = "/usr/bin:/bin"
     py = str(venv / "bin" / "python")
-    r = subprocess.run([py, "-m", "loosefs", "--version"], capture_output=True, text=True, env=env, timeout=60)
-    assert r.returncode == 0 and r.stdout.startswith("loosefs "), r.stderr
+    r = subprocess.run([py, "-m", "loosefs", "--help"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and "mount" in r.stdout, r.stderr
     exe = venv / "bin" / "loosefs"
     assert exe.stat().st_size < 40 << 20, "the wheel's binary is stripped"
-    code = ("import loosefs; assert loosefs.binary() == %r\n"
-            "with loosefs.mount(%r) as m:\n    print(sum(1 for p in m.path.rglob('*') if p.is_file()))\n"
-            % (str(exe), str(pack)))
-    r = subprocess.run([py, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
-    assert r.returncode == 0 and int(r.stdout) > 0, r.stderr
+    check = ("import loosefs, os, pathlib, sys\n"
+             "assert loosefs.binary() == %r, loosefs.binary()\n"
+             "src = pathlib.Path(%r)\n"
+             "with loosefs.mount(%r) as m:\n"
+             "    print(m.path, m.stats().pid, flush=True)\n"
+             "    n = 0\n"
+             "    for f in sorted(p for p in src.rglob('*') if p.is_file()):\n"
+             "        assert (m.path / f.relative_to(src)).read_bytes() == f.read_bytes(), f\n"
+             "        n += 1\n"
+             "    served = sum(1 for p in m.path.rglob('*') if p.is_file())\n"
+             "    assert served == n, (served, n)\n"
+             "    if sys.argv[1] == 'raise':\n"
+             "        raise RuntimeError('inside the with block')\n"
+             "print(n)\n" % (str(exe), str(source), str(pack)))
+    n_src = sum(1 for p in pathlib.Path(source).rglob("*") if p.is_file())
+    for how in ("ok", "raise"):
+        r = subprocess.run([py, "-c", check, how], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+        lines = r.stdout.split()
+        if how == "ok":
+            assert r.returncode == 0 and int(lines[-1]) == n_src, r.stderr
+        else:
+            assert r.returncode == 1 and "inside the with block" in r.stderr, r.stderr
+        path, pid = lines[0], int(lines[1])
+        assert not mounted(path), f"{how}: {path} is still mounted"
+        assert not alive(pid), f"{how}: the daemon {pid} is still running"
