@@ -8,7 +8,8 @@ Targets:  orig (the directory itself), loosefs (default mount), loosefs-warm (--
           start to the end of the pass, listing included), loosefs-pin
           (--pin all), pread (the same files' byte ranges read straight from the pack with one
           pread each, by the raw reader: the pack's own speed), loosefs-push / loosefs-nopush
-          (--push-ahead 64 / 0), loosefs-a512 (default mount of a pack made with --align 512).
+          (--push-ahead 64 / 0), loosefs-a512 / loosefs-a4096 (default mount of a pack made with
+          --align 512 / 4096).
 Readers:  raw<N> (the compiled loosefs-reader: open/read/close per file on N threads),
           tv<N> (torchvision ImageFolder + DataLoader with N workers, standard train transform),
           dali (readers.file + CPU decode): bench/loader_pass.py, which also reports first-batch
@@ -198,12 +199,13 @@ def main():
         "loosefs-nopush": Target("loosefs-nopush", a.work / "m-nopush", ["--push-ahead", "0"], pack, a.work / "m-nopush"),
         "pread": Target("pread", data, pack=pack),
     }
-    # The default mount of a pack aligned to 512 bytes instead of the pack's default (4 KiB).
-    pack512 = a.work / (data.name + ".a512.pack")
-    all_targets["loosefs-a512"] = Target("loosefs-a512", a.work / "m-a512", [], pack512, a.work / "m-a512")
+    # The default mount of packs aligned to 512 bytes or to pages (4 KiB), whatever the default.
+    for al in (512, 4096):
+        p = a.work / (data.name + f".a{al}.pack")
+        all_targets[f"loosefs-a{al}"] = Target(f"loosefs-a{al}", a.work / f"m-a{al}", [], p, a.work / f"m-a{al}")
+        if f"loosefs-a{al}" in a.targets.split(","):
+            sh(BIN, "pack", data, p, "--force", "--align", str(al))
     targets = [all_targets[n] for n in a.targets.split(",") if n]
-    if "loosefs-a512" in a.targets.split(","):
-        sh(BIN, "pack", data, pack512, "--force", "--align", "512")
     peer_names = [p for p in a.peers.split(",") if p]
     notes = []
     pack_times = {"loosefs pack": pack_seconds}

@@ -19,7 +19,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Pack a directory tree (or convert a zip archive, or a dataset in another packed
-    /// format: the tree its mount shows) into one pack (ZIP64, stored, page-aligned, plus an
+    /// format: the tree its mount shows) into one pack (ZIP64, stored, aligned, plus an
     /// index).
     ///
     /// Example: loosefs pack ~/data/imagenet/train train.pack; loosefs pack shards/ train.pack
@@ -123,7 +123,9 @@ struct PackCmd {
     /// Reader threads (default: number of CPUs).
     #[arg(long, short = 'j', default_value_t = 0)]
     jobs: usize,
-    /// Alignment of each sample's data in bytes: a power of two from 1 to 32768.
+    /// Alignment of each sample's data in bytes: a power of two from 1 to 32768. 512 reads
+    /// and stores the least padding; 4096 (a page) lets the mount drop every pack page of a
+    /// served sample from the page cache, where 512 keeps one page shared by neighbours.
     #[arg(long, default_value_t = loosefs::format::DEFAULT_ALIGN)]
     align: u32,
     /// Follow symbolic links (default: report and skip them).

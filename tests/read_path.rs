@@ -103,7 +103,9 @@ fn in_order_reads_prefetch_ahead_and_drop_cache_makes_reads_cold() {
     let _serial = serial();
     shared_sample().expect("this test needs ../shared/data/imagenet-sample (at least 16 files)");
     let tmp = disk_tempdir();
-    let (src, pack) = packed(tmp.path());
+    // Page-aligned samples: every page of a served sample can be released (with the default
+    // 512-byte alignment neighbours share a page, which stays).
+    let (src, pack) = packed_with(tmp.path(), &["--align", "4096"]);
     // Push-ahead off: this test counts READ requests and pack-cache misses of read-ahead alone.
     let m = mount(&pack, &tmp.path().join("mnt"), &["--push-ahead", "0"]);
     let names = files(&src);

@@ -248,9 +248,16 @@ pub fn wait_exit(pid: i32, secs: u64) -> bool {
 
 /// Packs [`dataset`] into `tmp/d.pack`; returns (source, pack).
 pub fn packed(tmp: &Path) -> (PathBuf, PathBuf) {
+    packed_with(tmp, &[])
+}
+
+/// [`packed`] with extra `loosefs pack` flags (e.g. `--align 4096`).
+pub fn packed_with(tmp: &Path, flags: &[&str]) -> (PathBuf, PathBuf) {
     let src = dataset(tmp);
     let out = tmp.join("d.pack");
-    let o = loosefs(&[&"pack", &src, &out]);
+    let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"pack", &src, &out];
+    args.extend(flags.iter().map(|f| f as &dyn AsRef<std::ffi::OsStr>));
+    let o = loosefs(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     (src, out)
 }

@@ -91,11 +91,11 @@ def test_options_reach_the_cli(pack):
 
 def test_pack_info_and_stats_return_dataclasses(source, tmp_path):
     out = tmp_path / "p.pack"
-    r = loosefs.pack(source, out, align=512)
+    r = loosefs.pack(source, out, align=4096)
     n = sum(1 for p in pathlib.Path(source).rglob("*") if p.is_file())
     assert r.files == n and r.pack_bytes == out.stat().st_size and r.out == out
     i = loosefs.info(out)
-    assert (i.format, i.samples) == ("loosefs", n) and i.raw["alignment"] == 512
+    assert (i.format, i.samples) == ("loosefs", n) and i.raw["alignment"] == 4096
     with pytest.raises(loosefs.LoosefsError) as e:
         loosefs.pack(source, out)
     assert "p.pack" in e.value.reason, "an existing OUT is refused without force=True"
