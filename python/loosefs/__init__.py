@@ -261,11 +261,15 @@ def mount(source: PathLike, mountpoint: Optional[PathLike] = None, **options: An
     MOUNTPOINT, or at a new temporary directory, and returns once it answers. Options are the
     CLI's: `warm=True`, `pin="8G"`, `decode="npy"`, `index_dir=...`, `endpoint_url=...`, ...
     Use it as a context manager; it is unmounted at interpreter exit in any case. Raises
-    MountError carrying the CLI's reason."""
+    MountError carrying the CLI's reason. `log="-"` sends the daemon's log to this process's
+    stderr (the CLI's own messages then go there too, and the error carries only the exit
+    status)."""
     made = mountpoint is None
     path = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-")) if made else pathlib.Path(mountpoint)
+    # A captured stderr would stay open in the daemon with `--log -`: the call would wait for it.
+    to_stderr = str(options.get("log")) == "-"
     try:
-        _run(["mount", os.fspath(source), str(path), *_flags(options)], error=MountError)
+        _run(["mount", os.fspath(source), str(path), *_flags(options)], error=MountError, stream_stderr=to_stderr)
     except BaseException:
         if made:
             shutil.rmtree(path, ignore_errors=True)

@@ -135,6 +135,22 @@ def test_a_mount_left_open_is_unmounted_at_interpreter_exit(pack, tmp_path):
     assert not mounted(mnt)
 
 
+def test_log_dash_sends_the_daemon_log_to_the_scripts_stderr(pack, tmp_path):
+    """`loosefs.mount(PACK, log="-")` returns (a captured stderr would stay open in the daemon
+    and hang the call), `stats().log` says `-`, and the daemon's log lines reach the script's
+    stderr."""
+    need_mount()
+    err = tmp_path / "stderr.txt"
+    code = (f"import sys; sys.path.insert(0, {str(ROOT / 'python')!r}); import loosefs\n"
+            f"with loosefs.mount({str(pack)!r}, log='-') as m:\n    print(m.stats().log)\n")
+    with open(err, "w") as f:
+        r = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=f, text=True, timeout=120,
+                           env={**os.environ, "RUST_LOG": "info"})
+    text = err.read_text()
+    assert r.returncode == 0 and r.stdout.strip() == "-", text
+    assert "serving" in text and "log on stderr" in text, text
+
+
 def test_python_dash_m_runs_the_cli():
     env = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
     r = subprocess.run([sys.executable, "-m", "loosefs", "--version"], capture_output=True, text=True, env=env,
