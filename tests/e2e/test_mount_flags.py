@@ -164,6 +164,14 @@ def test_stats_prometheus_is_valid_exposition_and_says_what_the_json_says(mount)
     assert plain["loosefs_pack_samples"].value == j["pack"]["samples"]
     assert plain["loosefs_daemon_pid"].value == j["daemon"]["pid"]
     assert plain["loosefs_bytes_served"].value <= j["bytes_served"]
+    # Request counts and read-ahead figures, one sample per JSON field.
+    assert plain["loosefs_requests_read"].value <= j["requests"]["read"] and plain["loosefs_requests_read"].value > 0
+    assert plain["loosefs_requests_lookup"].value <= j["requests"]["lookup"]
+    for field in ("max_window_bytes", "requests", "bytes", "served_bytes", "unserved_bytes", "hits"):
+        assert f"loosefs_prefetch_{field}" in plain, field
+    assert plain["loosefs_prefetch_max_window_bytes"].value == j["prefetch"]["max_window_bytes"] > 0
+    assert "loosefs_push_ahead_samples" in plain
+    assert any(n.startswith("loosefs_page_cache_") for n in plain), sorted(plain)
     q = {(s.labels["op"], s.labels["quantile"]): s.value for s in fams["loosefs_latency_us"].samples}
     assert q[("read", "0.5")] > 0 and q[("read", "0.99")] >= q[("read", "0.5")]
     h = fams["loosefs_request_duration_seconds"]
@@ -173,7 +181,8 @@ def test_stats_prometheus_is_valid_exposition_and_says_what_the_json_says(mount)
     assert [le for le, _ in buckets] == sorted(le for le, _ in buckets) and buckets[-1][0] == float("inf")
     assert all(a[1] <= b[1] for a, b in zip(buckets, buckets[1:])), buckets
     count = next(s.value for s in reads if s.name.endswith("_count"))
-    assert buckets[-1][1] == count >= 5
+    # At least the first file is READ (push-ahead may serve the next ones without a READ).
+    assert buckets[-1][1] == count >= 1
     assert count <= json.loads(run("stats", mount, "--json").stdout)["latency_us"]["read"]["count"]
     assert next(s.value for s in reads if s.name.endswith("_sum")) > 0
     # The control file holds the same exposition (for a scraper that reads files).
