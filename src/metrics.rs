@@ -5,7 +5,7 @@
 //! `loosefs_request_duration_seconds{op}` (cumulative `_bucket{le}` from 10 µs to 10 s and
 //! `+Inf`, `_sum`, `_count`).
 
-use crate::report::{Latency, Report};
+use crate::report::Report;
 use serde_json::Value;
 use std::fmt::Write;
 
@@ -59,34 +59,27 @@ pub fn prometheus(r: &Report, mountpoint: &str) -> String {
             "# TYPE {name} gauge\n{name}{{mountpoint=\"{mnt}\"}} {x}"
         );
     }
-    if let Some(Value::Object(ops)) = v.get("latency_us") {
-        let _ = writeln!(out, "# TYPE loosefs_latency_us gauge");
-        for (op, l) in ops {
-            for (q, key) in [("0.5", "p50_us"), ("0.9", "p90_us"), ("0.99", "p99_us")] {
-                if let Some(x) = l.get(key).and_then(Value::as_f64) {
-                    let _ = writeln!(
-                        out,
-                        "loosefs_latency_us{{mountpoint=\"{mnt}\",op=\"{}\",quantile=\"{q}\"}} {x}",
-                        label(op)
-                    );
-                }
-            }
+    let _ = writeln!(out, "# TYPE loosefs_latency_us gauge");
+    for (op, l) in &r.latency_us {
+        for (q, x) in [("0.5", l.p50_us), ("0.9", l.p90_us), ("0.99", l.p99_us)] {
+            let _ = writeln!(
+                out,
+                "loosefs_latency_us{{mountpoint=\"{mnt}\",op=\"{}\",quantile=\"{q}\"}} {x}",
+                label(op)
+            );
         }
-        let _ = writeln!(out, "# TYPE loosefs_request_duration_seconds histogram");
-        for (op, l) in ops {
-            let Ok(l) = serde_json::from_value::<Latency>(l.clone()) else {
-                continue;
-            };
-            let labels = format!("mountpoint=\"{mnt}\",op=\"{}\"", label(op));
-            let name = "loosefs_request_duration_seconds";
-            for b in &l.buckets {
-                let le = b.le_us / 1e6;
-                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {}", b.count);
-            }
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", l.count);
-            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", l.sum_us / 1e6);
-            let _ = writeln!(out, "{name}_count{{{labels}}} {}", l.count);
+    }
+    let name = "loosefs_request_duration_seconds";
+    let _ = writeln!(out, "# TYPE {name} histogram");
+    for (op, l) in &r.latency_us {
+        let labels = format!("mountpoint=\"{mnt}\",op=\"{}\"", label(op));
+        for b in &l.buckets {
+            let le = b.le_us / 1e6;
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {}", b.count);
         }
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", l.count);
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", l.sum_us / 1e6);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", l.count);
     }
     out
 }

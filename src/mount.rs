@@ -174,9 +174,9 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     let mut msg = String::new();
     let _ = std::fs::File::from(rx).read_to_string(&mut msg);
     if msg.trim() == "ready" {
-        let log = match opts.log_path(mnt) {
-            p if p == Path::new("-") => "on stderr".to_string(),
-            p => p.display().to_string(),
+        let log = match opts.logs_to_stderr() {
+            true => "on stderr".to_string(),
+            false => opts.log_path(mnt).display().to_string(),
         };
         eprintln!(
             "loosefs: mounted {} at {} (daemon pid {}, log {log})",
@@ -253,7 +253,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         let mut f = std::fs::File::from(fd);
         let _ = f.write_all(b"ready\n");
         drop(f);
-        if opts.log.as_deref() != Some(Path::new("-")) {
+        if !opts.logs_to_stderr() {
             redirect_stderr(&opts.log_path(mnt), opts.log.is_some())?;
         }
     }

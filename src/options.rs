@@ -157,6 +157,11 @@ impl SourceArgs {
 }
 
 impl MountArgs {
+    /// Whether `--log -` keeps the daemon's log on the stderr `loosefs mount` was given.
+    pub fn logs_to_stderr(&self) -> bool {
+        self.log.as_deref() == Some(Path::new("-"))
+    }
+
     /// The daemon's log: `--log`, else `loosefs/log/<mountpoint>.log` under `$XDG_STATE_HOME`
     /// (default `~/.local/state`), the mountpoint's absolute path with `/` as `_`; `-` is the
     /// stderr `loosefs mount` was started with.
