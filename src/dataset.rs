@@ -7,6 +7,7 @@ use crate::catalog::native::NativeCatalog;
 use crate::format::FormatError;
 use crate::format::reader::Pack;
 use crate::formats::index::Foreign;
+use crate::loose::LooseDir;
 use crate::options::{ServerOptions, SourceArgs};
 use crate::remote::RemotePack;
 use crate::server::Server;
@@ -26,6 +27,8 @@ pub enum Dataset {
     Foreign(Foreign),
     /// A native pack at an `s3://` or `https://` URL, through its block cache.
     Remote(RemotePack),
+    /// A loose dataset directory, served in place.
+    Dir(LooseDir),
 }
 
 /// The last 64 KiB of `src` (less when it is shorter; empty when it cannot be read).
@@ -105,6 +108,9 @@ impl Dataset {
                 }
             }
         }
+        if opts.format.is_none() && src.is_dir() && !crate::source::foreign_dir(src) {
+            return LooseDir::open(src, args.probe_jpegs).map(Dataset::Dir);
+        }
         crate::formats::index::open(src, &opts, args.index_dir.as_deref(), progress)
             .map(Dataset::Foreign)
     }
@@ -115,6 +121,7 @@ impl Dataset {
             Dataset::Pack(p) => p.path(),
             Dataset::Foreign(f) => &f.header.source,
             Dataset::Remote(r) => Path::new(r.url()),
+            Dataset::Dir(d) => &d.root,
         }
     }
 
@@ -124,6 +131,7 @@ impl Dataset {
             Dataset::Pack(p) => p.file_len(),
             Dataset::Foreign(f) => f.header.objects.iter().map(|o| o.len).sum(),
             Dataset::Remote(r) => r.size(),
+            Dataset::Dir(d) => d.bytes(),
         }
     }
 
@@ -142,6 +150,12 @@ impl Dataset {
                     .catalog(views)
                     .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
                 Ok(Server::new(Arc::new(cat), r.storage().clone(), opts))
+            }
+            Dataset::Dir(d) => {
+                let cat = d
+                    .catalog(views)
+                    .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+                Ok(Server::new(Arc::new(cat), d.storage(), opts))
             }
             Dataset::Foreign(f) => {
                 let storage = storage_of(&f, chunk_cache)?;

@@ -28,6 +28,7 @@ pub mod format;
 pub mod formats;
 pub mod fuse;
 pub mod ino;
+pub mod loose;
 pub mod memory;
 pub mod metrics;
 pub mod mount;

@@ -235,7 +235,24 @@ fn cmd_info(
     json: bool,
     source: &loosefs::options::SourceArgs,
 ) -> Result<()> {
-    let ds = loosefs::dataset::Dataset::open(pack, source, !json)?;
+    let source = loosefs::options::SourceArgs {
+        probe_jpegs: true,
+        ..source.clone()
+    };
+    let ds = loosefs::dataset::Dataset::open(pack, &source, !json)?;
+    if let loosefs::dataset::Dataset::Dir(d) = &ds {
+        let i = loosefs::verify::info_of(&d.root.display().to_string(), d.bytes(), d.totals());
+        if json {
+            println!("{}", serde_json::to_string_pretty(&i)?);
+        } else {
+            print!("{}", i.text());
+            println!("served:        in place (a loose directory; nothing packed)");
+            for (p, why) in &d.skipped {
+                println!("left out:      {}: {why}", p.display());
+            }
+        }
+        return Ok(());
+    }
     if let loosefs::dataset::Dataset::Remote(mut r) = ds {
         r.finish();
         let i = loosefs::verify::info_of(r.url(), r.size(), r.totals());

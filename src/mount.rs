@@ -130,7 +130,11 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
         check_mountpoint(mnt)?;
         return launch(pack_path, mnt, opts);
     }
-    let pack = Dataset::open(pack_path, &opts.source, !opts.foreground)
+    let source = crate::options::SourceArgs {
+        probe_jpegs: opts.decode.views()?.any(),
+        ..opts.source.clone()
+    };
+    let pack = Dataset::open(pack_path, &source, !opts.foreground)
         .with_context(|| format!("cannot mount {}", pack_path.display()))?;
     let mnt_abs = check_mountpoint(mnt)?;
     if let Some(bytes) = opts.pin {
@@ -206,7 +210,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     // are checked by size and mtime when mounted.
     let lease_file = match &pack {
         Dataset::Pack(p) => Some(p.file().try_clone()?),
-        Dataset::Foreign(_) | Dataset::Remote(_) => None,
+        Dataset::Foreign(_) | Dataset::Remote(_) | Dataset::Dir(_) => None,
     };
     use std::os::unix::fs::MetadataExt;
     let name = fs_name(pack.path());

@@ -120,6 +120,10 @@ pub struct SourceArgs {
     /// How a pack at an s3:// or https:// URL is reached and cached.
     #[command(flatten)]
     pub remote: crate::storage::object::RemoteArgs,
+    /// Read every JPEG header of a loose directory when it is opened (set from `--decode` by
+    /// `mount`, and by `info`): decoded views need the dimensions.
+    #[arg(skip)]
+    pub probe_jpegs: bool,
 }
 
 fn parse_format(s: &str) -> Result<crate::formats::Format, String> {

@@ -340,7 +340,7 @@ fn walk_dir(src: &Path, out: &Path, follow_links: bool) -> Result<Source> {
 /// True when directory `src` is a dataset in another packed format rather than a tree to
 /// pack as is: an MDS/LitData `index.json`, GulpIO `.gmeta` files, or only `.tar`/TFRecord
 /// files and no subdirectory.
-fn foreign_dir(src: &Path) -> bool {
+pub(crate) fn foreign_dir(src: &Path) -> bool {
     use crate::formats::Format;
     match crate::formats::detect(src) {
         Ok(Format::Mds | Format::Litdata | Format::Gulpio) => true,
@@ -360,6 +360,9 @@ fn walk_foreign(src: &Path, args: &SourceArgs) -> Result<Source> {
         crate::dataset::Dataset::Foreign(f) => f,
         crate::dataset::Dataset::Pack(_) => unreachable!("open_with sends packs to walk_zip"),
         crate::dataset::Dataset::Remote(_) => unreachable!("a URL is not a local source"),
+        crate::dataset::Dataset::Dir(_) => {
+            unreachable!("open_with sends plain directories to walk_dir")
+        }
     };
     let ix = f.view();
     let storage = crate::dataset::storage_of(&f, args.chunk_cache.max(64 << 20))

@@ -200,6 +200,12 @@ pub trait Catalog: Send + Sync {
     /// The decoded views this catalog shows.
     fn views(&self) -> Views;
 
+    /// Whether each extent's CRC-32 is checked before its bytes are served (false for a
+    /// loose directory's files, which are their own originals).
+    fn checks(&self) -> bool {
+        true
+    }
+
     /// Stops reading the catalog's own data for good (its storage was modified under it):
     /// every later request answers [`FsError::Corrupt`] with `why`, and nothing walks it.
     fn retire(&self, why: &str);

@@ -41,6 +41,8 @@ pub struct NativeCatalog {
     order: Option<(Vec<u32>, Vec<u32>)>,
     /// Set once the pack was modified in place: why every request now fails.
     retired: OnceLock<String>,
+    /// Whether the records' CRC-32s are to be checked (not for a loose directory's files).
+    checks: bool,
 }
 
 impl NativeCatalog {
@@ -62,6 +64,7 @@ impl NativeCatalog {
             bases: vec![0],
             order: None,
             retired: OnceLock::new(),
+            checks: true,
         }
     }
 
@@ -93,6 +96,7 @@ impl NativeCatalog {
             bases,
             order: None,
             retired: OnceLock::new(),
+            checks: true,
         };
         // Read-ahead walks files in storage order; the tree (sorted by class and name) need
         // not follow it: keep the permutation (O(n log n) once, 8 bytes per record).
@@ -107,6 +111,13 @@ impl NativeCatalog {
         }
         cat.order = Some((files.into_iter().map(|f| f.1).collect(), pos));
         Ok(cat)
+    }
+
+    /// The same catalog with no CRC-32 to check: its records address the original files
+    /// themselves (a loose directory, [`crate::loose`]), which have no other copy to match.
+    pub fn without_checksums(mut self) -> NativeCatalog {
+        self.checks = false;
+        self
     }
 
     /// The object and byte range inside it of a file record's data, or `None` for a
@@ -454,6 +465,10 @@ impl Catalog for NativeCatalog {
 
     fn views(&self) -> Views {
         self.views
+    }
+
+    fn checks(&self) -> bool {
+        self.checks
     }
 
     fn retire(&self, why: &str) {

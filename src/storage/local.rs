@@ -39,7 +39,7 @@ pub struct LocalObject {
 /// `force_page_cache_ra`). With the common 128 KiB read-ahead a 4 MiB hint would read only
 /// its first 128 KiB, so hints are sent in steps of this size. 128 KiB when the device's
 /// settings cannot be read (not a block device, or no sysfs).
-fn will_need_step(file: &File) -> usize {
+pub(super) fn will_need_step(file: &File) -> usize {
     use std::os::unix::fs::MetadataExt;
     let Ok(dev) = file.metadata().map(|m| m.dev()) else {
         return 128 << 10;

@@ -8,6 +8,7 @@
 pub mod block_cache;
 pub mod chunks;
 mod endpoints;
+pub mod files;
 pub mod local;
 pub mod object;
 pub mod object_source;
@@ -92,6 +93,18 @@ pub trait Storage: Send + Sync {
     /// bandwidth-delay product). Local files: 0 (the warm's own reads keep the disk busy).
     fn warm_ahead(&self) -> u64 {
         0
+    }
+
+    /// The local file whose bytes are exactly `r` of `obj`, at the same offsets from its
+    /// start, when there is one (a loose directory's file): the kernel can then serve the
+    /// file's reads from it directly (FUSE passthrough). `None`: no such file (a sample inside
+    /// a pack, a remote object). Errors: the file cannot be opened or changed since the mount.
+    fn backing_file(
+        &self,
+        _obj: ObjectId,
+        _r: &Range<u64>,
+    ) -> Option<io::Result<std::sync::Arc<std::fs::File>>> {
+        None
     }
 
     /// Bytes a whole-object warm may bring in (None: as much as fits in memory).

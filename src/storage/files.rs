@@ -1,0 +1,365 @@
+//! Many local files as one storage object: the files of a loose dataset directory, served in
+//! place. File `k` holds bytes `bases[k] .. bases[k] + len` of object 0, every base a multiple
+//! of the page size, so each page of the object belongs to one file (or to the padding after
+//! one) and the page-cache verbs map page for page onto the files: `posix_fadvise` WILLNEED and
+//! DONTNEED per file, residency by `mincore` of a short-lived mapping of the file's range,
+//! pinning by `mlock` of a mapping kept for the life of the storage. Padding reads as zeros.
+//!
+//! Files are opened on first use (with `O_NOATIME` where allowed) and kept in a bounded LRU of
+//! open descriptors ([`OPEN_FILES`]). Every use checks the open file against what the walk
+//! recorded (inode, size, modification time): a file rewritten, replaced or removed since
+//! the mount answers an error naming it, so its old and new bytes are never mixed.
+
+use super::Storage;
+use crate::catalog::ObjectId;
+use memmap2::{Mmap, MmapOptions};
+use nix::fcntl::PosixFadviseAdvice;
+use std::fs::File;
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+const PAGE: u64 = 4096;
+
+/// Open descriptors kept at most (well under the common soft `RLIMIT_NOFILE` of 1024, which
+/// FUSE's cloned channels and the index share).
+pub const OPEN_FILES: usize = 256;
+
+/// What the walk recorded of a file: a use that finds anything else refuses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    /// Inode number (a file replaced by rename has another).
+    pub ino: u64,
+    /// Size, bytes.
+    pub len: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: i64,
+}
+
+impl Stamp {
+    /// The stamp of `m`.
+    pub fn of(m: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            ino: m.ino(),
+            len: m.len(),
+            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        }
+    }
+}
+
+/// One file of the set: where it lies in object 0 and what it was at the walk.
+#[derive(Debug, Clone)]
+pub struct SetFile {
+    /// Path relative to the root.
+    pub rel: PathBuf,
+    /// First byte of the file in object 0 (a multiple of the page size).
+    pub base: u64,
+    /// The file as walked.
+    pub stamp: Stamp,
+}
+
+/// The files of a directory tree as one storage object (object 0).
+pub struct FileSet {
+    root: PathBuf,
+    /// Sorted by `base`.
+    files: Vec<SetFile>,
+    len: u64,
+    open: Mutex<lru::LruCache<usize, Arc<File>>>,
+    pins: Mutex<Vec<Mmap>>,
+    step: usize,
+}
+
+impl std::fmt::Debug for FileSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSet")
+            .field("root", &self.root)
+            .field("files", &self.files.len())
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl FileSet {
+    /// The files `files` under `root`, laid out at their `base`s (increasing, page-aligned,
+    /// not overlapping). Errors: a base that is not so (`InvalidInput`).
+    pub fn new(root: &Path, files: Vec<SetFile>) -> io::Result<FileSet> {
+        let mut end = 0;
+        for f in &files {
+            if f.base % PAGE != 0 || f.base < end {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{}: misplaced at byte {}", f.rel.display(), f.base),
+                ));
+            }
+            end = f.base + f.stamp.len;
+        }
+        let step = File::open(root).map_or(128 << 10, |f| super::local::will_need_step(&f));
+        Ok(FileSet {
+            root: root.to_path_buf(),
+            files,
+            len: end.next_multiple_of(PAGE),
+            open: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(OPEN_FILES).expect("non-zero"),
+            )),
+            pins: Mutex::default(),
+            step,
+        })
+    }
+
+    /// The files, in storage order.
+    pub fn files(&self) -> &[SetFile] {
+        &self.files
+    }
+
+    /// The file `k`, open and checked against its stamp. Errors: it cannot be opened, or it
+    /// changed since the walk (the message names it and says what changed).
+    pub fn file(&self, k: usize) -> io::Result<Arc<File>> {
+        let f = &self.files[k];
+        let kept = self
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&k)
+            .cloned();
+        let file = match kept {
+            Some(file) => file,
+            None => {
+                let path = self.root.join(&f.rel);
+                let open = |flags| {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .custom_flags(flags | libc::O_NOFOLLOW)
+                        .open(&path)
+                };
+                // O_NOATIME needs the file's owner (or CAP_FOWNER): fall back without it.
+                let file = open(libc::O_NOATIME)
+                    .or_else(|_| open(0))
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+                let file = Arc::new(file);
+                let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+                open.put(k, file.clone());
+                file
+            }
+        };
+        let now = Stamp::of(&file.metadata()?);
+        if now != f.stamp {
+            self.open.lock().unwrap_or_else(|p| p.into_inner()).pop(&k);
+            return Err(io::Error::other(format!(
+                "{} changed since the mount ({}); remount to see it",
+                f.rel.display(),
+                changes(&f.stamp, &now)
+            )));
+        }
+        Ok(file)
+    }
+
+    /// The file whose bytes are exactly `r` of object 0 (what a passthrough open serves).
+    pub fn whole(&self, r: &Range<u64>) -> Option<usize> {
+        let k = self
+            .files
+            .partition_point(|f| f.base <= r.start)
+            .checked_sub(1)?;
+        let f = &self.files[k];
+        (f.base == r.start && f.stamp.len == r.end - r.start).then_some(k)
+    }
+
+    /// The pieces of `r` that lie in files: (file, range inside it, offset of the piece
+    /// inside `r`).
+    fn pieces(&self, r: &Range<u64>) -> Vec<(usize, Range<u64>, u64)> {
+        let first = self
+            .files
+            .partition_point(|f| f.base + f.stamp.len <= r.start);
+        let mut out = Vec::new();
+        for (k, f) in self.files.iter().enumerate().skip(first) {
+            if f.base >= r.end {
+                break;
+            }
+            let (s, e) = (r.start.max(f.base), r.end.min(f.base + f.stamp.len));
+            if s < e {
+                out.push((k, s - f.base..e - f.base, s - r.start));
+            }
+        }
+        out
+    }
+
+    /// `f(file, range)` for every file piece of `r`, stopping at the first error.
+    fn each(
+        &self,
+        r: &Range<u64>,
+        mut f: impl FnMut(&File, &Range<u64>) -> io::Result<()>,
+    ) -> io::Result<()> {
+        for (k, fr, _) in self.pieces(r) {
+            f(&*self.file(k)?, &fr)?;
+        }
+        Ok(())
+    }
+}
+
+/// What differs between two stamps, for messages.
+fn changes(was: &Stamp, now: &Stamp) -> String {
+    let mut d = Vec::new();
+    if was.ino != now.ino {
+        d.push("replaced".to_string());
+    }
+    if was.len != now.len {
+        d.push(format!("{} bytes, now {}", was.len, now.len));
+    }
+    if was.mtime_ns != now.mtime_ns {
+        d.push("modified".to_string());
+    }
+    d.join(", ")
+}
+
+/// A read-only mapping of whole pages around bytes `r` of `file`, and where `r` starts in it.
+fn map_pages(file: &File, r: &Range<u64>) -> io::Result<Option<(Mmap, usize)>> {
+    let start = r.start / PAGE * PAGE;
+    if r.end <= start {
+        return Ok(None);
+    }
+    // SAFETY: a read-only shared map of a file the set checks against its stamp; it is only
+    // given to mincore/mlock, never read through while the file could shrink under it.
+    let map = unsafe {
+        MmapOptions::new()
+            .offset(start)
+            .len((r.end - start) as usize)
+            .map(file)?
+    };
+    Ok(Some((map, (r.start - start) as usize)))
+}
+
+impl Storage for FileSet {
+    fn len(&self, obj: ObjectId) -> u64 {
+        if obj == 0 { self.len } else { 0 }
+    }
+
+    fn read_at(&self, obj: ObjectId, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        let end = off.saturating_add(buf.len() as u64);
+        if obj != 0 || end > self.len {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.fill(0);
+        for (k, fr, at) in self.pieces(&(off..end)) {
+            let at = at as usize;
+            let n = (fr.end - fr.start) as usize;
+            self.file(k)?
+                .read_exact_at(&mut buf[at..at + n], fr.start)?;
+        }
+        Ok(())
+    }
+
+    fn will_need(&self, obj: ObjectId, r: &Range<u64>) {
+        if obj != 0 {
+            return;
+        }
+        let step = self.step as u64;
+        let _ = self.each(r, |f, fr| {
+            let mut s = fr.start;
+            while s < fr.end {
+                let e = (s + step).min(fr.end);
+                let _ = super::fadvise(f, &(s..e), PosixFadviseAdvice::POSIX_FADV_WILLNEED);
+                s = e;
+            }
+            Ok(())
+        });
+    }
+
+    fn resident_bytes(&self, obj: ObjectId, r: &Range<u64>) -> u64 {
+        if obj != 0 {
+            return 0;
+        }
+        let mut total = 0;
+        let _ = self.each(r, |f, fr| {
+            let Some((map, _)) = map_pages(f, fr)? else {
+                return Ok(());
+            };
+            let mut vec = vec![0u8; map.len().div_ceil(PAGE as usize)];
+            // SAFETY: the address range is the live mapping `map` and `vec` has one byte per
+            // page of it, as mincore(2) requires.
+            let rc = unsafe {
+                libc::mincore(
+                    map.as_ptr() as *mut libc::c_void,
+                    map.len(),
+                    vec.as_mut_ptr(),
+                )
+            };
+            if rc == 0 {
+                let pages = vec.iter().filter(|&&b| b & 1 != 0).count() as u64;
+                total += (pages * PAGE).min(map.len() as u64);
+            }
+            Ok(())
+        });
+        total
+    }
+
+    fn resident(&self, obj: ObjectId, r: &Range<u64>) -> bool {
+        let want: u64 = (self.pieces(r).iter())
+            .map(|(_, fr, _)| fr.end - fr.start / PAGE * PAGE)
+            .sum();
+        self.resident_bytes(obj, r) >= want
+    }
+
+    fn release(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()> {
+        if obj != 0 {
+            return Ok(());
+        }
+        for (k, fr, _) in self.pieces(r) {
+            // A file's last page goes too: nothing else lies in it.
+            let end = if fr.end >= self.files[k].stamp.len {
+                fr.end.next_multiple_of(PAGE)
+            } else {
+                fr.end
+            };
+            let f = self.file(k)?;
+            super::fadvise(
+                &f,
+                &(fr.start..end),
+                PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn evict(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()> {
+        if obj != 0 {
+            return Ok(());
+        }
+        self.each(r, |f, fr| {
+            super::fadvise(
+                f,
+                &(fr.start / PAGE * PAGE..fr.end.next_multiple_of(PAGE)),
+                PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+            )
+        })
+    }
+
+    /// Each file piece of `r` is mapped and locked; the mappings live as long as the storage
+    /// (one per file piece: the process's map count, `vm.max_map_count`, bounds the files a
+    /// pin can hold, 65,530 by default).
+    fn pin(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()> {
+        if obj != 0 {
+            return Ok(());
+        }
+        let mut maps = Vec::new();
+        self.each(r, |f, fr| {
+            if let Some((map, _)) = map_pages(f, fr)? {
+                map.lock()?;
+                maps.push(map);
+            }
+            Ok(())
+        })?;
+        self.pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(maps);
+        Ok(())
+    }
+
+    fn backing_file(&self, obj: ObjectId, r: &Range<u64>) -> Option<io::Result<Arc<File>>> {
+        if obj != 0 {
+            return None;
+        }
+        self.whole(r).map(|k| self.file(k))
+    }
+}
