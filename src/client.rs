@@ -29,11 +29,12 @@ pub fn format_stats(r: &Report) -> String {
     let mb = |x: u64| x as f64 / 1e6;
     let mut out = String::new();
     out += &format!(
-        "pack        {} ({:.1} MB, {} samples, {:.1} MB resident)\n",
+        "pack        {} ({:.1} MB, {} samples, {:.1} MB resident, reads by {})\n",
         r.pack.path,
         mb(r.pack.bytes),
         r.pack.samples,
-        mb(r.pack.resident_bytes)
+        mb(r.pack.resident_bytes),
+        r.pack.reads
     );
     let d = &r.daemon;
     out += &format!(

@@ -11,13 +11,16 @@
 use crate::catalog::{Attr, FsError, Kind};
 use crate::server::{Entry, Server, TTL};
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags, IoctlFlags,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, Request,
+    BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
+    Request,
 };
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A [`Server`] over FUSE.
@@ -25,12 +28,36 @@ pub struct LooseFs {
     server: Arc<Server>,
     uid: u32,
     gid: u32,
+    /// Passthrough opens answered, by file handle: the kernel reads the original file until
+    /// RELEASE, when the backing id is dropped (`FUSE_DEV_IOC_BACKING_CLOSE`).
+    backing: Mutex<HashMap<u64, BackingId>>,
+    next_fh: AtomicU64,
+    /// OPENs are answered with the original file (the kernel agreed to passthrough).
+    passthrough: AtomicBool,
 }
 
 impl LooseFs {
     /// Serves `server`; files appear owned by `uid`/`gid`.
     pub fn new(server: Arc<Server>, uid: u32, gid: u32) -> LooseFs {
-        LooseFs { server, uid, gid }
+        LooseFs {
+            server,
+            uid,
+            gid,
+            backing: Mutex::default(),
+            next_fh: AtomicU64::new(1),
+            passthrough: AtomicBool::new(false),
+        }
+    }
+
+    /// Passthrough cannot go on (no privilege, a file system the kernel cannot stack on):
+    /// logged once; this OPEN and every later one answer ENOSYS, so the kernel stops sending
+    /// them and the daemon serves READs.
+    fn stop_passthrough(&self, why: &std::io::Error, reply: ReplyOpen) {
+        if self.passthrough.swap(false, Relaxed) {
+            log::warn!("passthrough refused by the kernel ({why}); the daemon reads files");
+        }
+        self.server.set_passthrough(false);
+        reply.error(Errno::ENOSYS);
     }
 
     fn file_attr(&self, a: &Attr) -> FileAttr {
@@ -120,6 +147,22 @@ impl Filesystem for LooseFs {
             log::warn!("kernel does not offer {missing:?}; every file costs a LOOKUP");
         }
         let _ = config.set_max_background(64);
+        // Passthrough: the backing files may sit on a stacked file system (overlayfs in a
+        // container), so the mount takes the largest stack depth, 2.
+        if self.server.passthrough_possible() {
+            let on = config.set_max_stack_depth(2).is_ok()
+                && config
+                    .add_capabilities(InitFlags::FUSE_PASSTHROUGH)
+                    .inspect_err(|m| {
+                        log::warn!("kernel does not offer {m:?}; the daemon reads files")
+                    })
+                    .is_ok();
+            if !on {
+                let _ = config.set_max_stack_depth(0);
+            }
+            self.passthrough.store(on, Relaxed);
+            self.server.set_passthrough(on);
+        }
         Ok(())
     }
 
@@ -146,9 +189,48 @@ impl Filesystem for LooseFs {
     /// Zero-message open: ENOSYS makes the kernel stop sending OPEN and RELEASE for the whole
     /// connection and keep file pages cached across opens (as `FOPEN_KEEP_CACHE`). Writes never
     /// get here: the mount is read-only, so the VFS answers EROFS itself.
-    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.server.open();
-        reply.error(Errno::ENOSYS);
+    ///
+    /// Under passthrough (a loose directory) a file's OPEN is answered with its original
+    /// file instead, and the kernel reads it with no READ round trip; a view or control file
+    /// opens as usual (pages kept).
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if !self.passthrough.load(Relaxed) {
+            self.server.open();
+            return reply.error(Errno::ENOSYS);
+        }
+        match self.server.open_backing(ino.0) {
+            Ok(Some(file)) => match reply.open_backing(&*file) {
+                Ok(id) => {
+                    let fh = self.next_fh.fetch_add(1, Relaxed);
+                    reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
+                    self.backing
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(fh, id);
+                }
+                Err(e) => self.stop_passthrough(&e, reply),
+            },
+            Ok(None) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(self.fail("open", ino.0, &e)),
+        }
+    }
+
+    /// The end of a passthrough open: its backing id goes.
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.backing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh.0);
+        reply.ok();
     }
 
     /// Python's `open()` asks `isatty` (TCGETS) on every file: answer ENOTTY at once, quietly.

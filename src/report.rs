@@ -81,6 +81,11 @@ pub struct PackReport {
     pub samples: u64,
     /// Bytes of the storage objects in the page cache now.
     pub resident_bytes: u64,
+    /// How files' bytes reach readers: `daemon` (READs answered by the daemon) or
+    /// `passthrough` (the kernel reads a loose directory's original files itself; the
+    /// daemon sees one OPEN per file and no READ).
+    #[serde(default)]
+    pub reads: String,
 }
 
 /// The `remote` section: GETs of a remote pack and its block cache.

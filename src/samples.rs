@@ -155,6 +155,32 @@ impl Samples {
         Ok(&buf[..])
     }
 
+    /// The local file holding exactly the stored bytes of `ext`, for the kernel to read itself
+    /// (FUSE passthrough), when the storage has one and the bytes need no check (a loose
+    /// directory's file: [`crate::catalog::Catalog::checks`] is false). Counts it served.
+    /// Errors: [`FsError::Io`] when the file cannot be opened or changed since the mount
+    /// (logged, at most once per 10 s).
+    pub fn backing(&self, ext: &Extent) -> Result<Option<Arc<std::fs::File>>, FsError> {
+        if self.checks {
+            return Ok(None);
+        }
+        match self.storage.backing_file(ext.object, &ext.range) {
+            None => Ok(None),
+            Some(Ok(f)) => {
+                if !self.served.contains(ext.record) {
+                    self.served.insert(ext.record);
+                }
+                Ok(Some(f))
+            }
+            Some(Err(e)) => {
+                let why = format!("cannot open its file: {e}");
+                self.io_log
+                    .log(|| format!("{}: {why}; answering EIO", self.path(ext)));
+                Err(FsError::Io(why))
+            }
+        }
+    }
+
     /// CRC-32 of the whole sample of `ext`; leaves the whole sample in `buf` when it is at
     /// most [`CHECK_CHUNK`] bytes.
     fn whole_crc(&self, ext: &Extent, buf: &mut Vec<u8>) -> std::io::Result<u32> {

@@ -70,6 +70,7 @@ fn server_options() -> ServerOptions {
             ahead: 0,
             accept_damaged: false,
         },
+        passthrough: false,
     }
 }
 

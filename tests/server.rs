@@ -76,6 +76,7 @@ fn options(push_ahead: usize) -> ServerOptions {
             ahead: 8,
             accept_damaged: false,
         },
+        passthrough: false,
     }
 }
 

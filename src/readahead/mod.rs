@@ -191,6 +191,17 @@ impl ReadAhead {
         self.release_served(ext, served);
     }
 
+    /// A file whose reads the kernel serves itself from the original (FUSE passthrough) was
+    /// opened: counted as a whole-sample read for the stream detector, which reads ahead the
+    /// files after it, and marked served in the ledger (no READ will come to mark it). Its
+    /// pages are the original file's own: nothing is released.
+    pub fn opened(&self, ext: &Extent) {
+        self.walk(ext);
+        if let Some(l) = self.ledgers.get(ext.object as usize) {
+            l.serve(&ext.range);
+        }
+    }
+
     /// Feeds a whole-sample read of `ext` to its object's stream detector and issues the
     /// read-ahead it advises.
     pub fn walk(&self, ext: &Extent) -> Advice {

@@ -29,6 +29,19 @@ pub(super) struct Data {
 }
 
 impl Data {
+    /// The original file of `ext` for a passthrough open, with read-ahead told; `None` when
+    /// the bytes are not a whole local file (see [`Samples::backing`]).
+    pub(super) fn backing(&self, ext: &Extent) -> Result<Option<Arc<std::fs::File>>, FsError> {
+        if ext.transform != Transform::Identity {
+            return Ok(None);
+        }
+        let f = self.samples.backing(ext)?;
+        if f.is_some() {
+            self.readahead.opened(ext);
+        }
+        Ok(f)
+    }
+
     /// Answers a READ of `[offset, offset+size)` of file `ino`, whose bytes are `ext`: stored
     /// bytes before returning, a decoded view possibly later from a decode thread (only that
     /// case boxes the reply).

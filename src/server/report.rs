@@ -29,6 +29,7 @@ pub(super) struct Parts<'a> {
     pub(super) stats: &'a Stats,
     pub(super) opts: &'a ServerOptions,
     pub(super) started: Instant,
+    pub(super) passthrough: bool,
 }
 
 impl Parts<'_> {
@@ -49,6 +50,12 @@ impl Parts<'_> {
                 bytes: objects.iter().map(|o| o.len).sum(),
                 samples: self.catalog.files(),
                 resident_bytes: self.data.readahead.resident_bytes(),
+                reads: if self.passthrough {
+                    "passthrough"
+                } else {
+                    "daemon"
+                }
+                .into(),
             },
             daemon: DaemonReport {
                 pid: std::process::id(),
@@ -95,6 +102,7 @@ impl super::Server {
             stats: &self.stats,
             opts: &self.opts,
             started: self.started,
+            passthrough: self.passthrough(),
         }
     }
 
