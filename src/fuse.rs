@@ -19,7 +19,7 @@ use fuser::{
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -28,10 +28,11 @@ pub struct LooseFs {
     server: Arc<Server>,
     uid: u32,
     gid: u32,
-    /// Passthrough opens answered, by file handle: the kernel reads the original file until
-    /// RELEASE, when the backing id is dropped (`FUSE_DEV_IOC_BACKING_CLOSE`).
-    backing: Mutex<HashMap<u64, BackingId>>,
-    next_fh: AtomicU64,
+    /// Backing ids of files open under passthrough, by inode (the file handle is the inode),
+    /// with their open count: the kernel refuses a second backing file for an inode that has
+    /// one (EBUSY), so concurrent opens of a file share its id, dropped at the last RELEASE
+    /// (`FUSE_DEV_IOC_BACKING_CLOSE`).
+    backing: Mutex<HashMap<u64, (BackingId, usize)>>,
     /// OPENs are answered with the original file (the kernel agreed to passthrough).
     passthrough: AtomicBool,
 }
@@ -44,7 +45,6 @@ impl LooseFs {
             uid,
             gid,
             backing: Mutex::default(),
-            next_fh: AtomicU64::new(1),
             passthrough: AtomicBool::new(false),
         }
     }
@@ -199,17 +199,20 @@ impl Filesystem for LooseFs {
             return reply.error(Errno::ENOSYS);
         }
         match self.server.open_backing(ino.0) {
-            Ok(Some(file)) => match reply.open_backing(&*file) {
-                Ok(id) => {
-                    let fh = self.next_fh.fetch_add(1, Relaxed);
-                    reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
-                    self.backing
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(fh, id);
+            Ok(Some(file)) => {
+                let mut held = self.backing.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some((id, opens)) = held.get_mut(&ino.0) {
+                    *opens += 1;
+                    return reply.opened_passthrough(FileHandle(ino.0), FopenFlags::empty(), id);
                 }
-                Err(e) => self.stop_passthrough(&e, reply),
-            },
+                match reply.open_backing(&*file) {
+                    Ok(id) => {
+                        reply.opened_passthrough(FileHandle(ino.0), FopenFlags::empty(), &id);
+                        held.insert(ino.0, (id, 1));
+                    }
+                    Err(e) => self.stop_passthrough(&e, reply),
+                }
+            }
             Ok(None) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(self.fail("open", ino.0, &e)),
         }
@@ -226,10 +229,14 @@ impl Filesystem for LooseFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.backing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh.0);
+        let mut held = self.backing.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, opens)) = held.get_mut(&fh.0) {
+            *opens -= 1;
+            if *opens == 0 {
+                held.remove(&fh.0);
+            }
+        }
+        drop(held);
         reply.ok();
     }
 

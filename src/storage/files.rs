@@ -19,6 +19,7 @@ use std::io;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 const PAGE: u64 = 4096;
@@ -69,6 +70,8 @@ pub struct FileSet {
     open: Mutex<lru::LruCache<usize, Arc<File>>>,
     pins: Mutex<Vec<Mmap>>,
     step: usize,
+    /// Files whose change was logged (each is logged once).
+    reported: Vec<AtomicBool>,
 }
 
 impl std::fmt::Debug for FileSet {
@@ -96,6 +99,7 @@ impl FileSet {
             end = f.base + f.stamp.len;
         }
         let step = File::open(root).map_or(128 << 10, |f| super::local::will_need_step(&f));
+        let reported = (0..files.len()).map(|_| AtomicBool::new(false)).collect();
         Ok(FileSet {
             root: root.to_path_buf(),
             files,
@@ -105,6 +109,7 @@ impl FileSet {
             )),
             pins: Mutex::default(),
             step,
+            reported,
         })
     }
 
@@ -123,10 +128,20 @@ impl FileSet {
             .unwrap_or_else(|p| p.into_inner())
             .get(&k)
             .cloned();
-        let file = match kept {
-            Some(file) => file,
+        let path = self.root.join(&f.rel);
+        let (file, now) = match kept {
+            // A kept descriptor still reads the file it opened: the path is asked whether that
+            // is still the file there (not replaced by a rename, not removed).
+            Some(file) => {
+                let now = std::fs::symlink_metadata(&path).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("{} was removed since the mount ({e})", f.rel.display()),
+                    )
+                });
+                (file, now.map(|m| Stamp::of(&m)))
+            }
             None => {
-                let path = self.root.join(&f.rel);
                 let open = |flags| {
                     std::fs::OpenOptions::new()
                         .read(true)
@@ -140,29 +155,38 @@ impl FileSet {
                 let file = Arc::new(file);
                 let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
                 open.put(k, file.clone());
-                file
+                let now = file.metadata().map(|m| Stamp::of(&m));
+                (file, now)
             }
         };
-        let now = Stamp::of(&file.metadata()?);
+        let now = now.inspect_err(|e| {
+            self.open.lock().unwrap_or_else(|p| p.into_inner()).pop(&k);
+            if !self.reported[k].swap(true, Relaxed) {
+                log::error!("{e}; it answers EIO until remounted");
+            }
+        })?;
         if now != f.stamp {
             self.open.lock().unwrap_or_else(|p| p.into_inner()).pop(&k);
-            return Err(io::Error::other(format!(
+            let why = format!(
                 "{} changed since the mount ({}); remount to see it",
                 f.rel.display(),
                 changes(&f.stamp, &now)
-            )));
+            );
+            if !self.reported[k].swap(true, Relaxed) {
+                log::error!("{why}; it answers EIO until then");
+            }
+            return Err(io::Error::other(why));
         }
         Ok(file)
     }
 
     /// The file whose bytes are exactly `r` of object 0 (what a passthrough open serves).
     pub fn whole(&self, r: &Range<u64>) -> Option<usize> {
-        let k = self
-            .files
-            .partition_point(|f| f.base <= r.start)
-            .checked_sub(1)?;
-        let f = &self.files[k];
-        (f.base == r.start && f.stamp.len == r.end - r.start).then_some(k)
+        // Empty files share their base with the file after them.
+        let first = self.files.partition_point(|f| f.base < r.start);
+        (first..self.files.len())
+            .take_while(|&k| self.files[k].base == r.start)
+            .find(|&k| self.files[k].stamp.len == r.end - r.start)
     }
 
     /// The pieces of `r` that lie in files: (file, range inside it, offset of the piece

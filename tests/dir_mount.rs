@@ -1,0 +1,309 @@
+//! A loose dataset directory mounted in place (root and /dev/fuse; `#[ignore]`d otherwise):
+//! the tree and bytes of the originals, FUSE passthrough (no READ reaches the daemon) and the
+//! daemon's own reads, a file changed while mounted, decoded views equal to a pack mount's,
+//! and warm, pin and drop-cache acting on the original files.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// The residency test empties every cache of the machine (`drop_caches`): it runs alone.
+static SERIAL: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn stats(mnt: &Path) -> Value {
+    let o = loosefs(&[&"stats", &mnt, &"--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn requests(s: &Value, op: &str) -> u64 {
+    s["requests"][op].as_u64().unwrap_or(0)
+}
+
+/// [`make_tree`] plus what a directory mount must handle: a name with a space and UTF-8, a
+/// 0-byte file, a deeper empty directory, and a symbolic link and a FIFO (left out, as `pack`
+/// leaves them out).
+fn edge_tree(dir: &Path) -> PathBuf {
+    make_tree(dir);
+    let odd = dir.join("class 3 ü");
+    std::fs::create_dir_all(odd.join("empty/deeper")).unwrap();
+    std::fs::write(
+        odd.join("ñame with space.JPEG"),
+        encode_jpeg(40, 30, false, 7),
+    )
+    .unwrap();
+    std::fs::write(odd.join("zero.bin"), b"").unwrap();
+    std::os::unix::fs::symlink("../class_0/img_0.JPEG", odd.join("link.JPEG")).unwrap();
+    nix::unistd::mkfifo(&odd.join("fifo"), nix::sys::stat::Mode::S_IRUSR).unwrap();
+    dir.to_path_buf()
+}
+
+fn errno_of<T>(r: std::io::Result<T>) -> Option<i32> {
+    r.err().and_then(|e| e.raw_os_error())
+}
+
+/// Every regular file of `src` reads the same through `mnt`, with the same size, mtime and
+/// mode minus write bits; links and special files are not there.
+fn same_tree(src: &Path, mnt: &Path) -> usize {
+    let names = files(src);
+    assert_eq!(files(mnt), names, "the same files in the same order");
+    for f in &names {
+        let (a, b) = (
+            std::fs::metadata(src.join(f)).unwrap(),
+            std::fs::metadata(mnt.join(f)).unwrap(),
+        );
+        assert_eq!(b.len(), a.len(), "{f}: size");
+        assert_eq!(
+            (b.mtime(), b.mtime_nsec()),
+            (a.mtime(), a.mtime_nsec()),
+            "{f}: mtime"
+        );
+        assert_eq!(
+            b.mode() & 0o7777,
+            a.mode() & 0o7555,
+            "{f}: mode minus write bits"
+        );
+        assert!(
+            std::fs::read(mnt.join(f)).unwrap() == std::fs::read(src.join(f)).unwrap(),
+            "{f}: bytes"
+        );
+    }
+    let odd = mnt.join("class 3 ü");
+    assert!(odd.join("empty/deeper").is_dir());
+    for left_out in ["link.JPEG", "fifo"] {
+        assert_eq!(
+            errno_of(std::fs::symlink_metadata(odd.join(left_out))),
+            Some(libc::ENOENT),
+            "{left_out}"
+        );
+    }
+    names.len()
+}
+
+/// Changes three files and adds one under `src` (mounted at `mnt`); each changed file then
+/// answers EIO, named in the log with what changed, the new one is not there, and every other
+/// file still reads as before.
+fn changes_are_refused_never_mixed(src: &Path, mnt: &Path, log: &Path) {
+    let before: Vec<(String, Vec<u8>)> = files(src)
+        .into_iter()
+        .map(|f| {
+            let b = std::fs::read(src.join(&f)).unwrap();
+            (f, b)
+        })
+        .collect();
+    let rewritten = "class_0/img_1.JPEG";
+    std::fs::write(src.join(rewritten), encode_jpeg(90, 90, false, 1234)).unwrap();
+    let replaced = "class_1/img_0.JPEG";
+    let tmp = src.join("class_1/.tmp");
+    std::fs::write(&tmp, std::fs::read(src.join(replaced)).unwrap()).unwrap();
+    std::fs::rename(&tmp, src.join(replaced)).unwrap();
+    let removed = "class_2/img_0.JPEG";
+    std::fs::remove_file(src.join(removed)).unwrap();
+    std::fs::write(
+        src.join("class_0/added.JPEG"),
+        encode_jpeg(20, 20, false, 5),
+    )
+    .unwrap();
+    for f in [rewritten, replaced, removed] {
+        assert_eq!(errno_of(std::fs::read(mnt.join(f))), Some(libc::EIO), "{f}");
+    }
+    assert_eq!(
+        errno_of(std::fs::metadata(mnt.join("class_0/added.JPEG"))),
+        Some(libc::ENOENT)
+    );
+    for (f, b) in &before {
+        if [rewritten, replaced, removed].contains(&f.as_str()) {
+            continue;
+        }
+        let got = std::fs::read(mnt.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(got == *b, "{f}: bytes after the changes");
+    }
+    let log = std::fs::read_to_string(log).unwrap();
+    for (f, what) in [(rewritten, "bytes, now"), (replaced, "replaced")] {
+        assert!(
+            log.lines().any(|l| l.contains(f)
+                && l.contains("changed since the mount")
+                && l.contains(what)),
+            "{f} ({what}) in the log:\n{log}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn a_directory_mounts_in_place_through_passthrough() {
+    let _timeout = require_mount();
+    let _shared = SERIAL.read().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let src = edge_tree(&tmp.path().join("src"));
+    let m = mount(&src, &tmp.path().join("mnt"), &[]);
+    let s0 = stats(&m.mnt);
+    assert_eq!(s0["pack"]["reads"], "passthrough", "{s0}");
+    let n = same_tree(&src, &m.mnt);
+    // A mapping of a file reads the original too (DALI's file reader maps its files).
+    let f = std::fs::File::open(m.mnt.join("class_0/img_2.JPEG")).unwrap();
+    // SAFETY: a read-only map of a file nobody writes while it lives.
+    let map = unsafe { memmap2::Mmap::map(&f).unwrap() };
+    assert!(map[..] == std::fs::read(src.join("class_0/img_2.JPEG")).unwrap()[..]);
+    drop(map);
+    // Concurrent opens of one file while another is held (DataLoader workers on a shared
+    // sample): the kernel takes one backing file per inode, so they share it.
+    std::thread::scope(|t| {
+        for _ in 0..8 {
+            t.spawn(|| {
+                for _ in 0..50 {
+                    let got = std::fs::read(m.mnt.join("class_0/img_2.JPEG")).unwrap();
+                    assert!(got == std::fs::read(src.join("class_0/img_2.JPEG")).unwrap());
+                }
+            });
+        }
+    });
+    drop(f);
+    // The kernel read every file from its original: no READ reached the daemon, one OPEN per
+    // file did (the price of passthrough).
+    let s = stats(&m.mnt);
+    assert_eq!(requests(&s, "read"), 0, "{s}");
+    assert!(requests(&s, "open") > n as u64, "{s}");
+    changes_are_refused_never_mixed(&src, &m.mnt, &m.log);
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn a_directory_mounts_in_place_with_the_daemons_reads() {
+    let _timeout = require_mount();
+    let _shared = SERIAL.read().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let src = edge_tree(&tmp.path().join("src"));
+    let m = mount(&src, &tmp.path().join("mnt"), &["--passthrough", "off"]);
+    let s = stats(&m.mnt);
+    assert_eq!(s["pack"]["reads"], "daemon", "{s}");
+    // The changes come first: a file the kernel cached before its change would be served from
+    // that (whole, old) copy without asking the daemon.
+    changes_are_refused_never_mixed(&src, &m.mnt, &m.log);
+    drop(m);
+    let m = mount(&src, &tmp.path().join("mnt2"), &["--passthrough", "off"]);
+    same_tree(&src, &m.mnt);
+    let s = stats(&m.mnt);
+    assert!(requests(&s, "read") > 0, "the daemon served READs: {s}");
+    assert_eq!(s["errors"], 0, "{s}");
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn views_of_a_directory_mount_equal_those_of_its_pack() {
+    let _timeout = require_mount();
+    let _shared = SERIAL.read().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let src = edge_tree(&tmp.path().join("src"));
+    let pack = tmp.path().join("src.pack");
+    let o = loosefs(&[&"pack", &src, &pack]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (k, flags) in [
+        vec!["--decode", "npy"],
+        vec!["--decode", "npy", "--decoded-only"],
+        vec!["--decode", "ppm"],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let a = mount(&pack, &tmp.path().join(format!("pack{k}")), flags);
+        let b = mount(&src, &tmp.path().join(format!("dir{k}")), flags);
+        let names = files(&a.mnt);
+        assert_eq!(files(&b.mnt), names, "{flags:?}");
+        assert!(names.iter().any(|n| n.ends_with(".npy")) || flags.contains(&"ppm"));
+        for f in &names {
+            assert!(
+                std::fs::read(b.mnt.join(f)).unwrap() == std::fs::read(a.mnt.join(f)).unwrap(),
+                "{flags:?} {f}"
+            );
+        }
+        if flags.contains(&"ppm") {
+            let ppm = std::fs::read(b.mnt.join("class_0/img_0.JPEG")).unwrap();
+            assert!(ppm.starts_with(b"P6\n"), "{flags:?}");
+        }
+    }
+}
+
+/// Bytes of file `p` in the page cache (mincore of a shared mapping; mapping reads nothing).
+fn resident(p: &Path) -> u64 {
+    let f = std::fs::File::open(p).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    if len == 0 {
+        return 0;
+    }
+    // SAFETY: a read-only map of a file nobody writes; only mincore looks at it.
+    let map = unsafe { memmap2::Mmap::map(&f).unwrap() };
+    let mut v = vec![0u8; len.div_ceil(4096)];
+    // SAFETY: the range is the live mapping and `v` has one byte per page of it.
+    let rc = unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, len, v.as_mut_ptr()) };
+    assert_eq!(rc, 0, "mincore {}", p.display());
+    v.iter().filter(|b| *b & 1 != 0).count() as u64 * 4096
+}
+
+fn resident_all(src: &Path) -> (u64, u64) {
+    let names = files(src);
+    let held = names.iter().map(|f| resident(&src.join(f))).sum();
+    let total = names
+        .iter()
+        .map(|f| {
+            std::fs::metadata(src.join(f))
+                .unwrap()
+                .len()
+                .next_multiple_of(4096)
+        })
+        .sum();
+    (held, total)
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn warm_pin_and_drop_cache_act_on_the_original_files() {
+    let _timeout = require_mount();
+    let _alone = SERIAL.write().unwrap_or_else(|p| p.into_inner());
+    let tmp = disk_tempdir();
+    let src = tmp.path().join("src");
+    make_tree(&src);
+    // Dirty pages survive POSIX_FADV_DONTNEED: the new files are written back first.
+    std::process::Command::new("sync").status().unwrap();
+    let m = mount(&src, &tmp.path().join("mnt"), &[]);
+    same_tree_bytes(&src, &m.mnt);
+    let (held, total) = resident_all(&src);
+    assert!(
+        held >= total / 10 * 9,
+        "{held} of {total} bytes resident after a pass"
+    );
+    // drop-cache evicts the originals' pages (nocache-style cold reads of a directory).
+    let o = loosefs(&[&"drop-cache", &m.mnt]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(resident_all(&src).0, 0, "resident after drop-cache");
+    // warm brings them back (90%: this kind of machine's DAMON pageout may take some back).
+    let o = loosefs(&[&"warm", &m.mnt, &"--wait"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (held, total) = resident_all(&src);
+    assert!(
+        held >= total / 10 * 9,
+        "{held} of {total} bytes resident after warm"
+    );
+    drop(m);
+    // A pin holds them through the kernel's own drop_caches.
+    let m = mount(&src, &tmp.path().join("mnt2"), &["--pin", "all", "--wait"]);
+    let s = stats(&m.mnt);
+    assert_eq!(s["pin"]["pinned_bytes"], s["pin"]["target_bytes"], "{s}");
+    std::process::Command::new("sync").status().unwrap();
+    std::fs::write("/proc/sys/vm/drop_caches", "3").expect("drop_caches (root)");
+    let (held, total) = resident_all(&src);
+    assert_eq!(held, total, "pinned files resident after drop_caches");
+    same_tree_bytes(&src, &m.mnt);
+}
+
+fn same_tree_bytes(src: &Path, mnt: &Path) {
+    for f in files(src) {
+        assert!(
+            std::fs::read(mnt.join(&f)).unwrap() == std::fs::read(src.join(&f)).unwrap(),
+            "{f}"
+        );
+    }
+}
