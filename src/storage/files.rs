@@ -387,3 +387,6 @@ impl Storage for FileSet {
         self.whole(r).map(|k| self.file(k))
     }
 }
+
+#[cfg(test)]
+mod tests;
