@@ -78,3 +78,22 @@ def mount(source, tmp_path_factory):
         yield mnt
     finally:
         subprocess.run([b, "umount", str(mnt)], check=True)
+
+
+@pytest.fixture(scope="session", params=["pack", "dir"])
+def loader_mount(request, source, tmp_path_factory):
+    """What the loader tests read: the pack's mount, and the source directory mounted in place
+    (FUSE passthrough: the kernel reads the original files)."""
+    if request.param == "pack":
+        yield request.getfixturevalue("mount")
+        return
+    need_mount()
+    work = tmp_path_factory.mktemp("dirmnt")
+    mnt = work / "mnt"
+    mnt.mkdir()
+    b = loosefs_bin()
+    subprocess.run([b, "mount", str(source), str(mnt), "--log", str(work / "daemon.log")], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run([b, "umount", str(mnt)], check=True)

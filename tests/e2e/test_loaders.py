@@ -1,5 +1,6 @@
 """Unmodified loaders over a loosefs mount must see exactly what they see on the original
-directory: torchvision ImageFolder (+ DataLoader) and NVIDIA DALI's readers.file (CPU)."""
+directory: torchvision ImageFolder (+ DataLoader) and NVIDIA DALI's readers.file (CPU), over a
+pack's mount and over the directory itself mounted in place (`loader_mount`)."""
 import os
 
 import numpy as np
@@ -13,7 +14,8 @@ def rel(samples, root):
     return [(os.path.relpath(p, root), y) for p, y in samples]
 
 
-def test_imagefolder_identical(source, mount):
+def test_imagefolder_identical(source, loader_mount):
+    mount = loader_mount
     a = torchvision.datasets.ImageFolder(str(source))
     b = torchvision.datasets.ImageFolder(str(mount))
     assert b.classes == a.classes
@@ -29,7 +31,8 @@ def test_imagefolder_identical(source, mount):
         assert ta.shape == tb.shape and torch.equal(ta, tb), a.samples[i][0]
 
 
-def test_dataloader_shuffled_epoch(mount):
+def test_dataloader_shuffled_epoch(loader_mount):
+    mount = loader_mount
     tf = T.Compose([T.ToImage(), T.RandomResizedCrop(224, antialias=True), T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)])
     ds = torchvision.datasets.ImageFolder(str(mount), transform=tf)
     dl = torch.utils.data.DataLoader(ds, batch_size=32, shuffle=True, num_workers=2)
@@ -63,7 +66,8 @@ def dali_epoch(root):
     return images[:n], labels[:n]
 
 
-def test_dali_readers_file_identical(source, mount):
+def test_dali_readers_file_identical(source, loader_mount):
+    mount = loader_mount
     # DALI is installed by scripts/python-env.sh: a broken install fails here instead of skipping.
     import nvidia.dali  # noqa: F401
     ia, la = dali_epoch(source)
@@ -73,7 +77,8 @@ def test_dali_readers_file_identical(source, mount):
         assert a.shape == b.shape and np.array_equal(a, b), f"sample {k}"
 
 
-def test_stats_through_plain_open(mount):
+def test_stats_through_plain_open(loader_mount):
+    mount = loader_mount
     import json
 
     with open(os.path.join(mount, ".loosefs", "stats")) as f:
@@ -82,3 +87,6 @@ def test_stats_through_plain_open(mount):
         second = json.load(f)
     assert second["requests"]["lookup"] > first["requests"]["lookup"], "stats are fresh on every open"
     assert first["pack"]["samples"] > 0
+    if "dirmnt" in str(mount):
+        # The directory is read in place by the kernel: the loaders above sent no READ.
+        assert first["pack"]["reads"] == "passthrough" and first["requests"]["read"] == 0, first
