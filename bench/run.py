@@ -9,7 +9,8 @@ Targets:  orig (the directory itself), loosefs (default mount), loosefs-warm (--
           (--pin all), pread (the same files' byte ranges read straight from the pack with one
           pread each, by the raw reader: the pack's own speed), loosefs-push / loosefs-nopush
           (--push-ahead 64 / 0), loosefs-a512 / loosefs-a4096 (default mount of a pack made with
-          --align 512 / 4096).
+          --align 512 / 4096), loosefs-dir / loosefs-dir-daemon (the directory itself mounted in
+          place: FUSE passthrough / --passthrough off).
 Readers:  raw<N> (the compiled loosefs-reader: open/read/close per file on N threads),
           tv<N> (torchvision ImageFolder + DataLoader with N workers, standard train transform),
           dali (readers.file + CPU decode): bench/loader_pass.py, which also reports first-batch
@@ -198,6 +199,11 @@ def main():
         "loosefs-push": Target("loosefs-push", a.work / "m-push", ["--push-ahead", "64"], pack, a.work / "m-push"),
         "loosefs-nopush": Target("loosefs-nopush", a.work / "m-nopush", ["--push-ahead", "0"], pack, a.work / "m-nopush"),
         "pread": Target("pread", data, pack=pack),
+        # The directory itself mounted in place: FUSE passthrough (the kernel reads the
+        # originals), and the daemon's own reads (--passthrough off).
+        "loosefs-dir": Target("loosefs-dir", a.work / "m-dir", [], data, a.work / "m-dir"),
+        "loosefs-dir-daemon": Target("loosefs-dir-daemon", a.work / "m-dird", ["--passthrough", "off"], data,
+                                     a.work / "m-dird"),
     }
     # The default mount of packs aligned to 512 bytes or to pages (4 KiB), whatever the default.
     for al in (512, 4096):
