@@ -10,13 +10,14 @@
 
 use crate::catalog::{Attr, FsError, Kind};
 use crate::server::{Entry, Server, TTL};
+mod backing;
+
+use backing::BackingIds;
 use fuser::{
-    BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
-    Request,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, Request,
 };
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -28,11 +29,8 @@ pub struct LooseFs {
     server: Arc<Server>,
     uid: u32,
     gid: u32,
-    /// Backing ids of files open under passthrough, by inode (the file handle is the inode),
-    /// with their open count: the kernel refuses a second backing file for an inode that has
-    /// one (EBUSY), so concurrent opens of a file share its id, dropped at the last RELEASE
-    /// (`FUSE_DEV_IOC_BACKING_CLOSE`).
-    backing: Mutex<HashMap<u64, (BackingId, usize)>>,
+    /// Backing ids of files open under passthrough, by inode (the file handle is the inode).
+    backing: Mutex<BackingIds>,
     /// OPENs are answered with the original file (the kernel agreed to passthrough).
     passthrough: AtomicBool,
 }
@@ -201,16 +199,12 @@ impl Filesystem for LooseFs {
         match self.server.open_backing(ino.0) {
             Ok(Some(file)) => {
                 let mut held = self.backing.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some((id, opens)) = held.get_mut(&ino.0) {
-                    *opens += 1;
-                    return reply.opened_passthrough(FileHandle(ino.0), FopenFlags::empty(), id);
-                }
-                match reply.open_backing(&*file) {
-                    Ok(id) => {
-                        reply.opened_passthrough(FileHandle(ino.0), FopenFlags::empty(), &id);
-                        held.insert(ino.0, (id, 1));
+                match held.open(ino.0, || reply.open_backing(&*file)) {
+                    Ok(id) => reply.opened_passthrough(FileHandle(ino.0), FopenFlags::empty(), id),
+                    Err(e) => {
+                        drop(held);
+                        self.stop_passthrough(&e, reply)
                     }
-                    Err(e) => self.stop_passthrough(&e, reply),
                 }
             }
             Ok(None) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
@@ -218,7 +212,7 @@ impl Filesystem for LooseFs {
         }
     }
 
-    /// The end of a passthrough open: its backing id goes.
+    /// The end of a passthrough open: its backing id idles after the last one.
     fn release(
         &self,
         _req: &Request,
@@ -229,14 +223,7 @@ impl Filesystem for LooseFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let mut held = self.backing.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, opens)) = held.get_mut(&fh.0) {
-            *opens -= 1;
-            if *opens == 0 {
-                held.remove(&fh.0);
-            }
-        }
-        drop(held);
+        (self.backing.lock().unwrap_or_else(|p| p.into_inner())).release(fh.0);
         reply.ok();
     }
 

@@ -132,10 +132,15 @@ impl LooseDir {
     /// Errors: the index does not validate (a bug, reported as such).
     pub fn catalog(&self, views: Views) -> Result<NativeCatalog> {
         let len = crate::storage::Storage::len(&*self.files, 0);
+        // Read-ahead and warm stop at the last file's last byte, not at its page's end.
+        let data_end = (self.files.files().iter())
+            .map(|f| f.base + f.stamp.len)
+            .max()
+            .unwrap_or(0);
         let obj = ObjectInfo {
             path: self.root.clone(),
             len,
-            data_end: len,
+            data_end,
             align: 4096,
         };
         let cat = NativeCatalog::with_objects(

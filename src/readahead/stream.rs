@@ -237,6 +237,14 @@ impl Streams {
         // Merge the streams this one now overlaps or touches (readers of one walk that arrived
         // out of order started separate streams): one run, one look-ahead.
         for (j, t) in streams.iter_mut().enumerate() {
+            if j != i && t.last_used != 0 && t.start <= s.start && t.next > s.next + GAP {
+                // A stream that already went far past this one from before it: this one walks
+                // its ground again (the next epoch). Its run has ended; merged, it would carry
+                // this walk to its old end, where there is nothing left to read ahead.
+                runs.record(t.reads);
+                *t = Stream::default();
+                continue;
+            }
             if j != i && t.last_used != 0 && t.start <= s.next + GAP && s.start <= t.next + GAP {
                 s.start = s.start.min(t.start);
                 s.next = s.next.max(t.next);
@@ -279,8 +287,10 @@ impl Streams {
             .min(cap.saturating_sub(s.next));
         // Ask again only when less than half of the look-ahead remains in front of the reader.
         let remaining = s.ahead.saturating_sub(s.next);
-        if estimate > 0 && remaining < estimate / 2 + 1 {
-            let from = s.ahead.max(s.next);
+        let from = s.ahead.max(s.next);
+        // Nothing can be asked past the cap (the window, the data's end, another stream's
+        // run): the catalog walk below would find nothing, on every read of the stream.
+        if estimate > 0 && remaining < estimate / 2 + 1 && from < cap {
             let to = sample_end(k, cap).min(cap);
             if to > from {
                 advice.prefetch = Some(from..to);
