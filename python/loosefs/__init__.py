@@ -257,8 +257,9 @@ class Mount(os.PathLike):
 
 
 def mount(source: PathLike, mountpoint: Optional[PathLike] = None, **options: Any) -> Mount:
-    """Mounts SOURCE (a pack, a dataset in another format, an `s3://` or `https://` URL) at
-    MOUNTPOINT, or at a new temporary directory, and returns once it answers. Options are the
+    """Mounts SOURCE (a pack, a dataset in another format, a plain directory served in place,
+    an `s3://` or `https://` URL) at MOUNTPOINT, or at a new temporary directory, and returns
+    once it answers. Options are the
     CLI's: `warm=True`, `pin="8G"`, `decode="npy"`, `index_dir=...`, `endpoint_url=...`, ...
     Use it as a context manager; it is unmounted at interpreter exit in any case. Raises
     MountError carrying the CLI's reason. `log="-"` sends the daemon's log to this process's

@@ -496,6 +496,17 @@ mod tests {
     }
 
     #[test]
+    fn a_second_in_order_epoch_is_read_ahead_again() {
+        // The first epoch's stream still spans the whole data when the second starts at 0:
+        // merged into it, the second epoch was read ahead not at all (coverage 0.5).
+        let s = layout(N);
+        let inorder: Vec<usize> = (0..N).collect();
+        let p = epochs(&s, &[&inorder, &inorder]);
+        assert!(p.coverage() >= 0.9, "{p:?}");
+        assert!(p.ratio() <= 1.1, "{p:?}");
+    }
+
+    #[test]
     fn block_shuffled_runs_of_8_are_read_ahead_within_runs() {
         let p = block_shuffled(8, 3);
         if std::env::var_os("LOOSEFS_PRINT").is_some() {
