@@ -36,9 +36,9 @@ pub struct ServerOptions {
 /// `--passthrough`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Passthrough {
-    /// Where the kernel and privileges allow it.
-    Auto,
-    /// Never.
+    /// Where the kernel and privileges allow it (else the daemon reads).
+    On,
+    /// Never: the daemon reads.
     Off,
 }
 
@@ -93,11 +93,13 @@ pub struct MountArgs {
     /// the owner's and root's.
     #[arg(long)]
     pub allow_other: bool,
-    /// How a loose directory's files reach readers: `auto` lets the kernel read the original
-    /// files itself (FUSE passthrough: no READ round trip, one OPEN per file) where the kernel
-    /// and privileges allow it, else the daemon reads them; `off` always the daemon (every
-    /// READ seen: stats, read-ahead by READ). Packs are always read by the daemon.
-    #[arg(long, value_enum, default_value_t = Passthrough::Auto)]
+    /// How a loose directory's files reach readers: `off` (default) the daemon reads them and
+    /// the kernel keeps them in the mount's page cache (warm reads need no round trip at all);
+    /// `on` the kernel reads the original files itself (FUSE passthrough: no READ, no second
+    /// copy in memory, but an OPEN and a RELEASE round trip per open file: warm 30k-file
+    /// passes ran at 0.20-0.22x of the directory against 0.73-0.98x with `off`, cold ones
+    /// alike) where the kernel and privileges allow it, else the daemon. Packs: the daemon.
+    #[arg(long, value_enum, default_value_t = Passthrough::Off)]
     pub passthrough: Passthrough,
     /// Decoded views and their decoder.
     #[command(flatten)]
@@ -224,7 +226,7 @@ impl MountArgs {
             log: self.log_path(mountpoint).display().to_string(),
             owner: nix::unistd::geteuid().as_raw(),
             decode: self.decode.options(),
-            passthrough: self.passthrough == Passthrough::Auto,
+            passthrough: self.passthrough == Passthrough::On,
         }
     }
 }

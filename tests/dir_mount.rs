@@ -139,7 +139,7 @@ fn a_directory_mounts_in_place_through_passthrough() {
     let _shared = SERIAL.read().unwrap_or_else(|p| p.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let src = edge_tree(&tmp.path().join("src"));
-    let m = mount(&src, &tmp.path().join("mnt"), &[]);
+    let m = mount(&src, &tmp.path().join("mnt"), &["--passthrough", "on"]);
     let s0 = stats(&m.mnt);
     assert_eq!(s0["pack"]["reads"], "passthrough", "{s0}");
     let n = same_tree(&src, &m.mnt);
@@ -177,7 +177,8 @@ fn a_directory_mounts_in_place_with_the_daemons_reads() {
     let _shared = SERIAL.read().unwrap_or_else(|p| p.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let src = edge_tree(&tmp.path().join("src"));
-    let m = mount(&src, &tmp.path().join("mnt"), &["--passthrough", "off"]);
+    // The default: the daemon reads.
+    let m = mount(&src, &tmp.path().join("mnt"), &[]);
     let s = stats(&m.mnt);
     assert_eq!(s["pack"]["reads"], "daemon", "{s}");
     // The changes come first: a file the kernel cached before its change would be served from
@@ -185,6 +186,7 @@ fn a_directory_mounts_in_place_with_the_daemons_reads() {
     changes_are_refused_never_mixed(&src, &m.mnt, &m.log);
     drop(m);
     let m = mount(&src, &tmp.path().join("mnt2"), &["--passthrough", "off"]);
+    assert_eq!(stats(&m.mnt)["pack"]["reads"], "daemon");
     same_tree(&src, &m.mnt);
     let s = stats(&m.mnt);
     assert!(requests(&s, "read") > 0, "the daemon served READs: {s}");
@@ -268,7 +270,8 @@ fn warm_pin_and_drop_cache_act_on_the_original_files() {
     make_tree(&src);
     // Dirty pages survive POSIX_FADV_DONTNEED: the new files are written back first.
     std::process::Command::new("sync").status().unwrap();
-    let m = mount(&src, &tmp.path().join("mnt"), &[]);
+    // Passthrough: the pass reads the originals, which stay cached.
+    let m = mount(&src, &tmp.path().join("mnt"), &["--passthrough", "on"]);
     same_tree_bytes(&src, &m.mnt);
     let (held, total) = resident_all(&src);
     assert!(

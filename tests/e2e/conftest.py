@@ -80,19 +80,20 @@ def mount(source, tmp_path_factory):
         subprocess.run([b, "umount", str(mnt)], check=True)
 
 
-@pytest.fixture(scope="session", params=["pack", "dir"])
+@pytest.fixture(scope="session", params=["pack", "dir", "dir-passthrough"])
 def loader_mount(request, source, tmp_path_factory):
     """What the loader tests read: the pack's mount, and the source directory mounted in place
-    (FUSE passthrough: the kernel reads the original files)."""
+    (read by the daemon, and with FUSE passthrough: the kernel reads the original files)."""
     if request.param == "pack":
         yield request.getfixturevalue("mount")
         return
     need_mount()
-    work = tmp_path_factory.mktemp("dirmnt")
+    work = tmp_path_factory.mktemp(request.param)
     mnt = work / "mnt"
     mnt.mkdir()
     b = loosefs_bin()
-    subprocess.run([b, "mount", str(source), str(mnt), "--log", str(work / "daemon.log")], check=True)
+    extra = ["--passthrough", "on"] if request.param == "dir-passthrough" else []
+    subprocess.run([b, "mount", str(source), str(mnt), "--log", str(work / "daemon.log"), *extra], check=True)
     try:
         yield mnt
     finally:
