@@ -36,11 +36,11 @@ impl BackingIds {
         ino: u64,
         make: impl FnOnce() -> std::io::Result<BackingId>,
     ) -> std::io::Result<&BackingId> {
-        if !self.ids.contains_key(&ino) {
-            self.ids.insert(ino, (make()?, 0));
-        }
         self.idle.pop(&ino);
-        let (id, opens) = self.ids.get_mut(&ino).expect("inserted above");
+        let (id, opens) = match self.ids.entry(ino) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert((make()?, 0)),
+        };
         *opens += 1;
         Ok(id)
     }

@@ -234,26 +234,7 @@ impl Streams {
         let hit = end <= s.ahead && s.reads > 2;
         s.next = s.next.max(end);
         s.start = s.start.min(start);
-        // Merge the streams this one now overlaps or touches (readers of one walk that arrived
-        // out of order started separate streams): one run, one look-ahead.
-        for (j, t) in streams.iter_mut().enumerate() {
-            if j != i && t.last_used != 0 && t.start <= s.start && t.next > s.next + GAP {
-                // A stream that already went far past this one from before it: this one walks
-                // its ground again (the next epoch). Its run has ended; merged, it would carry
-                // this walk to its old end, where there is nothing left to read ahead.
-                runs.record(t.reads);
-                *t = Stream::default();
-                continue;
-            }
-            if j != i && t.last_used != 0 && t.start <= s.next + GAP && s.start <= t.next + GAP {
-                s.start = s.start.min(t.start);
-                s.next = s.next.max(t.next);
-                s.ahead = s.ahead.max(t.ahead);
-                s.reads += t.reads;
-                s.bytes += t.bytes;
-                *t = Stream::default();
-            }
-        }
+        merge(streams, runs, i, &mut s);
         // Never read ahead into the run of another stream: its reader is reading it.
         let fence = streams
             .iter()
@@ -322,6 +303,31 @@ impl Streams {
         if let Ok(mut g) = self.inner.lock() {
             g.streams.iter_mut().for_each(|s| *s = Stream::default());
             g.runs = Runs::new();
+        }
+    }
+}
+
+/// Merges into `s` (the stream in slot `i`) the streams it now overlaps or touches (readers of
+/// one walk that arrived out of order started separate streams): one run, one look-ahead. A
+/// stream that already went far past `s` from before it is a finished run (the walk's earlier
+/// epoch): recorded in `runs` and dropped, not merged.
+fn merge(streams: &mut [Stream], runs: &mut Runs, i: usize, s: &mut Stream) {
+    for (j, t) in streams.iter_mut().enumerate() {
+        if j != i && t.last_used != 0 && t.start <= s.start && t.next > s.next + GAP {
+            // A stream that already went far past this one from before it: this one walks
+            // its ground again (the next epoch). Its run has ended; merged, it would carry
+            // this walk to its old end, where there is nothing left to read ahead.
+            runs.record(t.reads);
+            *t = Stream::default();
+            continue;
+        }
+        if j != i && t.last_used != 0 && t.start <= s.next + GAP && s.start <= t.next + GAP {
+            s.start = s.start.min(t.start);
+            s.next = s.next.max(t.next);
+            s.ahead = s.ahead.max(t.ahead);
+            s.reads += t.reads;
+            s.bytes += t.bytes;
+            *t = Stream::default();
         }
     }
 }
