@@ -20,7 +20,6 @@ use fuser::{
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -31,8 +30,6 @@ pub struct LooseFs {
     gid: u32,
     /// Backing ids of files open under passthrough, by inode (the file handle is the inode).
     backing: Mutex<BackingIds>,
-    /// OPENs are answered with the original file (the kernel agreed to passthrough).
-    passthrough: AtomicBool,
 }
 
 impl LooseFs {
@@ -43,7 +40,6 @@ impl LooseFs {
             uid,
             gid,
             backing: Mutex::default(),
-            passthrough: AtomicBool::new(false),
         }
     }
 
@@ -51,10 +47,9 @@ impl LooseFs {
     /// logged once; this OPEN and every later one answer ENOSYS, so the kernel stops sending
     /// them and the daemon serves READs.
     fn stop_passthrough(&self, why: &std::io::Error, reply: ReplyOpen) {
-        if self.passthrough.swap(false, Relaxed) {
+        if self.server.set_passthrough(false) {
             log::warn!("passthrough refused by the kernel ({why}); the daemon reads files");
         }
-        self.server.set_passthrough(false);
         reply.error(Errno::ENOSYS);
     }
 
@@ -158,7 +153,6 @@ impl Filesystem for LooseFs {
             if !on {
                 let _ = config.set_max_stack_depth(0);
             }
-            self.passthrough.store(on, Relaxed);
             self.server.set_passthrough(on);
         }
         Ok(())
@@ -192,7 +186,7 @@ impl Filesystem for LooseFs {
     /// file instead, and the kernel reads it with no READ round trip; a view or control file
     /// opens as usual (pages kept).
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        if !self.passthrough.load(Relaxed) {
+        if !self.server.passthrough() {
             self.server.open();
             return reply.error(Errno::ENOSYS);
         }

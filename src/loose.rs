@@ -14,7 +14,8 @@
 
 use crate::catalog::ObjectInfo;
 use crate::catalog::native::NativeCatalog;
-use crate::format::index::{self, Node, Record};
+use crate::format::index::{self, Node};
+use crate::format::writer::record_for;
 use crate::source::{ItemKind, Skipped, Source};
 use crate::storage::files::{FileSet, SetFile, Stamp};
 use crate::view::Views;
@@ -42,7 +43,6 @@ pub struct LooseDir {
     pub skipped: Skipped,
     files: Arc<FileSet>,
     index: Arc<Mmap>,
-    bytes: u64,
 }
 
 /// Width, height and components of the JPEG `path` (`len` bytes), if it is one.
@@ -73,12 +73,12 @@ impl LooseDir {
         nodes.push(Node {
             parent: None,
             name: Vec::new(),
-            record: record(&source.root, true),
+            record: record_for(source.root, true),
         });
         let mut files = Vec::new();
         let mut at = 0u64;
         for item in &source.items {
-            let mut r = record(&item.meta, matches!(item.kind, ItemKind::Dir));
+            let mut r = record_for(item.meta, matches!(item.kind, ItemKind::Dir));
             if let ItemKind::File { size, .. } = item.kind {
                 let m = std::fs::symlink_metadata(&item.path)
                     .with_context(|| format!("cannot stat {}", item.path.display()))?;
@@ -117,7 +117,6 @@ impl LooseDir {
                 }
             }
         }
-        let bytes = files.iter().map(|(_, f)| f.stamp.len).sum();
         let bytes_index = index::build(&nodes, 4096)
             .with_context(|| format!("cannot index {}", root.display()))?;
         let mut map = memmap2::MmapMut::map_anon(bytes_index.len())?;
@@ -128,7 +127,6 @@ impl LooseDir {
             skipped: source.skipped,
             files: Arc::new(files),
             index: Arc::new(map.make_read_only()?),
-            bytes,
         })
     }
 
@@ -165,7 +163,7 @@ impl LooseDir {
 
     /// Bytes of every file.
     pub fn bytes(&self) -> u64 {
-        self.bytes
+        self.files.files().iter().map(|f| f.stamp.len).sum()
     }
 
     /// The index's totals (files, directories, bytes, JPEGs probed).
@@ -178,15 +176,5 @@ impl LooseDir {
     /// Number of files.
     pub fn files(&self) -> usize {
         self.files.files().len()
-    }
-}
-
-fn record(meta: &crate::format::writer::EntryMeta, is_dir: bool) -> Record {
-    Record {
-        is_dir,
-        mode: meta.mode,
-        mtime_sec: meta.mtime_sec,
-        mtime_nsec: meta.mtime_nsec,
-        ..Record::default()
     }
 }

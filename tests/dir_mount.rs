@@ -41,6 +41,21 @@ fn edge_tree(dir: &Path) -> PathBuf {
     dir.to_path_buf()
 }
 
+/// What the tests that share the machine's caches start with: the mount check and timeout, a
+/// shared hold on [`SERIAL`], and an [`edge_tree`] in a new temporary directory (with it).
+fn edge_setup() -> (
+    Timeout,
+    std::sync::RwLockReadGuard<'static, ()>,
+    tempfile::TempDir,
+    PathBuf,
+) {
+    let timeout = require_mount();
+    let shared = SERIAL.read().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let src = edge_tree(&tmp.path().join("src"));
+    (timeout, shared, tmp, src)
+}
+
 fn errno_of<T>(r: std::io::Result<T>) -> Option<i32> {
     r.err().and_then(|e| e.raw_os_error())
 }
@@ -135,10 +150,7 @@ fn changes_are_refused_never_mixed(src: &Path, mnt: &Path, log: &Path) {
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn a_directory_mounts_in_place_through_passthrough() {
-    let _timeout = require_mount();
-    let _shared = SERIAL.read().unwrap_or_else(|p| p.into_inner());
-    let tmp = tempfile::tempdir().unwrap();
-    let src = edge_tree(&tmp.path().join("src"));
+    let (_timeout, _shared, tmp, src) = edge_setup();
     let m = mount(&src, &tmp.path().join("mnt"), &["--passthrough", "on"]);
     let s0 = stats(&m.mnt);
     assert_eq!(s0["pack"]["reads"], "passthrough", "{s0}");
@@ -173,10 +185,7 @@ fn a_directory_mounts_in_place_through_passthrough() {
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn a_directory_mounts_in_place_with_the_daemons_reads() {
-    let _timeout = require_mount();
-    let _shared = SERIAL.read().unwrap_or_else(|p| p.into_inner());
-    let tmp = tempfile::tempdir().unwrap();
-    let src = edge_tree(&tmp.path().join("src"));
+    let (_timeout, _shared, tmp, src) = edge_setup();
     // The default: the daemon reads.
     let m = mount(&src, &tmp.path().join("mnt"), &[]);
     let s = stats(&m.mnt);
@@ -196,10 +205,7 @@ fn a_directory_mounts_in_place_with_the_daemons_reads() {
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn views_of_a_directory_mount_equal_those_of_its_pack() {
-    let _timeout = require_mount();
-    let _shared = SERIAL.read().unwrap_or_else(|p| p.into_inner());
-    let tmp = tempfile::tempdir().unwrap();
-    let src = edge_tree(&tmp.path().join("src"));
+    let (_timeout, _shared, tmp, src) = edge_setup();
     let pack = tmp.path().join("src.pack");
     let o = loosefs(&[&"pack", &src, &pack]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

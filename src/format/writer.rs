@@ -334,7 +334,9 @@ fn finished() -> FormatError {
     ))
 }
 
-fn record_for(meta: EntryMeta, is_dir: bool) -> Record {
+/// The record of a directory or file with `meta`'s mode and mtime; the tree fields, offset,
+/// size, CRC and JPEG fields left for the caller.
+pub(crate) fn record_for(meta: EntryMeta, is_dir: bool) -> Record {
     Record {
         is_dir,
         mode: meta.mode,

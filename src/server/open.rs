@@ -11,24 +11,25 @@ use std::time::Instant;
 
 impl Server {
     /// Whether the kernel may read files' original bytes itself (FUSE passthrough): asked
-    /// (`--passthrough auto`) and the storage holds whole local files (a loose directory).
+    /// (`--passthrough on`) and the storage holds whole local files (a loose directory: the
+    /// first file's bytes are asked for).
     pub fn passthrough_possible(&self) -> bool {
-        let mut files = (0..self.catalog.records() as u32).map(crate::ino::record_ino);
-        let first = files.find(|&ino| self.catalog.extent(ino).is_ok());
-        self.opts.passthrough
-            && first.is_some_and(|ino| {
-                (self.catalog.extent(ino)).is_ok_and(|e| {
-                    !self.catalog.checks()
-                        && (self.data.samples.storage())
-                            .backing_file(e.object, &e.range)
-                            .is_some()
-                })
+        if !self.opts.passthrough || self.catalog.checks() {
+            return false;
+        }
+        (0..self.catalog.records() as u32)
+            .find_map(|r| self.catalog.extent(crate::ino::record_ino(r)).ok())
+            .is_some_and(|e| {
+                (self.data.samples.storage())
+                    .backing_file(e.object, &e.range)
+                    .is_some()
             })
     }
 
-    /// Records whether reads go through passthrough now (for stats).
-    pub fn set_passthrough(&self, on: bool) {
-        self.passthrough.store(on, Relaxed);
+    /// Records whether reads go through passthrough now (for stats and the adaptor's opens);
+    /// returns what it was.
+    pub fn set_passthrough(&self, on: bool) -> bool {
+        self.passthrough.swap(on, Relaxed)
     }
 
     /// Whether reads go through passthrough now.

@@ -6,9 +6,12 @@
 //! pinning by `mlock` of a mapping kept for the life of the storage. Padding reads as zeros.
 //!
 //! Files are opened on first use (with `O_NOATIME` where allowed) and kept in a bounded LRU of
-//! open descriptors ([`OPEN_FILES`]). Every use checks the open file against what the walk
-//! recorded (inode, size, modification time): a file rewritten, replaced or removed since
-//! the mount answers an error naming it, so its old and new bytes are never mixed.
+//! open descriptors ([`OPEN_FILES`]). A file opened is checked against what the walk recorded
+//! (inode, size, modification time), and every read, passthrough open and pin of a kept one
+//! asks its path again: a file rewritten, replaced or removed since the mount answers an error
+//! naming it, so its old and new bytes are never mixed. Page-cache advice (residency,
+//! will-need, release) goes through a kept descriptor unchecked: it reads no bytes, and
+//! checking cost a path lookup per call, three per READ.
 
 use super::Storage;
 use crate::catalog::ObjectId;
@@ -121,63 +124,71 @@ impl FileSet {
     /// The file `k`, open and checked against its stamp. Errors: it cannot be opened, or it
     /// changed since the walk (the message names it and says what changed).
     pub fn file(&self, k: usize) -> io::Result<Arc<File>> {
-        let f = &self.files[k];
+        let (file, kept) = self.descriptor(k)?;
+        if kept {
+            // A kept descriptor still reads the file it opened: the path is asked whether that
+            // is still the file there (not replaced by a rename, not removed).
+            let f = &self.files[k];
+            let now = std::fs::symlink_metadata(self.root.join(&f.rel)).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("{} was removed since the mount ({e})", f.rel.display()),
+                )
+            });
+            self.check(k, now.map(|m| Stamp::of(&m)))?;
+        }
+        Ok(file)
+    }
+
+    /// A descriptor of file `k` and whether it was kept from an earlier use. One opened now
+    /// is checked against the stamp (`fstat`); a kept one is not: page-cache advice through
+    /// a descriptor of a file replaced since reaches only the old file's pages, and every
+    /// read goes through [`FileSet::file`]. Errors: as [`FileSet::file`] for a new one.
+    fn descriptor(&self, k: usize) -> io::Result<(Arc<File>, bool)> {
         let kept = self
             .open
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&k)
             .cloned();
-        let path = self.root.join(&f.rel);
-        let (file, now) = match kept {
-            // A kept descriptor still reads the file it opened: the path is asked whether that
-            // is still the file there (not replaced by a rename, not removed).
-            Some(file) => {
-                let now = std::fs::symlink_metadata(&path).map_err(|e| {
-                    io::Error::new(
-                        e.kind(),
-                        format!("{} was removed since the mount ({e})", f.rel.display()),
-                    )
-                });
-                (file, now.map(|m| Stamp::of(&m)))
-            }
-            None => {
-                let open = |flags| {
-                    std::fs::OpenOptions::new()
-                        .read(true)
-                        .custom_flags(flags | libc::O_NOFOLLOW)
-                        .open(&path)
-                };
-                // O_NOATIME needs the file's owner (or CAP_FOWNER): fall back without it.
-                let file = open(libc::O_NOATIME)
-                    .or_else(|_| open(0))
-                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-                let file = Arc::new(file);
-                let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-                open.put(k, file.clone());
-                let now = file.metadata().map(|m| Stamp::of(&m));
-                (file, now)
-            }
+        if let Some(file) = kept {
+            return Ok((file, true));
+        }
+        let path = self.root.join(&self.files[k].rel);
+        let open = |flags| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(flags | libc::O_NOFOLLOW)
+                .open(&path)
         };
-        let now = now.inspect_err(|e| {
-            self.open.lock().unwrap_or_else(|p| p.into_inner()).pop(&k);
-            if !self.reported[k].swap(true, Relaxed) {
-                log::error!("{e}; it answers EIO until remounted");
-            }
-        })?;
-        if now != f.stamp {
-            self.open.lock().unwrap_or_else(|p| p.into_inner()).pop(&k);
-            let why = format!(
+        // O_NOATIME needs the file's owner (or CAP_FOWNER): fall back without it.
+        let file = open(libc::O_NOATIME)
+            .or_else(|_| open(0))
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let file = Arc::new(file);
+        self.check(k, file.metadata().map(|m| Stamp::of(&m)))?;
+        (self.open.lock().unwrap_or_else(|p| p.into_inner())).put(k, file.clone());
+        Ok((file, false))
+    }
+
+    /// Compares what file `k` is `now` with its stamp; a difference (or `now`'s error) drops
+    /// its kept descriptor, is logged once per file and becomes the error returned.
+    fn check(&self, k: usize, now: io::Result<Stamp>) -> io::Result<()> {
+        let f = &self.files[k];
+        let err = match now {
+            Ok(now) if now == f.stamp => return Ok(()),
+            Ok(now) => io::Error::other(format!(
                 "{} changed since the mount ({}); remount to see it",
                 f.rel.display(),
                 changes(&f.stamp, &now)
-            );
-            if !self.reported[k].swap(true, Relaxed) {
-                log::error!("{why}; it answers EIO until then");
-            }
-            return Err(io::Error::other(why));
+            )),
+            Err(e) => e,
+        };
+        self.open.lock().unwrap_or_else(|p| p.into_inner()).pop(&k);
+        if !self.reported[k].swap(true, Relaxed) {
+            log::error!("{err}; it answers EIO until remounted");
         }
-        Ok(file)
+        Err(err)
     }
 
     /// The file whose bytes are exactly `r` of object 0 (what a passthrough open serves).
@@ -190,32 +201,27 @@ impl FileSet {
     }
 
     /// The pieces of `r` that lie in files: (file, range inside it, offset of the piece
-    /// inside `r`).
-    fn pieces(&self, r: &Range<u64>) -> Vec<(usize, Range<u64>, u64)> {
-        let first = self
-            .files
-            .partition_point(|f| f.base + f.stamp.len <= r.start);
-        let mut out = Vec::new();
-        for (k, f) in self.files.iter().enumerate().skip(first) {
-            if f.base >= r.end {
-                break;
-            }
-            let (s, e) = (r.start.max(f.base), r.end.min(f.base + f.stamp.len));
-            if s < e {
-                out.push((k, s - f.base..e - f.base, s - r.start));
-            }
-        }
-        out
+    /// inside `r`), in order.
+    fn pieces(&self, r: &Range<u64>) -> impl Iterator<Item = (usize, Range<u64>, u64)> + '_ {
+        let r = r.clone();
+        let first = (self.files).partition_point(|f| f.base + f.stamp.len <= r.start);
+        (self.files.iter().enumerate().skip(first))
+            .take_while(move |(_, f)| f.base < r.end)
+            .filter_map(move |(k, f)| {
+                let (s, e) = (r.start.max(f.base), r.end.min(f.base + f.stamp.len));
+                (s < e).then(|| (k, s - f.base..e - f.base, s - r.start))
+            })
     }
 
-    /// `f(file, range)` for every file piece of `r`, stopping at the first error.
-    fn each(
+    /// `f(file, range)` for every file piece of `r` through its descriptor (unchecked when
+    /// kept: page-cache advice, see [`FileSet::descriptor`]), stopping at the first error.
+    fn advise(
         &self,
         r: &Range<u64>,
         mut f: impl FnMut(&File, &Range<u64>) -> io::Result<()>,
     ) -> io::Result<()> {
         for (k, fr, _) in self.pieces(r) {
-            f(&*self.file(k)?, &fr)?;
+            f(&self.descriptor(k)?.0, &fr)?;
         }
         Ok(())
     }
@@ -278,7 +284,7 @@ impl Storage for FileSet {
             return;
         }
         let step = self.step as u64;
-        let _ = self.each(r, |f, fr| {
+        let _ = self.advise(r, |f, fr| {
             let mut s = fr.start;
             while s < fr.end {
                 let e = (s + step).min(fr.end);
@@ -294,7 +300,7 @@ impl Storage for FileSet {
             return 0;
         }
         let mut total = 0;
-        let _ = self.each(r, |f, fr| {
+        let _ = self.advise(r, |f, fr| {
             let Some((map, _)) = map_pages(f, fr)? else {
                 return Ok(());
             };
@@ -318,7 +324,7 @@ impl Storage for FileSet {
     }
 
     fn resident(&self, obj: ObjectId, r: &Range<u64>) -> bool {
-        let want: u64 = (self.pieces(r).iter())
+        let want: u64 = (self.pieces(r))
             .map(|(_, fr, _)| fr.end - fr.start / PAGE * PAGE)
             .sum();
         self.resident_bytes(obj, r) >= want
@@ -335,9 +341,8 @@ impl Storage for FileSet {
             } else {
                 fr.end
             };
-            let f = self.file(k)?;
             super::fadvise(
-                &f,
+                &self.descriptor(k)?.0,
                 &(fr.start..end),
                 PosixFadviseAdvice::POSIX_FADV_DONTNEED,
             )?;
@@ -349,7 +354,7 @@ impl Storage for FileSet {
         if obj != 0 {
             return Ok(());
         }
-        self.each(r, |f, fr| {
+        self.advise(r, |f, fr| {
             super::fadvise(
                 f,
                 &(fr.start / PAGE * PAGE..fr.end.next_multiple_of(PAGE)),
@@ -366,13 +371,13 @@ impl Storage for FileSet {
             return Ok(());
         }
         let mut maps = Vec::new();
-        self.each(r, |f, fr| {
-            if let Some((map, _)) = map_pages(f, fr)? {
+        for (k, fr, _) in self.pieces(r) {
+            // Checked: a lock faults the pages in.
+            if let Some((map, _)) = map_pages(&*self.file(k)?, &fr)? {
                 map.lock()?;
                 maps.push(map);
             }
-            Ok(())
-        })?;
+        }
         self.pins
             .lock()
             .unwrap_or_else(|p| p.into_inner())
