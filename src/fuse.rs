@@ -14,12 +14,14 @@ mod backing;
 
 use backing::BackingIds;
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, Request,
+    BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl,
+    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -51,6 +53,36 @@ impl LooseFs {
             log::warn!("passthrough refused by the kernel ({why}); the daemon reads files");
         }
         reply.error(Errno::ENOSYS);
+    }
+
+    /// The kernel settings asked for at INIT (see the module doc).
+    fn configure(&self, config: &mut KernelConfig) {
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS) {
+            log::warn!(
+                "kernel does not offer {missing:?}; lookups in one directory are serialised"
+            );
+        }
+        // READDIRPLUS without READDIRPLUS_AUTO: every listing returns the attributes too, so a
+        // loader that lists and then opens (ImageFolder, DALI) needs no LOOKUP per file.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS) {
+            log::warn!("kernel does not offer {missing:?}; every file costs a LOOKUP");
+        }
+        let _ = config.set_max_background(64);
+        // Passthrough: the backing files may sit on a stacked file system (overlayfs in a
+        // container), so the mount takes the largest stack depth, 2.
+        if self.server.passthrough_possible() {
+            let on = config.set_max_stack_depth(2).is_ok()
+                && config
+                    .add_capabilities(InitFlags::FUSE_PASSTHROUGH)
+                    .inspect_err(|m| {
+                        log::warn!("kernel does not offer {m:?}; the daemon reads files")
+                    })
+                    .is_ok();
+            if !on {
+                let _ = config.set_max_stack_depth(0);
+            }
+            self.server.set_passthrough(on);
+        }
     }
 
     fn file_attr(&self, a: &Attr) -> FileAttr {
@@ -96,6 +128,8 @@ fn errno(e: &FsError) -> Errno {
         FsError::IsDir => Errno::EISDIR,
         FsError::Corrupt(_) | FsError::Io(_) | FsError::Internal(_) => Errno::EIO,
         FsError::Denied => Errno::EACCES,
+        FsError::ReadOnly => Errno::EROFS,
+        FsError::Invalid(_) => Errno::EINVAL,
     }
 }
 
@@ -127,34 +161,81 @@ fn negative_attr() -> FileAttr {
     }
 }
 
-impl Filesystem for LooseFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS) {
-            log::warn!(
-                "kernel does not offer {missing:?}; lookups in one directory are serialised"
-            );
-        }
-        // READDIRPLUS without READDIRPLUS_AUTO: every listing returns the attributes too, so a
-        // loader that lists and then opens (ImageFolder, DALI) needs no LOOKUP per file.
-        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS) {
-            log::warn!("kernel does not offer {missing:?}; every file costs a LOOKUP");
-        }
-        let _ = config.set_max_background(64);
-        // Passthrough: the backing files may sit on a stacked file system (overlayfs in a
-        // container), so the mount takes the largest stack depth, 2.
-        if self.server.passthrough_possible() {
-            let on = config.set_max_stack_depth(2).is_ok()
-                && config
-                    .add_capabilities(InitFlags::FUSE_PASSTHROUGH)
-                    .inspect_err(|m| {
-                        log::warn!("kernel does not offer {m:?}; the daemon reads files")
-                    })
-                    .is_ok();
-            if !on {
-                let _ = config.set_max_stack_depth(0);
+/// Filesystem methods that would change the tree: each answers EROFS (the mount is not
+/// mounted read-only, so that `.loosefs/order` takes writes; nothing else does).
+macro_rules! read_only {
+    ($($name:ident($($arg:ident: $t:ty),*) -> $reply:ty;)*) => {
+        $(
+            fn $name(&self, _req: &Request, $(_: $t,)* reply: $reply) {
+                reply.error(errno(&self.server.refuse()));
             }
-            self.server.set_passthrough(on);
+        )*
+    };
+}
+
+impl Filesystem for LooseFs {
+    read_only! {
+        mknod(parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32) -> ReplyEntry;
+        mkdir(parent: INodeNo, name: &OsStr, mode: u32, umask: u32) -> ReplyEntry;
+        unlink(parent: INodeNo, name: &OsStr) -> ReplyEmpty;
+        rmdir(parent: INodeNo, name: &OsStr) -> ReplyEmpty;
+        symlink(parent: INodeNo, name: &OsStr, target: &Path) -> ReplyEntry;
+        rename(parent: INodeNo, name: &OsStr, to: INodeNo, to_name: &OsStr, f: RenameFlags)
+            -> ReplyEmpty;
+        link(ino: INodeNo, parent: INodeNo, name: &OsStr) -> ReplyEntry;
+        create(parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32) -> ReplyCreate;
+        setxattr(ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, position: u32)
+            -> ReplyEmpty;
+        removexattr(ino: INodeNo, name: &OsStr) -> ReplyEmpty;
+        fallocate(ino: INodeNo, fh: FileHandle, offset: u64, len: u64, mode: i32) -> ReplyEmpty;
+    }
+
+    /// A write: `.loosefs/order` takes an announced order, anything else answers EROFS.
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.server.write(ino.0, offset, data, req.pid()) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(self.fail("write", ino.0, &e)),
         }
+    }
+
+    /// Only `.loosefs/order` may be truncated (`open(O_TRUNC)`); anything else answers EROFS.
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        match self.server.setattr(ino.0, size) {
+            Ok(e) => reply.attr(&e.ttl, &self.file_attr(&e.attr)),
+            Err(e) => reply.error(self.fail("setattr", ino.0, &e)),
+        }
+    }
+
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        self.configure(config);
         Ok(())
     }
 
@@ -179,8 +260,8 @@ impl Filesystem for LooseFs {
     }
 
     /// Zero-message open: ENOSYS makes the kernel stop sending OPEN and RELEASE for the whole
-    /// connection and keep file pages cached across opens (as `FOPEN_KEEP_CACHE`). Writes never
-    /// get here: the mount is read-only, so the VFS answers EROFS itself.
+    /// connection and keep file pages cached across opens (as `FOPEN_KEEP_CACHE`). An open for
+    /// writing succeeds too; its writes answer EROFS (`.loosefs/order` excepted).
     ///
     /// Under passthrough (a loose directory) a file's OPEN is answered with its original
     /// file instead, and the kernel reads it with no READ round trip; a view or control file
@@ -266,7 +347,8 @@ impl Filesystem for LooseFs {
         }
     }
 
-    /// Nothing to flush on a read-only mount; ENOSYS once stops the kernel sending FLUSH.
+    /// Nothing to flush (an announced order is in force once written); ENOSYS once stops the
+    /// kernel sending FLUSH.
     fn flush(
         &self,
         _req: &Request,

@@ -67,6 +67,10 @@ pub struct MountArgs {
     /// Largest read-ahead window in pack order, MiB (0 disables read-ahead across samples).
     #[arg(long, default_value_t = 64)]
     pub prefetch_max_mb: u64,
+    /// Largest read-ahead window along an announced epoch order (`<mnt>/.loosefs/order`):
+    /// bytes read ahead and not yet served, MiB (0: orders are counted, not read ahead).
+    #[arg(long, default_value_t = 256)]
+    pub order_window_mb: u64,
     /// Keep this much of the pack resident (mlock), from its start: a size such as 2G or
     /// 512M, or `all`. Refused when it does not fit in available memory or the cgroup limit.
     #[arg(long, value_parser = parse_pin)]
@@ -214,6 +218,7 @@ impl MountArgs {
                 push_ahead: self.push_ahead,
                 keep_cache: self.keep_pack_cache,
                 pin: self.pin,
+                order_window: self.order_window_mb << 20,
             },
             warm: self.warm,
             // Resolved before the mount covers it (a lookup of our own root would wait on us).

@@ -57,6 +57,9 @@ pub struct Report {
     pub prefetch: PrefetchReport,
     /// Samples pushed into the kernel's cache ahead of in-order readers.
     pub push_ahead: PushReport,
+    /// Read-ahead along announced epoch orders.
+    #[serde(default)]
+    pub order: OrderReport,
     /// The pinned prefix.
     pub pin: PinReport,
     /// The whole-pack warm.
@@ -167,6 +170,36 @@ pub struct PrefetchReport {
     pub unserved_bytes: u64,
     /// READs that fell inside a range already read ahead.
     pub hits: u64,
+}
+
+/// The `order` section: read-ahead along announced epoch orders (`<mnt>/.loosefs/order`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderReport {
+    /// Bytes read ahead along one order and not yet served, at most (`--order-window-mb`).
+    pub window_max_bytes: u64,
+    /// Orders live now (announced, neither finished, replaced nor abandoned).
+    pub live: u64,
+    /// Orders announced since the mount.
+    pub announced: u64,
+    /// Samples in the live orders.
+    pub samples: u64,
+    /// Announced paths that named no file of the mount (not read ahead).
+    pub unresolved_paths: u64,
+    /// Samples read ahead along an order.
+    pub read_ahead: u64,
+    /// Bytes read ahead along an order.
+    pub read_ahead_bytes: u64,
+    /// Bytes read ahead and not yet served now (the memory the orders hold).
+    pub window_bytes: u64,
+    /// Samples of an order read for the first time.
+    pub served: u64,
+    /// Samples read ahead and released unread (their order was replaced or abandoned).
+    pub released_unread: u64,
+    /// First reads of a sample while an order was live that were off it (in no live order, or
+    /// far beyond what was read ahead).
+    pub left: u64,
+    /// Orders abandoned because reads did not follow them.
+    pub abandoned: u64,
 }
 
 /// The `push_ahead` section.

@@ -28,11 +28,13 @@ pub enum Op {
     Control,
     /// OPEN: answered ENOSYS once, after which the kernel sends none (zero-message open).
     Open,
+    /// WRITE and SETATTR: an announced order (`.loosefs/order`), or a change refused (EROFS).
+    Write,
 }
 
 impl Op {
     /// All operations, in report order.
-    pub const ALL: [Op; 8] = [
+    pub const ALL: [Op; 9] = [
         Op::Lookup,
         Op::Getattr,
         Op::Readdir,
@@ -41,6 +43,7 @@ impl Op {
         Op::Ioctl,
         Op::Control,
         Op::Open,
+        Op::Write,
     ];
 
     /// Name used in the JSON report.
@@ -54,6 +57,7 @@ impl Op {
             Op::Ioctl => "ioctl",
             Op::Control => "control",
             Op::Open => "open",
+            Op::Write => "write",
         }
     }
 }

@@ -58,6 +58,7 @@ fn server_options() -> ServerOptions {
             push_ahead: 0,
             keep_cache: false,
             pin: None,
+            order_window: 256 << 20,
         },
         warm: false,
         mountpoint: "/test".into(),

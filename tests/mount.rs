@@ -6,7 +6,8 @@
 mod common;
 
 use common::*;
-use std::os::unix::fs::MetadataExt;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -16,6 +17,53 @@ const LOOSEFS_UMOUNT: [&str; 2] = [env!("CARGO_BIN_EXE_loosefs"), "umount"];
 
 fn errno_of(r: std::io::Result<impl Sized>) -> Option<i32> {
     r.err().and_then(|e| e.raw_os_error())
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn an_order_written_to_the_mount_is_read_ahead_and_its_files_served_identical() {
+    let _timeout = require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, pack) = packed(tmp.path());
+    let m = mount(&pack, &tmp.path().join("mnt"), &[]);
+    let mut names = files(&src);
+    // A fixed permutation (an LCG), as a sampler's.
+    let mut x: u64 = 12345;
+    for i in (1..names.len()).rev() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        names.swap(i, ((x >> 33) % (i as u64 + 1)) as usize);
+    }
+    // As Python's open(p, "w").write(...) does it: O_TRUNC, then the lines.
+    let text: String = names.iter().map(|n| format!("{n}\n")).collect();
+    std::fs::write(m.mnt.join(".loosefs/order"), &text).unwrap();
+    let stats = |m: &Mounted| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(m.mnt.join(".loosefs/stats")).unwrap()).unwrap()
+    };
+    let o = &stats(&m)["order"];
+    assert_eq!(
+        (o["announced"].as_u64(), o["samples"].as_u64()),
+        (Some(1), Some(names.len() as u64)),
+        "{o}"
+    );
+    for n in &names {
+        assert!(
+            std::fs::read(m.mnt.join(n)).unwrap() == std::fs::read(src.join(n)).unwrap(),
+            "{n}"
+        );
+    }
+    let o = &stats(&m)["order"];
+    assert_eq!(o["served"].as_u64(), Some(names.len() as u64), "{o}");
+    assert_eq!(
+        (o["left"].as_u64(), o["abandoned"].as_u64()),
+        (Some(0), Some(0)),
+        "{o}"
+    );
+    // The order file reads back the same section.
+    let again: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(m.mnt.join(".loosefs/order")).unwrap()).unwrap();
+    assert_eq!(again["served"], o["served"]);
 }
 
 #[test]
@@ -147,11 +195,32 @@ fn tree_matches(src: &Path, pack: &Path, mnt: &Path) {
         per_read,
         "a second LOOKUP for a cached missing name"
     );
-    // Writes of every kind fail with EROFS.
+    // Writes of every kind fail with EROFS. The mount answers no OPEN (zero-message open),
+    // so an open for writing succeeds, and its first write fails; a truncating open fails.
     let (first, _) = a.iter().find(|(_, e)| e.file_type().is_file()).unwrap();
     let f = m.mnt.join(first);
+    let mut w = std::fs::OpenOptions::new().write(true).open(&f).unwrap();
+    assert_eq!(errno_of(w.write_all(b"x")), Some(libc::EROFS));
+    drop(w);
     assert_eq!(
-        errno_of(std::fs::OpenOptions::new().write(true).open(&f)),
+        errno_of(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(&f)
+        ),
+        Some(libc::EROFS)
+    );
+    assert_eq!(errno_of(std::fs::write(&f, b"x")), Some(libc::EROFS));
+    assert_eq!(
+        errno_of(std::fs::set_permissions(
+            &f,
+            std::fs::Permissions::from_mode(0o777)
+        )),
+        Some(libc::EROFS)
+    );
+    assert_eq!(
+        errno_of(std::os::unix::fs::symlink(&f, m.mnt.join("ln"))),
         Some(libc::EROFS)
     );
     assert_eq!(

@@ -64,6 +64,7 @@ fn options(push_ahead: usize) -> ServerOptions {
             push_ahead,
             keep_cache: false,
             pin: None,
+            order_window: 256 << 20,
         },
         warm: false,
         mountpoint: "/test".into(),
@@ -583,4 +584,256 @@ fn drop_cache_invalidates_every_file_served_even_after_the_storage_generation_mo
     let mut want: Vec<u64> = files[..11].iter().map(|f| f.1).collect();
     want.sort();
     assert_eq!(got, want, "{r:?}");
+}
+
+/// Local pack storage that records every read-ahead request and release.
+struct Recording {
+    inner: loosefs::storage::local::LocalStorage,
+    asked: Mutex<Vec<std::ops::Range<u64>>>,
+    released: Mutex<Vec<std::ops::Range<u64>>>,
+}
+
+impl loosefs::storage::Storage for Recording {
+    fn len(&self, obj: u32) -> u64 {
+        self.inner.len(obj)
+    }
+    fn read_at(&self, obj: u32, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_at(obj, off, buf)
+    }
+    fn will_need(&self, obj: u32, r: &std::ops::Range<u64>) {
+        self.asked.lock().unwrap().push(r.clone());
+        self.inner.will_need(obj, r)
+    }
+    fn resident_bytes(&self, obj: u32, r: &std::ops::Range<u64>) -> u64 {
+        self.inner.resident_bytes(obj, r)
+    }
+    fn resident(&self, obj: u32, r: &std::ops::Range<u64>) -> bool {
+        self.inner.resident(obj, r)
+    }
+    fn release(&self, obj: u32, r: &std::ops::Range<u64>) -> std::io::Result<()> {
+        self.released.lock().unwrap().push(r.clone());
+        self.inner.release(obj, r)
+    }
+    fn evict(&self, obj: u32, r: &std::ops::Range<u64>) -> std::io::Result<()> {
+        self.inner.evict(obj, r)
+    }
+    fn pin(&self, obj: u32, r: &std::ops::Range<u64>) -> std::io::Result<()> {
+        self.inner.pin(obj, r)
+    }
+}
+
+/// A server over the sample pack with a recording storage, an order window of `window`
+/// bytes and no other read-ahead (no streams, no push), and its files in pack order.
+fn order_server(tmp: &Path, window: u64) -> (Arc<Server>, Arc<Recording>, Vec<(String, u64)>) {
+    let (_src, pack) = packed(tmp);
+    let storage = Arc::new(Recording {
+        inner: loosefs::storage::local::LocalStorage::for_pack(&pack).unwrap(),
+        asked: Mutex::default(),
+        released: Mutex::default(),
+    });
+    let catalog = Arc::new(loosefs::catalog::native::NativeCatalog::new(
+        pack,
+        Views::default(),
+    ));
+    let mut opts = options(0);
+    opts.readahead.window_max = 0;
+    opts.readahead.order_window = window;
+    let s = Arc::new(Server::new(catalog, storage.clone(), opts));
+    let mut files = Vec::new();
+    walk(&s, ROOT_INO, "", &mut files);
+    (s, storage, files)
+}
+
+/// Announces `paths` as process `pid` would write them to `.loosefs/order`: in writes of
+/// `chunk` bytes, so lines are split across writes.
+fn announce(s: &Server, pid: u32, paths: &[&str], chunk: usize) {
+    let dir = s.lookup(ROOT_INO, b".loosefs").unwrap().attr.ino;
+    let ino = s.lookup(dir, b"order").unwrap().attr.ino;
+    assert_eq!(s.setattr(ino, Some(0)).unwrap().attr.size, 0);
+    let text: String = paths.iter().map(|p| format!("{p}\n")).collect();
+    for (k, part) in text.as_bytes().chunks(chunk).enumerate() {
+        let n = s.write(ino, (k * chunk) as u64, part, pid).unwrap();
+        assert_eq!(n as usize, part.len());
+    }
+}
+
+fn order_report(s: &Server) -> loosefs::report::OrderReport {
+    control::<Report>(s, "stats").order
+}
+
+#[test]
+fn an_announced_shuffled_order_is_read_ahead_in_storage_order_and_served_from_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (s, storage, files) = order_server(tmp.path(), 1 << 30);
+    let order: Vec<(String, u64)> = shuffled(files.len())
+        .into_iter()
+        .map(|k| files[k].clone())
+        .collect();
+    // Relative paths, `./` paths and absolute paths under the mountpoint all name files.
+    let paths: Vec<String> = (order.iter().enumerate())
+        .map(|(k, (p, _))| match k % 3 {
+            0 => p.clone(),
+            1 => format!("./{p}"),
+            _ => format!("/test/{p}"),
+        })
+        .collect();
+    let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+    // One write, as the kernel sends up to 128 KiB of a write(2) at a time.
+    announce(&s, 7, &refs, 128 << 10);
+    let n = files.len() as u64;
+    wait_for("the whole order read ahead", || {
+        order_report(&s).read_ahead == n
+    });
+    let r = order_report(&s);
+    assert_eq!(
+        (r.live, r.announced, r.samples, r.unresolved_paths),
+        (1, 1, n, 0)
+    );
+    // One window: every sample asked for once, sorted into pack order, adjacent ones merged.
+    let asked = storage.asked.lock().unwrap().clone();
+    assert!(
+        asked.windows(2).all(|w| w[0].end <= w[1].start),
+        "not in pack order, or asked twice"
+    );
+    assert!(
+        (asked.len() as u64) < n / 2,
+        "{} requests for {n} samples: nothing merged",
+        asked.len()
+    );
+    for (path, ino) in &order {
+        let bytes = read_all(&s, *ino);
+        let ext = s.catalog().extent(*ino).unwrap();
+        assert!(
+            asked
+                .iter()
+                .any(|a| a.start <= ext.range.start && ext.range.end <= a.end),
+            "{path}"
+        );
+        assert_eq!(bytes.len() as u64, ext.len(), "{path}");
+    }
+    let r = order_report(&s);
+    assert_eq!(
+        (r.served, r.left, r.abandoned, r.released_unread),
+        (n, 0, 0, 0)
+    );
+    // Served in full, the order is finished: nothing held, nothing live.
+    assert_eq!((r.live, r.window_bytes), (0, 0));
+}
+
+#[test]
+fn an_order_holds_at_most_its_window_unserved_and_moves_on_as_samples_are_served() {
+    let tmp = tempfile::tempdir().unwrap();
+    let window = 4 << 20;
+    let (s, _storage, files) = order_server(tmp.path(), window);
+    let order: Vec<(String, u64)> = shuffled(files.len())
+        .into_iter()
+        .map(|k| files[k].clone())
+        .collect();
+    let refs: Vec<&str> = order.iter().map(|(p, _)| p.as_str()).collect();
+    announce(&s, 7, &refs, 1 << 20);
+    let largest = files
+        .iter()
+        .map(|(_, ino)| s.getattr(*ino).unwrap().attr.size)
+        .max()
+        .unwrap();
+    wait_for("a first window read ahead", || {
+        order_report(&s).read_ahead > 0
+    });
+    for (k, (_, ino)) in order.iter().enumerate() {
+        let r = order_report(&s);
+        assert!(
+            r.window_bytes <= window + largest,
+            "{} bytes held",
+            r.window_bytes
+        );
+        assert!(r.read_ahead >= k as u64 / 2 || r.read_ahead > 0);
+        read_all(&s, *ino);
+    }
+    let r = order_report(&s);
+    assert_eq!((r.served, r.left, r.abandoned), (files.len() as u64, 0, 0));
+    assert!(
+        r.read_ahead > 4 * window / largest,
+        "the window never moved: {r:?}"
+    );
+}
+
+#[test]
+fn reads_off_the_announced_order_abandon_it_and_release_what_it_read_ahead() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (s, storage, files) = order_server(tmp.path(), 1 << 30);
+    let (announced, others) = files.split_at(files.len() / 2);
+    let refs: Vec<&str> = announced.iter().map(|(p, _)| p.as_str()).collect();
+    announce(&s, 7, &refs, 4096);
+    let half = announced.len() as u64;
+    wait_for("the order read ahead", || {
+        order_report(&s).read_ahead == half
+    });
+    // A stale order: the reader reads the other half.
+    for (_, ino) in &others[..64] {
+        read_all(&s, *ino);
+    }
+    let r = order_report(&s);
+    assert_eq!((r.abandoned, r.live, r.window_bytes), (1, 0, 0), "{r:?}");
+    assert_eq!(r.released_unread, half, "{r:?}");
+    let released = storage.released.lock().unwrap().clone();
+    for (path, ino) in announced {
+        let ext = s.catalog().extent(*ino).unwrap();
+        assert!(
+            released
+                .iter()
+                .any(|x| x.start <= ext.range.start + 4095
+                    && ext.range.end <= x.end.max(ext.range.end)),
+            "{path} kept"
+        );
+    }
+    // Reads go on unharmed, and once abandoned the reads are no longer checked.
+    for (_, ino) in &others[64..] {
+        read_all(&s, *ino);
+    }
+    assert!(order_report(&s).left <= 64);
+}
+
+#[test]
+fn announcements_replace_their_process_order_and_refuse_what_is_not_an_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (s, _storage, files) = order_server(tmp.path(), 0);
+    let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+    announce(&s, 7, &paths[..100], 64);
+    announce(&s, 8, &paths[100..150], 64);
+    announce(&s, 7, &paths[200..210], 64);
+    let r = order_report(&s);
+    assert_eq!((r.announced, r.live, r.samples), (3, 2, 60), "{r:?}");
+    // Unknown paths, directories and paths outside the mount are counted, not fatal.
+    announce(
+        &s,
+        9,
+        &["no/such.JPEG", "", "/elsewhere/x.JPEG", paths[0]],
+        7,
+    );
+    let dir0 = paths[0].split('/').next().unwrap();
+    announce(&s, 10, &[dir0], 64);
+    let r = order_report(&s);
+    assert_eq!((r.unresolved_paths, r.samples), (3, 61), "{r:?}");
+    // Writes must continue the announcement; nothing but the order file takes writes.
+    let dir = s.lookup(ROOT_INO, b".loosefs").unwrap().attr.ino;
+    let order = s.lookup(dir, b"order").unwrap().attr.ino;
+    assert!(matches!(
+        s.write(order, 5, b"x\n", 11),
+        Err(FsError::Invalid(_))
+    ));
+    s.write(order, 0, b"abc", 11).unwrap();
+    assert!(matches!(
+        s.write(order, 2, b"x\n", 11),
+        Err(FsError::Invalid(_))
+    ));
+    assert!(matches!(
+        s.write(order, 3, &[b'a'; 5000], 11),
+        Err(FsError::Invalid(_))
+    ));
+    let stats = s.lookup(dir, b"stats").unwrap().attr.ino;
+    assert_eq!(s.write(stats, 0, b"x", 11), Err(FsError::ReadOnly));
+    assert_eq!(s.write(files[0].1, 0, b"x", 11), Err(FsError::ReadOnly));
+    assert_eq!(s.setattr(files[0].1, Some(0)), Err(FsError::ReadOnly));
+    assert_eq!(s.setattr(order, Some(5)), Err(FsError::ReadOnly));
+    assert_eq!(s.write(ROOT_INO, 0, b"x", 11), Err(FsError::ReadOnly));
 }

@@ -41,6 +41,14 @@ pub enum FsError {
     /// mount's owner or root.
     #[error("permission denied")]
     Denied,
+    /// A change to the mount's files or directories (EROFS): only `.loosefs/order` takes
+    /// writes.
+    #[error("read-only file system")]
+    ReadOnly,
+    /// A request the daemon cannot make sense of (EINVAL): a write to `.loosefs/order` away from
+    /// its end, a line longer than a path may be. The string says which.
+    #[error("invalid request: {0}")]
+    Invalid(String),
 }
 
 /// File or directory.

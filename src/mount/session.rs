@@ -30,7 +30,8 @@ pub(super) fn fs_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// The FUSE session serving `fs` at `mnt`: read-only, noatime, default permissions, the
+/// The FUSE session serving `fs` at `mnt`: writable only where the daemon says so (the
+/// announced order; every other change answers EROFS, see [`crate::fuse`]), noatime, default permissions, the
 /// owner only unless `--allow-other`, `--threads` workers with a cloned fd each. As root the
 /// mount is made here (type `fuse.loosefs`); otherwise through fusermount.
 pub(super) fn open_session(
@@ -41,7 +42,6 @@ pub(super) fn open_session(
 ) -> Result<Session<LooseFs>> {
     let mut cfg = Config::default();
     cfg.mount_options = vec![
-        MountOption::RO,
         MountOption::NoAtime,
         MountOption::DefaultPermissions,
         MountOption::FSName(format!("loosefs:{name}")),
@@ -158,7 +158,7 @@ pub(super) fn mount_fuse(mnt: &Path, source: &str, allow_other: bool) -> Result<
     if allow_other {
         data.push_str(",allow_other");
     }
-    let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOATIME;
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOATIME;
     nix::mount::mount(Some(source), mnt, Some(FS_TYPE), flags, Some(data.as_str()))
         .with_context(|| format!("mount(2) of type {FS_TYPE}"))?;
     Ok(OwnedFd::from(dev))

@@ -119,6 +119,23 @@ impl Ledger {
         }
     }
 
+    /// Takes back the read-ahead marks of the granules lying wholly inside `r`, bytes read
+    /// ahead and released unread (an abandoned order): later read-ahead may ask for them again.
+    pub fn unclaim(&self, r: &Range<u64>) {
+        let n = self.passes.len() as u64;
+        let g = r.start.div_ceil(self.granule).min(n)..(r.end / self.granule).min(n);
+        let mut cleared = 0u64;
+        for k in g {
+            let bit = 1u64 << (k % 64);
+            if self.asked_bits[(k / 64) as usize].fetch_and(!bit, Relaxed) & bit != 0 {
+                cleared += 1;
+            }
+        }
+        let _ = (self.asked).fetch_update(Relaxed, Relaxed, |a| {
+            Some(a.saturating_sub(cleared * self.granule))
+        });
+    }
+
     /// Bytes read ahead and not served (yet, or ever).
     pub fn unserved(&self) -> u64 {
         self.asked

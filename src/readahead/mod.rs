@@ -30,6 +30,7 @@
 //! `docs/DESIGN.md` has the measurements behind each knob.
 
 pub mod ledger;
+pub mod order;
 pub mod pin;
 pub mod push;
 mod report;
@@ -40,6 +41,7 @@ use crate::catalog::{Extent, ObjectId};
 use crate::ino::record_ino;
 use crate::samples::Samples;
 use ledger::Ledger;
+use order::Orders;
 use pin::Pinner;
 use push::{Pusher, Store};
 use std::ops::Range;
@@ -63,6 +65,9 @@ pub struct ReadAheadOptions {
     pub keep_cache: bool,
     /// Bytes of the first object to pin from its start; `Some(u64::MAX)` for all.
     pub pin: Option<u64>,
+    /// Bytes read ahead along an announced order and not yet served, at most (0: announced
+    /// orders are counted but not read ahead).
+    pub order_window: u64,
 }
 
 /// Read-ahead counters.
@@ -99,6 +104,8 @@ pub struct ReadAhead {
     /// Where each object starts in the pinned sequence (objects one after the other), bytes.
     bases: Vec<u64>,
     warm: Arc<Warmer>,
+    /// Announced epoch orders.
+    pub order: Orders,
     opts: ReadAheadOptions,
     /// Counters.
     pub stats: ReadAheadStats,
@@ -123,6 +130,7 @@ impl ReadAhead {
         }
         let ra = ReadAhead {
             prefetch: start_prefetch_thread(samples.clone(), ledgers.clone()),
+            order: Orders::new(samples.clone(), ledgers.clone(), opts.order_window),
             ledgers,
             push: Pusher::new(samples.catalog().records()),
             streams,
@@ -205,6 +213,8 @@ impl ReadAhead {
     /// Feeds a whole-sample read of `ext` to its object's stream detector and issues the
     /// read-ahead it advises.
     pub fn walk(&self, ext: &Extent) -> Advice {
+        let unread = self.order.first_read(ext);
+        self.release_unread(&unread);
         let Some(streams) = self.streams.get(ext.object as usize) else {
             return Advice::default();
         };

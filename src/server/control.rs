@@ -4,9 +4,10 @@
 //! Each *lookup* of a control file produces a fresh snapshot inode holding the file's whole
 //! content, with zero entry and attribute TTLs, so every `open` sees current data even though
 //! the kernel caches file pages across opens on this mount. `stats` renders the statistics
-//! (JSON), `metrics` the same in Prometheus text; `warm` and `drop-cache` are commands: looking
-//! one up runs it once and its content is the result. Only `stats` and `metrics` are listed
-//! (listing must not run commands).
+//! (JSON), `metrics` the same in Prometheus text, `order` the announced orders' progress (and
+//! takes writes: an announcement, see [`super::announce`]); `warm` and `drop-cache` are
+//! commands: looking one up runs it once and its content is the result. Only `stats`,
+//! `metrics` and `order` are listed (listing must not run commands).
 
 use super::{Entry, TTL};
 use crate::catalog::{Attr, DirEntry, FsError, Kind};
@@ -18,13 +19,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Name of the control directory in the mount root.
 pub const DIR_NAME: &[u8] = b".loosefs";
 /// Files listed in the control directory (control file `k` is `LISTED[k]` in listings).
-pub const LISTED: &[&str] = &["stats", "metrics"];
+pub const LISTED: &[&str] = &["stats", "metrics", ORDER];
+/// The control file that takes announced orders.
+pub const ORDER: &str = "order";
 /// Snapshots kept at most (older ones are dropped; reading them then answers ENOENT).
 const KEEP: usize = 256;
 
 #[derive(Debug, Default)]
 struct Snapshots {
     content: HashMap<u64, Arc<Vec<u8>>>,
+    /// Snapshots of `order` (writable).
+    orders: std::collections::HashSet<u64>,
     /// Snapshot numbers, oldest first.
     order: VecDeque<u64>,
     last: u64,
@@ -53,8 +58,10 @@ impl Control {
         Entry { attr, ttl: TTL }
     }
 
-    /// Attributes of control file `k` holding `size` bytes (never cached by the kernel).
-    fn file_entry(k: u64, size: u64) -> Entry {
+    /// Attributes of control file `k` holding `size` bytes (never cached by the kernel); an
+    /// `order` file is writable by everyone who may use the mount (a wrong order costs no
+    /// more than none).
+    fn file_entry(k: u64, size: u64, order: bool) -> Entry {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
@@ -65,7 +72,7 @@ impl Control {
             mtime_sec: now,
             mtime_nsec: 0,
             kind: Kind::File,
-            perm: 0o444,
+            perm: if order { 0o666 } else { 0o444 },
             nlink: 1,
             blksize: 4096,
         };
@@ -94,13 +101,26 @@ impl Control {
         g.last += 1;
         let k = LISTED.len() as u64 + g.last;
         g.content.insert(k, Arc::new(bytes));
+        if name == ORDER {
+            g.orders.insert(k);
+        }
         g.order.push_back(k);
         while g.order.len() > KEEP {
             if let Some(old) = g.order.pop_front() {
                 g.content.remove(&old);
+                g.orders.remove(&old);
             }
         }
-        Ok(Self::file_entry(k, size))
+        Ok(Self::file_entry(k, size, name == ORDER))
+    }
+
+    /// Whether `node` is an `order` control file (listed or looked up).
+    pub fn is_order(&self, node: Node) -> bool {
+        match node {
+            Node::ControlFile(k) if (k as usize) < LISTED.len() => LISTED[k as usize] == ORDER,
+            Node::ControlFile(k) => self.snaps.lock().is_ok_and(|g| g.orders.contains(&k)),
+            _ => false,
+        }
     }
 
     /// Attributes of a control node.
@@ -109,7 +129,7 @@ impl Control {
             Node::ControlDir => Ok(Self::dir_entry()),
             Node::ControlFile(k) => {
                 let size = self.get(k).map_or(0, |c| c.len() as u64);
-                Ok(Self::file_entry(k, size))
+                Ok(Self::file_entry(k, size, self.is_order(node)))
             }
             _ => Err(FsError::NotFound),
         }
@@ -165,6 +185,7 @@ impl Control {
     pub fn forget(&self, node: Node) {
         if let (Node::ControlFile(k), Ok(mut g)) = (node, self.snaps.lock()) {
             g.content.remove(&k);
+            g.orders.remove(&k);
             g.order.retain(|&i| i != k);
         }
     }

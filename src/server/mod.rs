@@ -7,6 +7,7 @@
 //! how they become its content; stored bytes go through [`ReadAhead`] and [`Samples`], decoded
 //! views through the [`Decoder`]. Nothing here depends on where the bytes live.
 
+mod announce;
 mod control;
 mod data;
 mod local;
@@ -57,6 +58,7 @@ pub struct Server {
     catalog: Arc<dyn Catalog>,
     data: Data,
     control: Control,
+    announcing: announce::Announcing,
     /// Request counters and latency histograms.
     pub stats: Stats,
     opts: ServerOptions,
@@ -92,6 +94,7 @@ impl Server {
                 decoder: decoder.flatten(),
             },
             control: Control::default(),
+            announcing: Default::default(),
             stats: Stats::default(),
             opts,
             started: Instant::now(),
@@ -292,6 +295,7 @@ impl Server {
                 return Ok(crate::metrics::prometheus(&self.report(), mnt).into_bytes());
             }
             "stats" => serde_json::to_vec_pretty(&self.report()),
+            control::ORDER => serde_json::to_vec_pretty(&self.data.readahead.order.report()),
             "warm" | "drop-cache" if !trusted => return Err(FsError::Denied),
             "warm" => serde_json::to_vec_pretty(&self.parts().warm()),
             "drop-cache" => serde_json::to_vec_pretty(&self.drop_cache()),

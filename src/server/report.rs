@@ -78,6 +78,7 @@ impl Parts<'_> {
             },
             prefetch,
             push_ahead,
+            order: self.data.readahead.order.report(),
             pin,
             warm,
             decode: self.data.decoder.as_ref().map(|d| d.report()),

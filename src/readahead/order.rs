@@ -1,0 +1,419 @@
+//! Announced epoch order: a sampler tells the mount in which order the coming epoch's files
+//! will be read (`<mnt>/.loosefs/order`), and read-ahead follows that order instead of
+//! guessing it from storage offsets, so a shuffled epoch is read ahead as well as an in-order
+//! one.
+//!
+//! An order is a list of catalog records in read order (a view's path names its JPEG's
+//! record). One thread reads ahead along every live order: the next positions, up to a window
+//! of bytes read ahead and not yet served (`--order-window-mb`), are sorted into storage order,
+//! merged where they share a page, and asked from the storage all at once, so the device or
+//! link sees a deep queue of large requests instead of one miss per reader. A sample leaves the
+//! window when it is first read (or pushed, or opened under passthrough); its pages are then
+//! released as every served sample's are. New batches start once a quarter of the window is
+//! free, so each batch is large enough to sort well.
+//!
+//! Orders are kept per announcing process: an announcement replaces that process's previous
+//! order (the next epoch), and other processes' orders stay (other ranks sharing the mount).
+//! A record belongs to the order that announced it last.
+//!
+//! A wrong or stale order costs at most its first window: every sample's first read is
+//! checked, and one is *off* the order when its record is in no live order, or lies far beyond
+//! what was read ahead for it. When most of the last [`HISTORY`] first reads were off, every
+//! live order is abandoned: what it read ahead and nobody read is released, and read-ahead
+//! falls back to the stream detector alone.
+
+use super::ledger::Ledger;
+use crate::catalog::{Extent, ObjectId};
+use crate::ino::record_ino;
+use crate::report::OrderReport;
+use crate::samples::Samples;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Live orders kept at most (the oldest goes first).
+pub const MAX_ORDERS: usize = 16;
+/// First reads the off-the-order check looks back over.
+pub const HISTORY: u32 = 64;
+/// A read counts as off its order when it lies this many positions, or as many as are in the
+/// window if more, beyond the last position read ahead.
+const AHEAD_SLACK: usize = 1024;
+/// Bytes two requests may be apart and still merge (they share a page).
+const PAGE: u64 = 4096;
+/// No owner in the record map.
+const NONE: u64 = u64::MAX;
+
+/// Counters of the announced orders (the `order` section of the stats).
+#[derive(Debug, Default)]
+pub struct OrderStats {
+    /// Orders announced.
+    pub announced: AtomicU64,
+    /// Paths announced that name no file of the mount.
+    pub unresolved: AtomicU64,
+    /// Samples read ahead along an order.
+    pub read_ahead: AtomicU64,
+    /// Bytes read ahead along an order.
+    pub read_ahead_bytes: AtomicU64,
+    /// Samples of an order read for the first time.
+    pub served: AtomicU64,
+    /// Samples read ahead and released unread (their order was replaced or abandoned).
+    pub released: AtomicU64,
+    /// First reads off every live order.
+    pub left: AtomicU64,
+    /// Orders abandoned because reads did not follow them.
+    pub abandoned: AtomicU64,
+}
+
+/// One announced order.
+#[derive(Debug)]
+struct Order {
+    id: u32,
+    pid: u32,
+    /// Records in read order.
+    records: Vec<u32>,
+    /// One bit per position: read (served) already.
+    served: Vec<u64>,
+    served_n: usize,
+    /// Positions below this were read ahead, or skipped as served already.
+    issued: usize,
+    /// Bytes and samples read ahead and not served yet.
+    outstanding: u64,
+    outstanding_n: usize,
+}
+
+impl Order {
+    fn is_served(&self, p: usize) -> bool {
+        self.served
+            .get(p / 64)
+            .is_some_and(|w| w & (1 << (p % 64)) != 0)
+    }
+
+    fn done(&self) -> bool {
+        self.served_n >= self.records.len() && self.outstanding_n == 0
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    orders: Vec<Order>,
+    /// Per record: `id << 32 | position` of the order holding it, or [`NONE`].
+    owner: Vec<u64>,
+    next_id: u32,
+    /// The last [`HISTORY`] first reads, one bit each (1: off the order), newest lowest.
+    history: u64,
+    seen: u32,
+}
+
+impl State {
+    fn find(&mut self, id: u32) -> Option<&mut Order> {
+        self.orders.iter_mut().find(|o| o.id == id)
+    }
+
+    /// Removes order `k`: its records lose their owner; returns its positions read ahead and
+    /// not served (to release).
+    fn remove(&mut self, k: usize) -> Vec<u32> {
+        let o = self.orders.swap_remove(k);
+        for (p, &r) in o.records.iter().enumerate() {
+            if self.owner.get(r as usize) == Some(&(u64::from(o.id) << 32 | p as u64)) {
+                self.owner[r as usize] = NONE;
+            }
+        }
+        (0..o.issued)
+            .filter(|&p| !o.is_served(p))
+            .map(|p| o.records[p])
+            .collect()
+    }
+}
+
+/// The announced orders of a mount and the thread reading ahead along them.
+pub struct Orders {
+    inner: Arc<Inner>,
+    wake: SyncSender<()>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    /// Any order live (the read path's fast check).
+    live: AtomicBool,
+    /// Bytes read ahead and not served, per order at most.
+    window: u64,
+    records: usize,
+    stats: OrderStats,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Orders {
+    /// The orders of a mount over `samples`, each read ahead up to `window` bytes (0: orders
+    /// are accepted and counted but nothing is read ahead); starts the order thread.
+    pub fn new(samples: Arc<Samples>, ledgers: Arc<Vec<Ledger>>, window: u64) -> Orders {
+        let inner = Arc::new(Inner {
+            state: Mutex::default(),
+            live: AtomicBool::new(false),
+            window,
+            records: samples.catalog().records() as usize,
+            stats: OrderStats::default(),
+        });
+        let (wake, rx) = std::sync::mpsc::sync_channel(1);
+        let i = inner.clone();
+        let spawned = std::thread::Builder::new()
+            .name("loosefs-order".into())
+            .spawn(move || run(&i, &samples, &ledgers, &rx));
+        if let Err(e) = spawned {
+            log::warn!("cannot start the order thread: {e}; announced orders are not read ahead");
+        }
+        Orders { inner, wake }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &OrderStats {
+        &self.inner.stats
+    }
+
+    /// Starts a new, empty order announced by process `pid`, replacing that process's previous
+    /// one (and the oldest order when [`MAX_ORDERS`] are live). Returns its id and the records
+    /// read ahead for the orders it replaced and never read, whose pages the caller releases.
+    pub fn announce(&self, pid: u32) -> (u32, Vec<u32>) {
+        let mut s = self.inner.lock();
+        if s.owner.len() != self.inner.records {
+            s.owner = vec![NONE; self.inner.records];
+        }
+        let mut unread = Vec::new();
+        while let Some(k) = (s.orders.iter().position(|o| o.pid == pid))
+            .or_else(|| (s.orders.len() >= MAX_ORDERS).then_some(0))
+        {
+            unread.extend(s.remove(k));
+        }
+        s.next_id = s.next_id.wrapping_add(1);
+        let id = s.next_id;
+        s.orders.push(Order {
+            id,
+            pid,
+            records: Vec::new(),
+            served: Vec::new(),
+            served_n: 0,
+            issued: 0,
+            outstanding: 0,
+            outstanding_n: 0,
+        });
+        (s.history, s.seen) = (0, 0);
+        self.inner.live.store(true, Relaxed);
+        self.inner.stats.announced.fetch_add(1, Relaxed);
+        self.note_released(unread.len());
+        (id, unread)
+    }
+
+    /// Appends `records` to order `id` (a no-op once it was replaced or abandoned).
+    pub fn extend(&self, id: u32, records: &[u32]) {
+        let mut s = self.inner.lock();
+        let State { orders, owner, .. } = &mut *s;
+        let Some(o) = orders.iter_mut().find(|o| o.id == id) else {
+            return;
+        };
+        for &r in records {
+            if let Some(slot) = owner.get_mut(r as usize) {
+                *slot = u64::from(id) << 32 | o.records.len() as u64;
+                o.records.push(r);
+            }
+        }
+        o.served.resize(o.records.len().div_ceil(64), 0);
+        drop(s);
+        let _ = self.wake.try_send(());
+    }
+
+    /// Counts `n` paths that named no file.
+    pub fn unresolved(&self, n: u64) {
+        self.inner.stats.unresolved.fetch_add(n, Relaxed);
+    }
+
+    fn note_released(&self, n: usize) {
+        self.inner.stats.released.fetch_add(n as u64, Relaxed);
+    }
+
+    /// The first read of a sample (`ext`, stored bytes): it leaves its order's window, and the
+    /// reads are checked against the orders. Returns the records read ahead and never read
+    /// when this read made the orders be abandoned (the caller releases their pages).
+    pub fn first_read(&self, ext: &Extent) -> Vec<u32> {
+        if !self.inner.live.load(Relaxed) {
+            return Vec::new();
+        }
+        let stats = &self.inner.stats;
+        let mut s = self.inner.lock();
+        let owner = s.owner.get(ext.record as usize).copied().unwrap_or(NONE);
+        let (id, p) = ((owner >> 32) as u32, (owner & u64::from(u32::MAX)) as usize);
+        let mut off = true;
+        let mut finished = None;
+        if let Some(o) = (owner != NONE).then(|| s.find(id)).flatten() {
+            if !o.is_served(p) {
+                o.served[p / 64] |= 1 << (p % 64);
+                o.served_n += 1;
+                stats.served.fetch_add(1, Relaxed);
+                if p < o.issued {
+                    o.outstanding = o.outstanding.saturating_sub(ext.len());
+                    o.outstanding_n -= 1;
+                    let _ = self.wake.try_send(());
+                }
+            }
+            off = p >= o.issued + AHEAD_SLACK.max(o.outstanding_n);
+            finished = o.done().then_some(o.id);
+        }
+        if off {
+            stats.left.fetch_add(1, Relaxed);
+        }
+        s.history = (s.history << 1) | u64::from(off);
+        s.seen = (s.seen + 1).min(HISTORY);
+        let mut unread = Vec::new();
+        if let Some(k) = finished.and_then(|id| s.orders.iter().position(|o| o.id == id)) {
+            unread.extend(s.remove(k));
+        }
+        if s.seen >= HISTORY / 2 && s.history.count_ones() * 2 > s.seen.max(1) * 3 / 2 {
+            let n = s.orders.len();
+            stats.abandoned.fetch_add(n as u64, Relaxed);
+            for k in (0..n).rev() {
+                unread.extend(s.remove(k));
+            }
+            if n > 0 {
+                log::info!(
+                    "reads left the announced order ({} of the last {} first reads were off \
+                     it): {n} order(s) abandoned, read-ahead follows the stream detector",
+                    s.history.count_ones(),
+                    s.seen
+                );
+            }
+            (s.history, s.seen) = (0, 0);
+        }
+        self.inner.live.store(!s.orders.is_empty(), Relaxed);
+        self.note_released(unread.len());
+        unread
+    }
+
+    /// The `order` section of the stats.
+    pub fn report(&self) -> OrderReport {
+        let st = &self.inner.stats;
+        let s = self.inner.lock();
+        OrderReport {
+            window_max_bytes: self.inner.window,
+            live: s.orders.len() as u64,
+            announced: st.announced.load(Relaxed),
+            samples: s.orders.iter().map(|o| o.records.len() as u64).sum(),
+            unresolved_paths: st.unresolved.load(Relaxed),
+            read_ahead: st.read_ahead.load(Relaxed),
+            read_ahead_bytes: st.read_ahead_bytes.load(Relaxed),
+            window_bytes: s.orders.iter().map(|o| o.outstanding).sum(),
+            served: st.served.load(Relaxed),
+            released_unread: st.released.load(Relaxed),
+            left: st.left.load(Relaxed),
+            abandoned: st.abandoned.load(Relaxed),
+        }
+    }
+}
+
+impl super::ReadAhead {
+    /// Starts a new announced order for process `pid` (replacing its previous one) and returns
+    /// its id; records follow with [`Orders::extend`].
+    pub fn announce(&self, pid: u32) -> u32 {
+        let (id, unread) = self.order.announce(pid);
+        self.release_unread(&unread);
+        id
+    }
+
+    /// Releases the stored pages of `records`, read ahead along an order and never read (kept
+    /// when pinned, warming or `--keep-pack-cache`), and takes back their read-ahead marks.
+    pub(super) fn release_unread(&self, records: &[u32]) {
+        let catalog = self.samples.catalog();
+        for &r in records {
+            let Ok(ext) = catalog.extent(record_ino(r)) else {
+                continue;
+            };
+            if let Some(l) = self.ledgers.get(ext.object as usize) {
+                l.unclaim(&ext.range);
+            }
+            if self.opts.keep_cache || self.warm.running() {
+                continue;
+            }
+            let start = ext.range.start.max(self.pinned_in(ext.object));
+            if start < ext.range.end {
+                let _ = (self.samples.storage()).release(ext.object, &(start..ext.range.end));
+            }
+        }
+    }
+}
+
+/// The next batch to read ahead, over every live order: for each order with at least a
+/// quarter of its window free, the next unserved positions up to a full window, as storage
+/// ranges sorted into storage order and merged where they share a page.
+fn next_batch(inner: &Inner, samples: &Samples) -> Vec<(ObjectId, Range<u64>)> {
+    let catalog = samples.catalog();
+    let mut out = Vec::new();
+    let mut s = inner.lock();
+    for o in &mut s.orders {
+        if o.outstanding_n > 0 && inner.window - o.outstanding.min(inner.window) < inner.window / 4
+        {
+            continue;
+        }
+        while o.issued < o.records.len() && o.outstanding < inner.window {
+            let p = o.issued;
+            o.issued += 1;
+            if o.is_served(p) {
+                continue;
+            }
+            let Ok(ext) = catalog.extent(record_ino(o.records[p])) else {
+                continue;
+            };
+            o.outstanding += ext.len();
+            o.outstanding_n += 1;
+            inner.stats.read_ahead.fetch_add(1, Relaxed);
+            inner.stats.read_ahead_bytes.fetch_add(ext.len(), Relaxed);
+            out.push((ext.object, ext.range));
+        }
+    }
+    drop(s);
+    merge(out)
+}
+
+/// Sorts `ranges` into storage order and merges those that share a page.
+pub fn merge(mut ranges: Vec<(ObjectId, Range<u64>)>) -> Vec<(ObjectId, Range<u64>)> {
+    ranges.sort_by_key(|(o, r)| (*o, r.start));
+    let mut out: Vec<(ObjectId, Range<u64>)> = Vec::with_capacity(ranges.len());
+    for (obj, r) in ranges {
+        match out.last_mut() {
+            Some((o, last)) if *o == obj && r.start <= last.end.next_multiple_of(PAGE) => {
+                last.end = last.end.max(r.end);
+            }
+            _ => out.push((obj, r)),
+        }
+    }
+    out
+}
+
+/// The order thread: on each wake, reads ahead batches until every order's window is full.
+fn run(inner: &Inner, samples: &Samples, ledgers: &[Ledger], wake: &Receiver<()>) {
+    if inner.window == 0 {
+        return;
+    }
+    let storage = samples.storage();
+    while wake.recv().is_ok() {
+        loop {
+            let batch = next_batch(inner, samples);
+            if batch.is_empty() {
+                break;
+            }
+            for (obj, r) in batch {
+                let Some(ledger) = ledgers.get(obj as usize) else {
+                    continue;
+                };
+                for span in ledger.claim(&r, ledger.pass_of(&r)) {
+                    storage.will_need(obj, &span);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
