@@ -68,6 +68,13 @@ struct Args {
     /// Read the files' byte ranges from this pack with `pread` instead of opening them.
     #[arg(long)]
     pack: Option<PathBuf>,
+    /// Before reading (inside the timed pass), announce the order to the loosefs mount at
+    /// `--root` (`<root>/.loosefs/order`): the order read, or with `--announce-seed` the order
+    /// that seed gives (a wrong hint).
+    #[arg(long)]
+    announce: bool,
+    #[arg(long)]
+    announce_seed: Option<u64>,
 }
 
 /// Splitmix64 stream: deterministic for a seed.
@@ -112,6 +119,25 @@ fn pack_ranges(
                 .unwrap_or_else(|| panic!("{} is not a file in the pack", rel.display()))
         })
         .collect()
+}
+
+/// Writes the paths of `files` (or of the order `--announce-seed` gives), relative to the
+/// root, one per line, to `<root>/.loosefs/order`.
+fn announce(a: &Args, files: &[PathBuf]) {
+    let mut list = files.to_vec();
+    if let Some(seed) = a.announce_seed {
+        list.sort();
+        shuffle(&mut list, &mut rng(seed));
+        list.truncate(files.len());
+    }
+    let mut text = Vec::new();
+    for f in &list {
+        use std::os::unix::ffi::OsStrExt;
+        text.extend_from_slice(f.strip_prefix(&a.root).unwrap_or(f).as_os_str().as_bytes());
+        text.push(b'\n');
+    }
+    let p = a.root.join(".loosefs/order");
+    std::fs::write(&p, text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
 }
 
 fn main() {
@@ -176,6 +202,9 @@ fn main() {
     });
     let cursors: Vec<AtomicUsize> = (0..lists.len()).map(|_| AtomicUsize::new(0)).collect();
     let t0 = Instant::now();
+    if a.announce {
+        announce(&a, &files);
+    }
     let results: Vec<(u64, Vec<u32>)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {

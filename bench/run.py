@@ -142,6 +142,10 @@ def read_pass(target, reader, order, seed, limit):
         args = [READER, "--root", target.path, "--threads", reader.removeprefix("raw"), *order_args(order), "--seed", seed]
         if target.name == "pread":
             args += ["--pack", target.pack]
+        if target.name == "loosefs-hint":
+            args += ["--announce"]
+        if target.name == "loosefs-wronghint":
+            args += ["--announce", "--announce-seed", str(int(seed) + 1)]
     elif target.name == "pread" or order not in ("inorder", "shuffled"):
         return None
     else:
@@ -199,6 +203,10 @@ def main():
         "loosefs-push": Target("loosefs-push", a.work / "m-push", ["--push-ahead", "64"], pack, a.work / "m-push"),
         "loosefs-nopush": Target("loosefs-nopush", a.work / "m-nopush", ["--push-ahead", "0"], pack, a.work / "m-nopush"),
         "pread": Target("pread", data, pack=pack),
+        # The reader announces its order (<mnt>/.loosefs/order) before reading; the wrong hint
+        # announces another seed's permutation.
+        "loosefs-hint": Target("loosefs-hint", a.work / "m-hint", [], pack, a.work / "m-hint"),
+        "loosefs-wronghint": Target("loosefs-wronghint", a.work / "m-whint", [], pack, a.work / "m-whint"),
         # The directory itself mounted in place: FUSE passthrough (the kernel reads the
         # originals), and the daemon's own reads (--passthrough off).
         "loosefs-dir": Target("loosefs-dir", a.work / "m-dir", [], data, a.work / "m-dir"),

@@ -193,6 +193,9 @@ pub struct OrderReport {
     pub window_bytes: u64,
     /// Samples of an order read for the first time.
     pub served: u64,
+    /// Samples of an order the kernel held whole already: not read.
+    #[serde(default)]
+    pub cached: u64,
     /// Samples read ahead and released unread (their order was replaced or abandoned).
     pub released_unread: u64,
     /// First reads of a sample while an order was live that were off it (in no live order, or

@@ -67,8 +67,8 @@ fn control_directory_is_hidden_but_reachable_and_stats_count_reads() {
         .collect();
     assert_eq!(
         listed,
-        ["stats", "metrics"],
-        "only the reports are listed; commands are reachable by name"
+        ["stats", "metrics", "order"],
+        "only the reports and the order are listed; commands are reachable by name"
     );
     assert_eq!(
         std::fs::metadata(m.mnt.join(".loosefs/no-such"))

@@ -391,7 +391,7 @@ fn control_directory_is_hidden_reachable_and_runs_commands_once_per_lookup() {
     .unwrap();
     assert_eq!(
         listed,
-        [".", "..", "stats", "metrics"],
+        [".", "..", "stats", "metrics", "order"],
         "commands are reachable by name only"
     );
     assert_eq!(
@@ -681,40 +681,68 @@ fn an_announced_shuffled_order_is_read_ahead_in_storage_order_and_served_from_me
     // One write, as the kernel sends up to 128 KiB of a write(2) at a time.
     announce(&s, 7, &refs, 128 << 10);
     let n = files.len() as u64;
-    wait_for("the whole order read ahead", || {
-        order_report(&s).read_ahead == n
-    });
     let r = order_report(&s);
     assert_eq!(
         (r.live, r.announced, r.samples, r.unresolved_paths),
         (1, 1, n, 0)
     );
-    // One window: every sample asked for once, sorted into pack order, adjacent ones merged.
-    let asked = storage.asked.lock().unwrap().clone();
-    assert!(
-        asked.windows(2).all(|w| w[0].end <= w[1].start),
-        "not in pack order, or asked twice"
-    );
-    assert!(
-        (asked.len() as u64) < n / 2,
-        "{} requests for {n} samples: nothing merged",
-        asked.len()
-    );
-    for (path, ino) in &order {
+    // The reader waits for its next sample to be asked for and in memory (the order thread
+    // and the device run on their own): then its READ asks for nothing more.
+    for (k, (path, ino)) in order.iter().enumerate() {
+        let ext = s.catalog().extent(*ino).unwrap();
+        wait_for("the next sample read ahead", || {
+            order_report(&s).read_ahead > k as u64
+                && loosefs::storage::Storage::resident(&*storage, 0, &ext.range)
+        });
         let bytes = read_all(&s, *ino);
+        assert_eq!(
+            bytes.len() as u64,
+            s.getattr(*ino).unwrap().attr.size,
+            "{path}"
+        );
+    }
+    // Every sample asked for about once (a page two samples share may be asked again after
+    // the first was served and released), in batches sorted into pack order, neighbours merged.
+    let asked = storage.asked.lock().unwrap().clone();
+    let asked_bytes: u64 = asked.iter().map(|r| r.end - r.start).sum();
+    let sample_bytes: u64 = (order.iter())
+        .map(|(_, ino)| s.getattr(*ino).unwrap().attr.size)
+        .sum();
+    assert!(
+        asked_bytes * 100 <= sample_bytes * 102 + 4096 * n,
+        "{asked_bytes} bytes asked for {sample_bytes}"
+    );
+    let ascending = asked.windows(2).filter(|w| w[0].end <= w[1].start).count();
+    assert!(ascending * 2 > asked.len(), "batches not in pack order");
+    // Every sample's bytes lie in what was asked (its pages may come from two requests).
+    let mut union: Vec<std::ops::Range<u64>> = Vec::new();
+    let mut by_start = asked.clone();
+    by_start.sort_by_key(|r| r.start);
+    for r in by_start {
+        match union.last_mut() {
+            Some(u) if r.start <= u.end => u.end = u.end.max(r.end),
+            _ => union.push(r),
+        }
+    }
+    for (path, ino) in &order {
         let ext = s.catalog().extent(*ino).unwrap();
         assert!(
-            asked
+            union
                 .iter()
                 .any(|a| a.start <= ext.range.start && ext.range.end <= a.end),
             "{path}"
         );
-        assert_eq!(bytes.len() as u64, ext.len(), "{path}");
     }
     let r = order_report(&s);
     assert_eq!(
-        (r.served, r.left, r.abandoned, r.released_unread),
-        (n, 0, 0, 0)
+        (
+            r.read_ahead,
+            r.served,
+            r.left,
+            r.abandoned,
+            r.released_unread
+        ),
+        (n, n, 0, 0, 0)
     );
     // Served in full, the order is finished: nothing held, nothing live.
     assert_eq!((r.live, r.window_bytes), (0, 0));
@@ -764,25 +792,24 @@ fn reads_off_the_announced_order_abandon_it_and_release_what_it_read_ahead() {
     let (announced, others) = files.split_at(files.len() / 2);
     let refs: Vec<&str> = announced.iter().map(|(p, _)| p.as_str()).collect();
     announce(&s, 7, &refs, 4096);
-    let half = announced.len() as u64;
-    wait_for("the order read ahead", || {
-        order_report(&s).read_ahead == half
-    });
+    wait_for("the order read ahead", || order_report(&s).read_ahead > 0);
     // A stale order: the reader reads the other half.
     for (_, ino) in &others[..64] {
         read_all(&s, *ino);
     }
     let r = order_report(&s);
     assert_eq!((r.abandoned, r.live, r.window_bytes), (1, 0, 0), "{r:?}");
-    assert_eq!(r.released_unread, half, "{r:?}");
+    // Only the ramp's first bytes were read ahead for it (it never proved right), and all of
+    // it is released.
+    assert!(r.read_ahead_bytes <= (9 << 20), "{r:?}");
+    assert_eq!(r.released_unread, r.read_ahead, "{r:?}");
     let released = storage.released.lock().unwrap().clone();
-    for (path, ino) in announced {
+    for (path, ino) in &announced[..r.read_ahead as usize] {
         let ext = s.catalog().extent(*ino).unwrap();
         assert!(
             released
                 .iter()
-                .any(|x| x.start <= ext.range.start + 4095
-                    && ext.range.end <= x.end.max(ext.range.end)),
+                .any(|x| x.start <= ext.range.start && ext.range.end <= x.end),
             "{path} kept"
         );
     }

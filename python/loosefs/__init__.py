@@ -20,10 +20,10 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Iterable, List, Optional, Union
 
-__all__ = ["LoosefsError", "MountError", "Mount", "Info", "PackResult", "Stats", "binary", "mount", "pack", "info",
-           "stats", "unmount"]
+__all__ = ["LoosefsError", "MountError", "Mount", "Info", "PackResult", "Stats", "announce_order", "binary", "mount",
+           "pack", "info", "stats", "unmount"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -200,6 +200,45 @@ def stats(mountpoint: PathLike) -> Stats:
     return Stats(pid=daemon.get("pid", 0), rss_bytes=daemon.get("rss_bytes", 0),
                  rss_peak_bytes=daemon.get("rss_peak_bytes", 0), bytes_served=d.get("bytes_served", 0),
                  errors=d.get("errors", 0), requests=d.get("requests", {}), log=daemon.get("log", ""), raw=d)
+
+
+def announce_order(mountpoint: PathLike, paths: "Iterable[PathLike]") -> int:
+    """Tells the loosefs mount at `mountpoint` the order in which the coming epoch's files will
+    be read: `paths` (relative to the mount root, or absolute under it; decoded views too), in
+    read order. The mount then reads ahead along that order: a shuffled epoch is read at the
+    storage's speed, and each rank of a distributed job fetches only its own samples. The
+    announcement replaces this process's previous one; a wrong one costs no more than none.
+    Returns the number of paths announced; `stats(mountpoint)` shows the order's progress.
+
+    Raises ValueError for a path holding a newline, LoosefsError when `mountpoint` is not a
+    loosefs mount that takes orders."""
+    root = os.path.realpath(os.fspath(mountpoint))
+    prefix = os.fsencode(root) + b"/"
+    lines = []
+    for p in paths:
+        b = os.fsencode(p)
+        if b"\n" in b:
+            raise ValueError(f"a path holds a newline: {p!r}")
+        if b.startswith(b"/") and not b.startswith(prefix):
+            b = os.fsencode(os.path.realpath(b))  # reached through a symlink
+        if b.startswith(prefix):
+            b = b[len(prefix):]
+        lines.append(b)
+    data = b"".join(line + b"\n" for line in lines)
+    target = os.path.join(root, ".loosefs", "order")
+    try:
+        # One write(2): the kernel hands it to the daemon in pieces, in order, before it returns.
+        fd = os.open(target, os.O_WRONLY | os.O_TRUNC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise LoosefsError(f"{root}: cannot announce an order ({e.strerror}): not a loosefs mount, or one "
+                           f"that takes no orders") from e
+    return len(lines)
 
 
 def unmount(mountpoint: PathLike, lazy: bool = False) -> None:

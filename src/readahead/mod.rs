@@ -128,11 +128,17 @@ impl ReadAhead {
             bases.push(next);
             next += o.len;
         }
+        let push = Pusher::new(samples.catalog().records());
         let ra = ReadAhead {
             prefetch: start_prefetch_thread(samples.clone(), ledgers.clone()),
-            order: Orders::new(samples.clone(), ledgers.clone(), opts.order_window),
+            order: Orders::new(
+                samples.clone(),
+                ledgers.clone(),
+                opts.order_window,
+                push.held(),
+            ),
             ledgers,
-            push: Pusher::new(samples.catalog().records()),
+            push,
             streams,
             pin: Arc::default(),
             warm: Arc::default(),
@@ -213,7 +219,7 @@ impl ReadAhead {
     /// Feeds a whole-sample read of `ext` to its object's stream detector and issues the
     /// read-ahead it advises.
     pub fn walk(&self, ext: &Extent) -> Advice {
-        let unread = self.order.first_read(ext);
+        let unread = self.order.first_read(ext, true);
         self.release_unread(&unread);
         let Some(streams) = self.streams.get(ext.object as usize) else {
             return Advice::default();
@@ -349,11 +355,6 @@ impl ReadAhead {
     /// way (see [`warm`]).
     pub fn foreground(&self) -> warm::Foreground<'_> {
         self.warm.foreground()
-    }
-
-    /// Whether stored pages are kept after serving (`--keep-pack-cache`).
-    pub fn keeps_cache(&self) -> bool {
-        self.opts.keep_cache
     }
 }
 

@@ -37,7 +37,7 @@ const MAX_KEPT_BUF: usize = 1 << 20;
 #[derive(Debug)]
 pub(super) struct Pusher {
     /// Records pushed into the kernel's cache since the last reset.
-    pushed: Bitset,
+    pushed: Arc<Bitset>,
     tx: OnceLock<SyncSender<Request>>,
 }
 
@@ -52,9 +52,15 @@ enum Request {
 impl Pusher {
     pub(super) fn new(records: u64) -> Pusher {
         Pusher {
-            pushed: Bitset::new(records),
+            pushed: Arc::new(Bitset::new(records)),
             tx: OnceLock::new(),
         }
+    }
+
+    /// The records the kernel holds whole (shared with the announced orders, which need not
+    /// read them).
+    pub(super) fn held(&self) -> Arc<Bitset> {
+        self.pushed.clone()
     }
 
     pub(super) fn is_pushed(&self, record: u32) -> bool {
@@ -181,7 +187,7 @@ fn push_run(
             if store(next, data).is_ok() {
                 ra.push.mark(ext.record);
                 ra.skip(&ext);
-                let unread = ra.order.first_read(&ext);
+                let unread = ra.order.first_read(&ext, false);
                 ra.release_unread(&unread);
                 ra.stats.pushed_samples.fetch_add(1, Relaxed);
                 ra.stats.pushed_bytes.fetch_add(ext.len(), Relaxed);

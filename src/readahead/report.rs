@@ -38,6 +38,11 @@ impl ReadAhead {
         }
     }
 
+    /// Whether stored pages are kept after serving (`--keep-pack-cache`).
+    pub fn keeps_cache(&self) -> bool {
+        self.opts.keep_cache
+    }
+
     /// Bytes of all storage objects cached now.
     pub fn resident_bytes(&self) -> u64 {
         let storage = self.samples.storage();

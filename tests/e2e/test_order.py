@@ -1,0 +1,110 @@
+"""Announced epoch orders over a real mount of the sample pack: `loosefs.announce_order` and
+`loosefs.torch.EpochSampler` around RandomSampler and DistributedSampler, a DataLoader with
+workers reading byte-identical files in the announced order, the mount's `order` stats
+(every sample served in order, none off it), a stale order abandoned, bad paths counted."""
+import json
+import os
+import pathlib
+import sys
+
+import pytest
+
+from conftest import ROOT, loosefs_bin, need_mount
+
+sys.path.insert(0, str(ROOT / "python"))
+import loosefs  # noqa: E402
+
+torch = pytest.importorskip("torch")
+torchvision = pytest.importorskip("torchvision")
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler  # noqa: E402
+
+from loosefs.torch import EpochSampler  # noqa: E402
+
+
+@pytest.fixture
+def order_mount(pack, tmp_path, monkeypatch):
+    """A fresh mount of the sample pack per test (orders and their counters start at zero)."""
+    need_mount()
+    monkeypatch.setenv("LOOSEFS_BIN", loosefs_bin())
+    (tmp_path / "mnt").mkdir()
+    with loosefs.mount(pack, tmp_path / "mnt") as m:
+        yield pathlib.Path(m.path)
+
+
+def order_stats(mnt):
+    with open(mnt / ".loosefs" / "stats") as f:
+        return json.load(f)["order"]
+
+
+class RawFolder(torchvision.datasets.ImageFolder):
+    """ImageFolder returning each file's bytes (no decode): what is compared is what was read."""
+
+    def __getitem__(self, i):
+        with open(self.samples[i][0], "rb") as f:
+            return i, f.read()
+
+
+def collate(batch):
+    return batch
+
+
+def epoch(ds, sampler, workers=2):
+    loader = DataLoader(ds, sampler=sampler, batch_size=16, num_workers=workers, collate_fn=collate)
+    return [item for batch in loader for item in batch]
+
+
+def test_epoch_sampler_announces_a_shuffled_epoch_read_identical(order_mount, source):
+    ds = RawFolder(str(order_mount))
+    sampler = EpochSampler(RandomSampler(ds, generator=torch.Generator().manual_seed(3)), ds, order_mount)
+    got = epoch(ds, sampler)
+    assert len(got) == len(ds)
+    for i, data in got:
+        rel = os.path.relpath(ds.samples[i][0], order_mount)
+        assert data == (source / rel).read_bytes(), rel
+    o = order_stats(order_mount)
+    assert o["announced"] == 1 and o["unresolved_paths"] == 0, o
+    assert o["served"] == len(ds) and o["left"] == 0 and o["abandoned"] == 0, o
+    assert o["read_ahead"] > 0, o
+    # The next epoch announces again; the kernel holds every file whole now, so the order
+    # reads nothing (a file the kernel dropped meanwhile is read again and counted served).
+    first = o
+    epoch(ds, sampler)
+    o = order_stats(order_mount)
+    assert o["announced"] == 2 and o["abandoned"] == 0 and o["live"] == 0, o
+    assert o["cached"] + (o["served"] - len(ds)) == len(ds), o
+    assert o["read_ahead"] - first["read_ahead"] == o["served"] - len(ds), o
+
+
+def test_a_rank_announces_only_its_own_samples(order_mount):
+    ds = RawFolder(str(order_mount))
+    dist = DistributedSampler(ds, num_replicas=4, rank=1, shuffle=True, seed=5)
+    sampler = EpochSampler(dist, ds, order_mount)
+    sampler.set_epoch(1)
+    got = epoch(ds, sampler, workers=1)
+    mine = list(dist)
+    assert sorted(i for i, _ in got) == sorted(mine)
+    o = order_stats(order_mount)
+    assert o["served"] == len(mine) and o["left"] == 0, o
+    assert o["read_ahead"] <= len(mine), o
+
+
+def test_announce_order_takes_relative_and_absolute_paths_and_counts_the_rest(order_mount, source):
+    rel = sorted(str(p.relative_to(source)) for p in source.rglob("*") if p.is_file())
+    paths = [rel[0], str(order_mount / rel[1]), "no/such/file.JPEG", "/elsewhere/x.JPEG"]
+    assert loosefs.announce_order(order_mount, paths) == 4
+    o = order_stats(order_mount)
+    assert (o["samples"], o["unresolved_paths"]) == (2, 2), o
+    with pytest.raises(ValueError):
+        loosefs.announce_order(order_mount, ["a\nb"])
+    with pytest.raises(loosefs.LoosefsError):
+        loosefs.announce_order(source, rel[:3])
+
+
+def test_a_stale_order_is_abandoned_and_reads_stay_identical(order_mount, source):
+    rel = sorted(str(p.relative_to(source)) for p in source.rglob("*") if p.is_file())
+    half = len(rel) // 2
+    loosefs.announce_order(order_mount, rel[:half])
+    for r in rel[half:]:
+        assert (order_mount / r).read_bytes() == (source / r).read_bytes(), r
+    o = order_stats(order_mount)
+    assert o["abandoned"] == 1 and o["live"] == 0 and o["window_bytes"] == 0, o
