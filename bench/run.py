@@ -8,7 +8,9 @@ Targets:  orig (the directory itself), loosefs (default mount), loosefs-warm (--
           start to the end of the pass, listing included), loosefs-pin
           (--pin all), pread (the same files' byte ranges read straight from the pack with one
           pread each, by the raw reader: the pack's own speed), loosefs-push / loosefs-nopush
-          (--push-ahead 64 / 0), loosefs-a512 / loosefs-a4096 (default mount of a pack made with
+          (--push-ahead 64 / 0), loosefs-hint / loosefs-wronghint (the raw reader announces its
+          order to <mnt>/.loosefs/order inside the timed pass / announces another seed's
+          permutation), loosefs-a512 / loosefs-a4096 (default mount of a pack made with
           --align 512 / 4096), loosefs-dir / loosefs-dir-daemon (the directory itself mounted in
           place: FUSE passthrough / --passthrough off).
 Readers:  raw<N> (the compiled loosefs-reader: open/read/close per file on N threads),
