@@ -515,85 +515,28 @@ fn a_top_level_loosefs_in_a_foreign_pack_is_never_listed_and_the_control_directo
     assert_eq!(r.pack.samples, 2);
 }
 
-/// Local files whose generation moves on demand, as a remote block cache's does when it
-/// evicts (cached bytes may have been fetched again: samples are checked again).
-struct Generations {
+/// The local pack storage under observation: its generation moves on demand (as a remote
+/// block cache's does when it evicts: cached bytes may have been fetched again, so samples are
+/// checked again), and it records read-ahead's requests and every release.
+struct Observed {
     inner: loosefs::storage::local::LocalStorage,
     generation: std::sync::atomic::AtomicU64,
-}
-
-impl loosefs::storage::Storage for Generations {
-    fn len(&self, obj: u32) -> u64 {
-        self.inner.len(obj)
-    }
-    fn read_at(&self, obj: u32, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read_at(obj, off, buf)
-    }
-    fn will_need(&self, obj: u32, r: &std::ops::Range<u64>) {
-        self.inner.will_need(obj, r)
-    }
-    fn resident_bytes(&self, obj: u32, r: &std::ops::Range<u64>) -> u64 {
-        self.inner.resident_bytes(obj, r)
-    }
-    fn resident(&self, obj: u32, r: &std::ops::Range<u64>) -> bool {
-        self.inner.resident(obj, r)
-    }
-    fn release(&self, obj: u32, r: &std::ops::Range<u64>) -> std::io::Result<()> {
-        self.inner.release(obj, r)
-    }
-    fn evict(&self, obj: u32, r: &std::ops::Range<u64>) -> std::io::Result<()> {
-        self.inner.evict(obj, r)
-    }
-    fn pin(&self, obj: u32, r: &std::ops::Range<u64>) -> std::io::Result<()> {
-        self.inner.pin(obj, r)
-    }
-    fn generation(&self) -> u64 {
-        self.generation.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-#[test]
-fn drop_cache_invalidates_every_file_served_even_after_the_storage_generation_moved() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (_src, pack) = packed(tmp.path());
-    let storage = Arc::new(Generations {
-        inner: loosefs::storage::local::LocalStorage::for_pack(&pack).unwrap(),
-        generation: Default::default(),
-    });
-    let catalog = Arc::new(loosefs::catalog::native::NativeCatalog::new(
-        pack,
-        Views::default(),
-    ));
-    let s = Server::new(catalog, storage.clone(), options(0));
-    let invalidated = Arc::new(Mutex::new(Vec::new()));
-    let inv = invalidated.clone();
-    s.set_invalidate(Box::new(move |ino| inv.lock().unwrap().push(ino)));
-    let mut files = Vec::new();
-    walk(&s, ROOT_INO, "", &mut files);
-    for (_, ino) in &files[..10] {
-        read_all(&s, *ino);
-    }
-    // An eviction elsewhere in the cache: every sample is checked again on its next read.
-    storage
-        .generation
-        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    read_all(&s, files[10].1);
-    let r = s.drop_cache();
-    let mut got = invalidated.lock().unwrap().clone();
-    got.sort();
-    let mut want: Vec<u64> = files[..11].iter().map(|f| f.1).collect();
-    want.sort();
-    assert_eq!(got, want, "{r:?}");
-}
-
-/// Local pack storage that records the order thread's read-ahead requests and every release.
-struct Recording {
-    inner: loosefs::storage::local::LocalStorage,
     asked: Mutex<Vec<std::ops::Range<u64>>>,
     released: Mutex<Vec<std::ops::Range<u64>>>,
 }
 
-impl loosefs::storage::Storage for Recording {
+impl Observed {
+    fn new(pack: &Pack) -> Arc<Observed> {
+        Arc::new(Observed {
+            inner: loosefs::storage::local::LocalStorage::for_pack(pack).unwrap(),
+            generation: Default::default(),
+            asked: Mutex::default(),
+            released: Mutex::default(),
+        })
+    }
+}
+
+impl loosefs::storage::Storage for Observed {
     fn len(&self, obj: u32) -> u64 {
         self.inner.len(obj)
     }
@@ -626,17 +569,47 @@ impl loosefs::storage::Storage for Recording {
     fn pin(&self, obj: u32, r: &std::ops::Range<u64>) -> std::io::Result<()> {
         self.inner.pin(obj, r)
     }
+    fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
-/// A server over the sample pack with a recording storage, an order window of `window`
+#[test]
+fn drop_cache_invalidates_every_file_served_even_after_the_storage_generation_moved() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_src, pack) = packed(tmp.path());
+    let storage = Observed::new(&pack);
+    let catalog = Arc::new(loosefs::catalog::native::NativeCatalog::new(
+        pack,
+        Views::default(),
+    ));
+    let s = Server::new(catalog, storage.clone(), options(0));
+    let invalidated = Arc::new(Mutex::new(Vec::new()));
+    let inv = invalidated.clone();
+    s.set_invalidate(Box::new(move |ino| inv.lock().unwrap().push(ino)));
+    let mut files = Vec::new();
+    walk(&s, ROOT_INO, "", &mut files);
+    for (_, ino) in &files[..10] {
+        read_all(&s, *ino);
+    }
+    // An eviction elsewhere in the cache: every sample is checked again on its next read.
+    storage
+        .generation
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    read_all(&s, files[10].1);
+    let r = s.drop_cache();
+    let mut got = invalidated.lock().unwrap().clone();
+    got.sort();
+    let mut want: Vec<u64> = files[..11].iter().map(|f| f.1).collect();
+    want.sort();
+    assert_eq!(got, want, "{r:?}");
+}
+
+/// A server over the sample pack with an observed storage, an order window of `window`
 /// bytes and no other read-ahead (no streams, no push), and its files in pack order.
-fn order_server(tmp: &Path, window: u64) -> (Arc<Server>, Arc<Recording>, Vec<(String, u64)>) {
+fn order_server(tmp: &Path, window: u64) -> (Arc<Server>, Arc<Observed>, Vec<(String, u64)>) {
     let (_src, pack) = packed(tmp);
-    let storage = Arc::new(Recording {
-        inner: loosefs::storage::local::LocalStorage::for_pack(&pack).unwrap(),
-        asked: Mutex::default(),
-        released: Mutex::default(),
-    });
+    let storage = Observed::new(&pack);
     let catalog = Arc::new(loosefs::catalog::native::NativeCatalog::new(
         pack,
         Views::default(),

@@ -283,15 +283,6 @@ impl ReadAhead {
         if let Some(l) = self.ledgers.get(ext.object as usize) {
             l.serve(&r);
         }
-        // While a warm runs it brings every stored page in: a page served and dropped now would
-        // be read from the device a second time by the warm.
-        if self.opts.keep_cache || self.warm.running() {
-            return false;
-        }
-        let pinned = self.pinned_in(ext.object);
-        if r.end <= pinned {
-            return false;
-        }
         // The kernel drops whole pages only: a sample's last page goes too where the rest of
         // it is padding (samples aligned to pages), else it stays until the next sample's
         // bytes in it are served and the kernel reclaims it.
@@ -303,13 +294,26 @@ impl ReadAhead {
         } else {
             r.end
         };
-        let _ = self
-            .samples
-            .storage()
-            .release(ext.object, &(r.start.max(pinned)..end));
+        if !self.release_stored(ext.object, &(r.start..end)) {
+            return false;
+        }
         if r.end >= ext.range.end {
             self.stats.samples_evicted.fetch_add(1, Relaxed);
         }
+        true
+    }
+
+    /// Drops the stored pages of `r` in `obj` unless kept (a warm running would read them again;
+    /// `--keep-pack-cache`; the pinned prefix). True when any were dropped.
+    fn release_stored(&self, obj: ObjectId, r: &Range<u64>) -> bool {
+        if self.opts.keep_cache || self.warm.running() {
+            return false;
+        }
+        let start = r.start.max(self.pinned_in(obj));
+        if start >= r.end {
+            return false;
+        }
+        let _ = self.samples.storage().release(obj, &(start..r.end));
         true
     }
 

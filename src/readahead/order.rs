@@ -55,25 +55,25 @@ const NONE: u64 = u64::MAX;
 
 /// Counters of the announced orders (the `order` section of the stats).
 #[derive(Debug, Default)]
-pub struct OrderStats {
+struct OrderStats {
     /// Orders announced.
-    pub announced: AtomicU64,
+    announced: AtomicU64,
     /// Paths announced that name no file of the mount.
-    pub unresolved: AtomicU64,
+    unresolved: AtomicU64,
     /// Samples read ahead along an order.
-    pub read_ahead: AtomicU64,
+    read_ahead: AtomicU64,
     /// Bytes read ahead along an order.
-    pub read_ahead_bytes: AtomicU64,
+    read_ahead_bytes: AtomicU64,
     /// Samples of an order read for the first time.
-    pub served: AtomicU64,
+    served: AtomicU64,
     /// Samples of an order the kernel held already (not read).
-    pub cached: AtomicU64,
+    cached: AtomicU64,
     /// Samples read ahead and released unread (their order was replaced or abandoned).
-    pub released: AtomicU64,
+    released: AtomicU64,
     /// First reads off every live order.
-    pub left: AtomicU64,
+    left: AtomicU64,
     /// Orders abandoned because reads did not follow them.
-    pub abandoned: AtomicU64,
+    abandoned: AtomicU64,
 }
 
 /// One announced order.
@@ -144,7 +144,7 @@ impl State {
     /// Removes order `k`: its records lose their owner; returns its positions read ahead and
     /// not served (to release).
     fn remove(&mut self, k: usize) -> Vec<u32> {
-        let o = self.orders.swap_remove(k);
+        let o = self.orders.remove(k); // not swap_remove: index 0 stays the oldest
         for (p, &r) in o.records.iter().enumerate() {
             if self.owner.get(r as usize) == Some(&(u64::from(o.id) << 32 | p as u64)) {
                 self.owner[r as usize] = NONE;
@@ -208,11 +208,6 @@ impl Orders {
             log::warn!("cannot start the order thread: {e}; announced orders are not read ahead");
         }
         Orders { inner, wake }
-    }
-
-    /// Counters.
-    pub fn stats(&self) -> &OrderStats {
-        &self.inner.stats
     }
 
     /// Starts a new, empty order announced by process `pid`, replacing that process's previous
@@ -314,7 +309,7 @@ impl Orders {
         if let Some(k) = finished.and_then(|id| s.orders.iter().position(|o| o.id == id)) {
             unread.extend(s.remove(k));
         }
-        if s.seen >= HISTORY / 2 && s.history.count_ones() * 2 > s.seen.max(1) * 3 / 2 {
+        if s.seen >= HISTORY / 2 && s.history.count_ones() * 4 > s.seen * 3 {
             let n = s.orders.len();
             stats.abandoned.fetch_add(n as u64, Relaxed);
             for k in (0..n).rev() {
@@ -366,8 +361,8 @@ impl super::ReadAhead {
         id
     }
 
-    /// Releases the stored pages of `records`, read ahead along an order and never read (kept
-    /// when pinned, warming or `--keep-pack-cache`), and takes back their read-ahead marks.
+    /// Releases the stored pages of `records`, read ahead along an order and never read (as
+    /// [`super::ReadAhead::release_stored`] allows), and takes back their read-ahead marks.
     pub(super) fn release_unread(&self, records: &[u32]) {
         let catalog = self.samples.catalog();
         for &r in records {
@@ -377,13 +372,7 @@ impl super::ReadAhead {
             if let Some(l) = self.ledgers.get(ext.object as usize) {
                 l.unclaim(&ext.range);
             }
-            if self.opts.keep_cache || self.warm.running() {
-                continue;
-            }
-            let start = ext.range.start.max(self.pinned_in(ext.object));
-            if start < ext.range.end {
-                let _ = (self.samples.storage()).release(ext.object, &(start..ext.range.end));
-            }
+            self.release_stored(ext.object, &ext.range);
         }
     }
 }
