@@ -134,6 +134,12 @@ pub struct SourceArgs {
     /// `<stem>.<field>` beside the image, e.g. `<key>.cls`, `<key>.txt` for WebDataset).
     #[arg(long, default_value = "image", value_parser = ["image", "all"])]
     pub fields: String,
+    /// How a foreign dataset is checked: `lazy` (default) indexes it reading each sample's
+    /// head only (the JPEG header) and checks each sample against its
+    /// format's checksum, or else against the CRC-32 of its first read, on every read; `full`
+    /// reads every sample once at indexing (a CRC-32 each) before the mount serves any.
+    #[arg(long, default_value = "lazy", value_parser = ["lazy", "full"])]
+    pub verify: String,
     /// Where the index of a foreign source is kept (default: $LOOSEFS_CACHE_DIR, else
     /// ~/.cache/loosefs/index).
     #[arg(long)]
@@ -181,6 +187,10 @@ impl SourceArgs {
             label: self.label.clone(),
             fields_all: self.fields == "all",
             inflate_dir: crate::formats::index::cache_dir(self.index_dir.as_deref()),
+            verify: match self.verify.as_str() {
+                "full" => crate::formats::Verify::Full,
+                _ => crate::formats::Verify::Lazy,
+            },
         })
     }
 }

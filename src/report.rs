@@ -51,6 +51,10 @@ pub struct Report {
     pub errors: u64,
     /// Bytes returned by READ.
     pub bytes_served: u64,
+    /// CRC-32s learned at samples' first reads (a foreign dataset indexed with `--verify
+    /// lazy` whose format stores no checksum): later reads must match them.
+    #[serde(default)]
+    pub crc_learned: u64,
     /// Residency of the stored bytes when READs arrived.
     pub page_cache: PageCacheReport,
     /// Read-ahead in storage order.

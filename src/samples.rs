@@ -2,14 +2,16 @@
 //! sample checked against its CRC-32 the first time any part of it is served. A sample that
 //! fails answers [`FsError::Corrupt`] (EIO) every time and none of its bytes is ever served;
 //! it is logged once with its path, and later requests fail at once without reading it again.
+//! A sample whose CRC-32 the index does not know (a foreign dataset indexed with `--verify
+//! lazy`) has the CRC-32 of its first read recorded; every later check must match it.
 //! Bytes are read into the caller's buffer rather than copied out of a mapping, so serving a
 //! pack does not grow the daemon's resident set.
 
 use crate::catalog::{Catalog, Extent, FsError};
 use crate::ino::Bitset;
 use crate::storage::Storage;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 
 /// Samples up to this size are checked and served with one read; larger ones are checked in
 /// chunks of this size, bytes.
@@ -32,6 +34,11 @@ pub struct Samples {
     failed: Bitset,
     /// Whether samples are checked at all ([`Catalog::checks`]).
     checks: bool,
+    /// Per record, the CRC-32 learned at the first read of a sample whose index has none:
+    /// 0 = not yet, else `1 << 32 | crc`. Made at the first such sample (8 bytes per record).
+    learned: OnceLock<Box<[AtomicU64]>>,
+    /// CRC-32s learned so far.
+    learned_count: AtomicU64,
 }
 
 impl Samples {
@@ -44,6 +51,8 @@ impl Samples {
             io_log: crate::stats::LogLimit::default(),
             failed: Bitset::new(catalog.records()),
             checks: catalog.checks(),
+            learned: OnceLock::new(),
+            learned_count: AtomicU64::new(0),
             catalog,
             storage,
         }
@@ -123,7 +132,7 @@ impl Samples {
         for attempt in 0..2 {
             let seen = self.storage.generation();
             let crc = self.whole_crc(ext, buf).map_err(io)?;
-            if crc == ext.crc32 {
+            if self.matches(ext, crc) {
                 if !self.served.contains(ext.record) {
                     self.served.insert(ext.record);
                 }
@@ -134,9 +143,9 @@ impl Samples {
             }
             if attempt == 0 && self.storage.refetch(ext.object, &ext.range, seen) {
                 log::warn!(
-                    "{}: CRC-32 {crc:08x} does not match the index ({:08x}); fetching it again",
+                    "{}: CRC-32 {crc:08x} does not match {}; fetching it again",
                     self.path(ext),
-                    ext.crc32
+                    self.expected(ext)
                 );
                 continue;
             }
@@ -207,12 +216,49 @@ impl Samples {
         self.catalog.path_of(crate::ino::record_ino(ext.record))
     }
 
+    /// Whether `crc` (of the whole sample just read) is the one `ext` must have: the index's,
+    /// or for a sample whose index has none the one learned at its first read (learned now if
+    /// this is the first).
+    fn matches(&self, ext: &Extent, crc: u32) -> bool {
+        if let Some(want) = ext.crc32 {
+            return crc == want;
+        }
+        let records = self.catalog.records();
+        let table = self
+            .learned
+            .get_or_init(|| (0..records).map(|_| AtomicU64::new(0)).collect());
+        let Some(slot) = table.get(ext.record as usize) else {
+            return false;
+        };
+        let v = 1 << 32 | u64::from(crc);
+        match slot.compare_exchange(0, v, std::sync::atomic::Ordering::AcqRel, Acquire) {
+            Ok(_) => {
+                self.learned_count.fetch_add(1, Relaxed);
+                true
+            }
+            Err(old) => old == v,
+        }
+    }
+
+    /// What `ext`'s CRC-32 was expected to be, for messages.
+    fn expected(&self, ext: &Extent) -> String {
+        if let Some(want) = ext.crc32 {
+            return format!("the index ({want:08x})");
+        }
+        let learned = (self.learned.get())
+            .and_then(|t| t.get(ext.record as usize))
+            .map_or(0, |v| v.load(Acquire));
+        format!("the one of its first read ({:08x})", learned as u32)
+    }
+
+    /// CRC-32s learned at first reads so far (samples whose index has none).
+    pub fn learned(&self) -> u64 {
+        self.learned_count.load(Relaxed)
+    }
+
     /// Marks the sample of `ext` failed (logged once) and says why.
     fn fail(&self, ext: &Extent, crc: u32) -> FsError {
-        let why = format!(
-            "CRC-32 {crc:08x} does not match the index ({:08x})",
-            ext.crc32
-        );
+        let why = format!("CRC-32 {crc:08x} does not match {}", self.expected(ext));
         if !self.failed.insert(ext.record) {
             log::error!("{}: {why}; answering EIO", self.path(ext));
         }

@@ -88,13 +88,14 @@ struct Stored {
 }
 
 /// One sample of a foreign source: its object, the offset and length of its stored bytes, the
-/// CRC-32 the index recorded for them, and the header the mount shows before them (raw RGB
+/// CRC-32 the index recorded for them (`None`: indexed with `--verify lazy` from a format
+/// without checksums; the pack's own CRC-32 is computed as the bytes are copied), and the header the mount shows before them (raw RGB
 /// pixels are a PPM file on the mount, so they are one in the pack too).
 struct Loc {
     obj: u32,
     off: u64,
     len: u64,
-    crc: u32,
+    crc: Option<u32>,
     header: Vec<u8>,
 }
 
@@ -206,7 +207,7 @@ impl Source {
             st.storage
                 .read_at(obj, off, &mut data[h..])
                 .with_context(|| format!("cannot read {} at byte {off}", path.display()))?;
-            if crc32fast::hash(&data[h..]) != crc {
+            if crc.is_some_and(|c| crc32fast::hash(&data[h..]) != c) {
                 bail!(
                     "{}: {} changed since it was indexed (CRC-32 mismatch at byte {off} of {})",
                     item.path.display(),
@@ -399,8 +400,7 @@ fn walk_foreign(src: &Path, args: &SourceArgs) -> Result<Source> {
             ItemKind::Dir
         } else {
             let k = bases.partition_point(|&b| b <= r.data_off) - 1;
-            let pixels =
-                r.components == crate::format::index::PIXELS | 3 && r.width > 0 && r.height > 0;
+            let pixels = r.is_pixels();
             let header = if pixels {
                 crate::view::ViewGeom {
                     kind: crate::view::ViewKind::Ppm,
@@ -417,7 +417,7 @@ fn walk_foreign(src: &Path, args: &SourceArgs) -> Result<Source> {
                 obj: k as u32,
                 off: r.data_off - bases[k],
                 len: r.size,
-                crc: r.crc32,
+                crc: r.crc(),
                 header,
             });
             ItemKind::File {

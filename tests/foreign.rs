@@ -42,8 +42,14 @@ fn manifest(dir: &Path) -> (Vec<String>, Vec<(PathBuf, String)>) {
 }
 
 fn server(src: &Path, index: &Path) -> Server {
+    server_verifying(src, index, "lazy")
+}
+
+/// [`server`] with `--verify` `verify` (lazy or full).
+fn server_verifying(src: &Path, index: &Path, verify: &str) -> Server {
     let args = loosefs::options::SourceArgs {
         index_dir: Some(index.to_path_buf()),
+        verify: verify.into(),
         ..Default::default()
     };
     let ds = loosefs::dataset::Dataset::open(src, &args, false).unwrap();
@@ -277,7 +283,9 @@ fn a_sample_damaged_after_indexing_fails_alone_and_never_serves_wrong_bytes() {
     let (_, sources) = manifest(&dir);
     let d = tempfile::tempdir().unwrap();
     let src = copy_of(&dir, "webdataset", d.path());
-    let s = server(&src, &d.path().join("index"));
+    // `--verify full`: the index holds every sample's CRC-32 (a lazy one learns them on first
+    // read, so damage done before that read goes unseen in a format without checksums).
+    let s = server_verifying(&src, &d.path().join("index"), "full");
     // Flip one byte in the middle of the first image, in the shard, after the index was built.
     let victim = std::fs::read(&sources[0].0).unwrap();
     let shard = src.join("shard-000000.tar");
@@ -372,4 +380,118 @@ fn fields_all_shows_every_member_beside_the_image() {
         .attr
         .ino;
     assert_eq!(read_all(&s, txt), class.as_bytes());
+}
+
+/// A storage over another that, while `flip` is set, flips the first byte of every read and
+/// reports a new generation, as a remote block cache does when it fetched bytes again.
+struct Flipping {
+    inner: std::sync::Arc<dyn loosefs::storage::Storage>,
+    flip: std::sync::atomic::AtomicBool,
+}
+
+impl loosefs::storage::Storage for Flipping {
+    fn len(&self, obj: u32) -> u64 {
+        self.inner.len(obj)
+    }
+    fn read_at(&self, obj: u32, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_at(obj, off, buf)?;
+        if self.flip.load(std::sync::atomic::Ordering::SeqCst) && !buf.is_empty() {
+            buf[0] ^= 0x01;
+        }
+        Ok(())
+    }
+    fn will_need(&self, obj: u32, r: &std::ops::Range<u64>) {
+        self.inner.will_need(obj, r)
+    }
+    fn resident_bytes(&self, obj: u32, r: &std::ops::Range<u64>) -> u64 {
+        self.inner.resident_bytes(obj, r)
+    }
+    fn resident(&self, obj: u32, r: &std::ops::Range<u64>) -> bool {
+        self.inner.resident(obj, r)
+    }
+    fn release(&self, obj: u32, r: &std::ops::Range<u64>) -> std::io::Result<()> {
+        self.inner.release(obj, r)
+    }
+    fn evict(&self, obj: u32, r: &std::ops::Range<u64>) -> std::io::Result<()> {
+        self.inner.evict(obj, r)
+    }
+    fn pin(&self, obj: u32, r: &std::ops::Range<u64>) -> std::io::Result<()> {
+        self.inner.pin(obj, r)
+    }
+    fn generation(&self) -> u64 {
+        u64::from(self.flip.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
+#[test]
+fn a_lazy_index_learns_each_crc_at_the_first_read_and_refuses_other_bytes_later() {
+    use loosefs::catalog::Catalog;
+    let Some(dir) = formats_dir() else { return };
+    let (_, sources) = manifest(&dir);
+    let d = tempfile::tempdir().unwrap();
+    let src = dir.join("webdataset");
+    let args = loosefs::options::SourceArgs {
+        index_dir: Some(d.path().join("index")),
+        ..Default::default()
+    };
+    let loosefs::dataset::Dataset::Foreign(f) =
+        loosefs::dataset::Dataset::open(&src, &args, false).unwrap()
+    else {
+        panic!("a foreign dataset")
+    };
+    let info = f.info();
+    assert_eq!(info.verify, "lazy");
+    assert_eq!(
+        info.crc_learned_on_read,
+        sources.len(),
+        "tar stores no checksum"
+    );
+    let storage = std::sync::Arc::new(Flipping {
+        inner: loosefs::dataset::storage_of(&f, 1 << 20).unwrap(),
+        flip: false.into(),
+    });
+    let cat = std::sync::Arc::new(
+        loosefs::catalog::native::NativeCatalog::with_objects(
+            f.map.clone(),
+            f.index.clone(),
+            f.objects(),
+            f.header.bases.clone(),
+            Views::default(),
+        )
+        .unwrap(),
+    );
+    let samples = loosefs::samples::Samples::new(cat.clone(), storage.clone());
+    let files: Vec<u64> = (0..cat.records() as u32)
+        .map(loosefs::ino::record_ino)
+        .filter(|&ino| cat.extent(ino).is_ok())
+        .collect();
+    assert_eq!(files.len(), sources.len());
+    let by_md5: HashMap<Vec<u8>, ()> = sources
+        .iter()
+        .map(|(p, _)| (std::fs::read(p).unwrap(), ()))
+        .collect();
+    let mut buf = Vec::new();
+    let read = |ino: u64, buf: &mut Vec<u8>| {
+        let len = cat.extent(ino).unwrap().len() as u32;
+        samples.read(ino, 0, len, buf).map(<[u8]>::to_vec)
+    };
+    // First reads: served as stored (each a source image), their CRC-32 learned.
+    for &ino in &files[..2] {
+        let b = read(ino, &mut buf).unwrap();
+        assert!(by_md5.contains_key(&b), "a source image, byte for byte");
+    }
+    assert_eq!(samples.learned(), 2);
+    // The storage fetched other bytes (a new generation): the learned CRC-32 refuses them.
+    storage
+        .flip
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let e = read(files[0], &mut buf).unwrap_err();
+    assert!(e.to_string().contains("the one of its first read"), "{e}");
+    // Good bytes again: the other learned sample is served.
+    storage
+        .flip
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let b = read(files[1], &mut buf).unwrap();
+    assert!(by_md5.contains_key(&b));
+    assert_eq!(samples.learned(), 2);
 }

@@ -56,7 +56,18 @@ pub fn scan_dataset(format: loosefs::formats::Format, input: &[u8], names: &[&st
         ..Default::default()
     };
     if loosefs::formats::scan(&src, format, &opts).is_ok() {
-        let _ = loosefs::formats::index::open(&src, &opts, Some(&dir.path().join(".index")), false);
+        // Both indexings: lazy (heads only) and full (every sample read).
+        for verify in [
+            loosefs::formats::Verify::Lazy,
+            loosefs::formats::Verify::Full,
+        ] {
+            let opts = loosefs::formats::ScanOptions {
+                verify,
+                ..opts.clone()
+            };
+            let _ =
+                loosefs::formats::index::open(&src, &opts, Some(&dir.path().join(".index")), false);
+        }
     }
 }
 

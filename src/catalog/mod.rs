@@ -144,8 +144,10 @@ pub struct Extent {
     pub object: ObjectId,
     /// Byte range of the stored bytes inside the object.
     pub range: Range<u64>,
-    /// CRC-32 (IEEE, as zip) the stored bytes must match before any of them is served.
-    pub crc32: u32,
+    /// CRC-32 (IEEE, as zip) the stored bytes must match before any of them is served;
+    /// `None` when the index does not know it (a foreign dataset indexed with `--verify
+    /// lazy`): the CRC-32 of the first read is recorded and every later read must match it.
+    pub crc32: Option<u32>,
     /// What turns the stored bytes into the file's content.
     pub transform: Transform,
 }

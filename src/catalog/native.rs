@@ -144,7 +144,7 @@ impl NativeCatalog {
 
     /// Raw RGB pixels served behind a view header (see [`crate::format::index::PIXELS`]).
     fn pixels(r: &Record) -> bool {
-        !r.is_dir && r.components == crate::format::index::PIXELS | 3 && r.width > 0 && r.height > 0
+        r.is_pixels()
     }
 
     /// The index, unless the catalog was retired (its pack modified in place: the mapped
@@ -359,7 +359,7 @@ impl Catalog for NativeCatalog {
             record: i,
             object,
             range,
-            crc32: r.crc32,
+            crc32: r.crc(),
             transform: match geom {
                 Some(g) if Self::pixels(&r) => Transform::Pixels(g),
                 Some(g) => Transform::Decode(g),

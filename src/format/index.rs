@@ -25,6 +25,11 @@ const CHECKSUM_AT: usize = 120;
 /// channels in the low bits), not a JPEG. Only indexes of foreign datasets use it.
 pub const PIXELS: u8 = 0x80;
 
+/// Flag in [`Record::components`]: [`Record::crc32`] is not known (a foreign dataset indexed
+/// with `--verify lazy`, whose format stores no checksum): it is learned when the sample is
+/// first read and checked on every later read. Only indexes of foreign datasets use it.
+pub const UNCHECKED: u8 = 0x40;
+
 /// Kind of an index record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -62,7 +67,8 @@ pub struct Record {
     pub mtime_sec: i64,
     /// Nanoseconds of the modification time.
     pub mtime_nsec: u32,
-    /// CRC-32 (ISO-HDLC, as zip) of the file's data; 0 for directories.
+    /// CRC-32 (ISO-HDLC, as zip) of the file's data; 0 for directories and when
+    /// [`UNCHECKED`] is set in `components`.
     pub crc32: u32,
     /// JPEG width in pixels from the SOF header, 0 when not a JPEG.
     pub width: u32,
@@ -71,6 +77,20 @@ pub struct Record {
 }
 
 impl Record {
+    /// The CRC-32 the data must match, `None` when it is to be learned on first read
+    /// ([`UNCHECKED`]).
+    pub fn crc(&self) -> Option<u32> {
+        (self.components & UNCHECKED == 0).then_some(self.crc32)
+    }
+
+    /// Whether the data are raw RGB pixels with known dimensions ([`PIXELS`] | 3).
+    pub fn is_pixels(&self) -> bool {
+        !self.is_dir
+            && self.components & !UNCHECKED == PIXELS | 3
+            && self.width > 0
+            && self.height > 0
+    }
+
     fn encode(&self, out: &mut Vec<u8>) {
         let start = out.len();
         out.extend_from_slice(&self.parent.to_le_bytes());
@@ -219,7 +239,7 @@ pub fn build(nodes: &[Node], align: u32) -> Result<Vec<u8>, FormatError> {
         } else {
             t.files += 1;
             t.bytes += r.size;
-            t.jpegs += u64::from(r.components != 0);
+            t.jpegs += u64::from(r.components & !UNCHECKED != 0);
             t.data_end = t.data_end.max(r.data_off + r.size);
         }
         r.encode(&mut recs);

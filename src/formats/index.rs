@@ -30,7 +30,7 @@ pub use file::load;
 use file::write;
 
 const MAGIC: &[u8; 8] = b"LOOSEFSX";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// One file of the dataset as the index recorded it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -90,6 +90,10 @@ pub struct Header {
     pub samples: usize,
     /// The options the index was built with (part of its key).
     pub options: String,
+    /// Samples whose CRC-32 the index does not know (`--verify lazy`, a format without
+    /// checksums): learned at their first read.
+    #[serde(default)]
+    pub unchecked: usize,
 }
 
 /// The files of `h` once each (several chunks may come from one file).
@@ -129,13 +133,18 @@ pub struct ForeignInfo {
     pub index: String,
     /// True when this run built the index (false: loaded, no sample read).
     pub index_built_now: bool,
+    /// How the samples are checked: `full` (every CRC-32 recorded at indexing) or `lazy`.
+    pub verify: String,
+    /// Samples whose CRC-32 is learned at their first read (the others' are the format's own
+    /// or were recorded at indexing).
+    pub crc_learned_on_read: usize,
 }
 
 impl ForeignInfo {
     /// The human-readable form.
     pub fn text(&self) -> String {
         format!(
-            "source:        {}\nformat:        {}\nsamples:       {} ({} JPEG), {} bytes\nclasses:       {}\nlabels:        {}\nfields:        {}\ncompression:   {}\nzero-copy:     {}\nfiles:         {} ({} bytes)\nindex:         {}{}\n",
+            "source:        {}\nformat:        {}\nsamples:       {} ({} JPEG), {} bytes\nclasses:       {}\nlabels:        {}\nfields:        {}\ncompression:   {}\nzero-copy:     {}\nfiles:         {} ({} bytes)\nindex:         {}{}\nverify:        {} ({} sample(s) checked against the CRC-32 of their first read)\n",
             self.source,
             self.format,
             self.samples,
@@ -162,6 +171,8 @@ impl ForeignInfo {
             } else {
                 ""
             },
+            self.verify,
+            self.crc_learned_on_read,
         )
     }
 }
@@ -215,6 +226,10 @@ impl Foreign {
             file_bytes: distinct(h).map(|o| o.len).sum(),
             index: self.path.display().to_string(),
             index_built_now: self.built,
+            verify: (h.options.rsplit_once("verify="))
+                .map_or("full", |(_, v)| v)
+                .to_string(),
+            crc_learned_on_read: h.unchecked,
         }
     }
 
@@ -277,33 +292,46 @@ pub fn open(
         Some(f) => f,
         None => super::detect(&src)?,
     };
-    let options = format!(
-        "format={};label={};fields-all={};class-names={}",
-        format.name(),
-        opts.label.as_deref().unwrap_or(""),
-        opts.fields_all,
-        opts.class_names
-            .as_ref()
-            .map(|v| v.join("\u{1f}"))
-            .unwrap_or_default()
-    );
-    let key = xxhash_rust::xxh3::xxh3_64(
-        format!("{}\u{0}{options}\u{0}v{VERSION}", src.display()).as_bytes(),
-    );
+    // A full index (every CRC-32 known) serves a lazy request too.
+    let wanted: &[&str] = match opts.verify {
+        super::Verify::Full => &["full"],
+        super::Verify::Lazy => &["lazy", "full"],
+    };
+    let options_of = |verify: &str| {
+        format!(
+            "format={};label={};fields-all={};class-names={};verify={verify}",
+            format.name(),
+            opts.label.as_deref().unwrap_or(""),
+            opts.fields_all,
+            opts.class_names
+                .as_ref()
+                .map(|v| v.join("\u{1f}"))
+                .unwrap_or_default()
+        )
+    };
     let dir = cache_dir(cache);
-    let path = dir.join(format!("{key:016x}.lfx"));
-    if let Ok(f) = load(&path) {
-        let fresh = f
-            .header
-            .objects
-            .iter()
-            .all(|o| object_entry(&o.path).is_ok_and(|now| o.same_file(&now)))
-            && f.header.options == options
-            && f.header.source == src;
-        if fresh {
-            return Ok(f);
+    let path_of = |options: &str| {
+        let key = xxhash_rust::xxh3::xxh3_64(
+            format!("{}\u{0}{options}\u{0}v{VERSION}", src.display()).as_bytes(),
+        );
+        dir.join(format!("{key:016x}.lfx"))
+    };
+    for options in wanted.iter().map(|v| options_of(v)) {
+        if let Ok(f) = load(&path_of(&options)) {
+            let fresh = f
+                .header
+                .objects
+                .iter()
+                .all(|o| object_entry(&o.path).is_ok_and(|now| o.same_file(&now)))
+                && f.header.options == options
+                && f.header.source == src;
+            if fresh {
+                return Ok(f);
+            }
         }
     }
+    let options = options_of(wanted[0]);
+    let path = path_of(&options);
     if progress {
         eprintln!(
             "loosefs: indexing {} ({}) once; the index is kept in {}",

@@ -195,6 +195,23 @@ pub struct ScanOptions {
     pub fields_all: bool,
     /// Where files made from the source (an inflated `.tar.gz`) go: the index directory.
     pub inflate_dir: PathBuf,
+    /// How much of each sample indexing reads (`--verify`).
+    pub verify: Verify,
+}
+
+/// How a foreign dataset's samples are checked (`--verify`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Verify {
+    /// Indexing reads each sample's head only (its first 16 KiB, more when a JPEG's frame
+    /// header lies further: the dimensions decoded views need): a sample is
+    /// checked against the format's own checksum when it has one (zip CRC-32, TFRecord
+    /// CRC-32C at scan), else its CRC-32 is recorded at its first read and every later read
+    /// must match it.
+    #[default]
+    Lazy,
+    /// Indexing reads every sample once (its CRC-32 recorded, the format's checksums checked)
+    /// before the mount serves any.
+    Full,
 }
 
 /// Detects the format of `src` from its content (file magic, `index.json` keys, file

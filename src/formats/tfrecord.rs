@@ -235,19 +235,12 @@ pub fn scan(src: &Path, label_feature: Option<&str>) -> Result<Scan> {
                 }
                 _ => format!("{n:08}.{ext}"),
             };
-            let extra = feats
-                .iter()
-                .filter_map(|(f, v)| match v {
-                    Val::Bytes(r) if f != "image/encoded" => {
-                        Some((f.clone(), (start + r.start) as u64..(start + r.end) as u64))
-                    }
-                    _ => None,
-                })
-                .collect();
             samples.push(Sample {
                 object: k as u32,
-                extra,
+                extra: extra_fields(&feats, start as u64),
                 range: (start + img.start) as u64..(start + img.end) as u64,
+                // Checked with the record's CRC-32C: a lazy index knows it without a re-read.
+                crc32: Some(crc32fast::hash(&body[img.clone()])),
                 label: int(label_feature),
                 class: text("image/class/synset").or_else(|| text("image/class/text")),
                 name,
@@ -268,6 +261,20 @@ pub fn scan(src: &Path, label_feature: Option<&str>) -> Result<Scan> {
         compression: "none".into(),
         labels: "image/class/label as stored (1-based for ImageNet: directory 0001 or the synset of label 1 is ImageFolder class 0); names from image/class/synset".into(),
     })
+}
+
+/// The bytes features of an Example other than the image, as byte ranges of the file (the
+/// record's body starts at `start`).
+fn extra_fields(feats: &[(String, Val)], start: u64) -> Vec<(String, std::ops::Range<u64>)> {
+    feats
+        .iter()
+        .filter_map(|(f, v)| match v {
+            Val::Bytes(r) if f != "image/encoded" => {
+                Some((f.clone(), start + r.start as u64..start + r.end as u64))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -70,6 +70,7 @@ impl Parts<'_> {
             requests: lat.iter().map(|(n, l)| (n.to_string(), l.count)).collect(),
             errors: s.errors.load(Relaxed),
             bytes_served: s.bytes_served.load(Relaxed),
+            crc_learned: self.data.samples.learned(),
             page_cache: PageCacheReport {
                 hits: ra.page_cache_hits.load(Relaxed),
                 misses: ra.page_cache_misses.load(Relaxed),

@@ -293,14 +293,14 @@ def test_damaged_sources_fail_clearly(manifest, work, tmp_path):
 
 
 def test_bytes_changed_after_indexing_give_eio_not_wrong_bytes(manifest, work, tmp_path):
-    """LitData carries no checksum: the index's CRC-32 (computed when it was built) is what
-    catches a byte flipped afterwards (mtime kept, so the index is reused)."""
+    """LitData carries no checksum: with `--verify full` the index's CRC-32 (computed when it
+    was built) is what catches a byte flipped afterwards (mtime kept, so the index is reused)."""
     need_mount()
     lit = copy(FORMATS / "litdata", tmp_path / "lit")
     idx = tmp_path / "index"
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    run("mount", lit, mnt, "--index-dir", idx)
+    run("mount", lit, mnt, "--index-dir", idx, "--verify", "full")
     files = sorted(p for p in mnt.rglob("*") if p.is_file())
     victim = files[0].read_bytes()
     run("umount", mnt)
@@ -313,7 +313,7 @@ def test_bytes_changed_after_indexing_give_eio_not_wrong_bytes(manifest, work, t
     chunk.write_bytes(bytes(b))
     os.utime(chunk, ns=(st.st_atime_ns, st.st_mtime_ns))
     log = tmp_path / "daemon.log"
-    run("mount", lit, mnt, "--index-dir", idx, "--log", log)
+    run("mount", lit, mnt, "--index-dir", idx, "--log", log, "--verify", "full")
     try:
         with pytest.raises(OSError) as e:
             files[0].read_bytes()
@@ -322,6 +322,46 @@ def test_bytes_changed_after_indexing_give_eio_not_wrong_bytes(manifest, work, t
     finally:
         run("umount", mnt)
     assert "CRC-32" in log.read_text() and files[0].name in log.read_text()
+
+
+def test_lazy_verify_checks_each_sample_against_its_format_checksum_when_first_read(
+    manifest, work, tmp_path
+):
+    """`--verify lazy` (the default) indexes without reading the samples, so a zip member
+    damaged in place still mounts; its CRC-32 from the central directory fails it at its first
+    read (EIO, logged) while the others are served. `--verify full` refuses the mount, naming
+    the member."""
+    need_mount()
+    z = copy(FORMATS / "zip", tmp_path / "zip") / "images.zip"
+    first = (SAMPLES / manifest["files"][0]).read_bytes()
+    b = bytearray(z.read_bytes())
+    at = b.find(first)
+    assert at > 0, "stored in place"
+    b[at + len(first) // 2] ^= 0x01
+    z.write_bytes(bytes(b))
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    log = tmp_path / "daemon.log"
+    run("mount", z, mnt, "--index-dir", tmp_path / "index", "--log", log)
+    name = pathlib.Path(manifest["files"][0]).name
+    try:
+        files = sorted(p for p in mnt.rglob("*") if p.is_file())
+        victim = [p for p in files if p.name == name]
+        assert len(victim) == 1, name
+        with pytest.raises(OSError) as e:
+            victim[0].read_bytes()
+        assert e.value.errno == 5  # EIO
+        others = [p for p in files if p.name != name]
+        assert len(others) == len(manifest["files"]) - 1
+        for p in others[:5]:
+            assert p.read_bytes() == (SAMPLES / next(f for f in manifest["files"] if f.endswith("/" + p.name))).read_bytes()
+    finally:
+        run("umount", mnt)
+    assert "CRC-32" in log.read_text() and name in log.read_text()
+    r = run("mount", z, mnt, "--index-dir", tmp_path / "index-full", "--verify", "full", check=False)
+    if r.returncode == 0:
+        run("umount", mnt)
+    assert r.returncode == 2 and "fails its CRC-32" in r.stderr and name in r.stderr, r.stderr
 
 
 def test_fields_all_shows_every_member_of_a_webdataset_sample(manifest, work, tmp_path):

@@ -1,7 +1,10 @@
-//! Building a foreign dataset's index from its scan: every sample read once (CRC-32, checked
-//! against the format's own where it has one; JPEG dimensions), in bounded memory (a
+//! Building a foreign dataset's index from its scan. `--verify full`: every sample read once
+//! (CRC-32, checked against the format's own where it has one; JPEG dimensions), in bounded memory (a
 //! compressed chunk is streamed through its decompressor while its own samples are probed,
-//! one sample held at a time per worker thread), then the tree the mount shows (class directories, names made unique).
+//! one sample held at a time per worker thread). `--verify lazy`: each plain sample's head
+//! only, for its JPEG header (compressed chunks are streamed as in full); CRC-32s the format
+//! does not store are marked unknown ([`crate::format::index::UNCHECKED`]). Then the
+//! tree the mount shows (class directories, names made unique).
 
 use super::{Header, ObjectEntry, object_entry};
 use crate::format::index::{self, Node, Record};
@@ -13,8 +16,13 @@ use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-/// What one pass over a sample's bytes found: its CRC-32 and, for a JPEG, its header.
-type Probed = (u32, Option<JpegInfo>);
+/// What one pass over a sample's bytes found: its CRC-32 (`None`: not read whole, and the
+/// format stores none) and, for a JPEG, its header.
+type Probed = (Option<u32>, Option<JpegInfo>);
+
+/// A lazy index reads this much of a sample for its JPEG header first, bytes; more (up to
+/// [`HEAD`]) only for a JPEG whose frame header lies further.
+const LAZY_HEAD: u64 = 16 << 10;
 
 /// The JPEG probe reads a sample's first 4 MiB at most: a frame header further in (behind
 /// metadata segments of 64 KiB each) is not looked for, and the sample counts as not a JPEG.
@@ -44,14 +52,34 @@ impl Probe {
                 s.name
             );
         }
-        Ok((crc, probe(&self.head)))
+        Ok((Some(crc), probe(&self.head)))
     }
+}
+
+/// The JPEG header of the sample at `range` of `file`: its first [`LAZY_HEAD`] bytes, then up
+/// to [`HEAD`] when they start a JPEG whose frame header was not among them.
+fn probe_head(
+    file: &std::fs::File,
+    range: &std::ops::Range<u64>,
+) -> std::io::Result<Option<JpegInfo>> {
+    let len = range.end - range.start;
+    let mut head = vec![0u8; len.min(LAZY_HEAD) as usize];
+    file.read_exact_at(&mut head, range.start)?;
+    let found = probe(&head);
+    if found.is_some() || len <= LAZY_HEAD || !head.starts_with(&[0xff, 0xd8]) {
+        return Ok(found);
+    }
+    let mut head = vec![0u8; len.min(HEAD as u64) as usize];
+    file.read_exact_at(&mut head, range.start)?;
+    Ok(probe(&head))
 }
 
 /// Reads every sample of `scan` once and probes it. Plain samples are read from their files in
 /// parallel; each compressed chunk is streamed by one worker, which probes its samples as
 /// they pass, so memory holds one sample per worker thread, never a whole chunk.
-fn probe_all(scan: &Scan, objects: &[ObjectEntry]) -> Result<Vec<Probed>> {
+/// `--verify lazy` ([`crate::formats::Verify::Lazy`]) reads only the plain samples' heads
+/// ([`probe_head`]); their CRC-32 is the format's own, if any.
+fn probe_all(scan: &Scan, objects: &[ObjectEntry], lazy: bool) -> Result<Vec<Probed>> {
     let plain = crate::formats::open_files(scan.objects.iter().map(|p| p.as_path()))?;
     let mut by_chunk: Vec<Vec<usize>> = vec![Vec::new(); objects.len()];
     let mut loose = Vec::new();
@@ -64,6 +92,17 @@ fn probe_all(scan: &Scan, objects: &[ObjectEntry]) -> Result<Vec<Probed>> {
     let read = |i: &usize| -> Result<(usize, Probed)> {
         let s = &scan.samples[*i];
         let path = &scan.objects[s.object as usize];
+        if lazy {
+            let jpeg = probe_head(&plain[path], &s.range).with_context(|| {
+                format!(
+                    "cannot read {} bytes {}..{}",
+                    path.display(),
+                    s.range.start,
+                    s.range.end
+                )
+            })?;
+            return Ok((*i, (s.crc32, jpeg)));
+        }
         let mut p = Probe::default();
         let mut buf = vec![0u8; (s.range.end - s.range.start).min(1 << 20) as usize];
         let mut at = s.range.start;
@@ -115,7 +154,7 @@ fn probe_all(scan: &Scan, objects: &[ObjectEntry]) -> Result<Vec<Probed>> {
         })
         .collect::<Result<_>>()?;
     found.extend(chunked.into_iter().flatten());
-    let mut out = vec![(0, None); scan.samples.len()];
+    let mut out = vec![(None, None); scan.samples.len()];
     for (i, p) in found {
         out[i] = p;
     }
@@ -186,10 +225,14 @@ fn tree(scan: &Scan, probed: &[Probed], dirs: &[Vec<String>], bases: &[u64]) -> 
                 data_off: bases[s.object as usize] + s.range.start,
                 size: s.range.end - s.range.start,
                 mtime_sec: s.mtime,
-                crc32: *crc,
+                crc32: crc.unwrap_or(0),
                 components: match s.pixels {
                     Some(_) => crate::format::index::PIXELS | 3,
                     None => jpeg.map_or(0, |j| j.components),
+                } | if crc.is_some() {
+                    0
+                } else {
+                    crate::format::index::UNCHECKED
                 },
                 width: s.pixels.map_or(jpeg.map_or(0, |j| j.width), |p| p.0),
                 height: s.pixels.map_or(jpeg.map_or(0, |j| j.height), |p| p.1),
@@ -223,7 +266,8 @@ pub(super) fn build(
             Some(b)
         })
         .collect();
-    let probed = probe_all(scan, &objects)?;
+    let lazy = opts.verify == crate::formats::Verify::Lazy;
+    let probed = probe_all(scan, &objects, lazy)?;
     let dirs = name_classes(&scan.samples, opts.class_names.as_deref());
     let (nodes, classes) = tree(scan, &probed, &dirs, &bases);
     let bytes = index::build(&nodes, 1)
@@ -240,6 +284,7 @@ pub(super) fn build(
         classes: if mirrored { 0 } else { classes },
         samples: scan.samples.len(),
         options,
+        unchecked: probed.iter().filter(|(crc, _)| crc.is_none()).count(),
     };
     Ok((header, bytes))
 }
