@@ -35,6 +35,21 @@ enum Cmd {
         #[command(flatten)]
         opts: loosefs::options::MountArgs,
     },
+    /// Index a dataset in another packed format once for every node: writes a shared index
+    /// beside it (`<SRC>.loosefs-index`, or `--out`) that a mount on any machine uses instead
+    /// of scanning the dataset, while every file keeps its size and mtime (a stale index is
+    /// refused, naming the file that changed).
+    ///
+    /// Example: loosefs index /nfs/imagenet-wds; loosefs mount /nfs/imagenet-wds /mnt/train
+    Index {
+        source: PathBuf,
+        /// Where to write it (default `<SOURCE>.loosefs-index`; mounts elsewhere take
+        /// `--index PATH`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        args: loosefs::options::SourceArgs,
+    },
     /// Print a mount's statistics (requests, bytes, page-cache and read-ahead hits, pinned
     /// bytes, warm progress, latency percentiles).
     ///
@@ -229,6 +244,35 @@ fn cmd_pack(args: PackCmd) -> Result<()> {
     Ok(())
 }
 
+/// `loosefs index`: the dataset indexed (or its local index reused) and written as a shared
+/// index.
+fn cmd_index(
+    src: &std::path::Path,
+    out: Option<&std::path::Path>,
+    args: &loosefs::options::SourceArgs,
+) -> Result<()> {
+    use loosefs::formats::index::shared;
+    let opts = loosefs::formats::ScanOptions {
+        shared_index: loosefs::formats::SharedIndex::Off,
+        ..args.scan_options()?
+    };
+    let f = loosefs::formats::index::open(src, &opts, args.index_dir.as_deref(), true)?;
+    let src = &f.header.source;
+    let dest = out.map_or_else(|| shared::default_path(src), std::path::Path::to_path_buf);
+    shared::write(&f, src, &dest)?;
+    let i = f.info();
+    println!(
+        "{}: shared index of {} ({}, {} samples in {} files, verify {}); mounts of it use it while every file keeps its size and mtime",
+        dest.display(),
+        src.display(),
+        i.format,
+        i.samples,
+        i.files,
+        i.verify
+    );
+    Ok(())
+}
+
 /// `loosefs info`: a pack's, a remote pack's or a foreign dataset's summary.
 fn cmd_info(
     pack: &std::path::Path,
@@ -375,6 +419,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Umount { mountpoint, lazy } => loosefs::mount::unmount_and_wait(&mountpoint, lazy)?,
         Cmd::Info { pack, json, source } => cmd_info(&pack, json, &source)?,
+        Cmd::Index { source, out, args } => cmd_index(&source, out.as_deref(), &args)?,
         Cmd::Verify {
             pack,
             against,

@@ -140,6 +140,11 @@ pub struct SourceArgs {
     /// reads every sample once at indexing (a CRC-32 each) before the mount serves any.
     #[arg(long, default_value = "lazy", value_parser = ["lazy", "full"])]
     pub verify: String,
+    /// A shared index of the dataset written by `loosefs index` (default: `<SRC>.loosefs-index`
+    /// beside the dataset, used when it exists and fits this mount's options): a stale one is
+    /// refused, naming the file that changed.
+    #[arg(long = "index")]
+    pub shared_index: Option<PathBuf>,
     /// Where the index of a foreign source is kept (default: $LOOSEFS_CACHE_DIR, else
     /// ~/.cache/loosefs/index).
     #[arg(long)]
@@ -187,6 +192,10 @@ impl SourceArgs {
             label: self.label.clone(),
             fields_all: self.fields == "all",
             inflate_dir: crate::formats::index::cache_dir(self.index_dir.as_deref()),
+            shared_index: match &self.shared_index {
+                Some(p) => crate::formats::SharedIndex::At(p.clone()),
+                None => crate::formats::SharedIndex::Auto,
+            },
             verify: match self.verify.as_str() {
                 "full" => crate::formats::Verify::Full,
                 _ => crate::formats::Verify::Lazy,

@@ -495,3 +495,106 @@ fn a_lazy_index_learns_each_crc_at_the_first_read_and_refuses_other_bytes_later(
     assert!(by_md5.contains_key(&b));
     assert_eq!(samples.learned(), 2);
 }
+
+/// A copy of `from` (a flat dataset directory) at `to`, every file keeping its mtime (as on a
+/// shared file system seen from another node under another path).
+fn copy_keeping_mtimes(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        std::fs::copy(e.path(), &dst).unwrap();
+        let mtime = e.metadata().unwrap().modified().unwrap();
+        let f = std::fs::File::options().write(true).open(&dst).unwrap();
+        f.set_modified(mtime).unwrap();
+    }
+}
+
+#[test]
+fn a_shared_index_mounts_the_dataset_elsewhere_without_a_scan_and_a_changed_shard_refuses_it() {
+    use loosefs::formats::index::shared;
+    let Some(dir) = formats_dir() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("node1/wds");
+    copy_keeping_mtimes(&dir.join("webdataset"), &src);
+    let args = |index: &str| loosefs::options::SourceArgs {
+        index_dir: Some(d.path().join(index)),
+        ..Default::default()
+    };
+    // `loosefs index`: indexed once, written beside the dataset.
+    let opts = loosefs::formats::ScanOptions {
+        shared_index: loosefs::formats::SharedIndex::Off,
+        ..args("ix1").scan_options().unwrap()
+    };
+    let f = loosefs::formats::index::open(&src, &opts, Some(&d.path().join("ix1")), false).unwrap();
+    assert!(f.built);
+    let src = f.header.source.clone();
+    shared::write(&f, &src, &shared::default_path(&src)).unwrap();
+    // Another node: the same files under another path, an empty local index directory.
+    let other = d.path().join("node2/wds");
+    copy_keeping_mtimes(&src, &other);
+    std::fs::copy(shared::default_path(&src), shared::default_path(&other)).unwrap();
+    let open = |src: &Path, a: &loosefs::options::SourceArgs| match loosefs::dataset::Dataset::open(
+        src, a, false,
+    ) {
+        Ok(loosefs::dataset::Dataset::Foreign(f)) => Ok(f),
+        Ok(_) => panic!("a foreign dataset"),
+        Err(e) => Err(format!("{e:#}")),
+    };
+    let g = open(&other, &args("ix2")).unwrap();
+    assert!(!g.built, "no scan");
+    assert_eq!(g.path, shared::default_path(&other.canonicalize().unwrap()));
+    assert!(!d.path().join("ix2").exists(), "nothing indexed locally");
+    assert!(
+        g.header
+            .objects
+            .iter()
+            .all(|o| o.path.starts_with(&g.header.source))
+    );
+    // Its tree serves the second node's files, byte for byte as the first node's.
+    let serve = |f| {
+        loosefs::dataset::Dataset::Foreign(f)
+            .server(Views::default(), server_options(), 64 << 20)
+            .unwrap()
+    };
+    let (s1, s2) = (serve(f), serve(g));
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for (s, out) in [(&s1, &mut a), (&s2, &mut b)] {
+        let mut stack = vec![(ROOT_INO, String::new())];
+        while let Some((ino, path)) = stack.pop() {
+            let mut entries = Vec::new();
+            s.readdir(ino, 0, |e| {
+                entries.push((e.ino, e.kind, String::from_utf8_lossy(&e.name).into_owned()));
+                false
+            })
+            .unwrap();
+            for (ino, kind, name) in entries {
+                match kind {
+                    Kind::Dir if name != "." && name != ".." => {
+                        stack.push((ino, format!("{path}/{name}")))
+                    }
+                    Kind::File => out.push((format!("{path}/{name}"), read_all(s, ino))),
+                    _ => {}
+                }
+            }
+        }
+        out.sort();
+    }
+    assert_eq!(a.len(), 48);
+    assert_eq!(a, b);
+    // A shard changed on the second node: the shared index is refused, naming it.
+    let shard = other.join("shard-000001.tar");
+    let f2 = std::fs::File::options().write(true).open(&shard).unwrap();
+    f2.set_modified(std::time::SystemTime::now()).unwrap();
+    let e = open(&other, &args("ix2")).unwrap_err();
+    assert!(e.contains("stale") && e.contains("shard-000001.tar"), "{e}");
+    assert!(e.contains("loosefs index"), "{e}");
+    // Named with --index and built with other options (another label field): refused.
+    let named = loosefs::options::SourceArgs {
+        shared_index: Some(shared::default_path(&src)),
+        label: Some("txt".into()),
+        ..args("ix3")
+    };
+    let e = open(&src, &named).unwrap_err();
+    assert!(e.contains("other options"), "{e}");
+}

@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 mod build;
 mod file;
+pub mod shared;
 use build::build;
 pub use file::load;
 use file::write;
@@ -94,6 +95,9 @@ pub struct Header {
     /// checksums): learned at their first read.
     #[serde(default)]
     pub unchecked: usize,
+    /// A shared index ([`shared`]): `objects` are named relative to the dataset's root.
+    #[serde(default)]
+    pub relative: bool,
 }
 
 /// The files of `h` once each (several chunks may come from one file).
@@ -309,6 +313,29 @@ pub fn open(
                 .unwrap_or_default()
         )
     };
+    let shared = match &opts.shared_index {
+        super::SharedIndex::Off => None,
+        super::SharedIndex::At(p) => Some((p.clone(), true)),
+        super::SharedIndex::Auto => {
+            Some((shared::default_path(&src), false)).filter(|(p, _)| p.is_file())
+        }
+    };
+    if let Some((path, named)) = shared {
+        let options: Vec<String> = wanted.iter().map(|v| options_of(v)).collect();
+        match shared::load(&path, &src, &options)? {
+            Some(f) => return Ok(f),
+            None if named => anyhow::bail!(
+                "the shared index {} was built with other options than this mount's ({})",
+                path.display(),
+                options[0]
+            ),
+            None if progress => eprintln!(
+                "loosefs: {} was built with other options; not used",
+                path.display()
+            ),
+            None => {}
+        }
+    }
     let dir = cache_dir(cache);
     let path_of = |options: &str| {
         let key = xxhash_rust::xxh3::xxh3_64(

@@ -197,6 +197,20 @@ pub struct ScanOptions {
     pub inflate_dir: PathBuf,
     /// How much of each sample indexing reads (`--verify`).
     pub verify: Verify,
+    /// Which shared index to use ([`index::shared`]).
+    pub shared_index: SharedIndex,
+}
+
+/// Which shared index ([`index::shared`]) a mount uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum SharedIndex {
+    /// The one beside the dataset (`<SRC>.loosefs-index`) when it exists and its options fit.
+    #[default]
+    Auto,
+    /// This one (`--index PATH`): refused when stale or built with other options.
+    At(PathBuf),
+    /// None: the local index (kept in `--index-dir`) or a scan (`loosefs index` itself).
+    Off,
 }
 
 /// How a foreign dataset's samples are checked (`--verify`).

@@ -221,6 +221,40 @@ def test_second_mount_reuses_the_index_and_pack_gives_the_same_tree(manifest, mo
         assert v.returncode == 0, v.stdout + v.stderr
 
 
+def test_a_shared_index_mounts_every_format_elsewhere_without_a_scan(manifest, mounts, work, tmp_path):
+    """`loosefs index` on one node; another node sees the same files (mtimes kept) under
+    another path: its mount uses the index beside the dataset, scans nothing, keeps no local
+    index, and serves the same tree; a touched file makes the index stale (refused, named)."""
+    need_mount()
+    for name, (src, _, _) in CASES.items():
+        a = copy(FORMATS / src, tmp_path / "node1" / name / pathlib.Path(src).name)
+        r = run("index", a, "--index-dir", tmp_path / "ix1")
+        assert "shared index" in r.stdout, r.stdout
+        shared = pathlib.Path(str(a) + ".loosefs-index")
+        assert shared.is_file() and (shared.stat().st_mode & 0o777) == 0o644
+        b = copy(a, tmp_path / "node2" / name / a.name)
+        shutil.copy2(shared, str(b) + ".loosefs-index")
+        mnt = tmp_path / f"mnt-{name}"
+        mnt.mkdir()
+        empty = tmp_path / f"ix-{name}"
+        r = run("mount", b, mnt, "--index-dir", empty)
+        assert "indexing" not in r.stderr, r.stderr
+        try:
+            got = {p.relative_to(mnt): md5(p.read_bytes()) for p in mnt.rglob("*") if p.is_file()}
+            want = {p.relative_to(mounts[name]): md5(p.read_bytes()) for p in mounts[name].rglob("*") if p.is_file()}
+            assert got == want, name
+        finally:
+            run("umount", mnt)
+        assert not empty.exists(), name
+        # A shard (the largest file; metadata such as MDS's index.json is not keyed).
+        victim = max((p for p in (b.rglob("*") if b.is_dir() else [b]) if p.is_file()), key=lambda p: p.stat().st_size)
+        os.utime(victim, ns=(victim.stat().st_atime_ns, victim.stat().st_mtime_ns + 1))
+        r = run("mount", b, mnt, "--index-dir", empty, check=False)
+        if r.returncode == 0:
+            run("umount", mnt)
+        assert r.returncode == 2 and "stale" in r.stderr and victim.name in r.stderr, r.stderr
+
+
 def copy(src, dst):
     if src.is_dir():
         shutil.copytree(src, dst)

@@ -285,6 +285,7 @@ pub(super) fn build(
         samples: scan.samples.len(),
         options,
         unchecked: probed.iter().filter(|(crc, _)| crc.is_none()).count(),
+        relative: false,
     };
     Ok((header, bytes))
 }
