@@ -12,7 +12,8 @@ use crate::format::FormatError;
 use crate::format::index::{IndexView, Totals};
 use crate::format::trailer::Trailer;
 use crate::storage::block_cache::{self as remote, BlockCache, CacheDir};
-use crate::storage::object::{ObjectClient, RemoteArgs};
+use crate::storage::object::{ObjectClient, Pin, RemoteArgs};
+use crate::storage::object_source::OfflineObject;
 use crate::view::Views;
 use anyhow::{Context, Result, anyhow, bail};
 use memmap2::Mmap;
@@ -45,6 +46,9 @@ impl RemotePack {
     /// with the server's reason), it is not a loosefs pack (no trailer), or its index fails
     /// its checks.
     pub fn open(url: &str, args: &RemoteArgs) -> Result<RemotePack> {
+        if args.offline {
+            return RemotePack::open_offline(url, args);
+        }
         let client = Arc::new(ObjectClient::new(url, args)?);
         let tail = client.open_tail(TAIL)?;
         let pin = client.pin().cloned().expect("pinned by open_tail");
@@ -110,6 +114,69 @@ impl RemotePack {
             dir,
             open_requests: requests,
         })
+    }
+
+    /// Opens the pack at `url` from its block cache alone (`--offline`): the cache directory
+    /// of the URL that a mount closed cleanly and that holds the index and every block of the
+    /// sample data, at the ETag it recorded (the newest such directory when several versions
+    /// are cached). No request is made.
+    ///
+    /// Errors: no cache of the URL, or none complete and clean (each candidate's reason
+    /// given), or its index fails its checks.
+    pub fn open_offline(url: &str, args: &RemoteArgs) -> Result<RemotePack> {
+        let root = args.cache_dir.clone().unwrap_or_else(remote::default_root);
+        remote::check_root(&root)
+            .with_context(|| format!("cannot use the cache root {}", root.display()))?;
+        let prefix = remote::cache_dir(&root, url, "", None)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.split_once('-'))
+            .map(|(u, _)| format!("{u}-"))
+            .unwrap_or_default();
+        let mut dirs: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(&root)
+            .with_context(|| format!("cannot list the cache root {}", root.display()))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| {
+                let t = e.metadata().and_then(|m| m.modified());
+                (t.unwrap_or(std::time::UNIX_EPOCH), e.path())
+            })
+            .collect();
+        dirs.sort_by(|a, b| b.cmp(a));
+        let mut why = Vec::new();
+        for (_, dir) in dirs {
+            match offline_candidate(url, &dir) {
+                Ok((cache_dir, pin, map, totals)) => {
+                    // Room for every block: nothing cached may be evicted.
+                    let limit = pin.size.div_ceil(remote::BLOCK) * remote::BLOCK;
+                    let source = Arc::new(OfflineObject::new(url, pin)?);
+                    let storage =
+                        BlockCache::open(source, cache_dir, limit).with_context(|| {
+                            format!("cannot open the block cache {}", dir.display())
+                        })?;
+                    log::info!("{url}: mounted --offline from {}", dir.display());
+                    return Ok(RemotePack {
+                        url: url.to_string(),
+                        storage: Arc::new(storage),
+                        index: Arc::new(map),
+                        totals,
+                        dir,
+                        open_requests: 0,
+                    });
+                }
+                Err(e) => why.push(format!("{}: {e:#}", dir.display())),
+            }
+        }
+        if why.is_empty() {
+            bail!(
+                "{url}: --offline, but the cache root {} holds no block cache of it (mount it online first)",
+                root.display()
+            );
+        }
+        bail!(
+            "{url}: --offline needs a complete block cache closed cleanly (`loosefs warm MNT --wait` while online, then unmount); none is:\n  {}",
+            why.join("\n  ")
+        )
     }
 
     /// Waits until a fetched index is kept in the cache directory (before a short-lived
@@ -190,6 +257,44 @@ impl RemotePack {
         }
         Ok(self.dir.join("data"))
     }
+}
+
+/// The cache directory `dir` locked, with the pin, index and totals it recorded for `url`,
+/// if it was closed cleanly and holds the index and every block of the sample data.
+fn offline_candidate(url: &str, dir: &Path) -> Result<(CacheDir, Pin, Mmap, Totals)> {
+    let cache_dir = CacheDir::lock(dir).context("cannot lock it (mounted now?)")?;
+    let mut meta = Vec::new();
+    std::io::Read::read_to_end(&mut cache_dir.open_ro("object.json")?, &mut meta)
+        .context("no object.json")?;
+    let meta: serde_json::Value = serde_json::from_slice(&meta).context("damaged object.json")?;
+    if meta["url"].as_str() != Some(url) {
+        bail!("the cache of another URL ({})", meta["url"]);
+    }
+    let pin = Pin {
+        size: meta["size"].as_u64().context("object.json: no size")?,
+        etag: meta["etag"].as_str().unwrap_or_default().to_string(),
+        version: meta["version"].as_str().map(str::to_string),
+    };
+    if meta["block"].as_u64() != Some(remote::BLOCK) {
+        bail!("blocks of another size");
+    }
+    let len = cache_dir
+        .open_ro("index")
+        .and_then(|f| f.metadata())
+        .context("no kept index")?
+        .len();
+    let (map, totals) = kept_index(&cache_dir, len).context("the kept index is damaged")?;
+    IndexView::from_validated(&map, totals)
+        .context("damaged index (bounds)")?
+        .validate_tree()
+        .context("damaged index")?;
+    if totals.data_end > pin.size {
+        bail!("its index runs past the object's {} bytes", pin.size);
+    }
+    if !remote::complete_on_disk(&cache_dir, pin.size, &(0..totals.data_end))? {
+        bail!("not complete or not closed cleanly");
+    }
+    Ok((cache_dir, pin, map, totals))
 }
 
 /// The trailer in the last bytes `tail` of the object at `url` (`size` bytes) and the byte

@@ -120,6 +120,9 @@ pub struct RemoteReport {
     pub cache_limit_bytes: u64,
     /// The cache directory of this object.
     pub cache_dir: String,
+    /// True when mounted `--offline`: served from the block cache alone, no request made.
+    #[serde(default)]
+    pub offline: bool,
 }
 
 /// The `daemon` section.

@@ -68,6 +68,11 @@ pub struct RemoteArgs {
     /// Time limit of one GET, seconds.
     #[arg(long, default_value_t = 60)]
     pub request_timeout: u64,
+    /// Mount without reaching the server: from a complete block cache of the URL (every
+    /// block of the samples and the index kept, closed cleanly by an earlier mount), at the
+    /// ETag recorded there. No request is made; refused when the cache is not complete.
+    #[arg(long)]
+    pub offline: bool,
 }
 
 /// Whether `src` names a remote object (`s3://`, `https://` or `http://`).

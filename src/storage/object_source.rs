@@ -32,9 +32,77 @@ pub trait ObjectSource: Send + Sync + std::fmt::Debug {
     /// Most GETs in flight at once.
     fn max_requests(&self) -> usize;
 
+    /// True when the object is not reached at all (`--offline`: every GET refused).
+    fn offline(&self) -> bool {
+        false
+    }
+
     /// [`ObjectSource::get`], waiting for it (not from the runtime's own worker threads).
     fn get_blocking(&self, r: Range<u64>) -> io::Result<Bytes> {
         self.runtime().block_on(self.get(r))
+    }
+}
+
+/// A remote object that is not reached (`--offline`): pinned to the size and ETag a block
+/// cache recorded, every GET refused without a request. A mount over it serves what its block
+/// cache holds.
+#[derive(Debug)]
+pub struct OfflineObject {
+    url: String,
+    pin: Pin,
+    rt: tokio::runtime::Runtime,
+    stats: ObjectStats,
+}
+
+impl OfflineObject {
+    /// The object at `url` as a cache recorded it. Errors: the runtime cannot start.
+    pub fn new(url: &str, pin: Pin) -> io::Result<OfflineObject> {
+        Ok(OfflineObject {
+            url: url.to_string(),
+            pin,
+            // Read-ahead spawns its fetches on the runtime: a worker must run them (to fail).
+            rt: tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .build()?,
+            stats: ObjectStats::default(),
+        })
+    }
+}
+
+impl ObjectSource for OfflineObject {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn pin(&self) -> Option<&Pin> {
+        Some(&self.pin)
+    }
+
+    fn get(&self, r: Range<u64>) -> BoxFuture<'_, io::Result<Bytes>> {
+        self.stats
+            .failed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let why = format!(
+            "{}: bytes {}..{} are not in the block cache and the mount is --offline",
+            self.url, r.start, r.end
+        );
+        Box::pin(async move { Err(io::Error::other(why)) })
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.rt
+    }
+
+    fn stats(&self) -> &ObjectStats {
+        &self.stats
+    }
+
+    fn max_requests(&self) -> usize {
+        1
+    }
+
+    fn offline(&self) -> bool {
+        true
     }
 }
 

@@ -250,6 +250,41 @@ def test_server_killed_and_restarted_mid_epoch(world, source):
             assert (mnt / rel).read_bytes() == (source / rel).read_bytes(), rel
 
 
+def test_offline_mounts_a_complete_clean_cache_without_a_request(world, source):
+    """`--offline`: no cache of the URL, or a partial one, is refused saying why; a cache
+    warmed whole and closed cleanly mounts with the server gone, makes no request, serves the
+    same tree and says so in stats."""
+    import json
+
+    proxy = world["http_proxy"]
+    url = f"http://127.0.0.1:{proxy.port}/data.pack"
+    args = ["--allow-http", "--cache-size", "1G", "--cache-dir", str(world["work"] / "cache-offline")]
+    r = Mount(url, world["work"], *args, "--offline", check=False).r
+    assert r.returncode == 2 and "holds no block cache" in r.stderr, r.stderr
+    files = files_of(source)
+    with Mount(url, world["work"], *args, "--prefetch-max-mb", "0", "--push-ahead", "0") as mnt:
+        assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
+    r = Mount(url, world["work"], *args, "--offline", check=False).r
+    assert r.returncode == 2 and "not complete" in r.stderr, r.stderr
+    with Mount(url, world["work"], *args) as mnt:
+        subprocess.run([loosefs_bin(), "warm", str(mnt), "--wait"], check=True, timeout=300)
+    n = proxy.requests
+    proxy.set(down=True)
+    try:
+        with Mount(url, world["work"], *args, "--offline") as mnt:
+            subprocess.run(["sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], check=True)
+            assert_same_tree(mnt, source)
+            st = json.loads(subprocess.run([loosefs_bin(), "stats", str(mnt), "--json"], capture_output=True,
+                                           text=True, check=True).stdout)
+            assert st["remote"]["offline"] is True and st["remote"]["gets"] == 0, st["remote"]
+    finally:
+        proxy.set(down=False)
+    assert proxy.requests == n
+    # The offline mount closed cleanly too: the next one mounts again.
+    with Mount(url, world["work"], *args, "--offline") as mnt:
+        assert (mnt / files[-1]).read_bytes() == (source / files[-1]).read_bytes()
+
+
 def test_profile_file_credentials(world, source, tmp_path):
     creds = tmp_path / "credentials"
     creds.write_text(f"[default]\naws_access_key_id = nobody\naws_secret_access_key = wrong\n\n"

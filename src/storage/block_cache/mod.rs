@@ -97,6 +97,25 @@ impl std::fmt::Debug for BlockCache {
     }
 }
 
+/// Whether the cache in `dir` of an object of `len` bytes was closed cleanly and holds every
+/// block overlapping `r` (their table entries well formed, of the right length), read from
+/// its files without changing them. Errors: the table cannot be read.
+pub fn complete_on_disk(dir: &CacheDir, len: u64, r: &std::ops::Range<u64>) -> io::Result<bool> {
+    if !dir.has(CLEAN) || r.is_empty() {
+        return Ok(dir.has(CLEAN));
+    }
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut dir.open_ro("blocks")?, &mut raw)?;
+    let (first, last) = (r.start / BLOCK, (r.end.min(len) - 1) / BLOCK);
+    Ok((first..=last).all(|b| {
+        let want = (len - b * BLOCK).min(BLOCK);
+        let at = (b * table::ENTRY) as usize;
+        raw.get(at..at + table::ENTRY as usize)
+            .and_then(table::parse_entry)
+            .is_some_and(|(_, l)| u64::from(l) == want)
+    }))
+}
+
 impl BlockCache {
     /// The block cache of the opened (pinned) object `source` in the locked directory `dir`
     /// (blocks of an earlier mount are kept), holding at most `limit` bytes of blocks (at least
@@ -451,6 +470,7 @@ impl Storage for BlockCache {
             cached_bytes: c.blocks.used.load(Relaxed) * BLOCK,
             cache_limit_bytes: c.limit(),
             cache_dir: c.dir.path().display().to_string(),
+            offline: c.source.offline(),
         })
     }
 

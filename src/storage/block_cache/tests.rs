@@ -380,3 +380,39 @@ fn a_refetch_is_counted_as_fetched() {
     assert!(c.refetch(0, &(0..10), c.generation()));
     assert_eq!(c.c.fetched.load(SeqCst), before + 1);
 }
+
+#[test]
+fn offline_a_clean_complete_cache_serves_without_a_request_and_a_missing_block_fails_at_once() {
+    use crate::storage::object_source::OfflineObject;
+    let w = World::new(4);
+    let len = w.data.len() as u64;
+    let c = w.open(4 * BLOCK);
+    // Three of the four blocks fetched online, then a clean close.
+    assert_eq!(
+        w.read(&c, 0..3 * BLOCK).unwrap(),
+        w.data[..(3 * BLOCK) as usize]
+    );
+    c.close();
+    drop(c);
+    let d = CacheDir::lock(&w.dir()).unwrap();
+    assert!(complete_on_disk(&d, len, &(0..3 * BLOCK)).unwrap());
+    assert!(
+        !complete_on_disk(&d, len, &(0..len)).unwrap(),
+        "block 3 missing"
+    );
+    let pin = w.fake.pin().cloned().unwrap();
+    let offline = Arc::new(OfflineObject::new("s3://b/k", pin).unwrap());
+    let c = BlockCache::open(offline.clone(), d, 4 * BLOCK).unwrap();
+    assert_eq!(
+        w.read(&c, 1000..2 * BLOCK).unwrap(),
+        w.data[1000..(2 * BLOCK) as usize]
+    );
+    assert_eq!(offline.stats().gets.load(SeqCst), 0);
+    // The missing block: an error naming --offline, with read-ahead asked first (its fetch is
+    // spawned on the runtime and must fail, not wait forever).
+    c.will_need(0, &(3 * BLOCK..len));
+    let e = w.read(&c, 3 * BLOCK..len).unwrap_err();
+    assert!(e.to_string().contains("--offline"), "{e}");
+    let report = c.remote_report().unwrap();
+    assert!(report.offline && report.gets == 0, "{report:?}");
+}
