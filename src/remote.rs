@@ -127,12 +127,7 @@ impl RemotePack {
         let root = args.cache_dir.clone().unwrap_or_else(remote::default_root);
         remote::check_root(&root)
             .with_context(|| format!("cannot use the cache root {}", root.display()))?;
-        let prefix = remote::cache_dir(&root, url, "", None)
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.split_once('-'))
-            .map(|(u, _)| format!("{u}-"))
-            .unwrap_or_default();
+        let prefix = remote::url_prefix(url);
         let mut dirs: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(&root)
             .with_context(|| format!("cannot list the cache root {}", root.display()))?
             .filter_map(|e| e.ok())

@@ -560,24 +560,7 @@ fn a_shared_index_mounts_the_dataset_elsewhere_without_a_scan_and_a_changed_shar
     let (s1, s2) = (serve(f), serve(g));
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for (s, out) in [(&s1, &mut a), (&s2, &mut b)] {
-        let mut stack = vec![(ROOT_INO, String::new())];
-        while let Some((ino, path)) = stack.pop() {
-            let mut entries = Vec::new();
-            s.readdir(ino, 0, |e| {
-                entries.push((e.ino, e.kind, String::from_utf8_lossy(&e.name).into_owned()));
-                false
-            })
-            .unwrap();
-            for (ino, kind, name) in entries {
-                match kind {
-                    Kind::Dir if name != "." && name != ".." => {
-                        stack.push((ino, format!("{path}/{name}")))
-                    }
-                    Kind::File => out.push((format!("{path}/{name}"), read_all(s, ino))),
-                    _ => {}
-                }
-            }
-        }
+        files(s, ROOT_INO, None, out);
         out.sort();
     }
     assert_eq!(a.len(), 48);

@@ -91,10 +91,6 @@ pub struct Header {
     pub samples: usize,
     /// The options the index was built with (part of its key).
     pub options: String,
-    /// Samples whose CRC-32 the index does not know (`--verify lazy`, a format without
-    /// checksums): learned at their first read.
-    #[serde(default)]
-    pub unchecked: usize,
     /// A shared index ([`shared`]): `objects` are named relative to the dataset's root.
     #[serde(default)]
     pub relative: bool,
@@ -233,7 +229,10 @@ impl Foreign {
             verify: (h.options.rsplit_once("verify="))
                 .map_or("full", |(_, v)| v)
                 .to_string(),
-            crc_learned_on_read: h.unchecked,
+            crc_learned_on_read: (0..t.records as u32)
+                .filter_map(|i| self.view().record(i))
+                .filter(|r| !r.is_dir && r.crc().is_none())
+                .count(),
         }
     }
 

@@ -92,15 +92,17 @@ fn probe_all(scan: &Scan, objects: &[ObjectEntry], lazy: bool) -> Result<Vec<Pro
     let read = |i: &usize| -> Result<(usize, Probed)> {
         let s = &scan.samples[*i];
         let path = &scan.objects[s.object as usize];
+        let failed = || {
+            let r = &s.range;
+            format!(
+                "cannot read {} bytes {}..{}",
+                path.display(),
+                r.start,
+                r.end
+            )
+        };
         if lazy {
-            let jpeg = probe_head(&plain[path], &s.range).with_context(|| {
-                format!(
-                    "cannot read {} bytes {}..{}",
-                    path.display(),
-                    s.range.start,
-                    s.range.end
-                )
-            })?;
+            let jpeg = probe_head(&plain[path], &s.range).with_context(failed)?;
             return Ok((*i, (s.crc32, jpeg)));
         }
         let mut p = Probe::default();
@@ -108,14 +110,7 @@ fn probe_all(scan: &Scan, objects: &[ObjectEntry], lazy: bool) -> Result<Vec<Pro
         let mut at = s.range.start;
         while at < s.range.end {
             let n = (s.range.end - at).min(buf.len() as u64) as usize;
-            (plain[path].read_exact_at(&mut buf[..n], at)).with_context(|| {
-                format!(
-                    "cannot read {} bytes {}..{}",
-                    path.display(),
-                    s.range.start,
-                    s.range.end
-                )
-            })?;
+            (plain[path].read_exact_at(&mut buf[..n], at)).with_context(failed)?;
             p.update(&buf[..n]);
             at += n as u64;
         }
@@ -284,7 +279,6 @@ pub(super) fn build(
         classes: if mirrored { 0 } else { classes },
         samples: scan.samples.len(),
         options,
-        unchecked: probed.iter().filter(|(crc, _)| crc.is_none()).count(),
         relative: false,
     };
     Ok((header, bytes))

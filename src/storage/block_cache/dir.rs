@@ -23,14 +23,19 @@ pub fn default_root() -> PathBuf {
         .join("blocks")
 }
 
+/// The start of the name of every cache directory of `url`, whatever its version:
+/// `<xxh3(url)>-`.
+pub fn url_prefix(url: &str) -> String {
+    format!("{:016x}-", xxhash_rust::xxh3::xxh3_64(url.as_bytes()))
+}
+
 /// The cache directory of an object: `<root>/<xxh3(url)>-<xxh3(etag, version)>`.
 pub fn cache_dir(root: &Path, url: &str, etag: &str, version: Option<&str>) -> PathBuf {
-    use xxhash_rust::xxh3::xxh3_64;
     let v = format!("{etag}\0{}", version.unwrap_or(""));
     root.join(format!(
-        "{:016x}-{:016x}",
-        xxh3_64(url.as_bytes()),
-        xxh3_64(v.as_bytes())
+        "{}{:016x}",
+        url_prefix(url),
+        xxhash_rust::xxh3::xxh3_64(v.as_bytes())
     ))
 }
 

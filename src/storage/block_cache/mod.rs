@@ -29,7 +29,7 @@ mod tests;
 
 pub use blocks::{BLOCK, MERGE, State};
 pub use budget::{cache_budget, live_shares, prune, record_share};
-pub use dir::{CacheDir, cache_dir, check_root, default_root};
+pub use dir::{CacheDir, cache_dir, check_root, default_root, url_prefix};
 
 use super::Storage;
 use super::local::{LocalObject, LocalStorage};
@@ -101,8 +101,11 @@ impl std::fmt::Debug for BlockCache {
 /// block overlapping `r` (their table entries well formed, of the right length), read from
 /// its files without changing them. Errors: the table cannot be read.
 pub fn complete_on_disk(dir: &CacheDir, len: u64, r: &std::ops::Range<u64>) -> io::Result<bool> {
-    if !dir.has(CLEAN) || r.is_empty() {
-        return Ok(dir.has(CLEAN));
+    if !dir.has(CLEAN) {
+        return Ok(false);
+    }
+    if r.is_empty() {
+        return Ok(true);
     }
     let mut raw = Vec::new();
     std::io::Read::read_to_end(&mut dir.open_ro("blocks")?, &mut raw)?;
