@@ -88,6 +88,15 @@ pub fn format_stats(r: &Report) -> String {
             mb(x.cache_limit_bytes),
             x.cache_dir
         );
+        if x.exact_gets > 0 || x.exact_held_bytes > 0 {
+            out += &format!(
+                "exact       {} GETs of sample ranges, {:.1} MB received, {:.1} MB served from them, {:.1} MB held\n",
+                x.exact_gets,
+                mb(x.exact_bytes_received),
+                mb(x.exact_bytes_served),
+                mb(x.exact_held_bytes)
+            );
+        }
     }
     if let Some(d) = &r.decode {
         out += &format!(

@@ -123,6 +123,18 @@ pub struct RemoteReport {
     /// True when mounted `--offline`: served from the block cache alone, no request made.
     #[serde(default)]
     pub offline: bool,
+    /// GETs of exact sample ranges (a sparse announced order) completed.
+    #[serde(default)]
+    pub exact_gets: u64,
+    /// Bytes those GETs received (also counted in `bytes_received`).
+    #[serde(default)]
+    pub exact_bytes_received: u64,
+    /// Bytes of reads served from exact ranges.
+    #[serde(default)]
+    pub exact_bytes_served: u64,
+    /// Bytes of exact ranges held in memory now, in flight included (at most 512 MiB).
+    #[serde(default)]
+    pub exact_held_bytes: u64,
 }
 
 /// The `daemon` section.

@@ -219,7 +219,7 @@ impl ReadAhead {
     /// Feeds a whole-sample read of `ext` to its object's stream detector and issues the
     /// read-ahead it advises.
     pub fn walk(&self, ext: &Extent) -> Advice {
-        let unread = self.order.first_read(ext, true);
+        let (unread, followed) = self.order.first_read(ext, true);
         self.release_unread(&unread);
         let Some(streams) = self.streams.get(ext.object as usize) else {
             return Advice::default();
@@ -246,9 +246,9 @@ impl ReadAhead {
         if advice.hit {
             self.stats.prefetch_hits.fetch_add(1, Relaxed);
         }
-        if let Some(r) = &advice.prefetch {
-            // A full queue drops the request: the thread is behind, and the reader's own
-            // misses ask for what it needs.
+        if let Some(r) = advice.prefetch.as_ref().filter(|_| !followed) {
+            // Reads along an announced order are read ahead by it alone. A full queue drops
+            // the request: the thread is behind, and the reader's own misses ask for it.
             let pass = self
                 .ledgers
                 .get(ext.object as usize)

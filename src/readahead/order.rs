@@ -27,15 +27,19 @@
 //! what was read ahead for it. When most of the last [`HISTORY`] first reads were off, every
 //! live order is abandoned: what it read ahead and nobody read is released, and read-ahead
 //! falls back to the stream detector alone.
+//!
+//! Sparse orders (the live orders name fewer than half the files, as a rank of a
+//! DistributedSampler does) are asked of the storage as exact ranges
+//! ([`crate::storage::Storage::will_need_exact`]): a remote block cache then fetches the
+//! samples alone, not the 1 MiB blocks around them, most of whose bytes the rank never reads.
 
 use super::ledger::Ledger;
-use crate::catalog::{Extent, ObjectId};
+use crate::catalog::Extent;
 use crate::ino::{Bitset, record_ino};
 use crate::report::OrderReport;
 use crate::samples::Samples;
-use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Live orders kept at most (the oldest goes first).
@@ -172,6 +176,12 @@ struct Inner {
     /// Bytes read ahead and not served, per order at most.
     window: u64,
     records: usize,
+    /// Files of the catalog: orders naming fewer than half of them are sparse.
+    files: u64,
+    /// Tickets of writers waiting for an order's first batch: the last taken, and the last
+    /// the order thread finished a pass for (with its condition variable).
+    ticket: AtomicU64,
+    issued: (Mutex<u64>, std::sync::Condvar),
     stats: OrderStats,
 }
 
@@ -197,6 +207,9 @@ impl Orders {
             live: AtomicBool::new(false),
             window,
             records: samples.catalog().records() as usize,
+            files: samples.catalog().files(),
+            ticket: AtomicU64::new(0),
+            issued: (Mutex::new(0), std::sync::Condvar::new()),
             stats: OrderStats::default(),
         });
         let (wake, rx) = std::sync::mpsc::sync_channel(1);
@@ -244,13 +257,15 @@ impl Orders {
         (id, unread)
     }
 
-    /// Appends `records` to order `id` (a no-op once it was replaced or abandoned).
-    pub fn extend(&self, id: u32, records: &[u32]) {
+    /// Appends `records` to order `id` (a no-op once it was replaced or abandoned). True when
+    /// these are the order's first records.
+    pub fn extend(&self, id: u32, records: &[u32]) -> bool {
         let mut s = self.inner.lock();
         let State { orders, owner, .. } = &mut *s;
         let Some(o) = orders.iter_mut().find(|o| o.id == id) else {
-            return;
+            return false;
         };
+        let first = o.records.is_empty() && !records.is_empty();
         for &r in records {
             if let Some(slot) = owner.get_mut(r as usize) {
                 *slot = u64::from(id) << 32 | o.records.len() as u64;
@@ -260,6 +275,7 @@ impl Orders {
         o.served.resize(o.records.len().div_ceil(64), 0);
         drop(s);
         let _ = self.wake.try_send(());
+        first
     }
 
     /// Counts `n` paths that named no file.
@@ -274,16 +290,18 @@ impl Orders {
     /// The first read of a sample (`ext`, stored bytes): it leaves its order's window, and,
     /// when `check` (a reader's read, not a push), the reads are checked against the orders.
     /// Returns the records read ahead and never read when this read made the orders be
-    /// abandoned (the caller releases their pages).
-    pub fn first_read(&self, ext: &Extent, check: bool) -> Vec<u32> {
+    /// abandoned (the caller releases their pages), and whether the read followed a live
+    /// order (its read-ahead is the order's: the stream detector need not add any).
+    pub fn first_read(&self, ext: &Extent, check: bool) -> (Vec<u32>, bool) {
         if !self.inner.live.load(Relaxed) {
-            return Vec::new();
+            return (Vec::new(), false);
         }
         let stats = &self.inner.stats;
         let mut s = self.inner.lock();
         let owner = s.owner.get(ext.record as usize).copied().unwrap_or(NONE);
         let (id, p) = ((owner >> 32) as u32, (owner & u64::from(u32::MAX)) as usize);
         let mut off = true;
+        let mut followed = false;
         let mut finished = None;
         if let Some(o) = (owner != NONE).then(|| s.find(id)).flatten() {
             if o.serve(p) {
@@ -296,6 +314,7 @@ impl Orders {
                 }
             }
             off = p >= o.issued + AHEAD_SLACK.max(o.outstanding_n);
+            followed = !off;
             finished = o.done().then_some(o.id);
         }
         if check {
@@ -327,7 +346,28 @@ impl Orders {
         }
         self.inner.live.store(!s.orders.is_empty(), Relaxed);
         self.note_released(unread.len());
-        unread
+        (unread, followed)
+    }
+
+    /// Waits (at most 1 s) until the order thread has issued what was announced so far.
+    fn wait_issued(&self) {
+        let inner = &self.inner;
+        if inner.window == 0 {
+            return;
+        }
+        let ticket = inner.ticket.fetch_add(1, Relaxed) + 1;
+        let _ = self.wake.try_send(());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let mut done = inner.issued.0.lock().unwrap_or_else(|p| p.into_inner());
+        while *done < ticket {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            done = (inner.issued.1.wait_timeout(done, left))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
     }
 
     /// The `order` section of the stats.
@@ -361,6 +401,16 @@ impl super::ReadAhead {
         id
     }
 
+    /// Appends `records` to order `id`. When they are the order's first, waits for the order
+    /// thread to ask for the first batch (their fetches started, not finished), so a reader's
+    /// first read right after the announcement finds them asked for (a remote block cache
+    /// would otherwise fetch its whole block).
+    pub fn extend_order(&self, id: u32, records: &[u32]) {
+        if self.order.extend(id, records) {
+            self.order.wait_issued();
+        }
+    }
+
     /// Releases the stored pages of `records`, read ahead along an order and never read (as
     /// [`super::ReadAhead::release_stored`] allows), and takes back their read-ahead marks.
     pub(super) fn release_unread(&self, records: &[u32]) {
@@ -377,88 +427,9 @@ impl super::ReadAhead {
     }
 }
 
-/// The next batch to read ahead, over every live order: for each order with at least a
-/// quarter of what it may hold free, the next unserved positions up to what it may hold, as
-/// storage ranges sorted into storage order and merged where they share a page. Orders served
-/// in full (by the kernel's cache) are dropped.
-fn next_batch(inner: &Inner, samples: &Samples) -> Vec<(ObjectId, Range<u64>)> {
-    let catalog = samples.catalog();
-    let stats = &inner.stats;
-    let mut out = Vec::new();
-    let mut s = inner.lock();
-    for o in &mut s.orders {
-        let allowed = o.allowed(inner.window);
-        if o.outstanding_n > 0 && allowed - o.outstanding.min(allowed) < allowed / 4 {
-            continue;
-        }
-        while o.issued < o.records.len() && o.outstanding < allowed {
-            let (p, r) = (o.issued, o.records[o.issued]);
-            o.issued += 1;
-            if inner.held.contains(r) {
-                if o.serve(p) {
-                    stats.cached.fetch_add(1, Relaxed);
-                }
-                continue;
-            }
-            if o.is_served(p) {
-                continue;
-            }
-            let Ok(ext) = catalog.extent(record_ino(r)) else {
-                continue;
-            };
-            o.outstanding += ext.len();
-            o.outstanding_n += 1;
-            stats.read_ahead.fetch_add(1, Relaxed);
-            stats.read_ahead_bytes.fetch_add(ext.len(), Relaxed);
-            out.push((ext.object, ext.range));
-        }
-    }
-    while let Some(k) = s.orders.iter().position(Order::done) {
-        s.remove(k);
-    }
-    inner.live.store(!s.orders.is_empty(), Relaxed);
-    drop(s);
-    merge(out)
-}
-
-/// Sorts `ranges` into storage order and merges those that share a page.
-pub fn merge(mut ranges: Vec<(ObjectId, Range<u64>)>) -> Vec<(ObjectId, Range<u64>)> {
-    ranges.sort_by_key(|(o, r)| (*o, r.start));
-    let mut out: Vec<(ObjectId, Range<u64>)> = Vec::with_capacity(ranges.len());
-    for (obj, r) in ranges {
-        match out.last_mut() {
-            Some((o, last)) if *o == obj && r.start <= last.end.next_multiple_of(PAGE) => {
-                last.end = last.end.max(r.end);
-            }
-            _ => out.push((obj, r)),
-        }
-    }
-    out
-}
-
-/// The order thread: on each wake, reads ahead batches until every order's window is full.
-fn run(inner: &Inner, samples: &Samples, ledgers: &[Ledger], wake: &Receiver<()>) {
-    if inner.window == 0 {
-        return;
-    }
-    let storage = samples.storage();
-    while wake.recv().is_ok() {
-        loop {
-            let batch = next_batch(inner, samples);
-            if batch.is_empty() {
-                break;
-            }
-            for (obj, r) in batch {
-                let Some(ledger) = ledgers.get(obj as usize) else {
-                    continue;
-                };
-                for span in ledger.claim(&r, ledger.pass_of(&r)) {
-                    storage.will_need(obj, &span);
-                }
-            }
-        }
-    }
-}
-
+mod batch;
+#[cfg(test)]
+use batch::merge;
+use batch::run;
 #[cfg(test)]
 mod tests;

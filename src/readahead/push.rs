@@ -187,7 +187,7 @@ fn push_run(
             if store(next, data).is_ok() {
                 ra.push.mark(ext.record);
                 ra.skip(&ext);
-                let unread = ra.order.first_read(&ext, false);
+                let (unread, _) = ra.order.first_read(&ext, false);
                 ra.release_unread(&unread);
                 ra.stats.pushed_samples.fetch_add(1, Relaxed);
                 ra.stats.pushed_bytes.fetch_add(ext.len(), Relaxed);

@@ -137,13 +137,13 @@ impl Server {
                 }
             }
             if records.len() >= BATCH {
-                order.extend(p.id, &records);
+                self.data.readahead.extend_order(p.id, &records);
                 records.clear();
             }
         }
         p.partial.extend_from_slice(rest);
         let too_long = p.partial.len() > MAX_LINE;
-        order.extend(p.id, &records);
+        self.data.readahead.extend_order(p.id, &records);
         order.unresolved(unresolved);
         if too_long {
             p.partial.clear();

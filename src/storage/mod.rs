@@ -47,6 +47,16 @@ pub trait Storage: Send + Sync {
     /// Asks for `r` to be brought into the cache asynchronously (no wait).
     fn will_need(&self, obj: ObjectId, r: &Range<u64>);
 
+    /// Asks for exactly the bytes of `ranges` (sorted, disjoint, of object `obj`), each to be
+    /// read soon and once, without waiting: for a sparse announced order, where a storage
+    /// whose unit is larger than a sample (a remote block cache's 1 MiB blocks) would bring
+    /// mostly bytes nobody reads. Default: [`Storage::will_need`] of each.
+    fn will_need_exact(&self, obj: ObjectId, ranges: &[Range<u64>]) {
+        for r in ranges {
+            self.will_need(obj, r);
+        }
+    }
+
     /// Cached bytes of `r`, counted in whole pages.
     fn resident_bytes(&self, obj: ObjectId, r: &Range<u64>) -> u64;
 

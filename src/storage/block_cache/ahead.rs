@@ -1,9 +1,9 @@
-//! Work on blocks beyond one read: fetching ahead of readers (read-ahead's `will_need`), the
-//! whole-object download of `--warm` and `--pin`, and the refetch of a sample's blocks that
-//! failed its CRC.
+//! Work on blocks beyond one read: fetching ahead of readers (read-ahead's `will_need`, and
+//! exact ranges for a sparse announced order), the whole-object download of `--warm` and
+//! `--pin`, and the refetch of a sample's blocks that failed its CRC.
 
-use super::Inner;
 use super::blocks::State;
+use super::{Inner, MERGE};
 use crate::storage::Storage;
 use std::io;
 use std::ops::Range;
@@ -57,10 +57,14 @@ impl Inner {
         Ok(())
     }
 
-    /// Starts fetching the missing blocks of `r` without waiting; blocks kept from an earlier
-    /// mount are asked of the kernel (large asynchronous reads) and checked ahead of the
+    /// Starts fetching the missing blocks of `r` without waiting, unless an exact range holds
+    /// its bytes; blocks kept from an earlier mount are asked of the kernel (large asynchronous reads) and checked ahead of the
     /// reader.
     pub(super) fn will_need(me: &Arc<Inner>, r: &Range<u64>) {
+        // Bytes held as an exact range (or being fetched as one) need no block.
+        if me.exact.covers(r) {
+            return;
+        }
         let blocks = me.blocks.covering(r);
         if blocks.is_empty() {
             return;
@@ -93,6 +97,47 @@ impl Inner {
                     me2.fetch_log
                         .log(|| format!("read-ahead fetch failed: {e}"));
                 }
+            });
+        }
+    }
+
+    /// Starts fetching `ranges` (sorted, disjoint) alone into memory, neighbours sharing a
+    /// GET; ranges whose blocks are all cached are asked of the kernel instead, and those the
+    /// memory bound leaves out are fetched as blocks.
+    pub(super) fn will_need_exact(me: &Arc<Inner>, ranges: &[Range<u64>]) {
+        let mut wanted = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            let r = r.start.min(me.len)..r.end.min(me.len);
+            if r.is_empty() {
+                continue;
+            }
+            if me
+                .blocks
+                .covering(&r)
+                .all(|b| me.blocks.slot(b).state().cached())
+            {
+                me.local.will_need(0, &r);
+            } else {
+                wanted.push(r);
+            }
+        }
+        let (claimed, left) = me.exact.claim(&wanted, MERGE);
+        for r in left {
+            Inner::will_need(me, &r);
+        }
+        for run in claimed {
+            let me2 = me.clone();
+            me.source.runtime().spawn(async move {
+                let res = me2.source.get(run.clone()).await;
+                if let Err(e) = &res {
+                    me2.fetch_log.log(|| {
+                        format!(
+                            "read-ahead fetch of bytes {}..{} failed: {e}",
+                            run.start, run.end
+                        )
+                    });
+                }
+                me2.exact.fill(run.start, &res);
             });
         }
     }

@@ -22,6 +22,7 @@ mod ahead;
 mod blocks;
 mod budget;
 mod dir;
+mod exact;
 mod fill;
 mod table;
 #[cfg(test)]
@@ -30,12 +31,14 @@ mod tests;
 pub use blocks::{BLOCK, MERGE, State};
 pub use budget::{cache_budget, live_shares, prune, record_share};
 pub use dir::{CacheDir, cache_dir, check_root, default_root, url_prefix};
+pub use exact::{GAP, HELD_MAX};
 
 use super::Storage;
 use super::local::{LocalObject, LocalStorage};
 use super::object_source::ObjectSource;
 use crate::catalog::ObjectId;
 use blocks::Blocks;
+use exact::Exact;
 use std::fs::File;
 use std::io;
 use std::ops::Range;
@@ -84,6 +87,8 @@ struct Inner {
     evicted: AtomicU64,
     /// Cached blocks found damaged (CRC mismatch) and fetched again: each counted once.
     damaged: AtomicU64,
+    /// Exact ranges of a sparse announced order, held in memory.
+    exact: Exact,
     dir: CacheDir,
 }
 
@@ -198,6 +203,7 @@ impl BlockCache {
             fetched: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
             damaged: AtomicU64::new(0),
+            exact: Exact::new(HELD_MAX),
             dir,
         };
         // A smaller cache size than last time: evict down to it now.
@@ -354,7 +360,7 @@ impl Storage for BlockCache {
                     ),
                 )
             })?;
-        if buf.is_empty() {
+        if buf.is_empty() || self.c.exact.read(off, buf) {
             return Ok(());
         }
         let held = self.c.hold(&(off..end))?;
@@ -375,6 +381,13 @@ impl Storage for BlockCache {
     fn will_need(&self, obj: ObjectId, r: &Range<u64>) {
         if obj == 0 {
             Inner::will_need(&self.c, r);
+        }
+    }
+
+    /// Fetches the ranges not cached as blocks alone, into memory (module `exact`).
+    fn will_need_exact(&self, obj: ObjectId, ranges: &[Range<u64>]) {
+        if obj == 0 {
+            Inner::will_need_exact(&self.c, ranges);
         }
     }
 
@@ -439,6 +452,7 @@ impl Storage for BlockCache {
         if obj != 0 || r.is_empty() {
             return false;
         }
+        self.c.exact.forget(r);
         match self.c.refetch(r, seen) {
             Ok(()) => true,
             Err(e) => {
@@ -474,6 +488,10 @@ impl Storage for BlockCache {
             cache_limit_bytes: c.limit(),
             cache_dir: c.dir.path().display().to_string(),
             offline: c.source.offline(),
+            exact_gets: c.exact.gets.load(Relaxed),
+            exact_bytes_received: c.exact.bytes.load(Relaxed),
+            exact_bytes_served: c.exact.served.load(Relaxed),
+            exact_held_bytes: c.exact.held(),
         })
     }
 

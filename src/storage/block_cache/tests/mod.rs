@@ -2,6 +2,8 @@
 //! after a clean close, outages, a replaced object, eviction under readers, the size bound,
 //! and a full disk.
 
+mod exact;
+
 use super::*;
 use crate::storage::object_source::FakeObject;
 use std::sync::Barrier;
