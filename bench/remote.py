@@ -12,7 +12,10 @@ one run, each pass timed by the compiled reader (`loosefs-reader`, 4 threads):
 3. second epoch from the block cache (remount, page cache dropped) against the local pack
    mounted and read the same way (page cache dropped), alternated `--repeat` times (medians);
 4. `--big PACK`: mount time of a large remote pack (fresh cache: tail GET + index GET) against
-   2 round trips + the index's transfer time at the cap.
+   2 round trips + the index's transfer time at the cap;
+5. announced orders (fresh cache each, no warm): a shuffled cold epoch with and without the
+   order announced (`loosefs-reader --announce`), against the cap; a rank of 8 (the first 1/8
+   of a shuffled epoch) with and without its order, bytes received ÷ the bytes of its samples.
 
 Ratios are against the cap (1–2) or the baseline of the same run (2–3). Cold figures for the
 local pack depend on the disk's mood: the dd line says which.
@@ -61,10 +64,39 @@ def umount(mnt):
     subprocess.run([BIN, "umount", str(mnt)], check=True)
 
 
-def read(mnt, order="inorder", threads=4):
-    r = subprocess.run([READER, "--root", str(mnt), "--threads", str(threads), "--order", order, "--seed", "1"],
-                       check=True, capture_output=True, text=True)
+def read(mnt, order="inorder", threads=4, *extra):
+    r = subprocess.run([READER, "--root", str(mnt), "--threads", str(threads), "--order", order, "--seed", "1",
+                        *extra], check=True, capture_output=True, text=True)
     return json.loads(r.stdout)
+
+
+def remote_stats(mnt):
+    r = subprocess.run([BIN, "stats", str(mnt), "--json"], check=True, capture_output=True, text=True)
+    return json.loads(r.stdout)["remote"]
+
+
+def ordered_passes(url, mnt, ep, work, cap, n_files):
+    """Section 5: announced orders over a fresh block cache each, no warm."""
+    out = {}
+    for name, extra in [("shuffled_no_order", []), ("shuffled_order", ["--announce"]),
+                        ("rank8_no_order", ["--limit", str(n_files // 8)]),
+                        ("rank8_order", ["--limit", str(n_files // 8), "--announce"])]:
+        cache = work / f"cache5-{name}"
+        shutil.rmtree(cache, ignore_errors=True)
+        t = time.time()
+        mount(url, mnt, *ep, "--cache-dir", str(cache))
+        tm = time.time() - t
+        before = remote_stats(mnt)["bytes_received"]
+        r = read(mnt, "shuffled", 4, *extra)
+        st = remote_stats(mnt)
+        umount(mnt)
+        got = st["bytes_received"] - before
+        out[name] = dict(files=r["files"], seconds=r["seconds"], files_per_s=r["files"] / r["seconds"],
+                         ratio_to_cap=r["bytes"] / 1e6 / r["seconds"] / cap,
+                         ratio_to_cap_incl_mount=r["bytes"] / 1e6 / (r["seconds"] + tm) / cap,
+                         bytes_read=r["bytes"], bytes_received=got, received_per_read=got / r["bytes"],
+                         exact_gets=st.get("exact_gets", 0), gets=st["gets"])
+    return out
 
 
 def main():
@@ -75,6 +107,8 @@ def main():
     ap.add_argument("--latency", type=float, default=20.0, help="ms per request")
     ap.add_argument("--big", default=None, help="a large pack to time the mount of")
     ap.add_argument("--repeat", type=int, default=3, help="alternations of the block-cache vs local pass")
+    ap.add_argument("--only-orders", action="store_true", help="run section 5 only")
+    ap.add_argument("--mount-arg", action="append", default=[], help="an extra mount option (repeatable)")
     a = ap.parse_args()
     work = pathlib.Path(a.work or tempfile.mkdtemp(prefix="loosefs-remote-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -84,21 +118,25 @@ def main():
     weed = servers.Seaweed(work / "weed").start()
     mnt = work / "mnt"
     mnt.mkdir(exist_ok=True)
-    out = {"cap_MBps": a.cap, "latency_ms": a.latency}
+    out = {"cap_MBps": a.cap, "latency_ms": a.latency, "mount_args": a.mount_arg}
     try:
         weed.put("data.pack", pack)
         files = sorted(p for p in data.rglob("*") if p.is_file())
         c = weed.client()
-        for p in files:
+        for p in files if not a.only_orders else []:
             c.upload_file(str(p), weed.bucket, "loose/" + str(p.relative_to(data)))
         proxy = servers.FaultProxy(weed.port, rate=a.cap * 1e6, latency=a.latency / 1e3).start()
-        ep = ["--endpoint-url", f"http://127.0.0.1:{proxy.port}", "--allow-http"]
+        ep = ["--endpoint-url", f"http://127.0.0.1:{proxy.port}", "--allow-http", *a.mount_arg]
         url = "s3://packs/data.pack"
         cap = a.cap
 
         def ratio(bytes_, seconds):
             return bytes_ / 1e6 / seconds / cap
 
+        # 5. Announced orders.
+        out["orders"] = ordered_passes(url, mnt, ep, work, cap, len(files))
+        if a.only_orders:
+            return
         # 1. Cold epoch in pack order.
         cache1 = work / "cache1"
         shutil.rmtree(cache1, ignore_errors=True)
@@ -169,7 +207,7 @@ def main():
                                     bound_s=bound, ratio_to_bound=tb / bound, remount_s=tb2, remount_requests=reqs2)
     finally:
         weed.stop()
-    print(json.dumps(out, indent=1))
+        print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":
