@@ -14,7 +14,7 @@ one run, each pass timed by the compiled reader (`loosefs-reader`, 4 threads):
 4. `--big PACK`: mount time of a large remote pack (fresh cache: tail GET + index GET) against
    2 round trips + the index's transfer time at the cap;
 5. announced orders (fresh cache each, no warm): a shuffled cold epoch with and without the
-   order announced (`loosefs-reader --announce`), against the cap; a rank of 8 (the first 1/8
+   order announced (`loosefs-reader --announce`; a wrong one: another seed's), against the cap; a rank of 8 (the first 1/8
    of a shuffled epoch) with and without its order, bytes received ÷ the bytes of its samples.
 
 Ratios are against the cap (1–2) or the baseline of the same run (2–3). Cold figures for the
@@ -79,6 +79,7 @@ def ordered_passes(url, mnt, ep, work, cap, n_files):
     """Section 5: announced orders over a fresh block cache each, no warm."""
     out = {}
     for name, extra in [("shuffled_no_order", []), ("shuffled_order", ["--announce"]),
+                        ("shuffled_wrong_order", ["--announce", "--announce-seed", "2"]),
                         ("rank8_no_order", ["--limit", str(n_files // 8)]),
                         ("rank8_order", ["--limit", str(n_files // 8), "--announce"])]:
         cache = work / f"cache5-{name}"

@@ -25,6 +25,11 @@ pub const GAP: u64 = 16 << 10;
 /// as whole blocks.
 pub const HELD_MAX: u64 = 512 << 20;
 
+/// Longest a read waits for an exact range in flight before reading its blocks instead: past
+/// the default GET budget (`--retry-timeout` 120 s plus `--request-timeout` 60 s), so it
+/// matters only when a GET never ends (its runtime stopped).
+const WAIT_MAX: Duration = Duration::from_secs(300);
+
 /// One GET's bytes.
 #[derive(Debug)]
 struct Entry {
@@ -228,6 +233,7 @@ impl Exact {
             return false;
         }
         let r = off..off + buf.len() as u64;
+        let deadline = std::time::Instant::now() + WAIT_MAX;
         let mut s = self.lock();
         loop {
             let Some(k) = Self::covering(&s, &r) else {
@@ -247,7 +253,10 @@ impl Exact {
                 return true;
             }
             // In flight: every GET ends (answer, failure or timeout) and fills its entry. The
-            // bounded wait only re-checks the entry.
+            // bounded wait only re-checks the entry; past WAIT_MAX the read goes to the blocks.
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
             s = self
                 .filled
                 .wait_timeout(s, Duration::from_secs(1))
