@@ -334,6 +334,59 @@ mod tests {
         assert!(x.held() <= 1000);
     }
 
+    /// Rounds of random claims (filled with the right bytes, a failure or a short answer),
+    /// reads and forgets over a 4 MiB object: every read answered from memory gives the
+    /// object's bytes, and what is held never passes the cap.
+    #[test]
+    fn random_claims_reads_and_forgets_keep_bytes_right_and_memory_bounded() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n.max(1)
+        };
+        let len = 4u64 << 20;
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
+        let cap = 1u64 << 20;
+        let x = Exact::new(cap);
+        let mut served = 0;
+        for _ in 0..300 {
+            let mut ranges: Vec<Range<u64>> = (0..next(6) + 1)
+                .map(|_| {
+                    let s = next(len - 1);
+                    s..(s + next(200_000) + 1).min(len)
+                })
+                .collect();
+            ranges.sort_by_key(|r| r.start);
+            ranges.dedup_by(|b, a| b.start < a.end);
+            let (claimed, _) = x.claim(&ranges, 256 << 10);
+            for span in claimed {
+                let bytes = Bytes::copy_from_slice(&data[span.start as usize..span.end as usize]);
+                match next(10) {
+                    0 => x.fill(span.start, &Err(io::Error::other("503"))),
+                    1 => x.fill(span.start, &Ok(bytes.slice(..bytes.len() / 2))),
+                    _ => x.fill(span.start, &Ok(bytes)),
+                }
+            }
+            assert!(x.held() <= cap, "{} held", x.held());
+            for r in &ranges {
+                let s = r.start + next(r.end - r.start);
+                let e = (s + next(r.end - s) + 1).min(r.end);
+                let mut buf = vec![0u8; (e - s) as usize];
+                if x.read(s, &mut buf) {
+                    assert_eq!(buf, &data[s as usize..e as usize]);
+                    served += 1;
+                }
+            }
+            if next(4) == 0 {
+                let s = next(len);
+                x.forget(&(s..s + next(500_000)));
+            }
+        }
+        assert!(served > 100, "{served} reads served from memory");
+    }
+
     #[test]
     fn a_failed_get_drops_its_entry_and_reads_fall_through() {
         let x = Exact::new(1 << 20);
