@@ -123,10 +123,12 @@ fn issue(inner: &Inner, samples: &Samples, ledgers: &[Ledger]) {
             let spans = ledger.claim(&r, ledger.pass_of(&r));
             if sparse {
                 // The sample's own bytes and the pages claimed for it: a page shared with a
-                // neighbour read ahead earlier is fetched again rather than split between two.
-                if let (Some(a), Some(b)) = (spans.first(), spans.last()) {
-                    exact.push(r.start.min(a.start)..r.end.max(b.end));
-                }
+                // neighbour read ahead earlier is fetched again rather than split between two,
+                // and a sample whose every page was claimed before (a tiny one between two
+                // neighbours) is still asked (the storage skips bytes it holds).
+                let a = spans.first().map_or(r.start, |x| x.start.min(r.start));
+                let b = spans.last().map_or(r.end, |x| x.end.max(r.end));
+                exact.push(a..b);
                 continue;
             }
             for span in spans {
