@@ -186,7 +186,7 @@ impl ReadAhead {
             self.stats.page_cache_hits.fetch_add(1, Relaxed);
         } else {
             self.stats.page_cache_misses.fetch_add(1, Relaxed);
-            storage.will_need(ext.object, &(s..ext.range.end));
+            self.ask_missing(ext, s);
         }
         if offset == 0 {
             let a = self.walk(ext);

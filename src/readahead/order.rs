@@ -370,6 +370,19 @@ impl Orders {
         }
     }
 
+    /// Whether `record` belongs to a live order and the live orders are sparse (they name
+    /// fewer than half the files): its read-ahead, and a read that misses, ask for the
+    /// sample's exact bytes rather than the storage's units around it.
+    pub fn wants_exact(&self, record: u32) -> bool {
+        if !self.inner.live.load(Relaxed) {
+            return false;
+        }
+        let s = self.inner.lock();
+        let named: u64 = s.orders.iter().map(|o| o.records.len() as u64).sum();
+        named.saturating_mul(2) < self.inner.files
+            && s.owner.get(record as usize).is_some_and(|&o| o != NONE)
+    }
+
     /// The `order` section of the stats.
     pub fn report(&self) -> OrderReport {
         let st = &self.inner.stats;
@@ -408,6 +421,18 @@ impl super::ReadAhead {
     pub fn extend_order(&self, id: u32, records: &[u32]) {
         if self.order.extend(id, records) {
             self.order.wait_issued();
+        }
+    }
+
+    /// A read from storage offset `from` of `ext` missed the cache: asks for the rest of the
+    /// sample, or for its exact bytes when it belongs to a sparse order (the order thread had
+    /// not asked for it yet; a remote block cache would fetch the blocks around it).
+    pub(super) fn ask_missing(&self, ext: &Extent, from: u64) {
+        let storage = self.samples.storage();
+        if self.order.wants_exact(ext.record) {
+            storage.will_need_exact(ext.object, std::slice::from_ref(&ext.range));
+        } else {
+            storage.will_need(ext.object, &(from..ext.range.end));
         }
     }
 
