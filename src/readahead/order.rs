@@ -186,6 +186,13 @@ struct Inner {
 }
 
 impl Inner {
+    /// Whether the live orders of `s` are sparse: together they name fewer than half the
+    /// catalog's files (a rank's 1/N; ranks sharing the mount add up).
+    fn sparse(&self, s: &State) -> bool {
+        let named: u64 = s.orders.iter().map(|o| o.records.len() as u64).sum();
+        named.saturating_mul(2) < self.files
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -378,9 +385,7 @@ impl Orders {
             return false;
         }
         let s = self.inner.lock();
-        let named: u64 = s.orders.iter().map(|o| o.records.len() as u64).sum();
-        named.saturating_mul(2) < self.inner.files
-            && s.owner.get(record as usize).is_some_and(|&o| o != NONE)
+        s.owner.get(record as usize).is_some_and(|&o| o != NONE) && self.inner.sparse(&s)
     }
 
     /// The `order` section of the stats.

@@ -59,13 +59,13 @@ fn next_batch(inner: &Inner, samples: &Samples) -> Batch {
         s.remove(k);
     }
     inner.live.store(!s.orders.is_empty(), Relaxed);
-    let named: u64 = s.orders.iter().map(|o| o.records.len() as u64).sum();
+    let sparse = inner.sparse(&s);
     drop(s);
     Batch {
         samples: out.len() as u64,
         bytes,
         ranges: merge(out),
-        sparse: named.saturating_mul(2) < inner.files,
+        sparse,
     }
 }
 
