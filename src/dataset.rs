@@ -10,6 +10,7 @@ use crate::formats::index::Foreign;
 use crate::loose::LooseDir;
 use crate::options::{ServerOptions, SourceArgs};
 use crate::remote::RemotePack;
+use crate::remote_dataset::RemoteDataset;
 use crate::server::Server;
 use crate::storage::chunks::{MixedStorage, Part};
 use crate::storage::local::{LocalObject, LocalStorage};
@@ -29,6 +30,8 @@ pub enum Dataset {
     Remote(RemotePack),
     /// A loose dataset directory, served in place.
     Dir(LooseDir),
+    /// A foreign dataset at an `s3://` or `https://` URL, one block cache per object.
+    RemoteSet(RemoteDataset),
 }
 
 /// The last 64 KiB of `src` (less when it is shorter; empty when it cannot be read).
@@ -65,9 +68,23 @@ impl Dataset {
     /// message lists what was tried); a damaged foreign source (names the file).
     pub fn open(src: &Path, args: &SourceArgs, progress: bool) -> Result<Dataset> {
         if let Some(url) = src.to_str().filter(|s| crate::storage::object::is_url(s)) {
-            return RemotePack::open(url, &args.remote)
-                .with_context(|| format!("cannot open {url}"))
-                .map(Dataset::Remote);
+            let dataset = || {
+                RemoteDataset::open(url, args, progress)
+                    .with_context(|| format!("cannot open {url}"))
+                    .map(Dataset::RemoteSet)
+            };
+            if args.format.is_some() || crate::remote_dataset::names_many(url) {
+                return dataset();
+            }
+            return match RemotePack::open(url, &args.remote) {
+                // One object in another format (a zip, a `.beton`, a Parquet file, a tar).
+                Err(e) if format!("{e:#}").contains("not a loosefs pack") => {
+                    dataset().map_err(|d| anyhow::anyhow!("{d:#}\n  loosefs pack: {e:#}"))
+                }
+                r => r
+                    .with_context(|| format!("cannot open {url}"))
+                    .map(Dataset::Remote),
+            };
         }
         let opts = args.scan_options()?;
         if opts.format.is_none() && src.is_file() {
@@ -122,6 +139,7 @@ impl Dataset {
             Dataset::Foreign(f) => &f.header.source,
             Dataset::Remote(r) => Path::new(r.url()),
             Dataset::Dir(d) => &d.root,
+            Dataset::RemoteSet(r) => Path::new(r.url()),
         }
     }
 
@@ -132,6 +150,7 @@ impl Dataset {
             Dataset::Foreign(f) => f.header.objects.iter().map(|o| o.len).sum(),
             Dataset::Remote(r) => r.size(),
             Dataset::Dir(d) => d.bytes(),
+            Dataset::RemoteSet(r) => r.size(),
         }
     }
 
@@ -150,6 +169,12 @@ impl Dataset {
                     .catalog(views)
                     .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
                 Ok(Server::new(Arc::new(cat), r.storage().clone(), opts))
+            }
+            Dataset::RemoteSet(r) => {
+                let cat = r
+                    .catalog(views)
+                    .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+                Ok(Server::new(Arc::new(cat), r.storage(), opts))
             }
             Dataset::Dir(d) => {
                 let cat = d

@@ -36,6 +36,7 @@ pub mod options;
 pub mod packer;
 pub mod readahead;
 pub mod remote;
+pub mod remote_dataset;
 pub mod report;
 pub mod samples;
 pub mod server;

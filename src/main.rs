@@ -297,6 +297,14 @@ fn cmd_info(
         }
         return Ok(());
     }
+    if let loosefs::dataset::Dataset::RemoteSet(r) = ds {
+        let i = r.info();
+        match json {
+            true => println!("{}", serde_json::to_string_pretty(&i)?),
+            false => print!("{}{}", i.text(), r.open_text()),
+        }
+        return Ok(());
+    }
     if let loosefs::dataset::Dataset::Remote(mut r) = ds {
         r.finish();
         let i = loosefs::verify::info_of(r.url(), r.size(), r.totals());

@@ -203,6 +203,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     // Files are owned by the pack's owner (a remote pack's: its cache directory's).
     let meta = match &pack {
         Dataset::Remote(r) => std::fs::metadata(r.cache_dir())?,
+        Dataset::RemoteSet(r) => std::fs::metadata(r.cache_root())?,
         _ => std::fs::metadata(pack.path())?,
     };
     let pack_path = pack.path().to_path_buf();
@@ -210,7 +211,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     // are checked by size and mtime when mounted.
     let lease_file = match &pack {
         Dataset::Pack(p) => Some(p.file().try_clone()?),
-        Dataset::Foreign(_) | Dataset::Remote(_) | Dataset::Dir(_) => None,
+        Dataset::Foreign(_) | Dataset::Remote(_) | Dataset::Dir(_) | Dataset::RemoteSet(_) => None,
     };
     use std::os::unix::fs::MetadataExt;
     let name = fs_name(pack.path());

@@ -96,7 +96,7 @@ pub struct PackReport {
 }
 
 /// The `remote` section: GETs of a remote pack and its block cache.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteReport {
     /// The object's URL.
     pub url: String,

@@ -120,6 +120,9 @@ impl Source {
         follow_links: bool,
         args: &SourceArgs,
     ) -> Result<Source> {
+        if src.to_str().is_some_and(crate::storage::object::is_url) {
+            return walk_foreign(src, args);
+        }
         let meta = std::fs::metadata(src)
             .with_context(|| format!("cannot read source {}", src.display()))?;
         let is_zip = meta.is_file()
@@ -357,17 +360,26 @@ pub(crate) fn foreign_dir(src: &Path) -> bool {
 
 /// The tree a mount of foreign source `src` shows, as items in pack order.
 fn walk_foreign(src: &Path, args: &SourceArgs) -> Result<Source> {
-    let f = match crate::dataset::Dataset::open(src, args, true)? {
-        crate::dataset::Dataset::Foreign(f) => f,
-        crate::dataset::Dataset::Pack(_) => unreachable!("open_with sends packs to walk_zip"),
-        crate::dataset::Dataset::Remote(_) => unreachable!("a URL is not a local source"),
-        crate::dataset::Dataset::Dir(_) => {
-            unreachable!("open_with sends plain directories to walk_dir")
-        }
-    };
+    let (f, storage): (_, std::sync::Arc<dyn crate::storage::Storage>) =
+        match crate::dataset::Dataset::open(src, args, true)? {
+            crate::dataset::Dataset::Foreign(f) => {
+                let storage = crate::dataset::storage_of(&f, args.chunk_cache.max(64 << 20))
+                    .with_context(|| format!("cannot open the files of {}", src.display()))?;
+                (f, storage)
+            }
+            crate::dataset::Dataset::RemoteSet(r) => {
+                let storage = r.storage();
+                (r.foreign, storage)
+            }
+            crate::dataset::Dataset::Pack(_) => unreachable!("open_with sends packs to walk_zip"),
+            crate::dataset::Dataset::Remote(_) => {
+                bail!("{}: a loosefs pack already; nothing to pack", src.display())
+            }
+            crate::dataset::Dataset::Dir(_) => {
+                unreachable!("open_with sends plain directories to walk_dir")
+            }
+        };
     let ix = f.view();
-    let storage = crate::dataset::storage_of(&f, args.chunk_cache.max(64 << 20))
-        .with_context(|| format!("cannot open the files of {}", src.display()))?;
     let paths = f.header.objects.iter().map(|o| o.path.clone()).collect();
     let bases = &f.header.bases;
     let meta_of = |r: &crate::format::index::Record| EntryMeta {

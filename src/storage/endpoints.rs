@@ -180,6 +180,36 @@ pub(super) fn store_for(
     Ok((store, path))
 }
 
+/// Where the store of a URL ends and the object's key begins: (`s3://bucket` or
+/// `https://host:port`, key). Errors: not an s3/http(s) URL, or no key after the host.
+fn split_url(url: &str) -> Result<(&str, &str)> {
+    let scheme_end = url
+        .find("://")
+        .map(|p| p + 3)
+        .ok_or_else(|| anyhow!("{url}: not an s3://, https:// or http:// URL"))?;
+    let slash = url[scheme_end..]
+        .find('/')
+        .map(|p| p + scheme_end)
+        .filter(|&p| p + 1 < url.len() && p > scheme_end)
+        .ok_or_else(|| anyhow!("{url}: no object key after the bucket or host"))?;
+    Ok((&url[..slash], &url[slash + 1..]))
+}
+
+/// The key of `url` in the store of `base` (another object's URL), for a client sharing that
+/// store. Errors: `url` is malformed, or names another scheme, bucket or host than `base`.
+pub(super) fn sibling_path(base: &str, url: &str) -> Result<ObjectPath> {
+    let (store, _) = split_url(base)?;
+    let (other, key) = split_url(url)?;
+    if !store.eq_ignore_ascii_case(other) {
+        bail!("{url}: not on the same bucket or host as {base}");
+    }
+    if url.to_ascii_lowercase().starts_with("s3://") {
+        Ok(ObjectPath::from(key))
+    } else {
+        ObjectPath::from_url_path(key).with_context(|| format!("{url}: bad object path"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +218,23 @@ mod tests {
         match store_for(url, args) {
             Ok(_) => panic!("{url}: accepted"),
             Err(e) => format!("{e:#}"),
+        }
+    }
+
+    #[test]
+    fn siblings_share_the_bucket_or_host_only() {
+        let p = sibling_path("s3://b/ds/index.json", "s3://b/ds/shard.00000.mds").unwrap();
+        assert_eq!(p.as_ref(), "ds/shard.00000.mds");
+        let p = sibling_path("https://h:8443/d/a.tar", "https://h:8443/d/b%20c.tar").unwrap();
+        assert_eq!(p.as_ref(), "d/b c.tar");
+        for (base, url) in [
+            ("s3://b/ds/x", "s3://other/ds/y"),
+            ("s3://b/ds/x", "https://b/ds/y"),
+            ("https://h/d/x", "https://g/d/y"),
+            ("s3://b/ds/x", "s3://b/"),
+            ("s3://b/ds/x", "nonsense"),
+        ] {
+            assert!(sibling_path(base, url).is_err(), "{url}");
         }
     }
 

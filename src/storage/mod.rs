@@ -11,6 +11,7 @@ mod endpoints;
 pub mod files;
 pub mod local;
 pub mod object;
+pub mod object_set;
 pub mod object_source;
 
 use crate::catalog::ObjectId;

@@ -106,7 +106,7 @@ pub struct ObjectStats {
 
 /// A client of one remote object.
 pub struct ObjectClient {
-    rt: tokio::runtime::Runtime,
+    rt: Arc<tokio::runtime::Runtime>,
     store: Arc<dyn ObjectStore>,
     path: ObjectPath,
     url: String,
@@ -154,7 +154,7 @@ impl ObjectClient {
             .build()
             .context("cannot start the network runtime")?;
         Ok(ObjectClient {
-            rt,
+            rt: Arc::new(rt),
             store,
             path,
             url: url.to_string(),
@@ -186,23 +186,72 @@ impl ObjectClient {
         &self.rt
     }
 
+    /// A client of the object at `url` on the same store (bucket or host) as this one,
+    /// sharing its runtime, connection pool and request limit (`--max-requests` counts the
+    /// GETs of both); its pin and counters are its own. Nothing is requested yet.
+    ///
+    /// Errors: `url` is malformed or names another bucket, host or scheme.
+    pub fn sibling(&self, url: &str) -> Result<ObjectClient> {
+        let path = super::endpoints::sibling_path(&self.url, url)?;
+        Ok(ObjectClient {
+            rt: self.rt.clone(),
+            store: self.store.clone(),
+            path,
+            url: url.to_string(),
+            pin: std::sync::OnceLock::new(),
+            limit: self.limit.clone(),
+            max_requests: self.max_requests,
+            replaced: AtomicBool::new(false),
+            stats: ObjectStats::default(),
+        })
+    }
+
+    /// Every object under this client's key taken as a prefix (`s3://bucket/prefix/`), as
+    /// (key relative to the prefix, size in bytes), sorted by key. One LIST request per 1000
+    /// keys. Errors: the listing is refused (403), or the store cannot list (HTTP).
+    pub fn list(&self) -> Result<Vec<(String, u64)>> {
+        use futures::TryStreamExt;
+        let url = self.url.clone();
+        let prefix = self.path.clone();
+        let mut v: Vec<(String, u64)> = self
+            .rt
+            .block_on(self.store.list(Some(&prefix)).try_collect::<Vec<_>>())
+            .map_err(|e| anyhow!("{url}: cannot list the prefix: {e}"))?
+            .into_iter()
+            .filter_map(|m| {
+                let rel = m.location.prefix_match(&prefix)?;
+                let rel: Vec<String> = rel.map(|p| p.as_ref().to_string()).collect();
+                Some((rel.join("/"), m.size))
+            })
+            .filter(|(k, _)| !k.is_empty())
+            .collect();
+        v.sort();
+        Ok(v)
+    }
+
     /// Opens the object: one GET of its last `n` bytes (fewer if it is smaller), which also
     /// gives its size and ETag; both are pinned for the life of the client. Returns the tail.
     ///
     /// Errors: 404 (no such object), 403 (credentials refused), no ETag in the answer (the
     /// object could not be pinned), a network failure after the retries.
     pub fn open_tail(&self, n: u64) -> Result<Bytes> {
+        self.rt.block_on(self.open_tail_async(n))
+    }
+
+    /// [`ObjectClient::open_tail`] as a future (to open many objects concurrently).
+    pub async fn open_tail_async(&self, n: u64) -> Result<Bytes> {
         let opts = GetOptions {
             range: Some(GetRange::Suffix(n)),
             ..Default::default()
         };
         let url = self.url.clone();
-        let r = self.rt.block_on(async {
+        let r = async {
             let r = self.store.get_opts(&self.path, opts).await?;
             let meta = r.meta.clone();
             let bytes = r.bytes().await?;
             Ok::<_, object_store::Error>((meta, bytes))
-        });
+        }
+        .await;
         let (meta, bytes) = r.map_err(|e| match e {
             object_store::Error::NotFound { .. } => anyhow!("{url}: no such object (404)"),
             object_store::Error::PermissionDenied { .. }

@@ -215,6 +215,31 @@ impl BlockCache {
         Ok(BlockCache { c: Arc::new(c) })
     }
 
+    /// Downloads the whole object into the cache and waits for it: every block not cached is
+    /// fetched, and every block is checked and stored in the data file ([`Self::data_path`]),
+    /// which then holds the object's bytes (what indexing a remote dataset scans). Errors: a
+    /// GET failed, or a block could not be stored (a full disk).
+    pub fn download(&self) -> io::Result<()> {
+        let r = 0..self.c.len;
+        self.c.fetch_all(&r)?;
+        let held = self.c.hold(&r)?;
+        let unstored = !held.memory.is_empty();
+        self.c.blocks.unhold(held.blocks);
+        if unstored {
+            return Err(io::Error::other(format!(
+                "{}: the cache's file system is full",
+                self.c.dir.path().display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The cache's data file: the object's bytes at their offsets (blocks not cached are
+    /// holes).
+    pub fn data_path(&self) -> std::path::PathBuf {
+        self.c.dir.path().join("data")
+    }
+
     /// The object's source.
     pub fn source(&self) -> &Arc<dyn ObjectSource> {
         &self.c.source

@@ -1,0 +1,462 @@
+//! Opens a foreign dataset (MDS, LitData, WebDataset/tar, TFRecord, Parquet, FFCV, zip) at an
+//! `s3://` or `https://` URL. Its objects are found by an S3 prefix listing
+//! (`s3://bucket/prefix/`), a brace pattern of shard URLs (`https://host/d/shard-{0..9}.tar`,
+//! as WebDataset names them), the `index.json` of an MDS or LitData directory over HTTPS
+//! (`https://host/d/`: HTTP has no listing), or one URL (a zip, a `.beton`, a Parquet file).
+//! Each object is opened with one GET, concurrently, and pinned to its ETag; each is served
+//! through its own block cache ([`ObjectSet`]).
+//!
+//! The index is kept in the index directory under a key made of the URL, every object's name,
+//! ETag and size, and the scan options, so a remount of an unchanged dataset costs one GET per
+//! object and reads no sample. Building it downloads every object into its block cache (the
+//! first epoch is then served from the cache) and scans the cached copies with the same
+//! parsers as a local dataset, so the tree is the local mount's, byte for byte.
+//! Compressed shards and `.tar.gz` are refused (they are served through local chunk files).
+
+use crate::catalog::native::NativeCatalog;
+use crate::formats::index::{self, Foreign};
+use crate::options::SourceArgs;
+use crate::storage::Storage;
+use crate::storage::block_cache::{self as cache, BlockCache, CacheDir};
+use crate::storage::object::ObjectClient;
+use crate::storage::object_set::ObjectSet;
+use crate::storage::object_source::ObjectSource;
+use crate::view::Views;
+use anyhow::{Context, Result, anyhow, bail};
+use futures::StreamExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Bytes of an MDS or LitData `index.json` read over HTTPS at most (an MDS index of 1M
+/// samples in 64 MiB shards is about 1 MiB).
+const INDEX_JSON_MAX: u64 = 64 << 20;
+
+/// An opened remote dataset.
+#[derive(Debug)]
+pub struct RemoteDataset {
+    url: String,
+    /// The index (objects named as the scan saw them; see [`RemoteDataset::names`]).
+    pub foreign: Foreign,
+    storage: Arc<ObjectSet>,
+    root: PathBuf,
+    /// GETs made to open it: one per object, and the downloads when the index was built
+    /// (the S3 listing or the `index.json` read that found the objects not counted).
+    pub open_requests: u64,
+    /// Bytes received to open it.
+    pub open_bytes: u64,
+}
+
+/// Whether `url` names a dataset rather than one object: a prefix (ends with `/`) or a brace
+/// pattern.
+pub fn names_many(url: &str) -> bool {
+    url.ends_with('/') || url.contains('{')
+}
+
+/// Where the objects' names start (`dir`, ending with `/`) and the names, in order.
+fn object_names(url: &str, args: &SourceArgs) -> Result<(String, Vec<String>)> {
+    if url.contains('{') {
+        let urls = crate::formats::expand_braces(url);
+        let head = &url[..url.find('{').unwrap_or(0)];
+        let dir = head[..head.rfind('/').map_or(0, |p| p + 1)].to_string();
+        let names = urls.iter().map(|u| u[dir.len()..].to_string()).collect();
+        return Ok((dir, names));
+    }
+    if !url.ends_with('/') {
+        let cut = url.rfind('/').map_or(0, |p| p + 1);
+        return Ok((url[..cut].to_string(), vec![url[cut..].to_string()]));
+    }
+    if url.to_ascii_lowercase().starts_with("s3://") {
+        let lister = ObjectClient::new(url, &args.remote)?;
+        let names = lister
+            .list()?
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| !k.split('/').any(|c| c.starts_with('.')) && !k.ends_with(".loosefs-index"))
+            .collect::<Vec<_>>();
+        if names.is_empty() {
+            bail!("{url}: no objects under this prefix");
+        }
+        return Ok((url.to_string(), names));
+    }
+    let index_url = format!("{url}index.json");
+    let c = ObjectClient::new(&index_url, &args.remote)?;
+    let bytes = c.open_tail(INDEX_JSON_MAX).with_context(|| {
+        format!("{url}: an HTTP directory cannot be listed: it needs an index.json (MDS, LitData), or give the shards as a brace pattern (https://host/dir/shard-{{000000..000099}}.tar)")
+    })?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&bytes).with_context(|| format!("{index_url}: not JSON"))?;
+    let mut names = vec!["index.json".to_string()];
+    let name = |x: &serde_json::Value| x.as_str().map(str::to_string);
+    for s in v["shards"].as_array().into_iter().flatten() {
+        // MDS: the compressed file when there is one, else the raw one.
+        let f = &s["zip_data"]["basename"];
+        names.extend(name(f).or_else(|| name(&s["raw_data"]["basename"])));
+    }
+    for c in v["chunks"].as_array().into_iter().flatten() {
+        names.extend(name(&c["filename"]));
+    }
+    if names.len() == 1 {
+        bail!("{index_url}: names no MDS shards nor LitData chunks");
+    }
+    Ok((url.to_string(), names))
+}
+
+/// Opens every object of `names` under `dir`, concurrently (at most `--max-requests` GETs at
+/// once): one 1-byte GET each, which pins its size and ETag.
+fn open_objects(dir: &str, names: &[String], args: &SourceArgs) -> Result<Vec<Arc<ObjectClient>>> {
+    let first = ObjectClient::new(&format!("{dir}{}", names[0]), &args.remote)?;
+    let mut clients = Vec::with_capacity(names.len());
+    for n in &names[1..] {
+        clients.push(Arc::new(first.sibling(&format!("{dir}{n}"))?));
+    }
+    clients.insert(0, Arc::new(first));
+    let rt = clients[0].runtime();
+    let max = args.remote.max_requests.max(1);
+    let opened: Vec<Result<()>> = rt.block_on(
+        futures::stream::iter(
+            clients
+                .iter()
+                .map(|c| async move { c.open_tail_async(1).await.map(|_| ()) }),
+        )
+        .buffered(max)
+        .collect(),
+    );
+    for r in opened {
+        r?;
+    }
+    Ok(clients)
+}
+
+/// The kept index's key: the URL, every object's name, ETag, version and size, and what the
+/// scan is asked to show.
+fn key_of(url: &str, names: &[String], clients: &[Arc<ObjectClient>], args: &SourceArgs) -> u64 {
+    let mut k = format!(
+        "{url}\u{0}{:?}\u{0}{:?}\u{0}{}\u{0}{:?}\u{0}{}",
+        args.format, args.label, args.fields, args.class_names, args.verify
+    );
+    for (n, c) in names.iter().zip(clients) {
+        let p = c.pin().expect("opened");
+        k.push_str(&format!(
+            "\u{0}{n}\u{1}{}\u{1}{:?}\u{1}{}",
+            p.etag, p.version, p.size
+        ));
+    }
+    xxhash_rust::xxh3::xxh3_64(k.as_bytes())
+}
+
+impl RemoteDataset {
+    /// Opens the dataset at `url` (see the module note); `progress` says on stderr what is
+    /// done when the index is built.
+    ///
+    /// Errors: no objects found (the message says what to give), an object cannot be opened
+    /// (404, 403, network: the server's reason), the cache cannot hold every object while the
+    /// index is built, the dataset is damaged or compressed (the local parser's message).
+    pub fn open(url: &str, args: &SourceArgs, progress: bool) -> Result<RemoteDataset> {
+        if args.remote.offline {
+            bail!("{url}: --offline mounts a remote pack; a remote dataset needs the server");
+        }
+        let (dir, names) = object_names(url, args)?;
+        let clients = open_objects(&dir, &names, args)?;
+        let key = key_of(url, &names, &clients, args);
+        let root = args
+            .remote
+            .cache_dir
+            .clone()
+            .unwrap_or_else(cache::default_root);
+        cache::check_root(&root)
+            .with_context(|| format!("cannot use the cache root {}", root.display()))?;
+        let caches = open_caches(&root, &clients, args.remote.cache_size)?;
+        let view = root.join(format!(".view-{key:016x}"));
+        let kept =
+            index::cache_dir(args.index_dir.as_deref()).join(format!("remote-{key:016x}.lfx"));
+        let foreign = match index::load(&kept) {
+            Ok(f) if f.header.objects.len() <= names.len() => f,
+            _ => {
+                // One object (a zip, a `.beton`) is scanned as a file, several as a directory.
+                let src = match names.as_slice() {
+                    [one] if !names_many(url) => view.join(one),
+                    _ => view.clone(),
+                };
+                build(url, &names, &caches, (&view, &src), &kept, args, progress)?
+            }
+        };
+        if foreign
+            .header
+            .objects
+            .iter()
+            .any(|o| o.chunk.is_some() || o.derived_from.is_some())
+        {
+            bail!(
+                "{url}: compressed shards (zstd MDS, compressed LitData, .tar.gz) are not served from a URL; mount a local copy"
+            );
+        }
+        // The catalog's object k is the block cache of the object the index names k-th.
+        let mut order = Vec::with_capacity(foreign.header.objects.len());
+        for o in &foreign.header.objects {
+            let i = name_in_view(&o.path)
+                .and_then(|n| names.iter().position(|m| *m == n))
+                .ok_or_else(|| {
+                    anyhow!(
+                        "{}: names {} which the dataset does not hold",
+                        kept.display(),
+                        o.path.display()
+                    )
+                })?;
+            order.push(caches[i].clone());
+        }
+        let (open_requests, open_bytes) = clients.iter().fold((0, 0), |(g, b), c| {
+            (
+                g + c.stats.gets.load(std::sync::atomic::Ordering::Relaxed),
+                b + c.stats.bytes.load(std::sync::atomic::Ordering::Relaxed),
+            )
+        });
+        let storage = Arc::new(ObjectSet::new(url, &root.display().to_string(), order));
+        Ok(RemoteDataset {
+            url: url.to_string(),
+            foreign,
+            storage,
+            root,
+            open_requests,
+            open_bytes,
+        })
+    }
+
+    /// The URL as given.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The cache root holding the objects' block caches.
+    pub fn cache_root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Bytes of every object the samples are read from.
+    pub fn size(&self) -> u64 {
+        self.foreign.header.objects.iter().map(|o| o.len).sum()
+    }
+
+    /// The storage: one block cache per object.
+    pub fn storage(&self) -> Arc<ObjectSet> {
+        self.storage.clone()
+    }
+
+    /// What `info` prints: the index's summary, with the URL as the source.
+    pub fn info(&self) -> index::ForeignInfo {
+        let mut i = self.foreign.info();
+        i.source = self.url.clone();
+        i.index = self.foreign.path.display().to_string();
+        i
+    }
+
+    /// What opening cost and where the cache is, for `info`: text lines.
+    pub fn open_text(&self) -> String {
+        format!(
+            "requests:      {} GET(s), {} bytes received to open\ncache:         {}\n",
+            self.open_requests,
+            self.open_bytes,
+            self.root.display()
+        )
+    }
+
+    /// The catalog of the dataset's tree. Errors: the index is damaged.
+    pub fn catalog(&self, views: Views) -> Result<NativeCatalog> {
+        let f = &self.foreign;
+        NativeCatalog::with_objects(
+            f.map.clone(),
+            f.index.clone(),
+            f.objects(),
+            f.header.bases.clone(),
+            views,
+        )
+        .map_err(|e| anyhow!("{}: {e}", self.url))
+    }
+}
+
+/// A block cache per object in `root`, within the root's budget: each object's share is its
+/// size (rounded up to blocks) when every object fits beside the live mounts' shares, else a
+/// proportional part of what is left (at least [`cache::MIN_CACHE`]).
+fn open_caches(
+    root: &Path,
+    clients: &[Arc<ObjectClient>],
+    asked: Option<u64>,
+) -> Result<Vec<Arc<BlockCache>>> {
+    let sizes: Vec<u64> = clients
+        .iter()
+        .map(|c| c.pin().expect("opened").size)
+        .collect();
+    let rounded: Vec<u64> = sizes
+        .iter()
+        .map(|s| s.div_ceil(cache::BLOCK) * cache::BLOCK)
+        .collect();
+    let total: u64 = rounded.iter().sum();
+    let (budget, _) = cache::cache_budget(root, total, asked);
+    let live = cache::live_shares(root, Path::new(""));
+    let room = budget.saturating_sub(live);
+    let mut dirs = Vec::with_capacity(clients.len());
+    for c in clients {
+        let p = c.pin().expect("opened");
+        let d = cache::cache_dir(root, c.url(), &p.etag, p.version.as_deref());
+        dirs.push(
+            CacheDir::lock(&d)
+                .with_context(|| format!("cannot use the block cache {}", d.display()))?,
+        );
+    }
+    cache::prune(root, dirs[0].path(), budget, total.min(room));
+    let mut out = Vec::with_capacity(clients.len());
+    for ((c, dir), r) in clients.iter().zip(dirs).zip(&rounded) {
+        let limit = if total <= room {
+            *r
+        } else {
+            (*r as u128 * room as u128 / total.max(1) as u128) as u64
+        };
+        let limit = limit.max(cache::MIN_CACHE);
+        cache::record_share(&dir, limit);
+        let path = dir.path().to_path_buf();
+        let source: Arc<dyn ObjectSource> = c.clone();
+        let bc = BlockCache::open(source, dir, limit)
+            .with_context(|| format!("cannot open the block cache {}", path.display()))?;
+        out.push(Arc::new(bc));
+    }
+    Ok(out)
+}
+
+/// The object's name as the index recorded it: its path below the `.view-KEY` directory it
+/// was scanned in (whatever cache root that was in).
+fn name_in_view(p: &Path) -> Option<String> {
+    let mut parts = p
+        .iter()
+        .skip_while(|c| !c.to_string_lossy().starts_with(".view-"));
+    parts.next()?;
+    let rel: PathBuf = parts.collect();
+    rel.to_str().filter(|s| !s.is_empty()).map(str::to_string)
+}
+
+/// Builds the index: every object downloaded into its block cache (concurrently), the
+/// cached copies linked under their names in `view` (in the cache root: same file system),
+/// `src` (the view, or its one object) scanned by the local parsers, the index kept at
+/// `kept`. `view` is removed after.
+fn build(
+    url: &str,
+    names: &[String],
+    caches: &[Arc<BlockCache>],
+    (view, src): (&Path, &Path),
+    kept: &Path,
+    args: &SourceArgs,
+    progress: bool,
+) -> Result<Foreign> {
+    let total: u64 = caches.iter().map(|c| c.len(0)).sum();
+    let room: u64 = caches.iter().map(|c| c.limit()).sum();
+    if caches.iter().any(|c| c.limit() < c.len(0)) {
+        bail!(
+            "{url}: indexing reads every object once through the block cache, which needs {total} bytes but holds {room} (--cache-size, or the free space of the cache root); give more, or mount with --index from a `loosefs index` run elsewhere"
+        );
+    }
+    if progress {
+        eprintln!(
+            "loosefs: indexing {url} once: downloading {} objects ({total} bytes) into the block cache",
+            names.len()
+        );
+    }
+    download_all(caches, args.remote.max_requests)?;
+    let _ = std::fs::remove_dir_all(view);
+    for (n, c) in names.iter().zip(caches) {
+        let to = view.join(n);
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        std::fs::hard_link(c.data_path(), &to).with_context(|| {
+            format!(
+                "cannot link {} to {}",
+                c.data_path().display(),
+                to.display()
+            )
+        })?;
+    }
+    let tmp = kept.with_extension("building");
+    let _ = std::fs::remove_dir_all(&tmp);
+    let mut opts = args.scan_options()?;
+    opts.shared_index = crate::formats::SharedIndex::Off;
+    let res = index::open(src, &opts, Some(&tmp), false).and_then(|f| {
+        std::fs::rename(&f.path, kept)
+            .with_context(|| format!("cannot keep the index at {}", kept.display()))?;
+        Ok(f)
+    });
+    let _ = std::fs::remove_dir_all(view);
+    let _ = std::fs::remove_dir_all(&tmp);
+    let mut f = res.with_context(|| format!("cannot index {url}"))?;
+    f.path = kept.to_path_buf();
+    Ok(f)
+}
+
+/// Downloads every object whole into its block cache, `max_requests` objects at a time (each
+/// object's own GETs are merged and run concurrently within the shared request limit).
+fn download_all(caches: &[Arc<BlockCache>], max_requests: usize) -> Result<()> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::Mutex::new(None);
+    std::thread::scope(|s| {
+        for _ in 0..max_requests.clamp(1, 16).min(caches.len()) {
+            s.spawn(|| {
+                while let Some(c) =
+                    caches.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
+                    if let Err(e) = c.download() {
+                        failed
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(anyhow!("cannot download: {e}")),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn brace_patterns_and_single_urls_name_their_objects_without_a_request() {
+        let args = SourceArgs::default();
+        let (dir, names) = object_names("https://h/d/shard-{000..002}.tar", &args).unwrap();
+        assert_eq!(dir, "https://h/d/");
+        assert_eq!(names, ["shard-000.tar", "shard-001.tar", "shard-002.tar"]);
+        let (dir, names) = object_names("s3://b/x/{train,val}/part-{0..1}.tar", &args).unwrap();
+        assert_eq!(dir, "s3://b/x/");
+        assert_eq!(
+            names,
+            [
+                "train/part-0.tar",
+                "train/part-1.tar",
+                "val/part-0.tar",
+                "val/part-1.tar"
+            ]
+        );
+        let (dir, names) = object_names("s3://b/ffcv/jpg.beton", &args).unwrap();
+        assert_eq!(
+            (dir.as_str(), names),
+            ("s3://b/ffcv/", vec!["jpg.beton".to_string()])
+        );
+        assert!(names_many("s3://b/mds/") && names_many("https://h/{0..1}.tar"));
+        assert!(!names_many("https://h/a.zip"));
+    }
+
+    #[test]
+    fn names_are_read_below_the_view_whatever_cache_root_it_was_in() {
+        let p = Path::new("/a/cache1/.view-00ff/sub/shard.00000.mds");
+        assert_eq!(name_in_view(p).as_deref(), Some("sub/shard.00000.mds"));
+        assert_eq!(
+            name_in_view(Path::new("/x/.view-1/a.tar")).as_deref(),
+            Some("a.tar")
+        );
+        assert_eq!(name_in_view(Path::new("/x/.view-1")), None);
+        assert_eq!(name_in_view(Path::new("/x/y/a.tar")), None);
+    }
+}

@@ -1,0 +1,172 @@
+"""Foreign datasets at URLs (issue 22): the formats' own writers' output (../shared/data/formats)
+uploaded to SeaweedFS (S3) and served by nginx (HTTPS with a private CA), mounted by URL and
+compared file for file, byte for byte, with the mount of the local copy. Requests are counted
+by the fault proxy before SeaweedFS."""
+import errno
+import os
+import pathlib
+import random
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import loosefs_bin, need_mount
+import servers
+from test_formats import CASES, FORMATS, manifest  # noqa: F401  (manifest: a fixture)
+from test_remote import Mount, files_of, s3_env
+
+# name: (s3 URL under the bucket, https path under nginx's root)
+URLS = {
+    "mds": ("mds/", "mds/"),
+    "litdata": ("litdata/", "litdata/"),
+    "webdataset": ("webdataset/", "webdataset/shard-{000000..000002}.tar"),
+    "tfrecord": ("tfrecord/", "tfrecord/train-00000-of-00001"),
+    "zip": ("zip/images.zip", "zip/images.zip"),
+    "ffcv": ("ffcv/jpg.beton", "ffcv/jpg.beton"),
+    "hf-parquet": ("hf-parquet/", "hf-parquet/train-00000-of-00001.parquet"),
+}
+
+
+@pytest.fixture(scope="module")
+def sets(manifest, tmp_path_factory):  # noqa: F811
+    """SeaweedFS holding every format under s3://packs/<name>/, nginx serving the same files,
+    a proxy before SeaweedFS, and each format's local mount (the reference)."""
+    need_mount()
+    if shutil.which("nginx") is None:
+        pytest.fail("nginx not installed (scripts/setup.sh installs nginx-light)")
+    work = tmp_path_factory.mktemp("remote-formats")
+    www = work / "www"
+    www.mkdir()
+    for name in URLS:
+        src = FORMATS / CASES[name][0]
+        top = src if src.is_dir() else src.parent
+        shutil.copytree(top, www / top.name, dirs_exist_ok=True)
+    weed = servers.Seaweed(work / "weed")
+    nginx = servers.Nginx(work / "nginx", www)
+    local = {}
+    try:
+        weed.start()
+        nginx.start()
+        for p in sorted(www.rglob("*")):
+            if p.is_file():
+                weed.put(str(p.relative_to(www)), p)
+        proxy = servers.FaultProxy(weed.port).start()
+        for name in URLS:
+            mnt = work / f"local-{name}"
+            mnt.mkdir()
+            subprocess.run([loosefs_bin(), "mount", str(FORMATS / CASES[name][0]), str(mnt), "--index-dir",
+                            str(work / "local-index"), "--log", str(work / f"local-{name}.log")],
+                           check=True, timeout=300)
+            local[name] = mnt
+        yield dict(work=work, www=www, weed=weed, nginx=nginx, proxy=proxy, local=local)
+    finally:
+        for mnt in local.values():
+            subprocess.run([loosefs_bin(), "umount", str(mnt)], timeout=120)
+        weed.stop()
+        nginx.stop()
+
+
+def s3(sets, *extra, cache=None, index=None):
+    w = sets["work"]
+    return ["--endpoint-url", f"http://127.0.0.1:{sets['proxy'].port}", "--allow-http", "--cache-size", "1G",
+            "--cache-dir", str(cache or w / f"cache{random.randrange(1 << 30)}"),
+            "--index-dir", str(index or w / f"index{random.randrange(1 << 30)}"), *extra]
+
+
+def https(sets):
+    w = sets["work"]
+    return ["--ca-bundle", str(sets["nginx"].ca), "--cache-size", "1G",
+            "--cache-dir", str(w / f"cache{random.randrange(1 << 30)}"),
+            "--index-dir", str(w / f"index{random.randrange(1 << 30)}")]
+
+
+def assert_same(mnt, ref):
+    a, b = files_of(ref), files_of(mnt)
+    assert a == b and len(a) > 0
+    for rel in a:
+        assert (mnt / rel).read_bytes() == (ref / rel).read_bytes(), rel
+
+
+@pytest.mark.parametrize("name", sorted(URLS))
+def test_each_format_over_s3_and_https_shows_the_local_mounts_tree(sets, name):
+    s3_url, http_path = URLS[name]
+    with Mount(f"s3://packs/{s3_url}", sets["work"], *s3(sets)) as mnt:
+        assert_same(mnt, sets["local"][name])
+    url = f"https://127.0.0.1:{sets['nginx'].tls_port}/{http_path}"
+    with Mount(url, sets["work"], *https(sets)) as mnt:
+        assert_same(mnt, sets["local"][name])
+
+
+def test_imagefolder_over_s3_equals_the_local_mount(sets):
+    import torchvision
+    from test_loaders import rel
+
+    with Mount("s3://packs/mds/", sets["work"], *s3(sets)) as mnt:
+        ref = sets["local"]["mds"]
+        a, b = torchvision.datasets.ImageFolder(str(ref)), torchvision.datasets.ImageFolder(str(mnt))
+        assert b.class_to_idx == a.class_to_idx and rel(b.samples, mnt) == rel(a.samples, ref)
+        for (pa, _), (pb, _) in zip(a.samples, b.samples):
+            assert pathlib.Path(pb).read_bytes() == pathlib.Path(pa).read_bytes()
+
+
+def test_a_remount_with_the_kept_index_opens_each_object_once_and_reads_no_sample(sets):
+    proxy, w = sets["proxy"], sets["work"]
+    objects = len([p for p in (sets["www"] / "mds").iterdir() if p.is_file()])
+    index = w / "index-kept"
+    n0 = proxy.requests
+    with Mount("s3://packs/mds/", w, *s3(sets, index=index)) as mnt:
+        assert_same(mnt, sets["local"]["mds"])
+    first = proxy.requests - n0
+    # A fresh cache: the kept index spares the scan, so only the listing and one GET per object
+    # are made before the first read.
+    n1 = proxy.requests
+    with Mount("s3://packs/mds/", w, *s3(sets, index=index)):
+        opened = proxy.requests - n1
+    assert opened == objects + 1, (first, opened)
+    assert first > opened
+
+
+def test_a_replaced_shard_answers_eio_for_its_samples_only(sets):
+    w, www, weed = sets["work"], sets["www"], sets["weed"]
+    tmp = w / "replaced"
+    shutil.copytree(www / "webdataset", tmp)
+    for p in sorted(tmp.iterdir()):
+        weed.put(f"replaced/{p.name}", p)
+    index = w / "index-replaced"
+    with Mount("s3://packs/replaced/", w, *s3(sets, index=index)) as mnt:
+        files = files_of(mnt)
+    # Mounted again with a fresh cache (nothing cached), then shard 1 replaced on the server.
+    m = Mount("s3://packs/replaced/", w, *s3(sets, "--prefetch-max-mb", "0", "--push-ahead", "0", index=index))
+    with m as mnt:
+        data = bytearray((tmp / "shard-000001.tar").read_bytes())
+        data[len(data) // 2] ^= 1
+        (tmp / "shard-000001.tar").write_bytes(data)
+        weed.put("replaced/shard-000001.tar", tmp / "shard-000001.tar")
+        ref = sets["local"]["webdataset"]
+        eio = ok = 0
+        for rel in files:
+            try:
+                b = (mnt / rel).read_bytes()
+            except OSError as e:
+                assert e.errno == errno.EIO, rel
+                eio += 1
+                continue
+            assert b == (ref / rel).read_bytes(), rel
+            ok += 1
+        assert eio > 0 and ok > 0, (eio, ok)
+    assert "REPLACED" in m.log.read_text()
+
+
+def test_missing_objects_and_unlistable_https_directories_fail_clearly(sets):
+    w = sets["work"]
+    r = subprocess.run([loosefs_bin(), "info", "s3://packs/nothing-here/", *s3(sets)], env=s3_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "no objects under this prefix" in r.stderr, r.stderr
+    url = f"https://127.0.0.1:{sets['nginx'].tls_port}/webdataset/"
+    r = subprocess.run([loosefs_bin(), "info", url, *https(sets)], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "brace pattern" in r.stderr, r.stderr
+    url = f"https://127.0.0.1:{sets['nginx'].tls_port}/webdataset/shard-{{000000..000009}}.tar"
+    r = subprocess.run([loosefs_bin(), "info", url, *https(sets)], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "shard-000003.tar" in r.stderr and "404" in r.stderr, r.stderr
