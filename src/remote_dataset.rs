@@ -18,7 +18,7 @@ use crate::formats::index::{self, Foreign};
 use crate::options::SourceArgs;
 use crate::storage::Storage;
 use crate::storage::block_cache::{self as cache, BlockCache, CacheDir};
-use crate::storage::object::ObjectClient;
+use crate::storage::object::{ObjectClient, Pin};
 use crate::storage::object_set::ObjectSet;
 use crate::storage::object_source::ObjectSource;
 use crate::view::Views;
@@ -52,31 +52,41 @@ pub fn names_many(url: &str) -> bool {
     url.ends_with('/') || url.contains('{')
 }
 
-/// Where the objects' names start (`dir`, ending with `/`) and the names, in order.
-fn object_names(url: &str, args: &SourceArgs) -> Result<(String, Vec<String>)> {
+/// The objects of a dataset: where their names start (`dir`, ending with `/`), the names in
+/// order, and what an S3 listing said of each (size and ETag: no GET needed to pin them).
+type Names = (String, Vec<String>, Vec<Option<Pin>>);
+
+/// The objects `url` names (see [`Names`]).
+fn object_names(url: &str, args: &SourceArgs) -> Result<Names> {
     if url.contains('{') {
         let urls = crate::formats::expand_braces(url);
         let head = &url[..url.find('{').unwrap_or(0)];
         let dir = head[..head.rfind('/').map_or(0, |p| p + 1)].to_string();
-        let names = urls.iter().map(|u| u[dir.len()..].to_string()).collect();
-        return Ok((dir, names));
+        let names: Vec<String> = urls.iter().map(|u| u[dir.len()..].to_string()).collect();
+        let pins = vec![None; names.len()];
+        return Ok((dir, names, pins));
     }
     if !url.ends_with('/') {
         let cut = url.rfind('/').map_or(0, |p| p + 1);
-        return Ok((url[..cut].to_string(), vec![url[cut..].to_string()]));
+        return Ok((
+            url[..cut].to_string(),
+            vec![url[cut..].to_string()],
+            vec![None],
+        ));
     }
     if url.to_ascii_lowercase().starts_with("s3://") {
         let lister = ObjectClient::new(url, &args.remote)?;
-        let names = lister
+        let (names, pins): (Vec<String>, Vec<Option<Pin>>) = lister
             .list()?
             .into_iter()
-            .map(|(k, _)| k)
-            .filter(|k| !k.split('/').any(|c| c.starts_with('.')) && !k.ends_with(".loosefs-index"))
-            .collect::<Vec<_>>();
+            .filter(|(k, _)| {
+                !k.split('/').any(|c| c.starts_with('.')) && !k.ends_with(".loosefs-index")
+            })
+            .unzip();
         if names.is_empty() {
             bail!("{url}: no objects under this prefix");
         }
-        return Ok((url.to_string(), names));
+        return Ok((url.to_string(), names, pins));
     }
     let index_url = format!("{url}index.json");
     let c = ObjectClient::new(&index_url, &args.remote)?;
@@ -98,24 +108,37 @@ fn object_names(url: &str, args: &SourceArgs) -> Result<(String, Vec<String>)> {
     if names.len() == 1 {
         bail!("{index_url}: names no MDS shards nor LitData chunks");
     }
-    Ok((url.to_string(), names))
+    let pins = vec![None; names.len()];
+    Ok((url.to_string(), names, pins))
 }
 
-/// Opens every object of `names` under `dir`, concurrently (at most `--max-requests` GETs at
-/// once): one 1-byte GET each, which pins its size and ETag.
-fn open_objects(dir: &str, names: &[String], args: &SourceArgs) -> Result<Vec<Arc<ObjectClient>>> {
+/// Opens every object of `names` under `dir`: pinned to what the listing said of it
+/// (`pins`), else by a 1-byte GET (which gives its size and ETag), concurrently (at most
+/// `--max-requests` GETs at once).
+fn open_objects(
+    dir: &str,
+    names: &[String],
+    pins: Vec<Option<Pin>>,
+    args: &SourceArgs,
+) -> Result<Vec<Arc<ObjectClient>>> {
     let first = ObjectClient::new(&format!("{dir}{}", names[0]), &args.remote)?;
     let mut clients = Vec::with_capacity(names.len());
     for n in &names[1..] {
         clients.push(Arc::new(first.sibling(&format!("{dir}{n}"))?));
     }
     clients.insert(0, Arc::new(first));
+    for (c, p) in clients.iter().zip(pins) {
+        if let Some(p) = p {
+            c.set_pin(p);
+        }
+    }
     let rt = clients[0].runtime();
     let max = args.remote.max_requests.max(1);
     let opened: Vec<Result<()>> = rt.block_on(
         futures::stream::iter(
             clients
                 .iter()
+                .filter(|c| c.pin().is_none())
                 .map(|c| async move { c.open_tail_async(1).await.map(|_| ()) }),
         )
         .buffered(max)
@@ -155,8 +178,8 @@ impl RemoteDataset {
         if args.remote.offline {
             bail!("{url}: --offline mounts a remote pack; a remote dataset needs the server");
         }
-        let (dir, names) = object_names(url, args)?;
-        let clients = open_objects(&dir, &names, args)?;
+        let (dir, names, pins) = object_names(url, args)?;
+        let clients = open_objects(&dir, &names, pins, args)?;
         let key = key_of(url, &names, &clients, args);
         let root = args
             .remote
@@ -425,10 +448,10 @@ mod tests {
     #[test]
     fn brace_patterns_and_single_urls_name_their_objects_without_a_request() {
         let args = SourceArgs::default();
-        let (dir, names) = object_names("https://h/d/shard-{000..002}.tar", &args).unwrap();
+        let (dir, names, _) = object_names("https://h/d/shard-{000..002}.tar", &args).unwrap();
         assert_eq!(dir, "https://h/d/");
         assert_eq!(names, ["shard-000.tar", "shard-001.tar", "shard-002.tar"]);
-        let (dir, names) = object_names("s3://b/x/{train,val}/part-{0..1}.tar", &args).unwrap();
+        let (dir, names, _) = object_names("s3://b/x/{train,val}/part-{0..1}.tar", &args).unwrap();
         assert_eq!(dir, "s3://b/x/");
         assert_eq!(
             names,
@@ -439,7 +462,8 @@ mod tests {
                 "val/part-1.tar"
             ]
         );
-        let (dir, names) = object_names("s3://b/ffcv/jpg.beton", &args).unwrap();
+        let (dir, names, pins) = object_names("s3://b/ffcv/jpg.beton", &args).unwrap();
+        assert_eq!(pins, [None]);
         assert_eq!(
             (dir.as_str(), names),
             ("s3://b/ffcv/", vec!["jpg.beton".to_string()])
