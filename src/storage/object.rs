@@ -206,47 +206,6 @@ impl ObjectClient {
         })
     }
 
-    /// Every object under this client's key taken as a prefix (`s3://bucket/prefix/`), as
-    /// (key relative to the prefix, what the listing says it is: size, ETag, version), sorted
-    /// by key. One LIST request per 1000 keys. Errors: the listing is refused (403), or the
-    /// store cannot list (HTTP).
-    pub fn list(&self) -> Result<Vec<(String, Option<Pin>)>> {
-        use futures::TryStreamExt;
-        let url = self.url.clone();
-        let prefix = self.path.clone();
-        let mut v: Vec<(String, Option<Pin>)> = self
-            .rt
-            .block_on(self.store.list(Some(&prefix)).try_collect::<Vec<_>>())
-            .map_err(|e| anyhow!("{url}: cannot list the prefix: {e}"))?
-            .into_iter()
-            .filter_map(|m| {
-                let rel: Vec<String> = m
-                    .location
-                    .prefix_match(&prefix)?
-                    .map(|p| p.as_ref().to_string())
-                    .collect();
-                let pin = m.e_tag.map(|etag| Pin {
-                    size: m.size,
-                    etag,
-                    version: m.version,
-                });
-                Some((rel.join("/"), pin))
-            })
-            .filter(|(k, _)| !k.is_empty())
-            .collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        self.stats
-            .gets
-            .fetch_add(v.len().div_ceil(1000).max(1) as u64, Relaxed);
-        Ok(v)
-    }
-
-    /// Pins the object to `pin` (what a listing said of it) instead of a GET: every later GET
-    /// carries its ETag. No effect when already pinned.
-    pub fn set_pin(&self, pin: Pin) {
-        let _ = self.pin.set(pin);
-    }
-
     /// Opens the object: one GET of its last `n` bytes (fewer if it is smaller), which also
     /// gives its size and ETag; both are pinned for the life of the client. Returns the tail.
     ///
@@ -392,6 +351,50 @@ impl ObjectClient {
                 .with_context(|| format!("{url}: cannot complete the upload"))?;
             Ok(())
         })
+    }
+}
+
+/// Objects of a prefix: found by a listing, pinned to what it says.
+impl ObjectClient {
+    /// Every object under this client's key taken as a prefix (`s3://bucket/prefix/`), as
+    /// (key relative to the prefix, what the listing says it is: size, ETag, version), sorted
+    /// by key. One LIST request per 1000 keys. Errors: the listing is refused (403), or the
+    /// store cannot list (HTTP).
+    pub fn list(&self) -> Result<Vec<(String, Option<Pin>)>> {
+        use futures::TryStreamExt;
+        let url = self.url.clone();
+        let prefix = self.path.clone();
+        let mut v: Vec<(String, Option<Pin>)> = self
+            .rt
+            .block_on(self.store.list(Some(&prefix)).try_collect::<Vec<_>>())
+            .map_err(|e| anyhow!("{url}: cannot list the prefix: {e}"))?
+            .into_iter()
+            .filter_map(|m| {
+                let rel: Vec<String> = m
+                    .location
+                    .prefix_match(&prefix)?
+                    .map(|p| p.as_ref().to_string())
+                    .collect();
+                let pin = m.e_tag.map(|etag| Pin {
+                    size: m.size,
+                    etag,
+                    version: m.version,
+                });
+                Some((rel.join("/"), pin))
+            })
+            .filter(|(k, _)| !k.is_empty())
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        self.stats
+            .gets
+            .fetch_add(v.len().div_ceil(1000).max(1) as u64, Relaxed);
+        Ok(v)
+    }
+
+    /// Pins the object to `pin` (what a listing said of it) instead of a GET: every later GET
+    /// carries its ETag. No effect when already pinned.
+    pub fn set_pin(&self, pin: Pin) {
+        let _ = self.pin.set(pin);
     }
 }
 
