@@ -339,6 +339,9 @@ fn open_caches(
         let source: Arc<dyn ObjectSource> = c.clone();
         let bc = BlockCache::open(source, dir, limit)
             .with_context(|| format!("cannot open the block cache {}", path.display()))?;
+        // The dataset's exact ranges (a sparse announced order) held in memory: one bound for
+        // all its objects, at least 1 MiB each (a few samples).
+        bc.set_exact_max((cache::HELD_MAX / clients.len() as u64).max(1 << 20));
         out.push(Arc::new(bc));
     }
     Ok(out)

@@ -55,7 +55,7 @@ struct State {
 pub(super) struct Exact {
     state: Mutex<State>,
     filled: Condvar,
-    cap: u64,
+    cap: AtomicU64,
     /// Entries now (a read skips the lock when there are none).
     count: AtomicU64,
     /// GETs of exact ranges completed, and their bytes.
@@ -104,12 +104,18 @@ pub(super) fn runs(ranges: &[Range<u64>], max: u64) -> Vec<(Range<u64>, Vec<Rang
 }
 
 impl Exact {
+    /// Lowers (or raises) the most bytes held to `cap`; entries beyond it go as room is next
+    /// needed.
+    pub(super) fn set_cap(&self, cap: u64) {
+        self.cap.store(cap, Relaxed);
+    }
+
     /// An empty holder of at most `cap` bytes.
     pub(super) fn new(cap: u64) -> Exact {
         Exact {
             state: Mutex::default(),
             filled: Condvar::new(),
-            cap,
+            cap: AtomicU64::new(cap),
             count: AtomicU64::new(0),
             gets: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
@@ -145,7 +151,7 @@ impl Exact {
     /// Takes room for `n` more bytes, dropping entries whose bytes were all read (least
     /// recently read first), then others not in flight; false when there is no such room.
     fn make_room(&self, s: &mut State, n: u64) -> bool {
-        while s.held + n > self.cap {
+        while s.held + n > self.cap.load(Relaxed) {
             let victim = s
                 .entries
                 .iter()

@@ -234,6 +234,12 @@ impl BlockCache {
         Ok(())
     }
 
+    /// Sets the most bytes of exact ranges this object holds in memory (default
+    /// [`HELD_MAX`]): the objects of one dataset share that bound between them.
+    pub fn set_exact_max(&self, bytes: u64) {
+        self.c.exact.set_cap(bytes);
+    }
+
     /// The cache's data file: the object's bytes at their offsets (blocks not cached are
     /// holes).
     pub fn data_path(&self) -> std::path::PathBuf {
