@@ -3,12 +3,10 @@ uploaded to SeaweedFS (S3) and served by nginx (HTTPS with a private CA), mounte
 compared file for file, byte for byte, with the mount of the local copy. Requests are counted
 by the fault proxy before SeaweedFS."""
 import errno
-import os
 import pathlib
 import random
 import shutil
 import subprocess
-import time
 
 import pytest
 
@@ -170,3 +168,18 @@ def test_missing_objects_and_unlistable_https_directories_fail_clearly(sets):
     url = f"https://127.0.0.1:{sets['nginx'].tls_port}/webdataset/shard-{{000000..000009}}.tar"
     r = subprocess.run([loosefs_bin(), "info", url, *https(sets)], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "shard-000003.tar" in r.stderr and "404" in r.stderr, r.stderr
+
+
+def test_pack_of_a_remote_dataset_gives_the_local_mounts_tree(sets):
+    w = sets["work"]
+    out = w / "from-s3.pack"
+    r = subprocess.run([loosefs_bin(), "pack", "s3://packs/webdataset/", str(out), *s3(sets)], env=s3_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    mnt = w / "packed-from-s3"
+    mnt.mkdir()
+    subprocess.run([loosefs_bin(), "mount", str(out), str(mnt)], check=True, timeout=120)
+    try:
+        assert_same(mnt, sets["local"]["webdataset"])
+    finally:
+        subprocess.run([loosefs_bin(), "umount", str(mnt)], timeout=120)
