@@ -3,12 +3,12 @@
 //! (`s3://bucket/prefix/`), a brace pattern of shard URLs (`https://host/d/shard-{0..9}.tar`,
 //! as WebDataset names them), the `index.json` of an MDS or LitData directory over HTTPS
 //! (`https://host/d/`: HTTP has no listing), or one URL (a zip, a `.beton`, a Parquet file).
-//! Each object is opened with one GET, concurrently, and pinned to its ETag; each is served
-//! through its own block cache ([`ObjectSet`]).
+//! Each object is pinned to its ETag: the one its S3 listing gave, else by a 1-byte GET (all
+//! concurrently); each is served through its own block cache ([`ObjectSet`]).
 //!
 //! The index is kept in the index directory under a key made of the URL, every object's name,
-//! ETag and size, and the scan options, so a remount of an unchanged dataset costs one GET per
-//! object and reads no sample. Building it downloads every object into its block cache (the
+//! ETag and size, and the scan options, so a remount of an unchanged dataset reads no sample:
+//! on S3 it makes one request (the LIST), elsewhere one GET per object. Building it downloads every object into its block cache (the
 //! first epoch is then served from the cache) and scans the cached copies with the same
 //! parsers as a local dataset, so the tree is the local mount's, byte for byte.
 //! Compressed shards and `.tar.gz` are refused (they are served through local chunk files).
@@ -35,7 +35,8 @@ const INDEX_JSON_MAX: u64 = 64 << 20;
 #[derive(Debug)]
 pub struct RemoteDataset {
     url: String,
-    /// The index (objects named as the scan saw them; see [`RemoteDataset::names`]).
+    /// The index (objects named by their path below the `.view-KEY` directory they were
+    /// scanned in).
     pub foreign: Foreign,
     storage: Arc<ObjectSet>,
     root: PathBuf,
@@ -304,13 +305,9 @@ fn open_caches(
     clients: &[Arc<ObjectClient>],
     asked: Option<u64>,
 ) -> Result<Vec<Arc<BlockCache>>> {
-    let sizes: Vec<u64> = clients
+    let rounded: Vec<u64> = clients
         .iter()
-        .map(|c| c.pin().expect("opened").size)
-        .collect();
-    let rounded: Vec<u64> = sizes
-        .iter()
-        .map(|s| s.div_ceil(cache::BLOCK) * cache::BLOCK)
+        .map(|c| c.pin().expect("opened").size.div_ceil(cache::BLOCK) * cache::BLOCK)
         .collect();
     let total: u64 = rounded.iter().sum();
     let (budget, _) = cache::cache_budget(root, total, asked);

@@ -159,16 +159,10 @@ pub(super) fn store_for(
         if lower.starts_with("http://") && !args.allow_http {
             bail!("{url}: plain http needs --allow-http (bytes travel unencrypted)");
         }
-        let scheme_end = url.find("://").unwrap() + 3;
-        let slash = url[scheme_end..]
-            .find('/')
-            .map(|p| p + scheme_end)
-            .filter(|&p| p + 1 < url.len())
-            .ok_or_else(|| anyhow!("{url}: no object path after the host"))?;
-        let path = ObjectPath::from_url_path(&url[slash + 1..])
-            .with_context(|| format!("{url}: bad object path"))?;
+        let (origin, key) = split_url(url)?;
+        let path = key_path(url, key)?;
         let store = HttpBuilder::new()
-            .with_url(&url[..slash])
+            .with_url(origin)
             .with_client_options(client)
             .with_retry(retry)
             .build()
@@ -191,7 +185,7 @@ fn split_url(url: &str) -> Result<(&str, &str)> {
         .find('/')
         .map(|p| p + scheme_end)
         .filter(|&p| p + 1 < url.len() && p > scheme_end)
-        .ok_or_else(|| anyhow!("{url}: no object key after the bucket or host"))?;
+        .ok_or_else(|| anyhow!("{url}: no object path after the host"))?;
     Ok((&url[..slash], &url[slash + 1..]))
 }
 
@@ -203,6 +197,12 @@ pub(super) fn sibling_path(base: &str, url: &str) -> Result<ObjectPath> {
     if !store.eq_ignore_ascii_case(other) {
         bail!("{url}: not on the same bucket or host as {base}");
     }
+    key_path(url, key)
+}
+
+/// The store path of `key` (the part of `url` after its bucket or host): an S3 key as is, an
+/// HTTP path percent-decoded. Errors: a path `object_store` refuses (empty or `..` segments).
+fn key_path(url: &str, key: &str) -> Result<ObjectPath> {
     if url.to_ascii_lowercase().starts_with("s3://") {
         Ok(ObjectPath::from(key))
     } else {

@@ -385,9 +385,6 @@ impl ObjectClient {
             .filter(|(k, _)| !k.is_empty())
             .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
-        self.stats
-            .gets
-            .fetch_add(v.len().div_ceil(1000).max(1) as u64, Relaxed);
         Ok(v)
     }
 
