@@ -31,7 +31,7 @@ pub enum Dataset {
     /// A loose dataset directory, served in place.
     Dir(LooseDir),
     /// A foreign dataset at an `s3://` or `https://` URL, one block cache per object.
-    RemoteSet(RemoteDataset),
+    RemoteSet(Box<RemoteDataset>),
 }
 
 /// The last 64 KiB of `src` (less when it is shorter; empty when it cannot be read).
@@ -71,7 +71,7 @@ impl Dataset {
             let dataset = || {
                 RemoteDataset::open(url, args, progress)
                     .with_context(|| format!("cannot open {url}"))
-                    .map(Dataset::RemoteSet)
+                    .map(|r| Dataset::RemoteSet(Box::new(r)))
             };
             if args.format.is_some() || crate::remote_dataset::names_many(url) {
                 return dataset();

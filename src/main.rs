@@ -36,15 +36,14 @@ enum Cmd {
         opts: loosefs::options::MountArgs,
     },
     /// Index a dataset in another packed format once for every node: writes a shared index
-    /// beside it (`<SRC>.loosefs-index`, or `--out`) that a mount on any machine uses instead
-    /// of scanning the dataset, while every file keeps its size and mtime (a stale index is
-    /// refused, naming the file that changed).
+    /// beside it (`<SRC>.loosefs-index`, an object for an s3:// URL, or `--out`) that a mount on
+    /// any machine uses instead of scanning the dataset, while every file keeps its size and
+    /// mtime, every object its ETag (a stale index is refused, naming the file that changed).
     ///
-    /// Example: loosefs index /nfs/imagenet-wds; loosefs mount /nfs/imagenet-wds /mnt/train
+    /// Example: loosefs index /nfs/imagenet-wds; loosefs index s3://bucket/imagenet-mds/
     Index {
         source: PathBuf,
-        /// Where to write it (default `<SOURCE>.loosefs-index`; mounts elsewhere take
-        /// `--index PATH`).
+        /// Where to write it (default `<SOURCE>.loosefs-index`): a path or an s3:// URL.
         #[arg(long)]
         out: Option<PathBuf>,
         #[command(flatten)]
@@ -252,6 +251,13 @@ fn cmd_index(
     args: &loosefs::options::SourceArgs,
 ) -> Result<()> {
     use loosefs::formats::index::shared;
+    if let Some(url) = src.to_str().filter(|s| loosefs::storage::object::is_url(s)) {
+        println!(
+            "{}",
+            loosefs::remote_dataset::shared::index(url, out, args)?
+        );
+        return Ok(());
+    }
     let opts = loosefs::formats::ScanOptions {
         shared_index: loosefs::formats::SharedIndex::Off,
         ..args.scan_options()?

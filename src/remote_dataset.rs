@@ -14,18 +14,22 @@
 //! Compressed shards and `.tar.gz` are refused (they are served through local chunk files).
 
 use crate::catalog::native::NativeCatalog;
-use crate::formats::index::{self, Foreign};
+use crate::formats::index::{self, Foreign, Header, ObjectEntry, RemoteEntry};
 use crate::options::SourceArgs;
-use crate::storage::Storage;
-use crate::storage::block_cache::{self as cache, BlockCache, CacheDir};
+use crate::storage::block_cache as cache;
 use crate::storage::object::{ObjectClient, Pin};
 use crate::storage::object_set::ObjectSet;
-use crate::storage::object_source::ObjectSource;
 use crate::view::Views;
 use anyhow::{Context, Result, anyhow, bail};
 use futures::StreamExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+mod build;
+mod caches;
+use caches::open_caches;
+pub mod shared;
+use build::build;
 
 /// Bytes of an MDS or LitData `index.json` read over HTTPS at most (an MDS index of 1M
 /// samples in 64 MiB shards is about 1 MiB).
@@ -40,6 +44,10 @@ pub struct RemoteDataset {
     pub foreign: Foreign,
     storage: Arc<ObjectSet>,
     root: PathBuf,
+    /// Every object of the dataset with its pin, in the order found.
+    pub objects: Vec<RemoteEntry>,
+    /// The remote options it was opened with (credentials, endpoint, TLS).
+    remote_args: crate::storage::object::RemoteArgs,
     /// GETs made to open it: one per object, and the downloads when the index was built
     /// (the S3 listing or the `index.json` read that found the objects not counted).
     pub open_requests: u64,
@@ -57,37 +65,52 @@ pub fn names_many(url: &str) -> bool {
 /// order, and what an S3 listing said of each (size and ETag: no GET needed to pin them).
 type Names = (String, Vec<String>, Vec<Option<Pin>>);
 
-/// The objects `url` names (see [`Names`]).
-fn object_names(url: &str, args: &SourceArgs) -> Result<Names> {
+/// Where the names of `url`'s objects start: the prefix itself, else up to the last `/`
+/// before the brace pattern or the object's name.
+fn dir_of(url: &str) -> &str {
+    let head = if url.ends_with('/') {
+        return url;
+    } else {
+        &url[..url.find('{').unwrap_or(url.len())]
+    };
+    &url[..head.rfind('/').map_or(0, |p| p + 1)]
+}
+
+/// Whether `url` is an S3 prefix, whose objects (and shared index) a LIST finds.
+fn is_s3_prefix(url: &str) -> bool {
+    url.ends_with('/') && url.to_ascii_lowercase().starts_with("s3://")
+}
+
+/// The objects `url` names (see [`Names`]), and for an S3 prefix what its listing says of the
+/// default shared index (`.loosefs-index` at the top of the prefix), if there is one.
+fn object_names(url: &str, args: &SourceArgs) -> Result<(Names, Option<Pin>)> {
+    let dir = dir_of(url).to_string();
     if url.contains('{') {
         let urls = crate::formats::expand_braces(url);
-        let head = &url[..url.find('{').unwrap_or(0)];
-        let dir = head[..head.rfind('/').map_or(0, |p| p + 1)].to_string();
         let names: Vec<String> = urls.iter().map(|u| u[dir.len()..].to_string()).collect();
         let pins = vec![None; names.len()];
-        return Ok((dir, names, pins));
+        return Ok(((dir, names, pins), None));
     }
     if !url.ends_with('/') {
-        let cut = url.rfind('/').map_or(0, |p| p + 1);
-        return Ok((
-            url[..cut].to_string(),
-            vec![url[cut..].to_string()],
-            vec![None],
-        ));
+        let name = url[dir.len()..].to_string();
+        return Ok(((dir, vec![name], vec![None]), None));
     }
-    if url.to_ascii_lowercase().starts_with("s3://") {
+    if is_s3_prefix(url) {
         let lister = ObjectClient::new(url, &args.remote)?;
-        let (names, pins): (Vec<String>, Vec<Option<Pin>>) = lister
-            .list()?
+        let listed = lister.list()?;
+        let index_pin = (listed.iter())
+            .find(|(k, _)| k == index::shared::SUFFIX)
+            .and_then(|(_, p)| p.clone());
+        let (names, pins): (Vec<String>, Vec<Option<Pin>>) = listed
             .into_iter()
             .filter(|(k, _)| {
-                !k.split('/').any(|c| c.starts_with('.')) && !k.ends_with(".loosefs-index")
+                !k.split('/').any(|c| c.starts_with('.')) && !k.ends_with(index::shared::SUFFIX)
             })
             .unzip();
         if names.is_empty() {
             bail!("{url}: no objects under this prefix");
         }
-        return Ok((url.to_string(), names, pins));
+        return Ok(((dir, names, pins), index_pin));
     }
     let index_url = format!("{url}index.json");
     let c = ObjectClient::new(&index_url, &args.remote)?;
@@ -110,7 +133,42 @@ fn object_names(url: &str, args: &SourceArgs) -> Result<Names> {
         bail!("{index_url}: names no MDS shards nor LitData chunks");
     }
     let pins = vec![None; names.len()];
-    Ok((url.to_string(), names, pins))
+    Ok(((dir, names, pins), None))
+}
+
+/// The dataset's objects and its shared index if one is used: unlisted datasets look for it
+/// first (its names and pins replace the `index.json` read and the GET per object); a listed
+/// prefix finds it in its listing.
+fn locate(
+    url: &str,
+    args: &SourceArgs,
+    use_shared: bool,
+    index_dir: &Path,
+) -> Result<(Names, Option<shared::Found>)> {
+    if use_shared && !is_s3_prefix(url) {
+        if let Some(mut f) = shared::find(url, dir_of(url), args, None, index_dir)? {
+            return Ok((std::mem::take(&mut f.names), Some(f)));
+        }
+    }
+    let ((dir, names, pins), listed_index) = object_names(url, args)?;
+    let mut found = None;
+    if use_shared && is_s3_prefix(url) {
+        let listed = (names.as_slice(), pins.as_slice(), listed_index.as_ref());
+        found = shared::find(url, &dir, args, Some(listed), index_dir)?;
+    }
+    Ok(((dir, names, pins), found))
+}
+
+/// The shared index `found` as the dataset's kept index: one fetched is linked at `kept` (a
+/// remount of a listed prefix finds it there without fetching it again); a local file named by
+/// `--index` is used where it is.
+fn keep(found: shared::Found, kept: &Path) -> Foreign {
+    let mut f = found.foreign;
+    if found.fetched > 0 && (std::fs::hard_link(&f.path, kept).is_ok() || kept.is_file()) {
+        let _ = std::fs::remove_file(&f.path);
+        f.path = kept.to_path_buf();
+    }
+    f
 }
 
 /// Opens every object of `names` under `dir`: pinned to what the listing said of it
@@ -175,11 +233,29 @@ impl RemoteDataset {
     /// Errors: no objects found (the message says what to give), an object cannot be opened
     /// (404, 403, network: the server's reason), the cache cannot hold every object while the
     /// index is built, the dataset is damaged or compressed (the local parser's message).
+    /// A shared index ([`shared`]) is used when there is one whose options fit: nothing is
+    /// downloaded or scanned then.
     pub fn open(url: &str, args: &SourceArgs, progress: bool) -> Result<RemoteDataset> {
+        Self::open_with(url, args, progress, true)
+    }
+
+    /// [`RemoteDataset::open`] without looking for a shared index (what `loosefs index` does:
+    /// it indexes the dataset as it is now).
+    pub fn open_unshared(url: &str, args: &SourceArgs, progress: bool) -> Result<RemoteDataset> {
+        Self::open_with(url, args, progress, false)
+    }
+
+    fn open_with(
+        url: &str,
+        args: &SourceArgs,
+        progress: bool,
+        use_shared: bool,
+    ) -> Result<RemoteDataset> {
         if args.remote.offline {
             bail!("{url}: --offline mounts a remote pack; a remote dataset needs the server");
         }
-        let (dir, names, pins) = object_names(url, args)?;
+        let index_dir = index::cache_dir(args.index_dir.as_deref());
+        let ((dir, names, pins), found) = locate(url, args, use_shared, &index_dir)?;
         let clients = open_objects(&dir, &names, pins, args)?;
         let key = key_of(url, &names, &clients, args);
         let root = args
@@ -191,10 +267,14 @@ impl RemoteDataset {
             .with_context(|| format!("cannot use the cache root {}", root.display()))?;
         let caches = open_caches(&root, &clients, args.remote.cache_size)?;
         let view = root.join(format!(".view-{key:016x}"));
-        let kept =
-            index::cache_dir(args.index_dir.as_deref()).join(format!("remote-{key:016x}.lfx"));
-        let foreign = match index::load(&kept) {
-            Ok(f) if f.header.objects.len() <= names.len() => f,
+        let kept = index_dir.join(format!("remote-{key:016x}.lfx"));
+        let (mut shared_gets, mut shared_bytes) = (0, 0);
+        let foreign = match (found, index::load(&kept)) {
+            (Some(found), _) => {
+                (shared_gets, shared_bytes) = (u64::from(found.fetched > 0), found.fetched);
+                keep(found, &kept)
+            }
+            (None, Ok(f)) if f.header.objects.len() <= names.len() => f,
             _ => {
                 // One object (a zip, a `.beton`) is scanned as a file, several as a directory.
                 let src = match names.as_slice() {
@@ -217,7 +297,7 @@ impl RemoteDataset {
         // The catalog's object k is the block cache of the object the index names k-th.
         let mut order = Vec::with_capacity(foreign.header.objects.len());
         for o in &foreign.header.objects {
-            let i = name_in_view(&o.path)
+            let i = object_name(&foreign.header, o)
                 .and_then(|n| names.iter().position(|m| *m == n))
                 .ok_or_else(|| {
                     anyhow!(
@@ -228,15 +308,31 @@ impl RemoteDataset {
                 })?;
             order.push(caches[i].clone());
         }
-        let (open_requests, open_bytes) = clients.iter().fold((0, 0), |(g, b), c| {
-            (
-                g + c.stats.gets.load(std::sync::atomic::Ordering::Relaxed),
-                b + c.stats.bytes.load(std::sync::atomic::Ordering::Relaxed),
-            )
-        });
+        let (open_requests, open_bytes) =
+            clients
+                .iter()
+                .fold((shared_gets, shared_bytes), |(g, b), c| {
+                    (
+                        g + c.stats.gets.load(std::sync::atomic::Ordering::Relaxed),
+                        b + c.stats.bytes.load(std::sync::atomic::Ordering::Relaxed),
+                    )
+                });
         let storage = Arc::new(ObjectSet::new(url, &root.display().to_string(), order));
+        let objects = (names.iter().zip(&clients))
+            .map(|(n, c)| {
+                let p = c.pin().expect("opened");
+                RemoteEntry {
+                    name: n.clone(),
+                    size: p.size,
+                    etag: p.etag.clone(),
+                    version: p.version.clone(),
+                }
+            })
+            .collect();
         Ok(RemoteDataset {
             url: url.to_string(),
+            objects,
+            remote_args: args.remote.clone(),
             foreign,
             storage,
             root,
@@ -297,51 +393,17 @@ impl RemoteDataset {
     }
 }
 
-/// A block cache per object in `root`, within the root's budget: each object's share is its
-/// size (rounded up to blocks) when every object fits beside the live mounts' shares, else a
-/// proportional part of what is left (at least [`cache::MIN_CACHE`]).
-fn open_caches(
-    root: &Path,
-    clients: &[Arc<ObjectClient>],
-    asked: Option<u64>,
-) -> Result<Vec<Arc<BlockCache>>> {
-    let rounded: Vec<u64> = clients
-        .iter()
-        .map(|c| c.pin().expect("opened").size.div_ceil(cache::BLOCK) * cache::BLOCK)
-        .collect();
-    let total: u64 = rounded.iter().sum();
-    let (budget, _) = cache::cache_budget(root, total, asked);
-    let live = cache::live_shares(root, Path::new(""));
-    let room = budget.saturating_sub(live);
-    let mut dirs = Vec::with_capacity(clients.len());
-    for c in clients {
-        let p = c.pin().expect("opened");
-        let d = cache::cache_dir(root, c.url(), &p.etag, p.version.as_deref());
-        dirs.push(
-            CacheDir::lock(&d)
-                .with_context(|| format!("cannot use the block cache {}", d.display()))?,
-        );
+/// The dataset object an index entry names: its path itself in a shared index (relative to
+/// the dataset's URL), else its path below the `.view-KEY` directory it was scanned in.
+fn object_name(h: &Header, o: &ObjectEntry) -> Option<String> {
+    if h.relative {
+        o.path
+            .to_str()
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    } else {
+        name_in_view(&o.path)
     }
-    cache::prune(root, dirs[0].path(), budget, total.min(room));
-    let mut out = Vec::with_capacity(clients.len());
-    for ((c, dir), r) in clients.iter().zip(dirs).zip(&rounded) {
-        let limit = if total <= room {
-            *r
-        } else {
-            (*r as u128 * room as u128 / total.max(1) as u128) as u64
-        };
-        let limit = limit.max(cache::MIN_CACHE);
-        cache::record_share(&dir, limit);
-        let path = dir.path().to_path_buf();
-        let source: Arc<dyn ObjectSource> = c.clone();
-        let bc = BlockCache::open(source, dir, limit)
-            .with_context(|| format!("cannot open the block cache {}", path.display()))?;
-        // The dataset's exact ranges (a sparse announced order) held in memory: one bound for
-        // all its objects, at least 1 MiB each (a few samples).
-        bc.set_exact_max((cache::HELD_MAX / clients.len() as u64).max(1 << 20));
-        out.push(Arc::new(bc));
-    }
-    Ok(out)
 }
 
 /// The object's name as the index recorded it: its path below the `.view-KEY` directory it
@@ -355,92 +417,6 @@ fn name_in_view(p: &Path) -> Option<String> {
     rel.to_str().filter(|s| !s.is_empty()).map(str::to_string)
 }
 
-/// Builds the index: every object downloaded into its block cache (concurrently), the
-/// cached copies linked under their names in `view` (in the cache root: same file system),
-/// `src` (the view, or its one object) scanned by the local parsers, the index kept at
-/// `kept`. `view` is removed after.
-fn build(
-    url: &str,
-    names: &[String],
-    caches: &[Arc<BlockCache>],
-    (view, src): (&Path, &Path),
-    kept: &Path,
-    args: &SourceArgs,
-    progress: bool,
-) -> Result<Foreign> {
-    let total: u64 = caches.iter().map(|c| c.len(0)).sum();
-    let room: u64 = caches.iter().map(|c| c.limit()).sum();
-    if caches.iter().any(|c| c.limit() < c.len(0)) {
-        bail!(
-            "{url}: indexing reads every object once through the block cache, which needs {total} bytes but holds {room} (--cache-size, or the free space of the cache root); give more, or mount with --index from a `loosefs index` run elsewhere"
-        );
-    }
-    if progress {
-        eprintln!(
-            "loosefs: indexing {url} once: downloading {} objects ({total} bytes) into the block cache",
-            names.len()
-        );
-    }
-    download_all(caches, args.remote.max_requests)?;
-    let _ = std::fs::remove_dir_all(view);
-    for (n, c) in names.iter().zip(caches) {
-        let to = view.join(n);
-        if let Some(parent) = to.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("cannot create {}", parent.display()))?;
-        }
-        std::fs::hard_link(c.data_path(), &to).with_context(|| {
-            format!(
-                "cannot link {} to {}",
-                c.data_path().display(),
-                to.display()
-            )
-        })?;
-    }
-    let tmp = kept.with_extension("building");
-    let _ = std::fs::remove_dir_all(&tmp);
-    let mut opts = args.scan_options()?;
-    opts.shared_index = crate::formats::SharedIndex::Off;
-    let res = index::open(src, &opts, Some(&tmp), false).and_then(|f| {
-        std::fs::rename(&f.path, kept)
-            .with_context(|| format!("cannot keep the index at {}", kept.display()))?;
-        Ok(f)
-    });
-    let _ = std::fs::remove_dir_all(view);
-    let _ = std::fs::remove_dir_all(&tmp);
-    let mut f = res.with_context(|| format!("cannot index {url}"))?;
-    f.path = kept.to_path_buf();
-    Ok(f)
-}
-
-/// Downloads every object whole into its block cache, `max_requests` objects at a time (each
-/// object's own GETs are merged and run concurrently within the shared request limit).
-fn download_all(caches: &[Arc<BlockCache>], max_requests: usize) -> Result<()> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let failed = std::sync::Mutex::new(None);
-    std::thread::scope(|s| {
-        for _ in 0..max_requests.clamp(1, 16).min(caches.len()) {
-            s.spawn(|| {
-                while let Some(c) =
-                    caches.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-                {
-                    if let Err(e) = c.download() {
-                        failed
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get_or_insert(e);
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        Some(e) => Err(anyhow!("cannot download: {e}")),
-        None => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -448,10 +424,11 @@ mod tests {
     #[test]
     fn brace_patterns_and_single_urls_name_their_objects_without_a_request() {
         let args = SourceArgs::default();
-        let (dir, names, _) = object_names("https://h/d/shard-{000..002}.tar", &args).unwrap();
+        let ((dir, names, _), _) = object_names("https://h/d/shard-{000..002}.tar", &args).unwrap();
         assert_eq!(dir, "https://h/d/");
         assert_eq!(names, ["shard-000.tar", "shard-001.tar", "shard-002.tar"]);
-        let (dir, names, _) = object_names("s3://b/x/{train,val}/part-{0..1}.tar", &args).unwrap();
+        let ((dir, names, _), _) =
+            object_names("s3://b/x/{train,val}/part-{0..1}.tar", &args).unwrap();
         assert_eq!(dir, "s3://b/x/");
         assert_eq!(
             names,
@@ -462,13 +439,15 @@ mod tests {
                 "val/part-1.tar"
             ]
         );
-        let (dir, names, pins) = object_names("s3://b/ffcv/jpg.beton", &args).unwrap();
+        let ((dir, names, pins), _) = object_names("s3://b/ffcv/jpg.beton", &args).unwrap();
         assert_eq!(pins, [None]);
         assert_eq!(
             (dir.as_str(), names),
             ("s3://b/ffcv/", vec!["jpg.beton".to_string()])
         );
         assert!(names_many("s3://b/mds/") && names_many("https://h/{0..1}.tar"));
+        assert_eq!(dir_of("s3://b/d/x/{0..1}.tar"), "s3://b/d/x/");
+        assert!(is_s3_prefix("S3://b/d/") && !is_s3_prefix("https://h/d/"));
         assert!(!names_many("https://h/a.zip"));
     }
 

@@ -94,6 +94,24 @@ pub struct Header {
     /// A shared index ([`shared`]): `objects` are named relative to the dataset's root.
     #[serde(default)]
     pub relative: bool,
+    /// A remote dataset's shared index: every object the dataset had when it was indexed
+    /// (metadata files such as `index.json` included), as the listing or a GET pinned it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remote: Vec<RemoteEntry>,
+}
+
+/// One object of a remote dataset as its shared index recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RemoteEntry {
+    /// The object's key relative to the dataset's URL (`shard.00000.mds`, `train/a.tar`).
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// The ETag as the server sent it (quotes included).
+    pub etag: String,
+    /// The object version (S3 versioned buckets), if reported.
+    #[serde(default)]
+    pub version: Option<String>,
 }
 
 /// The files of `h` once each (several chunks may come from one file).
@@ -269,6 +287,30 @@ fn object_entry(p: &Path) -> Result<ObjectEntry> {
     })
 }
 
+/// The `verify=` values of an index that serves a mount asked for `opts.verify`, preferred
+/// first: a full index (every CRC-32 known) serves a lazy request too.
+pub fn verify_accepted(opts: &ScanOptions) -> &'static [&'static str] {
+    match opts.verify {
+        super::Verify::Full => &["full"],
+        super::Verify::Lazy => &["lazy", "full"],
+    }
+}
+
+/// The options an index of `format` built with `opts` records in [`Header::options`] (part of
+/// its key; a shared index is used only by a mount whose options give the same string).
+pub fn options_string(format: Format, opts: &ScanOptions, verify: &str) -> String {
+    format!(
+        "format={};label={};fields-all={};class-names={};verify={verify}",
+        format.name(),
+        opts.label.as_deref().unwrap_or(""),
+        opts.fields_all,
+        opts.class_names
+            .as_ref()
+            .map(|v| v.join("\u{1f}"))
+            .unwrap_or_default()
+    )
+}
+
 /// Opens `src` as a foreign dataset: loads its kept index when every file it names still has
 /// the recorded size and mtime, else scans the source and builds (and keeps) a new one.
 /// `progress` prints what is being done to stderr.
@@ -295,23 +337,8 @@ pub fn open(
         Some(f) => f,
         None => super::detect(&src)?,
     };
-    // A full index (every CRC-32 known) serves a lazy request too.
-    let wanted: &[&str] = match opts.verify {
-        super::Verify::Full => &["full"],
-        super::Verify::Lazy => &["lazy", "full"],
-    };
-    let options_of = |verify: &str| {
-        format!(
-            "format={};label={};fields-all={};class-names={};verify={verify}",
-            format.name(),
-            opts.label.as_deref().unwrap_or(""),
-            opts.fields_all,
-            opts.class_names
-                .as_ref()
-                .map(|v| v.join("\u{1f}"))
-                .unwrap_or_default()
-        )
-    };
+    let wanted = verify_accepted(opts);
+    let options_of = |verify: &str| options_string(format, opts, verify);
     let shared = match &opts.shared_index {
         super::SharedIndex::Off => None,
         super::SharedIndex::At(p) => Some((p.clone(), true)),

@@ -9,7 +9,7 @@
 //! `object_store` does not), web identity, container and instance metadata (from
 //! `object_store`); `--no-sign-request` sends unsigned requests for public buckets.
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use bytes::Bytes;
 use clap::Args;
 use object_store::path::Path as ObjectPath;
@@ -137,6 +137,12 @@ fn io_error(url: &str, e: object_store::Error) -> io::Error {
         _ => io::ErrorKind::Other,
     };
     io::Error::new(kind, format!("{url}: {e}"))
+}
+
+/// Whether `e` (from [`ObjectClient::fetch_to`]) says the object does not exist (404).
+pub fn is_not_found(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<io::Error>()
+        .is_some_and(|e| e.kind() == io::ErrorKind::NotFound)
 }
 
 impl ObjectClient {
@@ -386,6 +392,64 @@ impl ObjectClient {
             .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(v)
+    }
+
+    /// Downloads the whole object into a new file `dest` with one GET (carrying the pin's
+    /// ETag when pinned, else pinning the object to what the answer says): written to a
+    /// temporary file beside `dest` and renamed, so `dest` is never half-written.
+    ///
+    /// Errors: 404 ([`io::ErrorKind::NotFound`] inside: see [`is_not_found`]), 403, the object
+    /// replaced since it was pinned, a network failure, or `dest`'s directory cannot be written.
+    pub fn fetch_to(&self, dest: &std::path::Path) -> Result<u64> {
+        use futures::StreamExt;
+        let url = self.url.clone();
+        let dir = dest.parent().unwrap_or(std::path::Path::new("."));
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)
+            .with_context(|| format!("cannot write in {}", dir.display()))?;
+        let pin = self.pin.get().cloned();
+        let opts = GetOptions {
+            if_match: pin.as_ref().map(|p| p.etag.clone()),
+            version: pin.as_ref().and_then(|p| p.version.clone()),
+            ..Default::default()
+        };
+        let got = self.rt.block_on(async {
+            let _permit = self
+                .limit
+                .acquire()
+                .await
+                .map_err(|_| anyhow!("client closed"))?;
+            let r = self
+                .store
+                .get_opts(&self.path, opts)
+                .await
+                .map_err(|e| anyhow::Error::new(io_error(&url, e)))?;
+            let meta = r.meta.clone();
+            let mut stream = r.into_stream();
+            let mut n = 0u64;
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| anyhow::Error::new(io_error(&url, e)))?;
+                std::io::Write::write_all(&mut tmp, &chunk)
+                    .with_context(|| format!("cannot write {}", dest.display()))?;
+                n += chunk.len() as u64;
+            }
+            Ok::<_, anyhow::Error>((meta, n))
+        });
+        let (meta, n) = got?;
+        self.stats.gets.fetch_add(1, Relaxed);
+        self.stats.bytes.fetch_add(n, Relaxed);
+        if n != meta.size {
+            bail!("{url}: received {n} of its {} bytes", meta.size);
+        }
+        if let Some(etag) = meta.e_tag {
+            let _ = self.pin.set(Pin {
+                size: meta.size,
+                etag,
+                version: meta.version,
+            });
+        }
+        tmp.persist(dest)
+            .with_context(|| format!("cannot write {}", dest.display()))?;
+        Ok(n)
     }
 
     /// Pins the object to `pin` (what a listing said of it) instead of a GET: every later GET

@@ -183,3 +183,56 @@ def test_pack_of_a_remote_dataset_gives_the_local_mounts_tree(sets):
         assert_same(mnt, sets["local"]["webdataset"])
     finally:
         subprocess.run([loosefs_bin(), "umount", str(mnt)], timeout=120)
+
+
+def index_cmd(url, *args):
+    return subprocess.run([loosefs_bin(), "index", url, *args], env=s3_env(), capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_a_shared_index_on_s3_mounts_a_dataset_in_two_requests_and_a_stale_one_is_refused(sets):
+    w, weed, proxy = sets["work"], sets["weed"], sets["proxy"]
+    src = sets["www"] / "mds"
+    for p in sorted(src.iterdir()):
+        weed.put(f"shared-mds/{p.name}", p)
+    url = "s3://packs/shared-mds/"
+    r = index_cmd(url, *s3(sets))
+    assert r.returncode == 0 and f"{url}.loosefs-index" in r.stdout, r.stderr
+    # Another node: fresh index directory and cache. The LIST finds the objects and the index,
+    # one GET brings the index; nothing else before the first read.
+    n0 = proxy.requests
+    with Mount(url, w, *s3(sets)) as mnt:
+        opened = proxy.requests - n0
+        assert_same(mnt, sets["local"]["mds"])
+    assert opened == 2, opened
+    # A shard replaced on the server: the index is stale and the mount says which shard.
+    data = bytearray((src / "shard.00001.mds").read_bytes())
+    data[-1] ^= 1
+    changed = w / "shard.00001.mds"
+    changed.write_bytes(bytes(data))
+    weed.put("shared-mds/shard.00001.mds", changed)
+    r = subprocess.run([loosefs_bin(), "info", url, *s3(sets)], env=s3_env(), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode != 0 and "is stale" in r.stderr and "shard.00001.mds changed" in r.stderr, r.stderr
+    # Indexed again, it serves the new bytes.
+    assert index_cmd(url, *s3(sets)).returncode == 0
+    with Mount(url, w, *s3(sets)) as mnt:
+        assert len(files_of(mnt)) == len(files_of(sets["local"]["mds"]))
+
+
+def test_a_shared_index_over_https_is_the_only_request_before_the_first_read(sets):
+    w, www = sets["work"], sets["www"]
+    shutil.copytree(www / "litdata", www / "shared-litdata")
+    url = f"https://127.0.0.1:{sets['nginx'].tls_port}/shared-litdata/"
+    r = index_cmd(url, *https(sets))
+    assert r.returncode != 0 and "--out PATH" in r.stderr, r.stderr
+    r = index_cmd(url, "--out", str(www / "shared-litdata" / ".loosefs-index"), *https(sets))
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([loosefs_bin(), "info", url, *https(sets)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "requests:      1 GET(s)" in r.stdout, r.stdout + r.stderr
+    with Mount(url, w, *https(sets)) as mnt:
+        assert_same(mnt, sets["local"]["litdata"])
+    # Named with options it was not built with: refused, saying so.
+    r = subprocess.run([loosefs_bin(), "info", url, "--verify", "full", "--index", f"{url}.loosefs-index",
+                        *https(sets)], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "other options" in r.stderr, r.stderr

@@ -280,6 +280,7 @@ pub(super) fn build(
         samples: scan.samples.len(),
         options,
         relative: false,
+        remote: Vec::new(),
     };
     Ok((header, bytes))
 }

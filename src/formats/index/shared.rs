@@ -79,6 +79,34 @@ pub fn write(f: &Foreign, src: &Path, dest: &Path) -> Result<()> {
         .with_context(|| format!("cannot make {} readable", dest.display()))
 }
 
+/// Writes `f` (the index of the remote dataset at `url`) as a shared index at the local path
+/// `dest`: object k named `names[k]` (relative to the dataset's URL), every object of the
+/// dataset recorded with its pin (`remote`). Written to a temporary file and renamed.
+pub fn write_remote(
+    f: &Foreign,
+    url: &str,
+    names: &[String],
+    remote: Vec<super::RemoteEntry>,
+    dest: &Path,
+) -> Result<()> {
+    let header = Header {
+        objects: (f.header.objects.iter().zip(names))
+            .map(|(o, n)| ObjectEntry {
+                path: PathBuf::from(n),
+                mtime_ns: 0,
+                ..o.clone()
+            })
+            .collect(),
+        source: PathBuf::from(url),
+        relative: true,
+        remote,
+        ..f.header.clone()
+    };
+    file::write(dest, &header, &f.map[f.index.clone()])?;
+    std::fs::set_permissions(dest, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .with_context(|| format!("cannot make {} readable", dest.display()))
+}
+
 /// Loads the shared index at `path` for `src` if it was built with one of `options` (the
 /// mount's, in order of preference): `Ok(None)` when it was built with others. Errors: not a
 /// shared index, damaged, or stale (a file of the dataset missing or changed since: the
