@@ -227,7 +227,8 @@ impl Foreign {
 
     /// What `loosefs info` says of this dataset.
     pub fn info(&self) -> ForeignInfo {
-        let t = self.view().totals();
+        let v = self.view();
+        let t = v.totals();
         let h = &self.header;
         ForeignInfo {
             source: h.source.display().to_string(),
@@ -248,7 +249,7 @@ impl Foreign {
                 .map_or("full", |(_, v)| v)
                 .to_string(),
             crc_learned_on_read: (0..t.records as u32)
-                .filter_map(|i| self.view().record(i))
+                .filter_map(|i| v.record(i))
                 .filter(|r| !r.is_dir && r.crc().is_none())
                 .count(),
         }
