@@ -78,7 +78,10 @@ impl Dataset {
             }
             return match RemotePack::open(url, &args.remote) {
                 // One object in another format (a zip, a `.beton`, a Parquet file, a tar).
-                Err(e) if format!("{e:#}").contains("not a loosefs pack") => {
+                // Offline: no GET tells a pack from a dataset; a recorded dataset is tried too.
+                Err(e)
+                    if format!("{e:#}").contains("not a loosefs pack") || args.remote.offline =>
+                {
                     dataset().map_err(|d| anyhow::anyhow!("{d:#}\n  loosefs pack: {e:#}"))
                 }
                 r => r

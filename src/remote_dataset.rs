@@ -12,6 +12,8 @@
 //! first epoch is then served from the cache) and scans the cached copies with the same
 //! parsers as a local dataset, so the tree is the local mount's, byte for byte.
 //! Compressed shards and `.tar.gz` are refused (they are served through local chunk files).
+//! A shared index ([`shared`]) spares the download and scan on every other node; `--offline`
+//! (`remote_dataset/offline.rs`) serves a dataset from its whole block caches without the server.
 
 use crate::catalog::native::NativeCatalog;
 use crate::formats::index::{self, Foreign, Header, ObjectEntry, RemoteEntry};
@@ -27,6 +29,7 @@ use std::sync::Arc;
 
 mod build;
 mod caches;
+mod offline;
 use caches::open_caches;
 pub mod shared;
 use build::build;
@@ -252,7 +255,7 @@ impl RemoteDataset {
         use_shared: bool,
     ) -> Result<RemoteDataset> {
         if args.remote.offline {
-            bail!("{url}: --offline mounts a remote pack; a remote dataset needs the server");
+            return offline::open(url, args);
         }
         let index_dir = index::cache_dir(args.index_dir.as_deref());
         let ((dir, names, pins), found) = locate(url, args, use_shared, &index_dir)?;
@@ -329,7 +332,7 @@ impl RemoteDataset {
                 }
             })
             .collect();
-        Ok(RemoteDataset {
+        let ds = RemoteDataset {
             url: url.to_string(),
             objects,
             remote_args: args.remote.clone(),
@@ -338,7 +341,9 @@ impl RemoteDataset {
             root,
             open_requests,
             open_bytes,
-        })
+        };
+        offline::record(&ds, &dir, args, &index_dir);
+        Ok(ds)
     }
 
     /// The URL as given.

@@ -236,3 +236,23 @@ def test_a_shared_index_over_https_is_the_only_request_before_the_first_read(set
     r = subprocess.run([loosefs_bin(), "info", url, "--verify", "full", "--index", f"{url}.loosefs-index",
                         *https(sets)], capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "other options" in r.stderr, r.stderr
+
+
+def test_offline_mounts_a_remote_dataset_from_its_whole_block_caches_without_a_request(sets):
+    w, proxy = sets["work"], sets["proxy"]
+    cache, index = w / "cache-offline", w / "index-offline"
+    # Online once: indexing downloads every shard into its block cache; unmounting closes it.
+    with Mount("s3://packs/webdataset/", w, *s3(sets, cache=cache, index=index)):
+        pass
+    n0 = proxy.requests
+    with Mount("s3://packs/webdataset/", w, *s3(sets, "--offline", cache=cache, index=index)) as mnt:
+        assert_same(mnt, sets["local"]["webdataset"])
+    assert proxy.requests == n0
+    # A node whose caches do not hold the shards: refused, saying what to do.
+    r = subprocess.run([loosefs_bin(), "info", "s3://packs/webdataset/", *s3(sets, "--offline", index=index)],
+                       env=s3_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "shard-000000.tar: no block cache" in r.stderr and "warm" in r.stderr, r.stderr
+    r = subprocess.run([loosefs_bin(), "info", "s3://packs/litdata/", *s3(sets, "--offline")], env=s3_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "never mounted it online" in r.stderr, r.stderr
+    assert proxy.requests == n0
