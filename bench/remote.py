@@ -16,6 +16,11 @@ one run, each pass timed by the compiled reader (`loosefs-reader`, 4 threads):
 5. announced orders (fresh cache each, no warm): a shuffled cold epoch with and without the
    order announced (`loosefs-reader --announce`; a wrong one: another seed's), against the cap; a rank of 8 (the first 1/8
    of a shuffled epoch) with and without its order, bytes received ÷ the bytes of its samples.
+6. `--formats mds,litdata,webdataset`: the same samples written by each format's own writer
+   (bench/formats.py's writers) under `s3://packs/fmt/<format>/`: the first mount without a
+   shared index (downloads and indexes) then an epoch in storage order; `loosefs index` (proxy
+   bypassed); then, on a fresh cache and index directory each (another node), a cold epoch in
+   storage order and a shuffled epoch after `--warm --wait` (clock from the mount's start).
 
 Ratios are against the cap (1–2) or the baseline of the same run (2–3). Cold figures for the
 local pack depend on the disk's mood: the dd line says which.
@@ -100,6 +105,50 @@ def ordered_passes(url, mnt, ep, work, cap, n_files):
     return out
 
 
+def foreign_passes(weed, proxy, work, data, formats, ep, cap):
+    """Section 6: foreign datasets by prefix, with and without their shared index."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import formats as fm
+
+    mnt = work / "mnt6"
+    mnt.mkdir(exist_ok=True)
+    out = {}
+    for name in formats:
+        src = work / f"fmt-{name}"
+        if not src.exists():
+            fm.WRITERS[name](fm.tree(str(data)), src)
+        for p in sorted(src.rglob("*")):
+            if p.is_file():
+                weed.put(f"fmt/{name}/{p.relative_to(src)}", p)
+        url = f"s3://packs/fmt/{name}/"
+        size = sum(p.stat().st_size for p in src.rglob("*") if p.is_file())
+        res = out[name] = dict(dataset_bytes=size)
+
+        def fresh(tag):
+            return ["--cache-dir", str(work / f"cache6-{name}-{tag}"), "--index-dir", str(work / f"idx6-{name}-{tag}")]
+
+        def epoch(tag, order, *extra):
+            n0 = proxy.requests
+            tm = mount(url, mnt, *ep, *fresh(tag), *extra)
+            r = read(mnt, order)
+            st = remote_stats(mnt)
+            umount(mnt)
+            total = tm + r["seconds"]  # from the mount's start to the epoch's end
+            res[tag] = dict(mount_s=tm, epoch_s=r["seconds"], files=r["files"], bytes_read=r["bytes"],
+                            ratio_to_cap=r["bytes"] / 1e6 / r["seconds"] / cap,
+                            ratio_incl_mount=r["bytes"] / 1e6 / total / cap,
+                            requests=proxy.requests - n0, bytes_received=st["bytes_received"])
+
+        epoch("no_shared_index_inorder", "inorder")
+        t = time.time()
+        subprocess.run([BIN, "index", url, "--endpoint-url", f"http://127.0.0.1:{weed.port}", "--allow-http",
+                        *fresh("indexer")], check=True, env=env(), stdout=subprocess.DEVNULL)
+        res["index_s"] = time.time() - t
+        epoch("shared_index_cold_inorder", "inorder")
+        epoch("shared_index_warm_then_shuffled", "shuffled", "--warm", "--wait")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "imagenet-sample"))
@@ -110,6 +159,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="alternations of the block-cache vs local pass")
     ap.add_argument("--only-orders", action="store_true", help="run section 5 only")
     ap.add_argument("--mount-arg", action="append", default=[], help="an extra mount option (repeatable)")
+    ap.add_argument("--formats", default="", help="section 6 only: comma-separated foreign formats")
     a = ap.parse_args()
     work = pathlib.Path(a.work or tempfile.mkdtemp(prefix="loosefs-remote-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -124,7 +174,7 @@ def main():
         weed.put("data.pack", pack)
         files = sorted(p for p in data.rglob("*") if p.is_file())
         c = weed.client()
-        for p in files if not a.only_orders else []:
+        for p in files if not (a.only_orders or a.formats) else []:
             c.upload_file(str(p), weed.bucket, "loose/" + str(p.relative_to(data)))
         proxy = servers.FaultProxy(weed.port, rate=a.cap * 1e6, latency=a.latency / 1e3).start()
         ep = ["--endpoint-url", f"http://127.0.0.1:{proxy.port}", "--allow-http", *a.mount_arg]
@@ -134,6 +184,9 @@ def main():
         def ratio(bytes_, seconds):
             return bytes_ / 1e6 / seconds / cap
 
+        if a.formats:
+            out["formats"] = foreign_passes(weed, proxy, work, data, a.formats.split(","), ep, cap)
+            return
         # 5. Announced orders.
         out["orders"] = ordered_passes(url, mnt, ep, work, cap, len(files))
         if a.only_orders:

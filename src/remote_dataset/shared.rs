@@ -90,7 +90,43 @@ pub(super) fn find(
     } else {
         PathBuf::from(&at)
     };
-    let mut f = index::load(&path).with_context(|| format!("cannot use the shared index {at}"))?;
+    let checked = check(
+        &path,
+        (&at, named),
+        url,
+        args,
+        listed.map(|(n, p, _)| (n, p)),
+    );
+    if fetched > 0 && !matches!(checked, Ok(Some(_))) {
+        let _ = std::fs::remove_file(&path);
+    }
+    Ok(checked?.map(|(names, pins, foreign)| Found {
+        names: (dir.to_string(), names, pins),
+        foreign,
+        fetched,
+    }))
+}
+
+/// A shared index that fits a mount: the dataset's object names, their pins, the index.
+pub type Checked = (Vec<String>, Vec<Option<Pin>>, Foreign);
+
+/// The shared index file at `path` (found at `at`, `named` by `--index` or not) checked for
+/// the dataset at `url` as the mount's `args` ask for it: a shared index of a remote dataset,
+/// built with the mount's options, naming only objects inside the dataset, and, when the
+/// dataset was `listed` (names, pins), recording exactly the listed objects with their ETags and
+/// sizes. Returns the objects' names and pins (the listing's, else the recorded ones) and the
+/// index. `Ok(None)`: built with other options and not named.
+///
+/// Errors: not a loosefs index, damaged, not a shared index of a remote dataset, other options
+/// (named), a name outside the dataset, stale against the listing (the object named).
+pub fn check(
+    path: &Path,
+    (at, named): (&str, bool),
+    url: &str,
+    args: &SourceArgs,
+    listed: Option<(&[String], &[Option<Pin>])>,
+) -> Result<Option<Checked>> {
+    let mut f = index::load(path).with_context(|| format!("cannot use the shared index {at}"))?;
     if !f.header.relative || f.header.remote.is_empty() {
         bail!(
             "{at} is not a shared index of a remote dataset (write one with `loosefs index {url}`)"
@@ -113,29 +149,29 @@ pub(super) fn find(
         log::warn!("{at} was built with other options; not used");
         return Ok(None);
     }
-    check_names(&f, &at)?;
-    let names: Vec<String> = f.header.remote.iter().map(|e| e.name.clone()).collect();
-    let pins = match listed {
-        Some((lnames, lpins, _)) => {
-            stale_check(&f.header.remote, lnames, lpins, &at, url)?;
-            lpins.to_vec()
+    check_names(&f, at)?;
+    let recorded = || f.header.remote.iter().map(|e| e.name.clone()).collect();
+    let (names, pins) = match listed {
+        // The listing's names in its order, with its pins: the same objects (checked).
+        Some((lnames, lpins)) => {
+            stale_check(&f.header.remote, lnames, lpins, at, url)?;
+            (lnames.to_vec(), lpins.to_vec())
         }
-        None => (f.header.remote.iter())
-            .map(|e| {
-                Some(Pin {
-                    size: e.size,
-                    etag: e.etag.clone(),
-                    version: e.version.clone(),
+        None => (
+            recorded(),
+            (f.header.remote.iter())
+                .map(|e| {
+                    Some(Pin {
+                        size: e.size,
+                        etag: e.etag.clone(),
+                        version: e.version.clone(),
+                    })
                 })
-            })
-            .collect(),
+                .collect(),
+        ),
     };
     f.header.source = PathBuf::from(url);
-    Ok(Some(Found {
-        names: (dir.to_string(), names, pins),
-        foreign: f,
-        fetched,
-    }))
+    Ok(Some((names, pins, f)))
 }
 
 /// Every object the index's samples come from is one of its recorded objects, and no name
