@@ -177,7 +177,7 @@ impl Dataset {
                 let cat = r
                     .catalog(views)
                     .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-                Ok(Server::new(Arc::new(cat), r.storage(), opts))
+                Ok(Server::new(Arc::new(cat), r.storage(chunk_cache), opts))
             }
             Dataset::Dir(d) => {
                 let cat = d

@@ -11,7 +11,8 @@
 //! on S3 it makes one request (the LIST), elsewhere one GET per object. Building it downloads every object into its block cache (the
 //! first epoch is then served from the cache) and scans the cached copies with the same
 //! parsers as a local dataset, so the tree is the local mount's, byte for byte.
-//! Compressed shards and `.tar.gz` are refused (they are served through local chunk files).
+//! Compressed chunks (zstd MDS, LitData, deflated zip, Parquet) are decompressed from the
+//! shards' block caches; a `.tar.gz` is refused (it is inflated into a local file).
 //! A shared index ([`shared`]) spares the download and scan on every other node; `--offline`
 //! (`remote_dataset/offline.rs`) serves a dataset from its whole block caches without the server.
 
@@ -45,7 +46,10 @@ pub struct RemoteDataset {
     /// The index (objects named by their path below the `.view-KEY` directory they were
     /// scanned in).
     pub foreign: Foreign,
-    storage: Arc<ObjectSet>,
+    /// The block caches of the objects the samples come from, once each.
+    files: Vec<Arc<cache::BlockCache>>,
+    /// Per object of the index: its file among `files`.
+    file_of: Vec<u32>,
     root: PathBuf,
     /// Every object of the dataset with its pin, in the order found.
     pub objects: Vec<RemoteEntry>,
@@ -291,26 +295,14 @@ impl RemoteDataset {
             .header
             .objects
             .iter()
-            .any(|o| o.chunk.is_some() || o.derived_from.is_some())
+            .any(|o| o.derived_from.is_some())
         {
             bail!(
-                "{url}: compressed shards (zstd MDS, compressed LitData, .tar.gz) are not served from a URL; mount a local copy"
+                "{url}: a .tar.gz is inflated into a local file; it is not served from a URL: mount a local copy"
             );
         }
-        // The catalog's object k is the block cache of the object the index names k-th.
-        let mut order = Vec::with_capacity(foreign.header.objects.len());
-        for o in &foreign.header.objects {
-            let i = object_name(&foreign.header, o)
-                .and_then(|n| names.iter().position(|m| *m == n))
-                .ok_or_else(|| {
-                    anyhow!(
-                        "{}: names {} which the dataset does not hold",
-                        kept.display(),
-                        o.path.display()
-                    )
-                })?;
-            order.push(caches[i].clone());
-        }
+        let (files, file_of) = caches::files_of(&foreign, &names, |i| Ok(caches[i].clone()))
+            .map_err(|e| anyhow!("{}: {e}", kept.display()))?;
         let (open_requests, open_bytes) =
             clients
                 .iter()
@@ -320,7 +312,6 @@ impl RemoteDataset {
                         b + c.stats.bytes.load(std::sync::atomic::Ordering::Relaxed),
                     )
                 });
-        let storage = Arc::new(ObjectSet::new(url, &root.display().to_string(), order));
         let objects = (names.iter().zip(&clients))
             .map(|(n, c)| {
                 let p = c.pin().expect("opened");
@@ -337,7 +328,8 @@ impl RemoteDataset {
             objects,
             remote_args: args.remote.clone(),
             foreign,
-            storage,
+            files,
+            file_of,
             root,
             open_requests,
             open_bytes,
@@ -361,9 +353,24 @@ impl RemoteDataset {
         self.foreign.header.objects.iter().map(|o| o.len).sum()
     }
 
-    /// The storage: one block cache per object.
-    pub fn storage(&self) -> Arc<ObjectSet> {
-        self.storage.clone()
+    /// The storage: the block cache of each object; compressed chunks (zstd MDS shards,
+    /// LitData chunks, deflated zip members, compressed Parquet row groups) decompressed from
+    /// those into a cache of at most `chunk_cache` bytes.
+    pub fn storage(&self, chunk_cache: u64) -> Arc<dyn crate::storage::Storage> {
+        let root = self.root.display().to_string();
+        let objects = &self.foreign.header.objects;
+        if objects.iter().all(|o| o.chunk.is_none()) {
+            let order = self.file_of.iter().map(|&i| self.files[i as usize].clone());
+            return Arc::new(ObjectSet::new(&self.url, &root, order.collect()));
+        }
+        let set = Arc::new(ObjectSet::new(&self.url, &root, self.files.clone()));
+        let parts = (objects.iter().zip(&self.file_of))
+            .map(|(o, &i)| match &o.chunk {
+                Some(spec) => Err(spec.with_stored(&o.path, set.clone(), i)),
+                None => Ok(i),
+            })
+            .collect();
+        crate::storage::chunks::MixedStorage::with_plain(set, parts, chunk_cache)
     }
 
     /// What `info` prints: the index's summary, with the URL as the source.

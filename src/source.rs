@@ -368,7 +368,7 @@ fn walk_foreign(src: &Path, args: &SourceArgs) -> Result<Source> {
                 (f, storage)
             }
             crate::dataset::Dataset::RemoteSet(r) => {
-                let storage = r.storage();
+                let storage = r.storage(args.chunk_cache.max(64 << 20));
                 (r.foreign, storage)
             }
             crate::dataset::Dataset::Pack(_) => unreachable!("open_with sends packs to walk_zip"),

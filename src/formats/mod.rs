@@ -171,7 +171,28 @@ impl ChunkSpec {
     ) -> crate::storage::chunks::Chunk {
         crate::storage::chunks::Chunk {
             path: path.to_path_buf(),
-            file,
+            file: crate::storage::chunks::ChunkFile::Local(file),
+            range: self.offset..self.offset + self.stored_len,
+            codec: self.codec,
+            len: self.len,
+            crc32: self.crc32,
+            parquet: self.parquet.clone(),
+        }
+    }
+}
+
+impl ChunkSpec {
+    /// The chunk of file `path` whose bytes are object `obj` of `storage` (a remote shard
+    /// through its block cache).
+    pub fn with_stored(
+        &self,
+        path: &Path,
+        storage: std::sync::Arc<dyn crate::storage::Storage>,
+        obj: crate::catalog::ObjectId,
+    ) -> crate::storage::chunks::Chunk {
+        crate::storage::chunks::Chunk {
+            path: path.to_path_buf(),
+            file: crate::storage::chunks::ChunkFile::Stored(storage, obj),
             range: self.offset..self.offset + self.stored_len,
             codec: self.codec,
             len: self.len,

@@ -1,10 +1,11 @@
 //! The block caches of a remote dataset's objects: one per object, sharing the cache root's
 //! budget.
 
+use crate::formats::index::Foreign;
 use crate::storage::block_cache::{self as cache, BlockCache, CacheDir};
 use crate::storage::object::ObjectClient;
 use crate::storage::object_source::ObjectSource;
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -53,4 +54,31 @@ pub(super) fn open_caches(
         out.push(Arc::new(bc));
     }
     Ok(out)
+}
+
+/// The block caches the index `f`'s objects read, once each (`cache(i)`: that of `names[i]`),
+/// and per object of the index its cache among them. Errors: the index names an object the
+/// dataset does not hold, or `cache` fails (its message).
+pub(super) fn files_of(
+    f: &Foreign,
+    names: &[String],
+    mut cache: impl FnMut(usize) -> Result<Arc<cache::BlockCache>>,
+) -> Result<(Vec<Arc<cache::BlockCache>>, Vec<u32>)> {
+    let (mut files, mut file_of) = (Vec::new(), Vec::with_capacity(f.header.objects.len()));
+    let mut seen = std::collections::HashMap::new();
+    for o in &f.header.objects {
+        let i = super::object_name(&f.header, o)
+            .and_then(|n| names.iter().position(|m| *m == n))
+            .ok_or_else(|| anyhow!("names {} which the dataset does not hold", o.path.display()))?;
+        let k = match seen.get(&i) {
+            Some(&k) => k,
+            None => {
+                files.push(cache(i)?);
+                seen.insert(i, files.len() as u32 - 1);
+                files.len() as u32 - 1
+            }
+        };
+        file_of.push(k);
+    }
+    Ok((files, file_of))
 }

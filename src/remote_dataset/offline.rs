@@ -10,7 +10,6 @@ use crate::formats::index::{self, RemoteEntry};
 use crate::options::SourceArgs;
 use crate::storage::block_cache::{self as cache, BlockCache, CacheDir};
 use crate::storage::object::Pin;
-use crate::storage::object_set::ObjectSet;
 use crate::storage::object_source::OfflineObject;
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::{Path, PathBuf};
@@ -89,28 +88,44 @@ pub(super) fn open(url: &str, args: &SourceArgs) -> Result<RemoteDataset> {
     let root = (args.remote.cache_dir.clone()).unwrap_or_else(cache::default_root);
     cache::check_root(&root)
         .with_context(|| format!("cannot use the cache root {}", root.display()))?;
-    let mut order = Vec::with_capacity(foreign.header.objects.len());
+    // Every shard the samples come from, once each, its cache whole: all failures named.
+    let names: Vec<String> = rec.objects.iter().map(|e| e.name.clone()).collect();
+    let mut whole = std::collections::HashMap::new();
     let mut why = Vec::new();
     for o in &foreign.header.objects {
-        let e = object_name(&foreign.header, o)
-            .and_then(|n| rec.objects.iter().find(|e| e.name == n))
-            .ok_or_else(|| anyhow!("{}: names an object it does not record", kept.display()))?;
+        let Some(i) =
+            object_name(&foreign.header, o).and_then(|n| names.iter().position(|m| *m == n))
+        else {
+            bail!("{}: names an object it does not record", kept.display());
+        };
+        if whole.contains_key(&i) || why.iter().any(|(k, _)| *k == i) {
+            continue;
+        }
+        let e = &rec.objects[i];
         match whole_cache(&format!("{}{}", rec.dir, e.name), e, &root) {
-            Ok(c) => order.push(Arc::new(c)),
-            Err(err) => why.push(format!("{}: {err:#}", e.name)),
+            Ok(c) => {
+                whole.insert(i, Arc::new(c));
+            }
+            Err(err) => why.push((i, format!("{}: {err:#}", e.name))),
         }
     }
     if !why.is_empty() {
+        let why: Vec<String> = why.into_iter().map(|(_, w)| w).collect();
         bail!(
             "{url}: --offline needs every shard's block cache complete and closed cleanly (`loosefs warm MNT --wait` while online, then unmount); not so:\n  {}",
             why.join("\n  ")
         );
     }
+    let (files, file_of) = super::caches::files_of(&foreign, &names, |i| {
+        whole.get(&i).cloned().context("an object opened twice")
+    })
+    .map_err(|e| anyhow!("{}: {e:#}", kept.display()))?;
     log::info!("{url}: mounted --offline from {}", root.display());
     Ok(RemoteDataset {
         url: url.to_string(),
         foreign,
-        storage: Arc::new(ObjectSet::new(url, &root.display().to_string(), order)),
+        files,
+        file_of,
         root,
         objects: rec.objects,
         remote_args: args.remote.clone(),

@@ -256,3 +256,38 @@ def test_offline_mounts_a_remote_dataset_from_its_whole_block_caches_without_a_r
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "never mounted it online" in r.stderr, r.stderr
     assert proxy.requests == n0
+
+
+def test_compressed_datasets_over_s3_and_https_show_the_local_mounts_tree(sets):
+    """zstd MDS shards, LitData zstd chunks, a deflated zip and Snappy Parquet (write_formats.py,
+    the formats' own writers): chunks decompressed from the objects' block caches."""
+    import sys
+
+    w, weed, www = sets["work"], sets["weed"], sets["www"]
+    out = w / "written"
+    from test_formats import SAMPLES
+    subprocess.run([sys.executable, str(pathlib.Path(__file__).with_name("write_formats.py")), str(SAMPLES), str(out)],
+                   check=True, capture_output=True, timeout=600)
+    cases = {"mds-zstd": ("mds-zstd/", "mds-zstd/"), "litdata-zstd": ("litdata-zstd/", "litdata-zstd/"),
+             "zip-deflated.zip": ("zip-deflated.zip", "zip-deflated.zip"),
+             "hf-parquet-snappy": ("hf-parquet-snappy/", "hf-parquet-snappy/train.parquet")}
+    for name, (key, http_path) in cases.items():
+        src = out / name
+        files = sorted(p for p in src.rglob("*") if p.is_file()) if src.is_dir() else [src]
+        for p in files:
+            rel = p.relative_to(out)
+            weed.put(f"written/{rel}", p)
+            (www / "written" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(p, www / "written" / rel)
+        ref = w / f"local-written-{name}"
+        ref.mkdir()
+        subprocess.run([loosefs_bin(), "mount", str(src), str(ref), "--index-dir", str(w / "local-index")],
+                       check=True, timeout=300)
+        try:
+            with Mount(f"s3://packs/written/{key}", w, *s3(sets)) as mnt:
+                assert_same(mnt, ref)
+            url = f"https://127.0.0.1:{sets['nginx'].tls_port}/written/{http_path}"
+            with Mount(url, w, *https(sets)) as mnt:
+                assert_same(mnt, ref)
+        finally:
+            subprocess.run([loosefs_bin(), "umount", str(ref)], timeout=120)

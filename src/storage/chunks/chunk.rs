@@ -1,6 +1,7 @@
-//! One compressed chunk: a range of a local file whose bytes are served decompressed (a zstd
-//! MDS shard or LitData frame, a deflated zip member, a Parquet row group's images), checked
-//! against its declared length (at most [`MAX_CHUNK`]) and, for zip, its CRC-32.
+//! One compressed chunk: a range of a file whose bytes are served decompressed (a zstd MDS
+//! shard or LitData frame, a deflated zip member, a Parquet row group's images), checked
+//! against its declared length (at most [`MAX_CHUNK`]) and, for zip, its CRC-32. The file is
+//! local, or an object of another storage (a remote shard read through its block cache).
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -28,13 +29,105 @@ pub enum Codec {
     ParquetRowGroup,
 }
 
+/// Where a chunk's compressed bytes are read from.
+#[derive(Clone)]
+pub enum ChunkFile {
+    /// A local file, shared by every chunk of it (a zip of many members opens it once).
+    Local(Arc<File>),
+    /// Object `1` of a storage (a remote shard through its block cache: fetched, checked).
+    Stored(Arc<dyn crate::storage::Storage>, crate::catalog::ObjectId),
+}
+
+impl std::fmt::Debug for ChunkFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChunkFile::Local(file) => f.debug_tuple("Local").field(file).finish(),
+            ChunkFile::Stored(_, obj) => f.debug_tuple("Stored").field(obj).finish(),
+        }
+    }
+}
+
+impl ChunkFile {
+    /// Asks for bytes `r` ahead of their reads (the device, or the storage's read-ahead).
+    pub fn will_need(&self, r: &Range<u64>) {
+        match self {
+            ChunkFile::Local(f) => {
+                let _ = crate::storage::fadvise(
+                    f,
+                    r,
+                    nix::fcntl::PosixFadviseAdvice::POSIX_FADV_WILLNEED,
+                );
+            }
+            ChunkFile::Stored(s, obj) => s.will_need(*obj, r),
+        }
+    }
+
+    /// Drops bytes `r` from the page cache (or the storage's cache), so their next read is cold.
+    pub fn evict(&self, r: &Range<u64>) -> io::Result<()> {
+        match self {
+            ChunkFile::Local(f) => {
+                crate::storage::fadvise(f, r, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED)
+            }
+            ChunkFile::Stored(s, obj) => s.evict(*obj, r),
+        }
+    }
+
+    /// Reads `buf.len()` bytes at `at`. Errors: I/O, or the file ends first.
+    fn read_exact_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+        match self {
+            ChunkFile::Local(f) => f.read_exact_at(buf, at),
+            ChunkFile::Stored(s, obj) => {
+                if at.saturating_add(buf.len() as u64) > s.len(*obj) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "a chunk runs past the end of its object",
+                    ));
+                }
+                s.read_at(*obj, at, buf)
+            }
+        }
+    }
+}
+
+/// A stored chunk file as the `parquet` crate reads files: ranges of the object.
+struct StoredParquet(Arc<dyn crate::storage::Storage>, crate::catalog::ObjectId);
+
+impl parquet::file::reader::Length for StoredParquet {
+    fn len(&self) -> u64 {
+        self.0.len(self.1)
+    }
+}
+
+impl parquet::file::reader::ChunkReader for StoredParquet {
+    type T = io::BufReader<StoredRead>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        Ok(io::BufReader::with_capacity(
+            1 << 20,
+            StoredRead {
+                file: ChunkFile::Stored(self.0.clone(), self.1),
+                at: start,
+                end: self.0.len(self.1),
+            },
+        ))
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<bytes::Bytes> {
+        let mut buf = vec![0u8; length];
+        ChunkFile::Stored(self.0.clone(), self.1)
+            .read_exact_at(&mut buf, start)
+            .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))?;
+        Ok(buf.into())
+    }
+}
+
 /// One compressed chunk: bytes `range` of `path`, `len` bytes once decompressed.
 #[derive(Debug, Clone)]
 pub struct Chunk {
     /// The file, for messages.
     pub path: PathBuf,
-    /// The file, shared by every chunk of it (a zip of many members opens it once).
-    pub file: Arc<File>,
+    /// Where its bytes are read from.
+    pub file: ChunkFile,
     /// The compressed bytes in the file.
     pub range: Range<u64>,
     /// How they are compressed.
@@ -50,8 +143,7 @@ pub struct Chunk {
 impl Chunk {
     /// The concatenated image bytes of a Parquet row group (see [`Codec::ParquetRowGroup`]).
     fn parquet_images(&self) -> io::Result<Vec<u8>> {
-        use parquet::file::reader::{FileReader, SerializedFileReader};
-        use parquet::record::Field;
+        use parquet::file::reader::SerializedFileReader;
         let bad = |why: String| self.bad(why);
         // Its own open file: the crate seeks and reads, and a dup of the shared handle would
         // share the offset with other row groups decoded at the same time.
@@ -59,8 +151,29 @@ impl Chunk {
             .parquet
             .clone()
             .ok_or_else(|| bad("no row group given".into()))?;
-        let reader =
-            SerializedFileReader::new(File::open(&self.path)?).map_err(|e| bad(e.to_string()))?;
+        match &self.file {
+            ChunkFile::Local(_) => {
+                let reader = SerializedFileReader::new(File::open(&self.path)?)
+                    .map_err(|e| bad(e.to_string()))?;
+                self.row_group_images(&reader, g, &image)
+            }
+            ChunkFile::Stored(s, obj) => {
+                let reader = SerializedFileReader::new(StoredParquet(s.clone(), *obj))
+                    .map_err(|e| bad(e.to_string()))?;
+                self.row_group_images(&reader, g, &image)
+            }
+        }
+    }
+
+    /// The concatenated image bytes (column group `image`) of row group `g` of `reader`.
+    fn row_group_images(
+        &self,
+        reader: &impl parquet::file::reader::FileReader,
+        g: usize,
+        image: &str,
+    ) -> io::Result<Vec<u8>> {
+        use parquet::record::Field;
+        let bad = |why: String| self.bad(why);
         let rg = reader
             .get_row_group(g)
             .map_err(|e| bad(format!("row group {g}: {e}")))?;
@@ -191,8 +304,8 @@ impl Chunk {
         self.check_limit()?;
         let raw = io::BufReader::with_capacity(
             1 << 20,
-            Pread {
-                file: &self.file,
+            StoredRead {
+                file: self.file.clone(),
                 at: self.range.start,
                 end: self.range.end,
             },
@@ -235,21 +348,27 @@ impl Chunk {
     }
 }
 
-/// Reads bytes `at..end` of a file by `pread` (no shared file offset: other threads read the
-/// same file).
-struct Pread<'a> {
-    file: &'a File,
+/// Reads bytes `at..end` of a chunk file by positioned reads (no shared file offset: other
+/// threads read the same file), at most 1 MiB at a time.
+pub struct StoredRead {
+    file: ChunkFile,
     at: u64,
     end: u64,
 }
 
-impl Read for Pread<'_> {
+impl Read for StoredRead {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = (self.end - self.at).min(buf.len() as u64) as usize;
+        let n = (self.end - self.at).min(buf.len() as u64).min(1 << 20) as usize;
         if n == 0 {
             return Ok(0);
         }
-        let k = self.file.read_at(&mut buf[..n], self.at)?;
+        let k = match &self.file {
+            ChunkFile::Local(f) => f.read_at(&mut buf[..n], self.at)?,
+            ChunkFile::Stored(..) => {
+                self.file.read_exact_at(&mut buf[..n], self.at)?;
+                n
+            }
+        };
         self.at += k as u64;
         Ok(k)
     }

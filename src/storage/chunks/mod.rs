@@ -21,12 +21,11 @@ mod chunk;
 mod tests;
 
 pub(crate) use chunk::read_declared;
-pub use chunk::{Chunk, Codec, MAX_CHUNK};
+pub use chunk::{Chunk, ChunkFile, Codec, MAX_CHUNK, StoredRead};
 
 use super::Storage;
 use super::local::{LocalObject, LocalStorage};
 use crate::catalog::ObjectId;
-use nix::fcntl::PosixFadviseAdvice;
 use std::collections::HashMap;
 use std::io;
 use std::ops::Range;
@@ -67,7 +66,7 @@ struct Flight {
 
 /// Storage over plain files and compressed chunks (object ids as the catalog numbers them).
 pub struct MixedStorage {
-    plain: LocalStorage,
+    plain: Arc<dyn Storage>,
     /// Per object: `Ok(k)` = plain object k of `plain`; `Err(k)` = chunk k of `chunks`.
     map: Vec<Result<u32, usize>>,
     chunks: Vec<Chunk>,
@@ -102,22 +101,40 @@ impl MixedStorage {
     /// chunks (LRU; one chunk is always kept however large).
     pub fn new(parts: Vec<Part>, budget: u64) -> Arc<MixedStorage> {
         let mut plain = Vec::new();
+        let parts = parts
+            .into_iter()
+            .map(|p| match p {
+                Part::Plain(o) => {
+                    plain.push(o);
+                    Ok(plain.len() as u32 - 1)
+                }
+                Part::Chunk(c) => Err(c),
+            })
+            .collect();
+        Self::with_plain(Arc::new(LocalStorage::new(plain)), parts, budget)
+    }
+
+    /// Storage over `parts` (object k = part k): `Ok(i)` = object i of `plain` (a remote
+    /// dataset's objects through their block caches), `Err(chunk)` = a compressed chunk (whose
+    /// bytes may come from `plain` too: [`ChunkFile::Stored`]). The budget as [`MixedStorage::new`].
+    pub fn with_plain(
+        plain: Arc<dyn Storage>,
+        parts: Vec<Result<ObjectId, Chunk>>,
+        budget: u64,
+    ) -> Arc<MixedStorage> {
         let mut chunks = Vec::new();
         let mut map = Vec::new();
         for p in parts {
             match p {
-                Part::Plain(o) => {
-                    map.push(Ok(plain.len() as u32));
-                    plain.push(o);
-                }
-                Part::Chunk(c) => {
+                Ok(k) => map.push(Ok(k)),
+                Err(c) => {
                     map.push(Err(chunks.len()));
                     chunks.push(c);
                 }
             }
         }
         Arc::new_cyclic(|me| MixedStorage {
-            plain: LocalStorage::new(plain),
+            plain,
             map,
             chunks,
             room: Condvar::new(),
@@ -268,11 +285,9 @@ impl MixedStorage {
             .map(|c| c.range.end)
             .max()
             .unwrap_or(first.range.end);
-        let _ = super::fadvise(
-            &first.file,
-            &(first.range.start..end.max(first.range.start)),
-            PosixFadviseAdvice::POSIX_FADV_WILLNEED,
-        );
+        first
+            .file
+            .will_need(&(first.range.start..end.max(first.range.start)));
     }
 
     /// Decompresses object `obj` on a background thread if it is a chunk not yet cached
@@ -394,7 +409,7 @@ impl Storage for MixedStorage {
                 }
                 // The compressed bytes' pages too, so the next read is cold.
                 let ch = &self.chunks[k];
-                super::fadvise(&ch.file, &ch.range, PosixFadviseAdvice::POSIX_FADV_DONTNEED)
+                ch.file.evict(&ch.range)
             }
         }
     }
@@ -410,5 +425,38 @@ impl Storage for MixedStorage {
                 Ok(())
             }
         }
+    }
+
+    // The rest as the plain storage answers it (a remote dataset's block caches: their
+    // generations, refetches, clean close, counters and warm figures).
+    fn will_need_exact(&self, obj: ObjectId, ranges: &[Range<u64>]) {
+        match self.part(obj) {
+            Ok(Ok(k)) => self.plain.will_need_exact(k, ranges),
+            _ => ranges.iter().for_each(|r| self.will_need(obj, r)),
+        }
+    }
+
+    fn generation(&self) -> u64 {
+        self.plain.generation()
+    }
+
+    fn refetch(&self, obj: ObjectId, r: &Range<u64>, seen: u64) -> bool {
+        matches!(self.part(obj), Ok(Ok(k)) if self.plain.refetch(k, r, seen))
+    }
+
+    fn close(&self) {
+        self.plain.close();
+    }
+
+    fn remote_report(&self) -> Option<crate::report::RemoteReport> {
+        self.plain.remote_report()
+    }
+
+    fn warm_ahead(&self) -> u64 {
+        self.plain.warm_ahead()
+    }
+
+    fn warm_budget(&self) -> Option<u64> {
+        self.plain.warm_budget()
     }
 }

@@ -19,7 +19,7 @@ fn zstd_file(chunks: &[Vec<u8>], damage: Option<usize>) -> (tempfile::NamedTempF
         f.write_all(&z).unwrap();
         parts.push(Part::Chunk(Chunk {
             path: f.path().to_path_buf(),
-            file: file.clone(),
+            file: ChunkFile::Local(file.clone()),
             range: at..at + z.len() as u64,
             codec: Codec::Zstd,
             len: c.len() as u64,
@@ -88,7 +88,7 @@ fn a_wrong_length_crc_or_claim_is_refused_naming_the_file() {
     f.write_all(&z).unwrap();
     let chunk = |len: u64, crc32: Option<u32>| Chunk {
         path: f.path().to_path_buf(),
-        file: Arc::new(f.reopen().unwrap()),
+        file: ChunkFile::Local(Arc::new(f.reopen().unwrap())),
         range: 0..z.len() as u64,
         codec: Codec::Deflate,
         len,
@@ -248,4 +248,41 @@ fn pinned_chunks_stay_outside_the_budget() {
     read(&s, 2, 0, 1).unwrap();
     assert!(s.resident(0, &(0..1)), "pinned");
     assert!(!s.resident(1, &(0..1)), "evicted for chunk 2");
+}
+
+#[test]
+fn chunks_stored_in_another_storage_are_read_through_it() {
+    // The compressed file as object 0 of a plain storage (as a remote shard is an object of
+    // its dataset's block caches); the catalog sees chunk 0, chunk 1, then the plain object.
+    let data = chunks(2, 5000);
+    let (f, parts) = zstd_file(&data, None);
+    let file = f.reopen().unwrap();
+    // SAFETY: a read-only map of a test file nobody writes any more.
+    let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.unwrap());
+    let plain: Arc<dyn Storage> = Arc::new(LocalStorage::new(vec![LocalObject::new(file, map)]));
+    let stored = |p: &Part| {
+        let Part::Chunk(c) = p else { panic!() };
+        Err(Chunk {
+            file: ChunkFile::Stored(plain.clone(), 0),
+            ..c.clone()
+        })
+    };
+    let mut over: Vec<Result<ObjectId, Chunk>> = parts.iter().map(stored).collect();
+    over.push(Ok(0));
+    let whole = std::fs::read(f.path()).unwrap();
+    let s = MixedStorage::with_plain(plain.clone(), over, 1 << 20);
+    for (k, d) in data.iter().enumerate() {
+        assert_eq!(read(&s, k as u32, 0, 5000).unwrap(), *d);
+    }
+    assert_eq!(read(&s, 2, 0, whole.len()).unwrap(), whole);
+    assert_eq!(s.len(2), whole.len() as u64);
+    // A chunk whose range runs past its object's end fails its reads.
+    let Err(c) = stored(&parts[1]) else { panic!() };
+    let past = Chunk {
+        range: c.range.start..whole.len() as u64 + 10,
+        ..c
+    };
+    let s = MixedStorage::with_plain(plain, vec![Err(past)], 1 << 20);
+    let e = read(&s, 0, 0, 10).unwrap_err();
+    assert!(e.to_string().contains("past the end"), "{e}");
 }
