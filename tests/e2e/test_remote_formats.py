@@ -291,3 +291,32 @@ def test_compressed_datasets_over_s3_and_https_show_the_local_mounts_tree(sets):
                 assert_same(mnt, ref)
         finally:
             subprocess.run([loosefs_bin(), "umount", str(ref)], timeout=120)
+
+
+def test_an_outage_during_a_read_of_a_shared_index_mount_then_dali_reads_the_local_tree(sets):
+    import numpy as np
+    from test_loaders import dali_epoch
+
+    w, weed, proxy = sets["work"], sets["weed"], sets["proxy"]
+    for p in sorted((sets["www"] / "webdataset").iterdir()):
+        weed.put(f"outage-wds/{p.name}", p)
+    url = "s3://packs/outage-wds/"
+    assert index_cmd(url, *s3(sets)).returncode == 0
+    ref = sets["local"]["webdataset"]
+    files = files_of(ref)
+    with Mount(url, w, *s3(sets, "--retries", "2", "--retry-timeout", "5", "--request-timeout", "5",
+                           "--prefetch-max-mb", "0", "--push-ahead", "0")) as mnt:
+        assert (mnt / files[0]).read_bytes() == (ref / files[0]).read_bytes()
+        proxy.set(down=True)
+        try:
+            with pytest.raises(OSError) as e:
+                (mnt / files[-1]).read_bytes()
+            assert e.value.errno == errno.EIO
+        finally:
+            proxy.set(down=False)
+        # Back: the same file reads right, and DALI's file reader sees the local mount's samples.
+        assert (mnt / files[-1]).read_bytes() == (ref / files[-1]).read_bytes()
+        ia, la = dali_epoch(ref)
+        ib, lb = dali_epoch(mnt)
+        assert la == lb and len(la) == len(files)
+        assert all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(ia, ib))
