@@ -320,3 +320,35 @@ def test_an_outage_during_a_read_of_a_shared_index_mount_then_dali_reads_the_loc
         ib, lb = dali_epoch(mnt)
         assert la == lb and len(la) == len(files)
         assert all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(ia, ib))
+
+
+def test_datasets_uploaded_by_the_formats_own_writers_mount_like_their_local_copies(sets):
+    """MDSWriter's own upload (`out=(local, s3://…)`) and LitData's `optimize` to s3://
+    (upload_formats.py): the mount of the uploaded prefix = the local mount of the same files."""
+    import sys
+
+    w, weed = sets["work"], sets["weed"]
+    from test_formats import SAMPLES
+    local = w / "uploaded-local"
+    r = subprocess.run([sys.executable, str(pathlib.Path(__file__).with_name("upload_formats.py")), str(SAMPLES),
+                        str(local), f"http://127.0.0.1:{weed.port}", "packs"], env=s3_env(), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # LitData kept no local copy: the uploaded objects, downloaded, are the reference's files.
+    c = weed.client()
+    for o in c.list_objects_v2(Bucket="packs", Prefix="litdata-upload/")["Contents"]:
+        dst = local / "litdata" / o["Key"].split("/", 1)[1]
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        c.download_file("packs", o["Key"], str(dst))
+    for name in ["mds", "litdata"]:
+        ref = w / f"local-uploaded-{name}"
+        ref.mkdir()
+        subprocess.run([loosefs_bin(), "mount", str(local / name), str(ref), "--index-dir", str(w / "local-index")],
+                       check=True, timeout=300)
+        try:
+            with Mount(f"s3://packs/{name}-upload/", w, *s3(sets)) as mnt:
+                assert_same(mnt, ref)
+                classes = sorted(p for p in SAMPLES.iterdir() if p.is_dir())[:12]
+                assert len(files_of(mnt)) == sum(len(list(d.iterdir())) for d in classes)
+        finally:
+            subprocess.run([loosefs_bin(), "umount", str(ref)], timeout=120)
