@@ -3,6 +3,7 @@ uploaded to SeaweedFS (S3) and served by nginx (HTTPS with a private CA), mounte
 compared file for file, byte for byte, with the mount of the local copy. Requests are counted
 by the fault proxy before SeaweedFS."""
 import errno
+import json
 import pathlib
 import random
 import shutil
@@ -247,6 +248,9 @@ def test_offline_mounts_a_remote_dataset_from_its_whole_block_caches_without_a_r
     n0 = proxy.requests
     with Mount("s3://packs/webdataset/", w, *s3(sets, "--offline", cache=cache, index=index)) as mnt:
         assert_same(mnt, sets["local"]["webdataset"])
+        st = json.loads(subprocess.run([loosefs_bin(), "stats", str(mnt), "--json"], capture_output=True, text=True,
+                                       check=True, timeout=60).stdout)
+        assert st["remote"]["offline"] is True and st["remote"]["gets"] == 0, st["remote"]
     assert proxy.requests == n0
     # A node whose caches do not hold the shards: refused, saying what to do.
     r = subprocess.run([loosefs_bin(), "info", "s3://packs/webdataset/", *s3(sets, "--offline", index=index)],
