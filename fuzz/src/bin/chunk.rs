@@ -18,7 +18,7 @@ fn main() {
         std::io::Write::write_all(&mut f, &data[9..]).expect("write");
         let c = loosefs::storage::chunks::Chunk {
             path: "fuzz.chunk".into(),
-            file: Arc::new(f),
+            file: loosefs::storage::chunks::ChunkFile::Local(Arc::new(f)),
             range: 0..(data.len() - 9) as u64,
             codec,
             len,
