@@ -15,7 +15,7 @@
 use super::{Names, object_name};
 use crate::formats::index::{self, Foreign, RemoteEntry, shared::SUFFIX};
 use crate::options::SourceArgs;
-use crate::storage::object::{ObjectClient, Pin, is_not_found, is_url};
+use crate::storage::object::{ObjectClient, Pin, is_denied, is_not_found, is_url};
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::{Path, PathBuf};
 
@@ -84,7 +84,9 @@ pub(super) fn find(
                 fetched = n.max(1);
                 tmp
             }
-            Err(e) if is_not_found(&e) && !named => return Ok(None),
+            // Absent, or unreadable to us (S3 answers 403 for a missing key to a caller who
+            // may not list the bucket): mounted without it.
+            Err(e) if !named && (is_not_found(&e) || is_denied(&e)) => return Ok(None),
             Err(e) => return Err(e.context(format!("cannot read the shared index {at}"))),
         }
     } else {

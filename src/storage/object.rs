@@ -145,6 +145,12 @@ pub fn is_not_found(e: &anyhow::Error) -> bool {
         .is_some_and(|e| e.kind() == io::ErrorKind::NotFound)
 }
 
+/// Whether `e` (from [`ObjectClient::fetch_to`]) says access was refused (403).
+pub fn is_denied(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<io::Error>()
+        .is_some_and(|e| e.kind() == io::ErrorKind::PermissionDenied)
+}
+
 impl ObjectClient {
     /// A client of the object at `url` (`s3://bucket/key`, `https://host/path`, or
     /// `http://host/path` with `--allow-http`). Nothing is requested yet.
