@@ -125,7 +125,10 @@ def foreign_passes(weed, proxy, work, data, formats, ep, cap):
         res = out[name] = dict(dataset_bytes=size)
 
         def fresh(tag):
-            return ["--cache-dir", str(work / f"cache6-{name}-{tag}"), "--index-dir", str(work / f"idx6-{name}-{tag}")]
+            dirs = [work / f"cache6-{name}-{tag}", work / f"idx6-{name}-{tag}"]
+            for d in dirs:  # a node that never mounted it (a reused --work too)
+                shutil.rmtree(d, ignore_errors=True)
+            return ["--cache-dir", str(dirs[0]), "--index-dir", str(dirs[1])]
 
         def epoch(tag, order, *extra):
             n0 = proxy.requests
@@ -139,6 +142,8 @@ def foreign_passes(weed, proxy, work, data, formats, ep, cap):
                             ratio_incl_mount=r["bytes"] / 1e6 / total / cap,
                             requests=proxy.requests - n0, bytes_received=st["bytes_received"])
 
+        # No shared index yet (a reused --work keeps the last run's objects).
+        weed.client().delete_object(Bucket=weed.bucket, Key=f"fmt/{name}/.loosefs-index")
         epoch("no_shared_index_inorder", "inorder")
         t = time.time()
         subprocess.run([BIN, "index", url, "--endpoint-url", f"http://127.0.0.1:{weed.port}", "--allow-http",
@@ -165,7 +170,7 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     data = pathlib.Path(a.data)
     pack = work / "data.pack"
-    subprocess.run([BIN, "pack", str(data), str(pack), "--json"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([BIN, "pack", str(data), str(pack), "--json", "--force"], check=True, stdout=subprocess.DEVNULL)
     weed = servers.Seaweed(work / "weed").start()
     mnt = work / "mnt"
     mnt.mkdir(exist_ok=True)
