@@ -193,6 +193,20 @@ def _run_with_progress_lines(args: List[str], tqdm: Any) -> str:
     return text
 
 
+def index(source: PathLike, out: Optional[PathLike] = None, **options: Any) -> str:
+    """Indexes SOURCE (a dataset in another format: a path or an `s3://`/`https://` URL) once
+    for every node, as `loosefs index` does, and returns where the shared index went: `OUT`,
+    else `<SOURCE>.loosefs-index` beside the dataset (an object inside an `s3://` prefix). Mounts
+    of SOURCE on any machine then use it (`mount(SOURCE, index=...)` names another place).
+    Options are the CLI's (`label=`, `verify="full"`, `endpoint_url=`, ...). Raises LoosefsError
+    carrying the CLI's reason."""
+    args = ["index", os.fspath(source)]
+    if out is not None:
+        args += ["--out", os.fspath(out)]
+    line = _run([*args, *_flags(options)]).strip().splitlines()[-1]
+    return line.split(": shared index of ", 1)[0]
+
+
 def stats(mountpoint: PathLike) -> Stats:
     """`loosefs stats MOUNTPOINT --json` of a live mount."""
     d = json.loads(_run(["stats", os.fspath(mountpoint), "--json"]))

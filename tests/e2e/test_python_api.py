@@ -124,6 +124,25 @@ def test_foreign_info(tmp_path):
     assert i.format == "mds" and i.samples == 48 and i.jpeg_samples == 48
 
 
+def test_index_writes_a_shared_index_that_another_nodes_mount_uses(tmp_path):
+    src = ROOT.parent / "shared" / "data" / "formats" / "webdataset"
+    if not src.is_dir():
+        pytest.skip("SKIPPED: ../shared/data/formats is missing")
+    need_mount()
+    import shutil
+    ds = tmp_path / "wds"
+    shutil.copytree(src, ds)
+    where = loosefs.index(ds, index_dir=tmp_path / "ix1")
+    assert where == str(ds) + ".loosefs-index" and pathlib.Path(where).is_file()
+    # Another node: an empty index directory; the shared index spares the scan.
+    with loosefs.mount(ds, index_dir=tmp_path / "ix2") as m:
+        assert len(list(m.path.rglob("*.jpg"))) == 48
+    assert not any((tmp_path / "ix2").glob("*.lfx"))
+    with pytest.raises(loosefs.LoosefsError) as e:
+        loosefs.index(tmp_path / "nothing-here", index_dir=tmp_path / "ix1")
+    assert "nothing-here" in str(e.value)
+
+
 def test_a_mount_left_open_is_unmounted_at_interpreter_exit(pack, tmp_path):
     need_mount()
     mnt = tmp_path / "mnt"
