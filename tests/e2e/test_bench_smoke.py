@@ -88,3 +88,15 @@ def test_bench_loader_rows_run_on_a_disk_profile(source, tmp_path):
     for row in rows:
         assert row["profile"] == "cloud" and row["files"] == 64 and row["bytes_from_mean_size"], row
         assert row["disk_bytes"] > 0 and row["disk_ratio"] > 0, row
+
+
+def test_request_cost_bench_counts_the_daemons_work_per_request(source):
+    need_mount()
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "request_cost.py"), "--data", str(source), "--iters", "300"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in r.stdout.splitlines()[2:]]
+    assert len(rows) == 18, r.stdout
+    ioctl = [x for x in rows if x[0].startswith("ioctl") and x[1] == "1"][0]
+    # A request reached the daemon for every call: its CPU time per call is not zero.
+    assert float(ioctl[5]) > 0 and float(ioctl[2]) > 0, ioctl
