@@ -207,6 +207,45 @@ def index(source: PathLike, out: Optional[PathLike] = None, **options: Any) -> s
     return line.split(": shared index of ", 1)[0]
 
 
+_PLAIN_OPEN: Optional[Any] = None
+
+
+def patch_open(enable: bool = True, buffering: int = 128 << 10) -> None:
+    """Makes every binary read-only `open()` of this process (and of the DataLoader workers it
+    forks afterwards) pass an explicit `buffering` when the caller gave none, as
+    `open(p, "rb", buffering=131072)` would. CPython before 3.14 otherwise asks whether each
+    file it opens is a terminal (`isatty`: an `ioctl(TCGETS)`), which on a FUSE mount is a round
+    trip to the daemon per `open()` that no kernel setting removes: the whole warm gap of
+    Python readers (Pillow's `Image.open`, `np.load`, `open().read()` and torchvision's loader
+    all open this way). A binary read's bytes and behaviour are the same either way (line
+    buffering, all `isatty` decides, applies to text only). `builtins.open` and `io.open` are
+    replaced; `enable=False` puts the originals back. Workers started by `spawn` (not `fork`)
+    must call it themselves (e.g. in `worker_init_fn`)."""
+    import builtins
+    import functools
+    import io
+
+    global _PLAIN_OPEN
+    if not enable:
+        if _PLAIN_OPEN is not None:
+            builtins.open = io.open = _PLAIN_OPEN
+            _PLAIN_OPEN = None
+        return
+    if _PLAIN_OPEN is not None:
+        return
+    plain = builtins.open
+
+    @functools.wraps(plain)
+    def open_(file: Any, mode: str = "r", buffering: int = -1, *args: Any, **kwargs: Any) -> Any:
+        if buffering == -1 and "b" in mode and not any(c in mode for c in "wax+"):
+            buffering = size
+        return plain(file, mode, buffering, *args, **kwargs)
+
+    size = buffering
+    _PLAIN_OPEN = plain
+    builtins.open = io.open = open_
+
+
 def stats(mountpoint: PathLike) -> Stats:
     """`loosefs stats MOUNTPOINT --json` of a live mount."""
     d = json.loads(_run(["stats", os.fspath(mountpoint), "--json"]))

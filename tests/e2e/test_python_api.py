@@ -222,3 +222,40 @@ def test_pip_install_of_the_repository_mounts_byte_identical_and_leaves_nothing(
         path, pid = lines[0], int(lines[1])
         assert not mounted(path), f"{how}: {path} is still mounted"
         assert not alive(pid), f"{how}: the daemon {pid} is still running"
+
+
+def test_patch_open_removes_the_isatty_round_trip_of_every_python_open(pack):
+    """Pillow, np.load, pathlib and open() through the mount: one IOCTL per open by default, none
+    once patched; the same bytes, pixels and arrays either way; unpatched again, they are back."""
+    need_mount()
+    import numpy as np
+    from PIL import Image
+
+    def ioctls(m):
+        return m.stats().requests["ioctl"]
+
+    with loosefs.mount(pack, decode=["npy"]) as m:
+        jpegs = sorted(p for p in pathlib.Path(m.path).rglob("*") if p.suffix.lower() in (".jpeg", ".jpg"))[:20]
+        assert jpegs
+
+        def read_all():
+            return ([(open(p, "rb").read(), p.read_bytes()) for p in jpegs],
+                    [np.asarray(Image.open(p).convert("RGB")) for p in jpegs],
+                    [np.load(p.with_suffix(".npy")) for p in jpegs])
+        n0 = ioctls(m)
+        plain = read_all()
+        assert ioctls(m) - n0 >= 4 * len(jpegs)
+        loosefs.patch_open()
+        try:
+            n1 = ioctls(m)
+            patched = read_all()
+            assert ioctls(m) == n1, "a patched open() still asked isatty"
+            with open(jpegs[0], "r", encoding="latin-1") as f:  # text: untouched
+                assert f.read(3) == plain[0][0][0][:3].decode("latin-1")
+        finally:
+            loosefs.patch_open(False)
+        assert patched[0] == plain[0]
+        assert all(np.array_equal(a, b) for a, b in zip(patched[1] + patched[2], plain[1] + plain[2]))
+        n2 = ioctls(m)
+        open(jpegs[0], "rb").read()
+        assert ioctls(m) == n2 + 1
