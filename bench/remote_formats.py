@@ -8,8 +8,7 @@
   index on a fresh block cache, another node (fresh index directory and cache) with the shared
   index `loosefs index URL` wrote beside the dataset (`<URL>.loosefs-index`), and the same with
   the proxy bypassed (CPU only).
-The formats' own writers' sets in ../shared/data/formats (GulpIO local only: a remote GulpIO is
-not served); with SCALE > 0 also an MDS dataset of SCALE samples written by MosaicML's MDSWriter
+The formats' own writers' sets in ../shared/data/formats (GulpIO measured locally only); with SCALE > 0 also an MDS dataset of SCALE samples written by MosaicML's MDSWriter
 (64 MiB shards; every sample one real ImageNet JPEG re-encoded at 64x64, label and synset of
 1,000 classes), indexed once without the proxy.
 Usage: python bench/remote_formats.py [RATE] [LATENCY] [SCALE] (default 100e6 0.05 0), as root
