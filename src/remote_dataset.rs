@@ -216,13 +216,28 @@ fn open_objects(
     Ok(clients)
 }
 
+/// The URL and what the scan is asked to show: the part of a kept index's key (and the whole
+/// key of the `--offline` record) that needs no request.
+fn options_key(url: &str, args: &SourceArgs) -> String {
+    format!(
+        "{url}\u{0}{:?}\u{0}{:?}\u{0}{}\u{0}{:?}\u{0}{}",
+        args.format, args.label, args.fields, args.class_names, args.verify
+    )
+}
+
+/// The pin a shared index or `--offline` record gives an object.
+fn pin_of(e: &RemoteEntry) -> Pin {
+    Pin {
+        size: e.size,
+        etag: e.etag.clone(),
+        version: e.version.clone(),
+    }
+}
+
 /// The kept index's key: the URL, every object's name, ETag, version and size, and what the
 /// scan is asked to show.
 fn key_of(url: &str, names: &[String], clients: &[Arc<ObjectClient>], args: &SourceArgs) -> u64 {
-    let mut k = format!(
-        "{url}\u{0}{:?}\u{0}{:?}\u{0}{}\u{0}{:?}\u{0}{}",
-        args.format, args.label, args.fields, args.class_names, args.verify
-    );
+    let mut k = options_key(url, args);
     for (n, c) in names.iter().zip(clients) {
         let p = c.pin().expect("opened");
         k.push_str(&format!(

@@ -233,7 +233,7 @@ def patch_open(enable: bool = True, buffering: int = 128 << 10) -> None:
         return
     if _PLAIN_OPEN is not None:
         return
-    plain = builtins.open
+    plain, size = builtins.open, buffering
 
     @functools.wraps(plain)
     def open_(file: Any, mode: str = "r", buffering: int = -1, *args: Any, **kwargs: Any) -> Any:
@@ -241,7 +241,6 @@ def patch_open(enable: bool = True, buffering: int = 128 << 10) -> None:
             buffering = size
         return plain(file, mode, buffering, *args, **kwargs)
 
-    size = buffering
     _PLAIN_OPEN = plain
     builtins.open = io.open = open_
 

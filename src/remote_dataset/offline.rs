@@ -9,7 +9,6 @@ use super::{RemoteDataset, object_name};
 use crate::formats::index::{self, RemoteEntry};
 use crate::options::SourceArgs;
 use crate::storage::block_cache::{self as cache, BlockCache, CacheDir};
-use crate::storage::object::Pin;
 use crate::storage::object_source::OfflineObject;
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::{Path, PathBuf};
@@ -30,11 +29,7 @@ struct Record {
 
 /// The record's path: one per URL and scan options.
 fn record_path(url: &str, args: &SourceArgs, index_dir: &Path) -> PathBuf {
-    let k = format!(
-        "{url}\u{0}{:?}\u{0}{:?}\u{0}{}\u{0}{:?}\u{0}{}",
-        args.format, args.label, args.fields, args.class_names, args.verify
-    );
-    let h = xxhash_rust::xxh3::xxh3_64(k.as_bytes());
+    let h = xxhash_rust::xxh3::xxh3_64(super::options_key(url, args).as_bytes());
     index_dir.join(format!("remote-{h:016x}.last.json"))
 }
 
@@ -145,11 +140,7 @@ fn whole_cache(url: &str, e: &RemoteEntry, root: &Path) -> Result<BlockCache> {
     if !cache::complete_on_disk(&dir, e.size, &(0..e.size))? {
         bail!("not complete or not closed cleanly");
     }
-    let pin = Pin {
-        size: e.size,
-        etag: e.etag.clone(),
-        version: e.version.clone(),
-    };
+    let pin = super::pin_of(e);
     // Room for every block: nothing cached may be evicted.
     let limit = (e.size.div_ceil(cache::BLOCK) * cache::BLOCK).max(cache::MIN_CACHE);
     let source = Arc::new(OfflineObject::new(url, pin)?);

@@ -15,7 +15,7 @@
 use super::{Names, object_name};
 use crate::formats::index::{self, Foreign, RemoteEntry, shared::SUFFIX};
 use crate::options::SourceArgs;
-use crate::storage::object::{ObjectClient, Pin, is_denied, is_not_found, is_url};
+use crate::storage::object::{ObjectClient, Pin, error_kind, is_url};
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::{Path, PathBuf};
 
@@ -86,7 +86,15 @@ pub(super) fn find(
             }
             // Absent, or unreadable to us (S3 answers 403 for a missing key to a caller who
             // may not list the bucket): mounted without it.
-            Err(e) if !named && (is_not_found(&e) || is_denied(&e)) => return Ok(None),
+            Err(e)
+                if !named
+                    && matches!(
+                        error_kind(&e),
+                        Some(std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied)
+                    ) =>
+            {
+                return Ok(None);
+            }
             Err(e) => return Err(e.context(format!("cannot read the shared index {at}"))),
         }
     } else {
@@ -152,25 +160,15 @@ pub fn check(
         return Ok(None);
     }
     check_names(&f, at)?;
-    let recorded = || f.header.remote.iter().map(|e| e.name.clone()).collect();
     let (names, pins) = match listed {
         // The listing's names in its order, with its pins: the same objects (checked).
         Some((lnames, lpins)) => {
             stale_check(&f.header.remote, lnames, lpins, at, url)?;
             (lnames.to_vec(), lpins.to_vec())
         }
-        None => (
-            recorded(),
-            (f.header.remote.iter())
-                .map(|e| {
-                    Some(Pin {
-                        size: e.size,
-                        etag: e.etag.clone(),
-                        version: e.version.clone(),
-                    })
-                })
-                .collect(),
-        ),
+        None => (f.header.remote.iter())
+            .map(|e| (e.name.clone(), Some(super::pin_of(e))))
+            .unzip(),
     };
     f.header.source = PathBuf::from(url);
     Ok(Some((names, pins, f)))

@@ -139,16 +139,11 @@ fn io_error(url: &str, e: object_store::Error) -> io::Error {
     io::Error::new(kind, format!("{url}: {e}"))
 }
 
-/// Whether `e` (from [`ObjectClient::fetch_to`]) says the object does not exist (404).
-pub fn is_not_found(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<io::Error>()
-        .is_some_and(|e| e.kind() == io::ErrorKind::NotFound)
-}
-
-/// Whether `e` (from [`ObjectClient::fetch_to`]) says access was refused (403).
-pub fn is_denied(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<io::Error>()
-        .is_some_and(|e| e.kind() == io::ErrorKind::PermissionDenied)
+/// The kind of the I/O error inside `e` (from [`ObjectClient::fetch_to`]): `NotFound` for
+/// 404, `PermissionDenied` for 401/403, `Other` for the rest; `None` when `e` holds none
+/// (a local file that cannot be written).
+pub fn error_kind(e: &anyhow::Error) -> Option<io::ErrorKind> {
+    e.downcast_ref::<io::Error>().map(io::Error::kind)
 }
 
 impl ObjectClient {
@@ -404,7 +399,7 @@ impl ObjectClient {
     /// ETag when pinned, else pinning the object to what the answer says): written to a
     /// temporary file beside `dest` and renamed, so `dest` is never half-written.
     ///
-    /// Errors: 404 ([`io::ErrorKind::NotFound`] inside: see [`is_not_found`]), 403, the object
+    /// Errors: 404 and 403 (their kind: [`error_kind`]), the object
     /// replaced since it was pinned, a network failure, or `dest`'s directory cannot be written.
     pub fn fetch_to(&self, dest: &std::path::Path) -> Result<u64> {
         use futures::StreamExt;
