@@ -10,8 +10,8 @@ Targets:  orig (the directory itself), loosefs (default mount), loosefs-warm (--
           pread each, by the raw reader: the pack's own speed), loosefs-push / loosefs-nopush
           (--push-ahead 64 / 0), loosefs-hint / loosefs-wronghint (the raw reader announces its
           order to <mnt>/.loosefs/order inside the timed pass / announces another seed's
-          permutation), loosefs-a512 / loosefs-a4096 (default mount of a pack made with
-          --align 512 / 4096), loosefs-dir / loosefs-dir-daemon (the directory itself mounted in
+          permutation; loosefs-hint-nopush announces, with --push-ahead 0), loosefs-a512 /
+          loosefs-a4096 (default mount of a pack made with --align 512 / 4096), loosefs-dir / loosefs-dir-daemon (the directory itself mounted in
           place: FUSE passthrough / --passthrough off).
 Readers:  raw<N> (the compiled loosefs-reader: open/read/close per file on N threads),
           tv<N> (torchvision ImageFolder + DataLoader with N workers, standard train transform),
@@ -144,7 +144,7 @@ def read_pass(target, reader, order, seed, limit):
         args = [READER, "--root", target.path, "--threads", reader.removeprefix("raw"), *order_args(order), "--seed", seed]
         if target.name == "pread":
             args += ["--pack", target.pack]
-        if target.name == "loosefs-hint":
+        if target.name in ("loosefs-hint", "loosefs-hint-nopush"):
             args += ["--announce"]
         if target.name == "loosefs-wronghint":
             args += ["--announce", "--announce-seed", str(int(seed) + 1)]
@@ -208,6 +208,8 @@ def main():
         # The reader announces its order (<mnt>/.loosefs/order) before reading; the wrong hint
         # announces another seed's permutation.
         "loosefs-hint": Target("loosefs-hint", a.work / "m-hint", [], pack, a.work / "m-hint"),
+        "loosefs-hint-nopush": Target("loosefs-hint-nopush", a.work / "m-hintnp", ["--push-ahead", "0"], pack,
+                                      a.work / "m-hintnp"),
         "loosefs-wronghint": Target("loosefs-wronghint", a.work / "m-whint", [], pack, a.work / "m-whint"),
         # The directory itself mounted in place: FUSE passthrough (the kernel reads the
         # originals), and the daemon's own reads (--passthrough off).

@@ -851,3 +851,127 @@ fn announcements_replace_their_process_order_and_refuse_what_is_not_an_order() {
     assert_eq!(s.setattr(order, Some(5)), Err(FsError::ReadOnly));
     assert_eq!(s.write(ROOT_INO, 0, b"x", 11), Err(FsError::ReadOnly));
 }
+
+#[test]
+fn push_ahead_follows_an_announced_order_from_a_few_samples_past_each_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, pack) = packed(tmp.path());
+    let storage = Observed::new(&pack);
+    let catalog = Arc::new(loosefs::catalog::native::NativeCatalog::new(
+        pack,
+        Views::default(),
+    ));
+    let mut opts = options(64);
+    opts.readahead.window_max = 0; // no streams: only the order reads ahead
+    opts.readahead.order_window = 1 << 30;
+    let s = Arc::new(Server::new(catalog, storage, opts));
+    // What the push thread stores, and which READ each store came after (its position).
+    type Stored = Arc<Mutex<Vec<(u64, Vec<u8>, usize)>>>;
+    let stored: Stored = Arc::default();
+    let at = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (st, at2) = (stored.clone(), at.clone());
+    s.start_push(Box::new(move |ino, data| {
+        let after = at2.load(std::sync::atomic::Ordering::SeqCst);
+        st.lock().unwrap().push((ino, data.to_vec(), after));
+        Ok(())
+    }));
+    let mut files = Vec::new();
+    walk(&s, ROOT_INO, "", &mut files);
+    let order: Vec<(String, u64)> = shuffled(files.len())
+        .into_iter()
+        .map(|k| files[k].clone())
+        .collect();
+    let refs: Vec<&str> = order.iter().map(|(p, _)| p.as_str()).collect();
+    announce(&s, 7, &refs, 128 << 10);
+    let n = order.len();
+    let pos: std::collections::HashMap<u64, usize> = (order.iter().enumerate())
+        .map(|(k, (_, ino))| (*ino, k))
+        .collect();
+    // The reader reads the samples it was not given (the kernel serves those it was), each
+    // once read ahead; after each READ the push thread finishes what it was asked.
+    let mut reads = 0;
+    for (k, (_, ino)) in order.iter().enumerate() {
+        if stored.lock().unwrap().iter().any(|p| p.0 == *ino) {
+            continue;
+        }
+        wait_for("the next sample read ahead", || {
+            order_report(&s).read_ahead > k as u64
+        });
+        at.store(k, std::sync::atomic::Ordering::SeqCst);
+        read_all(&s, *ino);
+        reads += 1;
+        s.settle_push();
+    }
+    let pushed = stored.lock().unwrap().clone();
+    assert!(
+        pushed.len() * 2 > n,
+        "{} of {n} samples pushed ({reads} READs)",
+        pushed.len()
+    );
+    for (ino, data, after) in &pushed {
+        let (path, p) = (&order[pos[ino]].0, pos[ino]);
+        // Pushed along the order, starting a few positions past the READ that asked for it
+        // (the reader reads those itself while the push gets ahead).
+        assert!(
+            p > after + 8,
+            "{path} (position {p}) pushed after the READ at {after}"
+        );
+        assert_eq!(data, &std::fs::read(src.join(path)).unwrap(), "{path}");
+    }
+    let once: std::collections::HashSet<u64> = pushed.iter().map(|p| p.0).collect();
+    assert_eq!(once.len(), pushed.len(), "a sample pushed twice");
+    assert_eq!(reads + pushed.len(), n);
+    // Pushed samples leave the order's window as served ones do: the order ran to its end.
+    let r = order_report(&s);
+    assert_eq!((r.served, r.left, r.abandoned), (n as u64, 0, 0));
+    assert_eq!((r.live, r.window_bytes), (0, 0));
+    let p = s.report().push_ahead;
+    assert_eq!(p.samples, pushed.len() as u64);
+}
+
+#[test]
+fn decode_ahead_follows_an_announced_order_of_views() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("jpegs");
+    common::make_tree(&src);
+    let out = tmp.path().join("j.pack");
+    let o = common::loosefs(&[&"pack", &src, &out]);
+    assert!(o.status.success());
+    let views = Views {
+        npy: true,
+        ..Views::default()
+    };
+    let mut opts = options(0);
+    opts.readahead.window_max = 0; // no streams: only the order reads ahead
+    opts.decode.ahead = 4;
+    let s = Arc::new(Server::local(Pack::open(&out).unwrap(), views, opts).unwrap());
+    let mut files = Vec::new();
+    walk(&s, ROOT_INO, "", &mut files);
+    // Reversed: no read continues the one before it in storage order.
+    let order: Vec<(String, u64)> = (files.iter().rev())
+        .filter(|(p, _)| p.ends_with(".npy"))
+        .cloned()
+        .collect();
+    let refs: Vec<&str> = order.iter().map(|(p, _)| p.as_str()).collect();
+    announce(&s, 7, &refs, 128 << 10);
+    let n = order.len() as u64;
+    wait_for("the order read ahead", || order_report(&s).read_ahead >= n);
+    let decode = |s: &Server| s.report().decode.expect("decode section");
+    read_all(&s, order[0].1);
+    // The first READ decodes its view and the next 4 of the order.
+    wait_for("decode-ahead", || {
+        let d = decode(&s);
+        d.decodes >= 5 && d.decoded_ahead >= 4
+    });
+    let d = decode(&s);
+    assert_eq!((d.misses, d.decoded_ahead, d.failures), (1, 4, 0));
+    for (path, ino) in &order[1..5] {
+        let bytes = read_all(&s, *ino);
+        assert!(bytes.starts_with(b"\x93NUMPY\x01\x00"), "{path}");
+    }
+    let d = decode(&s);
+    assert_eq!(
+        d.misses, 1,
+        "the next views of the order were decoded ahead: {d:?}"
+    );
+}

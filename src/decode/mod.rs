@@ -171,8 +171,24 @@ impl Decoder {
             return;
         }
         inner.served[t.geom.kind as usize].insert(t.jpeg.record);
-        if offset == 0 && inner.readahead.walk(&t.jpeg).continues {
-            self.decode_ahead(&t);
+        if offset == 0 {
+            let a = inner.readahead.walk(&t.jpeg);
+            let catalog = inner.samples.catalog();
+            if a.continues {
+                // An in-order reader: the views after `t` in storage order.
+                let mut cur = record_ino(t.jpeg.record);
+                let next = std::iter::from_fn(|| {
+                    cur = catalog.next_file(cur)?;
+                    Some(cur)
+                });
+                self.decode_ahead(&t, next.take(self.opts.ahead));
+            } else if a.followed {
+                // A reader following an announced order: the views after `t` in that order.
+                let next = (inner.readahead.order_ahead(t.jpeg.record, self.opts.ahead))
+                    .into_iter()
+                    .map(record_ino);
+                self.decode_ahead(&t, next);
+            }
         }
         let key = t.jpeg.record;
         if let Some(px) = inner.cache.get(key) {
@@ -207,19 +223,16 @@ impl Decoder {
         }
     }
 
-    /// Decodes the `ahead` views after `t` in storage order (an in-order reader is at `t`).
-    fn decode_ahead(&self, t: &ViewTarget) {
+    /// Decodes the views of `t`'s kind of the JPEG inodes `next` (the files a reader at `t`
+    /// reads next), while fewer decodes than the pool's threads twice plus the look-ahead are
+    /// in flight.
+    fn decode_ahead(&self, t: &ViewTarget, next: impl Iterator<Item = u64>) {
         let inner = &self.inner;
         let catalog = inner.samples.catalog();
-        let mut cur = record_ino(t.jpeg.record);
-        for _ in 0..self.opts.ahead {
+        for n in next {
             if inner.cache.in_flight() >= 2 * self.opts.threads.max(1) + self.opts.ahead {
                 return;
             }
-            let Some(n) = catalog.next_file(cur) else {
-                return;
-            };
-            cur = n;
             let Some(nt) = view_of(catalog.as_ref(), t.geom.kind, n) else {
                 continue;
             };

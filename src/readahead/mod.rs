@@ -192,6 +192,8 @@ impl ReadAhead {
             let a = self.walk(ext);
             if a.hit {
                 self.push.request(record_ino(ext.record), a.ahead);
+            } else if a.followed {
+                self.push.request_order(ext.record);
             }
         }
     }
@@ -222,7 +224,10 @@ impl ReadAhead {
         let (unread, followed) = self.order.first_read(ext, true);
         self.release_unread(&unread);
         let Some(streams) = self.streams.get(ext.object as usize) else {
-            return Advice::default();
+            return Advice {
+                followed,
+                ..Advice::default()
+            };
         };
         let catalog = self.samples.catalog();
         let mut sample_end = |k: u64, cap: u64| {
@@ -242,7 +247,8 @@ impl ReadAhead {
             }
             end
         };
-        let advice = streams.on_read(ext.range.start, ext.range.end, &mut sample_end);
+        let mut advice = streams.on_read(ext.range.start, ext.range.end, &mut sample_end);
+        advice.followed = followed;
         if advice.hit {
             self.stats.prefetch_hits.fetch_add(1, Relaxed);
         }
@@ -317,28 +323,6 @@ impl ReadAhead {
         true
     }
 
-    /// Starts a warm of every object's sample data, in object order, unless one is running
-    /// (budget: the pin when pinning, else free memory). Returns false if one was running.
-    pub fn start_warm(&self) -> bool {
-        let objects = self.samples.catalog().objects();
-        if objects.is_empty() {
-            return false;
-        }
-        let total: u64 = objects.iter().map(|o| o.len).sum();
-        let budget = self
-            .opts
-            .pin
-            .map(|p| p.min(total))
-            .or_else(|| self.samples.storage().warm_budget());
-        let parts = objects
-            .iter()
-            .enumerate()
-            .map(|(k, o)| (k as ObjectId, o.data_end))
-            .collect();
-        let storage = self.samples.storage().clone();
-        self.warm.start(storage, parts, budget)
-    }
-
     /// Bytes of object `obj` pinned, from its start, rounded up to pages (objects are pinned
     /// one after the other in object order).
     fn pinned_in(&self, obj: ObjectId) -> u64 {
@@ -353,12 +337,6 @@ impl ReadAhead {
         if let Some(r) = crate::ino::record_of(ino) {
             self.push.unmark(r);
         }
-    }
-
-    /// Marks a lookup or listing as being served while the guard lives: a running warm gives
-    /// way (see [`warm`]).
-    pub fn foreground(&self) -> warm::Foreground<'_> {
-        self.warm.foreground()
     }
 }
 

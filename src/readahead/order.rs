@@ -356,6 +356,30 @@ impl Orders {
         (unread, followed)
     }
 
+    /// Up to `n` records of the live order holding `record` that come after it, from `skip`
+    /// positions after it on, read ahead already and not served yet, in read order: what
+    /// push-ahead stores into the kernel's cache ahead of a reader following the order. Empty
+    /// when `record` is in no live order.
+    pub fn ahead(&self, record: u32, skip: usize, n: usize) -> Vec<u32> {
+        if !self.inner.live.load(Relaxed) {
+            return Vec::new();
+        }
+        let s = self.inner.lock();
+        let owner = s.owner.get(record as usize).copied().unwrap_or(NONE);
+        let (id, p) = ((owner >> 32) as u32, (owner & u64::from(u32::MAX)) as usize);
+        let Some(o) = (owner != NONE)
+            .then(|| s.orders.iter().find(|o| o.id == id))
+            .flatten()
+        else {
+            return Vec::new();
+        };
+        let start = p.saturating_add(1 + skip).min(o.issued);
+        (start..o.issued.min(start.saturating_add(n)))
+            .filter(|&q| !o.is_served(q))
+            .map(|q| o.records[q])
+            .collect()
+    }
+
     /// Waits (at most 1 s) until the order thread has issued what was announced so far.
     fn wait_issued(&self) {
         let inner = &self.inner;
@@ -427,6 +451,12 @@ impl super::ReadAhead {
         if self.order.extend(id, records) {
             self.order.wait_issued();
         }
+    }
+
+    /// Up to `n` records after `record` in its live announced order, read ahead and not
+    /// served yet (what decode-ahead decodes for a reader following the order).
+    pub fn order_ahead(&self, record: u32, n: usize) -> Vec<u32> {
+        self.order.ahead(record, 0, n)
     }
 
     /// A read from storage offset `from` of `ext` missed the cache: asks for the rest of the

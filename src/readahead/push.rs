@@ -8,6 +8,11 @@
 //! kernel dropped its copy (`drop_caches`, memory pressure): the marks are then forgotten so
 //! pushing resumes.
 //!
+//! A reader following an announced order (`order.rs`) is pushed the same way along that
+//! order: at a READ of a sample of the order, the samples after it that the order read ahead
+//! (up to [`ORDER_PUSH_BYTES`]) are pushed, starting [`ORDER_LEAD`] positions on, so the push
+//! thread starts ahead of a reader already on its way to the next sample.
+//!
 //! Only samples whose stored bytes are cached are pushed, so pushing never adds device reads.
 //! The stored pages of a pushed sample are released one run later, not at once: a reader that
 //! opened the sample just before it was pushed still sends its READ, and had the pages been
@@ -16,7 +21,7 @@
 use super::ReadAhead;
 use crate::catalog::Extent;
 use crate::catalog::Transform;
-use crate::ino::Bitset;
+use crate::ino::{Bitset, record_ino};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::SyncSender;
@@ -32,6 +37,15 @@ const MAX_PUSH_SAMPLE: u64 = 1 << 20;
 const PUSH_BYTES: u64 = 16 << 20;
 /// Largest buffer the push thread keeps between runs, bytes.
 const MAX_KEPT_BUF: usize = 1 << 20;
+/// Positions after a reader's sample of an announced order that the push along it leaves to
+/// the reader: it reads those itself (READs) while the push thread gets ahead of it.
+const ORDER_LEAD: usize = 8;
+/// Samples pushed along an announced order per request at most.
+const ORDER_PUSH_FILES: usize = 4096;
+/// Bytes pushed along an announced order per request at most: the kernel's cache holds at
+/// most this much pushed ahead of the reader's last READ (the next READ, at the end of what
+/// was pushed, asks for the next run).
+const ORDER_PUSH_BYTES: u64 = 64 << 20;
 
 /// The push-ahead state of a mount.
 #[derive(Debug)]
@@ -45,6 +59,8 @@ pub(super) struct Pusher {
 enum Request {
     /// Push the samples after inode `.0` that end before storage offset `.1`.
     Push(u64, u64),
+    /// Push the samples of the announced order after record `.0`.
+    Order(u32),
     /// Answer once every request sent before this one is done.
     Settle(SyncSender<()>),
 }
@@ -89,6 +105,14 @@ impl Pusher {
         }
     }
 
+    /// Asks the push thread to push the samples that follow record `record` in its announced
+    /// order and were read ahead already; dropped when the thread is busy.
+    pub(super) fn request_order(&self, record: u32) {
+        if let Some(tx) = self.tx.get() {
+            let _ = tx.try_send(Request::Order(record));
+        }
+    }
+
     /// Waits until the push thread has done every request made before this call (a
     /// completion signal for tests and benchmarks; returns at once without a push thread).
     pub(super) fn settle(&self) {
@@ -112,16 +136,23 @@ pub(super) fn start(ra: &Arc<ReadAhead>, files: usize, store: Store) {
             // Samples pushed by the previous run, whose stored pages are still cached.
             let mut unreleased: VecDeque<Extent> = VecDeque::new();
             for req in rx {
-                let (ino, ahead) = match req {
-                    Request::Push(ino, ahead) => (ino, ahead),
-                    Request::Settle(done) => {
-                        let _ = done.send(());
-                        continue;
-                    }
-                };
+                if let Request::Settle(done) = req {
+                    let _ = done.send(());
+                    continue;
+                }
                 let Some(ra) = weak.upgrade() else { break };
                 let before = unreleased.len();
-                push_run(&ra, ino, ahead, files, &store, &mut buf, &mut unreleased);
+                let mut run = Run {
+                    ra: &ra,
+                    store: &store,
+                    buf: &mut buf,
+                    unreleased: &mut unreleased,
+                };
+                match req {
+                    Request::Push(ino, ahead) => run.stream(ino, ahead, files),
+                    Request::Order(record) => run.order(record),
+                    Request::Settle(_) => {}
+                }
                 for ext in unreleased.drain(..before) {
                     ra.release_served(&ext, 0..ext.len());
                 }
@@ -138,53 +169,88 @@ pub(super) fn start(ra: &Arc<ReadAhead>, files: usize, store: Store) {
     }
 }
 
-/// Pushes up to `files` samples following `ino` in storage order (at most [`PUSH_BYTES`]),
-/// stopping at the first that does not end before `ahead` in the same object. The samples read
-/// are appended to `unreleased`.
-fn push_run(
-    ra: &ReadAhead,
-    ino: u64,
-    ahead: u64,
-    files: usize,
-    store: &Store,
-    buf: &mut Vec<u8>,
-    unreleased: &mut VecDeque<Extent>,
-) {
-    let catalog = ra.samples.catalog();
-    let Ok(origin) = catalog.extent(ino).map(|e| e.object) else {
-        return;
-    };
-    let (mut cur, mut bytes) = (ino, 0u64);
-    for _ in 0..files {
-        let Some(next) = catalog.next_file(cur) else {
+/// One push run: the push thread's state while it answers a request.
+struct Run<'a> {
+    ra: &'a ReadAhead,
+    store: &'a Store,
+    buf: &'a mut Vec<u8>,
+    /// Samples read by this run and earlier ones, whose stored pages are released later.
+    unreleased: &'a mut VecDeque<Extent>,
+}
+
+impl Run<'_> {
+    /// Pushes up to `files` samples following `ino` in storage order (at most
+    /// [`PUSH_BYTES`]), stopping at the first that does not end before `ahead` in the same
+    /// object.
+    fn stream(&mut self, ino: u64, ahead: u64, files: usize) {
+        let ra = self.ra;
+        let catalog = ra.samples.catalog();
+        let Ok(origin) = catalog.extent(ino).map(|e| e.object) else {
             return;
         };
-        cur = next;
-        let Ok(ext) = catalog.extent(next) else {
-            continue;
-        };
-        if ext.object != origin || ext.range.end > ahead {
-            return; // past what the stream expects its reader to read
+        let (mut cur, mut bytes) = (ino, 0u64);
+        for _ in 0..files {
+            let Some(next) = catalog.next_file(cur) else {
+                return;
+            };
+            cur = next;
+            let Ok(ext) = catalog.extent(next) else {
+                continue;
+            };
+            if ext.object != origin || ext.range.end > ahead {
+                return; // past what the stream expects its reader to read
+            }
+            // A sample in the kernel's cache is never READ by the reader: the stream moves
+            // past it here, so the reader's next READ still continues the stream.
+            if ra.push.is_pushed(ext.record) {
+                ra.skip(&ext);
+                continue;
+            }
+            bytes += self.push(next, ext);
+            if bytes >= PUSH_BYTES {
+                return;
+            }
         }
-        // A sample in the kernel's cache is never READ by the reader: the stream moves past
-        // it here, so the reader's next READ still continues the stream.
-        if ra.push.is_pushed(ext.record) {
-            ra.skip(&ext);
-            continue;
+    }
+
+    /// Pushes the samples of the announced order after record `record` that its read-ahead
+    /// brought in, from [`ORDER_LEAD`] positions on (at most [`ORDER_PUSH_BYTES`]).
+    fn order(&mut self, record: u32) {
+        let ra = self.ra;
+        let catalog = ra.samples.catalog();
+        let mut bytes = 0u64;
+        for r in ra.order.ahead(record, ORDER_LEAD, ORDER_PUSH_FILES) {
+            let ino = record_ino(r);
+            let Ok(ext) = catalog.extent(ino) else {
+                continue;
+            };
+            if ra.push.is_pushed(ext.record) {
+                continue;
+            }
+            bytes += self.push(ino, ext);
+            if bytes >= ORDER_PUSH_BYTES {
+                return;
+            }
         }
+    }
+
+    /// Pushes sample `ext` (inode `ino`) when it is a stored sample small enough and its
+    /// stored bytes are cached; returns the bytes read for it (0 when skipped).
+    fn push(&mut self, ino: u64, ext: Extent) -> u64 {
+        let ra = self.ra;
         if ext.transform != Transform::Identity || ext.len() > MAX_PUSH_SAMPLE {
-            continue; // a decoded view's inode serves pixels, not these bytes
+            return 0; // a decoded view's inode serves pixels, not these bytes
         }
         // Pushing never reads the device: a sample not cached is still being read ahead (its
         // reader may well READ it before the read-ahead completes), or was just served and
         // released (a reader got there first). Either way reading it here could read it
         // twice; its reader READs it itself.
         if !ra.samples.storage().resident(ext.object, &ext.range) {
-            continue;
+            return 0;
         }
         // A failed read was logged once by the checked read; nothing is pushed for it.
-        if let Ok(data) = ra.samples.read_extent(&ext, 0, ext.len() as u32, buf) {
-            if store(next, data).is_ok() {
+        if let Ok(data) = ra.samples.read_extent(&ext, 0, ext.len() as u32, self.buf) {
+            if (self.store)(ino, data).is_ok() {
                 ra.push.mark(ext.record);
                 ra.skip(&ext);
                 let (unread, _) = ra.order.first_read(&ext, false);
@@ -193,10 +259,8 @@ fn push_run(
                 ra.stats.pushed_bytes.fetch_add(ext.len(), Relaxed);
             }
         }
-        bytes += ext.len();
-        unreleased.push_back(ext);
-        if bytes >= PUSH_BYTES {
-            return;
-        }
+        let n = ext.len();
+        self.unreleased.push_back(ext);
+        n
     }
 }

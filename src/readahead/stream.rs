@@ -93,6 +93,9 @@ pub struct Advice {
     /// End of what the stream has read ahead (offset in the object; 0 when not a stream): what
     /// push-ahead may push without going past the expected end of the run.
     pub ahead: u64,
+    /// The read followed a live announced order (set by the read-ahead, not the stream):
+    /// the order reads ahead, and push-ahead follows it.
+    pub followed: bool,
 }
 
 /// Counts of recent run lengths, in samples.
@@ -248,6 +251,7 @@ impl Streams {
             hit,
             continues: true,
             ahead: s.ahead,
+            followed: false,
         };
         if self.max_window == 0 {
             streams[i] = s;

@@ -228,3 +228,33 @@ impl Warmer {
         }
     }
 }
+
+impl super::ReadAhead {
+    /// Starts a warm of every object's sample data, in object order, unless one is running
+    /// (budget: the pin when pinning, else free memory). Returns false if one was running.
+    pub fn start_warm(&self) -> bool {
+        let objects = self.samples.catalog().objects();
+        if objects.is_empty() {
+            return false;
+        }
+        let total: u64 = objects.iter().map(|o| o.len).sum();
+        let budget = self
+            .opts
+            .pin
+            .map(|p| p.min(total))
+            .or_else(|| self.samples.storage().warm_budget());
+        let parts = objects
+            .iter()
+            .enumerate()
+            .map(|(k, o)| (k as ObjectId, o.data_end))
+            .collect();
+        let storage = self.samples.storage().clone();
+        self.warm.start(storage, parts, budget)
+    }
+
+    /// Marks a lookup or listing as being served while the guard lives: a running warm gives
+    /// way (see the module doc).
+    pub fn foreground(&self) -> Foreground<'_> {
+        self.warm.foreground()
+    }
+}
