@@ -356,11 +356,12 @@ impl Orders {
         (unread, followed)
     }
 
-    /// Up to `n` records of the live order holding `record` that come after it, from `skip`
-    /// positions after it on, read ahead already and not served yet, in read order: what
-    /// push-ahead stores into the kernel's cache ahead of a reader following the order. Empty
-    /// when `record` is in no live order.
-    pub fn ahead(&self, record: u32, skip: usize, n: usize) -> Vec<u32> {
+    /// The records of the live order holding `record` that come after it, from `skip`
+    /// positions after it on, at most `n` and only those read ahead already, in read order,
+    /// each with whether it was served (read, or pushed) already: what push-ahead stores into
+    /// the kernel's cache ahead of a reader following the order. Empty when `record` is in no
+    /// live order.
+    pub fn ahead(&self, record: u32, skip: usize, n: usize) -> Vec<(u32, bool)> {
         if !self.inner.live.load(Relaxed) {
             return Vec::new();
         }
@@ -375,8 +376,7 @@ impl Orders {
         };
         let start = p.saturating_add(1 + skip).min(o.issued);
         (start..o.issued.min(start.saturating_add(n)))
-            .filter(|&q| !o.is_served(q))
-            .map(|q| o.records[q])
+            .map(|q| (o.records[q], o.is_served(q)))
             .collect()
     }
 
@@ -456,7 +456,10 @@ impl super::ReadAhead {
     /// Up to `n` records after `record` in its live announced order, read ahead and not
     /// served yet (what decode-ahead decodes for a reader following the order).
     pub fn order_ahead(&self, record: u32, n: usize) -> Vec<u32> {
-        self.order.ahead(record, 0, n)
+        let next = self.order.ahead(record, 0, n).into_iter();
+        next.filter(|&(_, served)| !served)
+            .map(|(r, _)| r)
+            .collect()
     }
 
     /// A read from storage offset `from` of `ext` missed the cache: asks for the rest of the

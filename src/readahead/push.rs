@@ -10,7 +10,7 @@
 //!
 //! A reader following an announced order (`order.rs`) is pushed the same way along that
 //! order: at a READ of a sample of the order, the samples after it that the order read ahead
-//! (up to [`ORDER_PUSH_BYTES`]) are pushed, starting [`ORDER_LEAD`] positions on, so the push
+//! (up to [`ORDER_PUSH_BYTES`] of the order past it) are pushed, starting [`ORDER_LEAD`] positions on, so the push
 //! thread starts ahead of a reader already on its way to the next sample.
 //!
 //! Only samples whose stored bytes are cached are pushed, so pushing never adds device reads.
@@ -42,10 +42,10 @@ const MAX_KEPT_BUF: usize = 1 << 20;
 const ORDER_LEAD: usize = 8;
 /// Samples pushed along an announced order per request at most.
 const ORDER_PUSH_FILES: usize = 4096;
-/// Bytes pushed along an announced order per request at most: the kernel's cache holds at
-/// most this much pushed ahead of the reader's last READ (the next READ, at the end of what
-/// was pushed, asks for the next run).
-const ORDER_PUSH_BYTES: u64 = 64 << 20;
+/// Bytes of an announced order past the reader's last READ that push-ahead pushes at most:
+/// the kernel's cache holds at most this much pushed ahead of the reader (its next READ, at
+/// the end of what was pushed, asks for the next run).
+const ORDER_PUSH_BYTES: u64 = 256 << 20;
 
 /// The push-ahead state of a mount.
 #[derive(Debug)]
@@ -214,22 +214,25 @@ impl Run<'_> {
     }
 
     /// Pushes the samples of the announced order after record `record` that its read-ahead
-    /// brought in, from [`ORDER_LEAD`] positions on (at most [`ORDER_PUSH_BYTES`]).
+    /// brought in, from [`ORDER_LEAD`] positions on, up to [`ORDER_PUSH_BYTES`] of the order
+    /// past `record`.
     fn order(&mut self, record: u32) {
         let ra = self.ra;
         let catalog = ra.samples.catalog();
         let mut bytes = 0u64;
-        for r in ra.order.ahead(record, ORDER_LEAD, ORDER_PUSH_FILES) {
+        for (r, served) in ra.order.ahead(record, ORDER_LEAD, ORDER_PUSH_FILES) {
             let ino = record_ino(r);
             let Ok(ext) = catalog.extent(ino) else {
                 continue;
             };
-            if ra.push.is_pushed(ext.record) {
-                continue;
-            }
-            bytes += self.push(ino, ext);
-            if bytes >= ORDER_PUSH_BYTES {
+            // Every sample counts, pushed now or before: the kernel holds at most
+            // ORDER_PUSH_BYTES pushed past the READ that asked.
+            bytes += ext.len();
+            if bytes > ORDER_PUSH_BYTES {
                 return;
+            }
+            if !served && !ra.push.is_pushed(ext.record) {
+                self.push(ino, ext);
             }
         }
     }
