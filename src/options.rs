@@ -88,7 +88,9 @@ pub struct MountArgs {
     pub keep_pack_cache: bool,
     /// While a reader walks the pack in order, push this many following samples into the
     /// kernel's page cache ahead of it (FUSE_NOTIFY_STORE), so their reads need no round
-    /// trip to the daemon. 0 disables.
+    /// trip to the daemon; a reader following an announced order is pushed the samples the
+    /// order read ahead (up to 256 MiB past its last READ) whatever this number. 0 disables
+    /// both.
     #[arg(long, default_value_t = 64)]
     pub push_ahead: usize,
     /// Let every local user read the mount (FUSE `allow_other`; a non-root user needs
