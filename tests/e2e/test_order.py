@@ -65,6 +65,12 @@ def test_epoch_sampler_announces_a_shuffled_epoch_read_identical(order_mount, so
     assert o["announced"] == 1 and o["unresolved_paths"] == 0, o
     assert o["served"] == len(ds) and o["left"] == 0 and o["abandoned"] == 0, o
     assert o["read_ahead"] > 0, o
+    # Samples after a READ that the order read ahead were pushed into the kernel's cache of
+    # their files (the listing made their inodes known): the bytes compared above include
+    # those the kernel served from what was pushed.
+    with open(order_mount / ".loosefs" / "stats") as f:
+        push = json.load(f)["push_ahead"]
+    assert push["samples"] > 0, push
     # The next epoch announces again; the kernel holds every file whole now, so the order
     # reads nothing (a file the kernel dropped meanwhile is read again and counted served).
     first = o
