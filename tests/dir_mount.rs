@@ -291,6 +291,17 @@ fn warm_pin_and_drop_cache_act_on_the_original_files() {
     // warm brings them back (90%: this kind of machine's DAMON pageout may take some back).
     let o = loosefs(&[&"warm", &m.mnt, &"--wait"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The warm read every file (in the order of their blocks on the disk), no padding.
+    let w = &stats(&m.mnt)["warm"];
+    let bytes: u64 = (files(&src).iter())
+        .map(|f| std::fs::metadata(src.join(f)).unwrap().len())
+        .sum();
+    assert_eq!(
+        (&w["state"], &w["bytes_done"]),
+        (&"done".into(), &bytes.into()),
+        "{w}"
+    );
+    assert_eq!(w["bytes_total"], bytes, "{w}");
     let (held, total) = resident_all(&src);
     assert!(
         held >= total / 10 * 9,

@@ -97,18 +97,25 @@ impl Warmer {
             .name("loosefs-warm".into())
             .spawn(move || {
                 // (object, offset, length) of every step, the objects one after the other,
-                // up to the limit.
+                // each in the order its storage asks (front to back by default), up to the
+                // limit.
                 let mut plan = Vec::new();
                 let mut left = limit;
                 for &(obj, end) in &parts {
-                    let mut off = 0;
-                    while off < end && left > 0 {
-                        let n = (STEP as u64).min(end - off).min(left);
-                        plan.push((obj, off, n as usize));
-                        off += n;
-                        left -= n;
+                    let ranges = storage.warm_plan(obj, end);
+                    for r in ranges.unwrap_or_else(|| vec![0..end]) {
+                        let mut off = r.start;
+                        while off < r.end && left > 0 {
+                            let n = (STEP as u64).min(r.end - off).min(left);
+                            plan.push((obj, off, n as usize));
+                            off += n;
+                            left -= n;
+                        }
                     }
                 }
+                // The plan may skip bytes (a loose directory's padding between files).
+                me.total
+                    .store(plan.iter().map(|p| p.2 as u64).sum(), Relaxed);
                 let steps = plan.len() as u64;
                 let next = AtomicU64::new(0);
                 let finished = Mutex::new(vec![false; steps as usize]);

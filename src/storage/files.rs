@@ -191,6 +191,27 @@ impl FileSet {
         Err(err)
     }
 
+    /// The files' indices in the order of their first block on the device (FIEMAP, Linux's
+    /// `FS_IOC_FIEMAP`, through the `fiemap` crate), files without one (empty, inline, or on a
+    /// file system without FIEMAP) first in storage order. `None` when no file has a known
+    /// block: storage order is as good as any.
+    pub fn physical_order(&self) -> Option<Vec<usize>> {
+        let first_block = |k: usize| -> Option<u64> {
+            let path = self.root.join(&self.files[k].rel);
+            let file = std::fs::File::open(path).ok()?;
+            let ext = fiemap::Fiemap::new(file).next()?.ok()?;
+            let unknown = fiemap::FiemapExtentFlags::UNKNOWN;
+            (!ext.fe_flags.intersects(unknown)).then_some(ext.fe_physical)
+        };
+        let mut keyed: Vec<(Option<u64>, usize)> =
+            (0..self.files.len()).map(|k| (first_block(k), k)).collect();
+        if keyed.iter().all(|(b, _)| b.is_none()) {
+            return None;
+        }
+        keyed.sort_unstable();
+        Some(keyed.into_iter().map(|(_, k)| k).collect())
+    }
+
     /// The file whose bytes are exactly `r` of object 0 (what a passthrough open serves).
     pub fn whole(&self, r: &Range<u64>) -> Option<usize> {
         // Empty files share their base with the file after them.
@@ -383,6 +404,22 @@ impl Storage for FileSet {
             .unwrap_or_else(|p| p.into_inner())
             .extend(maps);
         Ok(())
+    }
+
+    /// The files in the order of their first block on the device ([`FileSet::physical_order`]):
+    /// on a disk that seeks, a warm in that order reads front to back whatever order the
+    /// directory tree put them in.
+    fn warm_plan(&self, obj: ObjectId, end: u64) -> Option<Vec<Range<u64>>> {
+        if obj != 0 {
+            return None;
+        }
+        let order = self.physical_order()?;
+        let ranges = order.into_iter().filter_map(|k| {
+            let f = &self.files[k];
+            let e = (f.base + f.stamp.len).min(end);
+            (f.base < e).then_some(f.base..e)
+        });
+        Some(ranges.collect())
     }
 
     fn backing_file(&self, obj: ObjectId, r: &Range<u64>) -> Option<io::Result<Arc<File>>> {

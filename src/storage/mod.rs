@@ -118,6 +118,13 @@ pub trait Storage: Send + Sync {
         None
     }
 
+    /// The ranges of `[0, end)` of `obj` in the order a whole-object warm reads them, when
+    /// another order than front to back suits the device (a loose directory's files in the
+    /// order of their first block on the disk). `None`: front to back.
+    fn warm_plan(&self, _obj: ObjectId, _end: u64) -> Option<Vec<Range<u64>>> {
+        None
+    }
+
     /// Bytes a whole-object warm may bring in (None: as much as fits in memory).
     fn warm_budget(&self) -> Option<u64> {
         None

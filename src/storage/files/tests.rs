@@ -130,3 +130,60 @@ fn page_cache_verbs_reach_the_files() {
         "file bytes, not padding"
     );
 }
+
+#[test]
+fn a_warm_reads_the_files_in_the_order_of_their_first_block_on_the_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Written last to first, each flushed: the file system places f5 first, f0 last.
+    let sizes = [9000usize, 0, 20000, 4096, 70000, 100];
+    for k in (0..sizes.len()).rev() {
+        std::fs::create_dir_all(tmp.path().join("d")).unwrap();
+        let p = tmp.path().join(format!("d/f{k}"));
+        std::fs::write(&p, vec![k as u8 + 1; sizes[k]]).unwrap();
+        std::fs::File::open(&p).unwrap().sync_all().unwrap();
+    }
+    let mut files = Vec::new();
+    let mut at = 0;
+    for (k, &n) in sizes.iter().enumerate() {
+        let rel = PathBuf::from(format!("d/f{k}"));
+        let stamp = Stamp::of(&std::fs::metadata(tmp.path().join(&rel)).unwrap());
+        files.push(SetFile {
+            rel,
+            base: at,
+            stamp,
+        });
+        at = (at + n as u64).next_multiple_of(PAGE);
+    }
+    let s = FileSet::new(tmp.path(), files).unwrap();
+    let first = |k: usize| {
+        let f = std::fs::File::open(tmp.path().join(&s.files()[k].rel)).unwrap();
+        fiemap::Fiemap::new(f)
+            .next()
+            .and_then(|e| e.ok())
+            .map(|e| e.fe_physical)
+    };
+    let Some(order) = s.physical_order() else {
+        assert!((0..sizes.len()).all(|k| first(k).is_none()));
+        eprintln!(
+            "skipped: the file system under {} gives no FIEMAP",
+            tmp.path().display()
+        );
+        return;
+    };
+    let mut all = order.clone();
+    all.sort_unstable();
+    assert_eq!(all, (0..sizes.len()).collect::<Vec<_>>(), "each file once");
+    let blocks: Vec<Option<u64>> = order.iter().map(|&k| first(k)).collect();
+    assert!(
+        blocks.windows(2).all(|w| w[0] <= w[1]),
+        "{order:?}: {blocks:?}"
+    );
+    // The empty file has no block: first. The warm plan is the files' ranges in that order.
+    assert_eq!(order[0], 1);
+    let plan = s.warm_plan(0, s.len(0)).unwrap();
+    let want: Vec<Range<u64>> = (order.iter().map(|&k| &s.files()[k]))
+        .filter(|f| f.stamp.len > 0)
+        .map(|f| f.base..f.base + f.stamp.len)
+        .collect();
+    assert_eq!(plan, want);
+}
