@@ -103,7 +103,7 @@ impl Warmer {
                 let mut left = limit;
                 for &(obj, end) in &parts {
                     let ranges = storage.warm_plan(obj, end);
-                    for r in ranges.unwrap_or_else(|| vec![0..end]) {
+                    for r in ranges.unwrap_or_else(|| std::iter::once(0..end).collect()) {
                         let mut off = r.start;
                         while off < r.end && left > 0 {
                             let n = (STEP as u64).min(r.end - off).min(left);
