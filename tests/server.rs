@@ -927,6 +927,10 @@ fn push_ahead_follows_an_announced_order_from_a_few_samples_past_each_read() {
     assert_eq!((r.live, r.window_bytes), (0, 0));
     let p = s.report().push_ahead;
     assert_eq!(p.samples, pushed.len() as u64);
+    // A READ of a pushed sample after the order finished (it crossed the push, or the kernel
+    // dropped the copy) is not a read off the order.
+    read_all(&s, pushed[pushed.len() / 2].0);
+    assert_eq!(order_report(&s).left, 0);
 }
 
 #[test]

@@ -56,6 +56,10 @@ const PAGE: u64 = 4096;
 pub const RAMP_START: u64 = 8 << 20;
 /// No owner in the record map.
 const NONE: u64 = u64::MAX;
+/// In the record map: the order holding the record was served in full (id 0 is never an
+/// order's). A later read of it (the kernel dropped its copy, or the reader's READ crossed the
+/// push that finished the order) is not off the order.
+const FINISHED: u64 = 0;
 
 /// Counters of the announced orders (the `order` section of the stats).
 #[derive(Debug, Default)]
@@ -145,13 +149,14 @@ impl State {
         self.orders.iter_mut().find(|o| o.id == id)
     }
 
-    /// Removes order `k`: its records lose their owner; returns its positions read ahead and
-    /// not served (to release).
+    /// Removes order `k`: its records lose their owner ([`FINISHED`] when it was served in
+    /// full); returns its positions read ahead and not served (to release).
     fn remove(&mut self, k: usize) -> Vec<u32> {
         let o = self.orders.remove(k); // not swap_remove: index 0 stays the oldest
+        let mark = if o.done() { FINISHED } else { NONE };
         for (p, &r) in o.records.iter().enumerate() {
             if self.owner.get(r as usize) == Some(&(u64::from(o.id) << 32 | p as u64)) {
-                self.owner[r as usize] = NONE;
+                self.owner[r as usize] = mark;
             }
         }
         (0..o.issued)
@@ -244,7 +249,7 @@ impl Orders {
         {
             unread.extend(s.remove(k));
         }
-        s.next_id = s.next_id.wrapping_add(1);
+        s.next_id = s.next_id.wrapping_add(1).max(1);
         let id = s.next_id;
         s.orders.push(Order {
             id,
@@ -307,7 +312,7 @@ impl Orders {
         let mut s = self.inner.lock();
         let owner = s.owner.get(ext.record as usize).copied().unwrap_or(NONE);
         let (id, p) = ((owner >> 32) as u32, (owner & u64::from(u32::MAX)) as usize);
-        let mut off = true;
+        let mut off = owner != FINISHED;
         let mut followed = false;
         let mut finished = None;
         if let Some(o) = (owner != NONE).then(|| s.find(id)).flatten() {
@@ -409,7 +414,10 @@ impl Orders {
             return false;
         }
         let s = self.inner.lock();
-        s.owner.get(record as usize).is_some_and(|&o| o != NONE) && self.inner.sparse(&s)
+        s.owner
+            .get(record as usize)
+            .is_some_and(|&o| o != NONE && o != FINISHED)
+            && self.inner.sparse(&s)
     }
 
     /// The `order` section of the stats.
