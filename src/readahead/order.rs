@@ -56,9 +56,8 @@ const PAGE: u64 = 4096;
 pub const RAMP_START: u64 = 8 << 20;
 /// No owner in the record map.
 const NONE: u64 = u64::MAX;
-/// In the record map: the order holding the record was served in full (id 0 is never an
-/// order's). A later read of it (the kernel dropped its copy, or the reader's READ crossed the
-/// push that finished the order) is not off the order.
+/// In the record map: its order was served in full (id 0 is never an order's); a later read
+/// (a dropped copy, a READ that crossed the push finishing the order) is not off the order.
 const FINISHED: u64 = 0;
 
 /// Counters of the announced orders (the `order` section of the stats).
