@@ -428,18 +428,24 @@ fn control_directory_is_hidden_reachable_and_runs_commands_once_per_lookup() {
     assert!(s.lookup_as(1000, d, b"warm").is_ok());
 }
 
-#[test]
-fn decoded_views_are_listed_sized_and_served_through_the_decoder() {
-    let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("jpegs");
+/// The generated JPEG tree packed under `tmp` by the CLI, and `.npy` views of it.
+fn npy_pack(tmp: &Path) -> (PathBuf, Views) {
+    let src = tmp.join("jpegs");
     common::make_tree(&src);
-    let out = tmp.path().join("j.pack");
+    let out = tmp.join("j.pack");
     let o = common::loosefs(&[&"pack", &src, &out]);
     assert!(o.status.success());
     let views = Views {
         npy: true,
         ..Views::default()
     };
+    (out, views)
+}
+
+#[test]
+fn decoded_views_are_listed_sized_and_served_through_the_decoder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, views) = npy_pack(tmp.path());
     let s = server(Pack::open(&out).unwrap(), views, 0);
     let mut files = Vec::new();
     walk(&s, ROOT_INO, "", &mut files);
@@ -936,15 +942,7 @@ fn push_ahead_follows_an_announced_order_from_a_few_samples_past_each_read() {
 #[test]
 fn decode_ahead_follows_an_announced_order_of_views() {
     let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("jpegs");
-    common::make_tree(&src);
-    let out = tmp.path().join("j.pack");
-    let o = common::loosefs(&[&"pack", &src, &out]);
-    assert!(o.status.success());
-    let views = Views {
-        npy: true,
-        ..Views::default()
-    };
+    let (out, views) = npy_pack(tmp.path());
     let mut opts = options(0);
     opts.readahead.window_max = 0; // no streams: only the order reads ahead
     opts.decode.ahead = 4;
