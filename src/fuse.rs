@@ -11,6 +11,7 @@
 use crate::catalog::{Attr, FsError, Kind};
 use crate::server::{Entry, Server, TTL};
 mod backing;
+pub mod uring;
 
 use backing::BackingIds;
 use fuser::{
@@ -22,6 +23,7 @@ use fuser::{
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -32,6 +34,8 @@ pub struct LooseFs {
     gid: u32,
     /// Backing ids of files open under passthrough, by inode (the file handle is the inode).
     backing: Mutex<BackingIds>,
+    /// Ask the kernel for FUSE over io_uring at INIT ([`uring`]).
+    uring: bool,
 }
 
 impl LooseFs {
@@ -42,7 +46,15 @@ impl LooseFs {
             uid,
             gid,
             backing: Mutex::default(),
+            uring: false,
         }
+    }
+
+    /// Asks the kernel for FUSE over io_uring at INIT (`uring::start` registers the ring
+    /// once INIT is done); `max_write` becomes the ring's payload size.
+    pub fn with_uring(mut self, on: bool) -> LooseFs {
+        self.uring = on;
+        self
     }
 
     /// Passthrough cannot go on (no privilege, a file system the kernel cannot stack on):
@@ -68,6 +80,14 @@ impl LooseFs {
             log::warn!("kernel does not offer {missing:?}; every file costs a LOOKUP");
         }
         let _ = config.set_max_background(64);
+        if self.uring {
+            let _ = config.set_max_write(uring::PAYLOAD as u32);
+            match config.add_capabilities(InitFlags::FUSE_OVER_IO_URING) {
+                Ok(()) => self.server.stats.transport.offered.store(true, Relaxed),
+                Err(m) => log::warn!("kernel does not offer {m:?}; requests go through /dev/fuse"),
+            }
+            self.server.stats.transport.init_done.store(true, Relaxed);
+        }
         // Passthrough: the backing files may sit on a stacked file system (overlayfs in a
         // container), so the mount takes the largest stack depth, 2.
         if self.server.passthrough_possible() {
@@ -86,28 +106,7 @@ impl LooseFs {
     }
 
     fn file_attr(&self, a: &Attr) -> FileAttr {
-        let mtime = if a.mtime_sec >= 0 {
-            UNIX_EPOCH + Duration::new(a.mtime_sec as u64, a.mtime_nsec)
-        } else {
-            UNIX_EPOCH - Duration::from_secs(a.mtime_sec.unsigned_abs())
-        };
-        FileAttr {
-            ino: INodeNo(a.ino),
-            size: a.size,
-            blocks: a.blocks,
-            atime: mtime,
-            mtime,
-            ctime: mtime,
-            crtime: mtime,
-            kind: file_type(a.kind),
-            perm: a.perm,
-            nlink: a.nlink,
-            uid: self.uid,
-            gid: self.gid,
-            rdev: 0,
-            blksize: a.blksize,
-            flags: 0,
-        }
+        file_attr(a, self.uid, self.gid)
     }
 
     fn entry(&self, reply: ReplyEntry, e: &Entry) {
@@ -117,6 +116,33 @@ impl LooseFs {
     fn fail(&self, op: &str, ino: u64, e: &FsError) -> Errno {
         log::debug!("{op} {}: {e}", self.server.path_of(ino));
         errno(e)
+    }
+}
+
+/// The attributes the kernel is given for `a`: every time is the modification time, files
+/// owned by `uid`/`gid`.
+fn file_attr(a: &Attr, uid: u32, gid: u32) -> FileAttr {
+    let mtime = if a.mtime_sec >= 0 {
+        UNIX_EPOCH + Duration::new(a.mtime_sec as u64, a.mtime_nsec)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(a.mtime_sec.unsigned_abs())
+    };
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: mtime,
+        mtime,
+        ctime: mtime,
+        crtime: mtime,
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid,
+        gid,
+        rdev: 0,
+        blksize: a.blksize,
+        flags: 0,
     }
 }
 

@@ -10,7 +10,7 @@
 
 use crate::dataset::Dataset;
 use crate::fuse::LooseFs;
-use crate::options::MountArgs;
+use crate::options::{MountArgs, Transport};
 use anyhow::{Context, Result, bail};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -231,9 +231,29 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         .server(views, opts.server_options(mnt), opts.source.chunk_cache)
         .context("cannot open the pack for serving")?;
     let server = Arc::new(server);
-    let fs = LooseFs::new(server.clone(), meta.uid(), meta.gid());
+    let uring = wants_uring(opts)?;
+    let fs = LooseFs::new(server.clone(), meta.uid(), meta.gid()).with_uring(uring);
     let session = open_session(fs, mnt, &name, opts)?;
+    let dev = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned()?;
     let bg = session.spawn()?;
+    if uring {
+        let handler = crate::fuse::uring::Handler::new(server.clone(), meta.uid(), meta.gid());
+        let t = &server.stats.transport;
+        match crate::fuse::uring::start(dev, mnt, handler, opts.threads, t) {
+            Ok(()) => log::info!(
+                "requests over io_uring: {} queues, {} entries",
+                t.queues.load(std::sync::atomic::Ordering::Relaxed),
+                t.threads.load(std::sync::atomic::Ordering::Relaxed)
+            ),
+            Err(e) if opts.transport == Transport::Uring => {
+                let _ = unmount(mnt, true);
+                anyhow::bail!("--transport uring: {e}");
+            }
+            Err(e) => {
+                log::warn!("FUSE over io_uring not used ({e}); requests go through /dev/fuse")
+            }
+        }
+    }
     let notifier = bg.notifier();
     let pusher = bg.notifier();
     server.start_push(Box::new(move |ino, data| {
@@ -275,6 +295,25 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     server.close();
     std::mem::forget(bg);
     Ok(())
+}
+
+/// Whether to ask for FUSE over io_uring (`--transport`); `uring` where the kernel cannot
+/// give it is an error naming why.
+fn wants_uring(opts: &MountArgs) -> Result<bool> {
+    let passthrough = opts.passthrough == crate::options::Passthrough::On;
+    match opts.transport {
+        Transport::Classic => Ok(false),
+        Transport::Uring if passthrough => {
+            anyhow::bail!("--transport uring: passthrough opens need --transport classic")
+        }
+        Transport::Uring => crate::fuse::uring::enable()
+            .map(|()| true)
+            .map_err(|e| anyhow::anyhow!("--transport uring: {e}")),
+        Transport::Auto if passthrough => Ok(false),
+        Transport::Auto => Ok(crate::fuse::uring::enable()
+            .inspect_err(|e| log::info!("FUSE over io_uring not used: {e}"))
+            .is_ok()),
+    }
 }
 
 /// Filesystem type of a loosefs mount, as `/proc/mounts`, `findmnt`, `df -T` and fstab name it.

@@ -42,6 +42,18 @@ pub enum Passthrough {
     Off,
 }
 
+/// `--transport`: how the kernel's requests reach the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Transport {
+    /// FUSE over io_uring where the kernel offers it (as root, `enable_uring` of the `fuse`
+    /// module is turned on), else `/dev/fuse`. Passthrough mounts use `/dev/fuse`.
+    Auto,
+    /// FUSE over io_uring; the mount fails where the kernel cannot give it.
+    Uring,
+    /// `/dev/fuse` reads and writes, one pair per request.
+    Classic,
+}
+
 /// Options of `loosefs mount` (everything but the pack and the mountpoint).
 #[derive(Args, Debug, Clone)]
 pub struct MountArgs {
@@ -107,6 +119,12 @@ pub struct MountArgs {
     /// alike) where the kernel and privileges allow it, else the daemon. Packs: the daemon.
     #[arg(long, value_enum, default_value_t = Passthrough::Off)]
     pub passthrough: Passthrough,
+    /// How requests reach the daemon: `uring` (FUSE over io_uring, Linux 6.14+: a reply and
+    /// the wait for the next request in one system call, per-CPU queues), `classic`
+    /// (`/dev/fuse`), `auto` (uring where the kernel offers it; passthrough needs classic).
+    /// `stats` shows which one serves.
+    #[arg(long, value_enum, default_value_t = Transport::Auto)]
+    pub transport: Transport,
     /// Decoded views and their decoder.
     #[command(flatten)]
     pub decode: DecodeArgs,

@@ -157,6 +157,22 @@ pub struct DaemonReport {
     /// Its log file (`-`: the stderr it was started with).
     #[serde(default)]
     pub log: String,
+    /// How requests reach it.
+    #[serde(default)]
+    pub transport: TransportReport,
+}
+
+/// The `daemon.transport` section: how the kernel's requests reach the daemon.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransportReport {
+    /// `uring` (FUSE over io_uring) or `classic` (`/dev/fuse` reads and writes).
+    pub kind: String,
+    /// Ring queues (one per possible CPU; 0 for `classic`).
+    pub queues: usize,
+    /// Ring threads, each with one ring entry (0 for `classic`).
+    pub ring_threads: usize,
+    /// Requests answered through the ring.
+    pub ring_requests: u64,
 }
 
 /// The `page_cache` section.

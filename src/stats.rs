@@ -147,6 +147,26 @@ pub struct Stats {
     pub errors: AtomicU64,
     /// Bytes returned by READ.
     pub bytes_served: AtomicU64,
+    /// How requests reach the daemon.
+    pub transport: TransportStats,
+}
+
+/// How requests reach the daemon: `/dev/fuse` (fuser's threads) or FUSE over io_uring
+/// (`fuse::uring`), set by the adaptor once the ring is registered.
+#[derive(Debug, Default)]
+pub struct TransportStats {
+    /// INIT has been answered (`offered` is then final).
+    pub init_done: std::sync::atomic::AtomicBool,
+    /// The kernel agreed to FUSE over io_uring at INIT.
+    pub offered: std::sync::atomic::AtomicBool,
+    /// The ring's queues are registered: the kernel sends requests through them.
+    pub uring: std::sync::atomic::AtomicBool,
+    /// Ring queues (one per possible CPU).
+    pub queues: std::sync::atomic::AtomicUsize,
+    /// Ring threads (each with one ring entry).
+    pub threads: std::sync::atomic::AtomicUsize,
+    /// Requests answered through the ring.
+    pub requests: AtomicU64,
 }
 
 impl Stats {

@@ -5,7 +5,8 @@ use super::ServerOptions;
 use super::data::Data;
 use crate::catalog::Catalog;
 use crate::report::{
-    DaemonReport, DropCacheReport, PackReport, PageCacheReport, Report, WarmCommandReport,
+    DaemonReport, DropCacheReport, PackReport, PageCacheReport, Report, TransportReport,
+    WarmCommandReport,
 };
 use crate::stats::Stats;
 use std::sync::atomic::Ordering::Relaxed;
@@ -66,6 +67,16 @@ impl Parts<'_> {
                 threads: self.opts.threads,
                 mountpoint: self.opts.mountpoint.clone(),
                 log: self.opts.log.clone(),
+                transport: {
+                    let t = &s.transport;
+                    let uring = t.uring.load(Relaxed);
+                    TransportReport {
+                        kind: if uring { "uring" } else { "classic" }.into(),
+                        queues: t.queues.load(Relaxed),
+                        ring_threads: t.threads.load(Relaxed),
+                        ring_requests: t.requests.load(Relaxed),
+                    }
+                },
             },
             requests: lat.iter().map(|(n, l)| (n.to_string(), l.count)).collect(),
             errors: s.errors.load(Relaxed),

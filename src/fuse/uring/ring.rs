@@ -1,0 +1,307 @@
+//! The ring entries of FUSE over io_uring: one thread per entry, each with its own io_uring
+//! (128-byte SQEs, as the kernel requires) holding one entry of one queue: a 288-byte header
+//! buffer and a payload buffer registered with `FUSE_IO_URING_CMD_REGISTER`, then a loop of
+//! answer, `COMMIT_AND_FETCH`, wait. A thread waiting for the disk holds its entry only: the
+//! kernel gives the next request of that queue to another entry, as fuser's threads share
+//! `/dev/fuse` (so `--threads` keeps its meaning, split over the queues).
+
+use super::{Handler, abi};
+use crate::stats::TransportStats;
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+/// Bytes of each entry's payload buffer, and the `max_write` asked at INIT: the kernel
+/// requires at least `max(max_write, max_pages × 4 KiB)` (`fs/fuse/dev_uring.c`), and
+/// `max_pages` is 256 (1 MiB READs) by default.
+pub const PAYLOAD: usize = 1 << 20;
+
+/// The `fuse` module's switch (root may write it; off by default).
+const ENABLE: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Makes FUSE over io_uring available: `enable_uring` is on, or turned on here (root).
+/// Errors: why not (no such parameter: a kernel without it; not allowed to turn it on).
+pub fn enable() -> Result<(), String> {
+    match std::fs::read_to_string(ENABLE) {
+        Err(e) => Err(format!(
+            "{ENABLE}: {e} (a kernel without FUSE over io_uring)"
+        )),
+        Ok(v) if matches!(v.trim(), "Y" | "1") => Ok(()),
+        Ok(_) => std::fs::write(ENABLE, "Y")
+            .map(|()| log::info!("turned on {ENABLE}"))
+            .map_err(|e| format!("{ENABLE} is off and cannot be turned on: {e}")),
+    }
+}
+
+/// Queues of the ring: one per possible CPU (`/sys/devices/system/cpu/possible`, e.g.
+/// `0-3,8-11`), as the kernel makes them.
+fn possible_cpus() -> usize {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default();
+    let count: usize = text
+        .trim()
+        .split(',')
+        .filter_map(|r| {
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            Some(b.parse::<usize>().ok()? + 1 - a.parse::<usize>().ok()?)
+        })
+        .sum();
+    count.max(1)
+}
+
+/// Starts the ring of the mount at `mnt` served through `dev` (a descriptor of its
+/// `/dev/fuse`): waits until INIT is answered, then
+/// `threads` entries over the queues, at least one per queue. Returns once every entry is
+/// registered, with `stats` set; errors (logged by the caller) leave the mount on
+/// `/dev/fuse`, which serves everything until every queue has an entry.
+pub fn start(
+    dev: OwnedFd,
+    mnt: &Path,
+    handler: Handler,
+    threads: usize,
+    stats: &TransportStats,
+) -> Result<(), String> {
+    // INIT is answered by a fuser thread; once it is, every request waits for the ring
+    // (`fuse_block_alloc`), so nothing can be asked of the mount to learn it.
+    let t0 = std::time::Instant::now();
+    while !stats.init_done.load(Relaxed) {
+        if t0.elapsed() > Duration::from_secs(30) {
+            return Err(format!(
+                "no INIT from the kernel for {} in 30 s",
+                mnt.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if !stats.offered.load(Relaxed) {
+        return Err("the kernel did not offer FUSE_OVER_IO_URING at INIT".into());
+    }
+    let queues = possible_cpus();
+    let per_queue = threads.div_ceil(queues).max(1);
+    let dev = Arc::new(dev);
+    let handler = Arc::new(handler);
+    let (tx, rx) = std::sync::mpsc::channel();
+    for qid in 0..queues {
+        for k in 0..per_queue {
+            let (dev, handler, tx) = (dev.clone(), handler.clone(), tx.clone());
+            std::thread::Builder::new()
+                .name(format!("uring-{qid}.{k}"))
+                .spawn(move || Entry::run(&dev, qid as u16, &handler, &tx))
+                .map_err(|e| format!("cannot start a ring thread: {e}"))?;
+        }
+    }
+    drop(tx);
+    for _ in 0..queues * per_queue {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(e) => return Err(format!("ring entries not registered: {e}")),
+        }
+    }
+    stats.queues.store(queues, Relaxed);
+    stats.threads.store(queues * per_queue, Relaxed);
+    stats.uring.store(true, Relaxed);
+    Ok(())
+}
+
+/// One ring entry and the io_uring that carries its commands.
+struct Entry {
+    ring: IoUring<squeue::Entry128, cqueue::Entry>,
+    /// `struct fuse_uring_req_header` (u64s for alignment).
+    header: Vec<u64>,
+    payload: Vec<u8>,
+    /// The request's payload, copied out before the reply is written over it.
+    input: Vec<u8>,
+    /// Header and payload buffers, as `REGISTER` names them (read by the kernel then).
+    iov: [libc::iovec; 2],
+    fd: i32,
+    qid: u16,
+}
+
+/// `-errno` results that mean the connection is gone (unmounted or aborted).
+fn is_end(res: i32) -> bool {
+    [
+        libc::ENOTCONN,
+        libc::ECONNABORTED,
+        libc::ENODEV,
+        libc::ECANCELED,
+    ]
+    .contains(&-res)
+}
+
+impl Entry {
+    fn new(fd: i32, qid: u16) -> std::io::Result<Box<Entry>> {
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(2)
+            .or_else(|_| IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(2))?;
+        let mut e = Box::new(Entry {
+            ring,
+            header: vec![0u64; abi::HEADER_LEN / 8],
+            payload: vec![0u8; PAYLOAD],
+            input: Vec::new(),
+            iov: [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; 2],
+            fd,
+            qid,
+        });
+        e.iov = [
+            libc::iovec {
+                iov_base: e.header.as_mut_ptr().cast(),
+                iov_len: abi::HEADER_LEN,
+            },
+            libc::iovec {
+                iov_base: e.payload.as_mut_ptr().cast(),
+                iov_len: PAYLOAD,
+            },
+        ];
+        Ok(e)
+    }
+
+    fn header(&mut self) -> &mut [u8] {
+        // SAFETY: `header` is `HEADER_LEN` bytes of initialised u64s; u8 has no alignment.
+        unsafe { std::slice::from_raw_parts_mut(self.header.as_mut_ptr().cast(), abi::HEADER_LEN) }
+    }
+
+    /// Queues a command (`REGISTER` or `COMMIT_AND_FETCH`) for this entry.
+    fn push(&mut self, cmd_op: u32, commit_id: u64) -> std::io::Result<()> {
+        let mut cmd = [0u8; 80];
+        cmd[8..16].copy_from_slice(&commit_id.to_le_bytes());
+        cmd[16..18].copy_from_slice(&self.qid.to_le_bytes());
+        let mut sqe = opcode::UringCmd80::new(types::Fd(self.fd), cmd_op)
+            .cmd(cmd)
+            .addr(Some(self.iov.as_ptr() as u64))
+            .build();
+        // SAFETY: `Entry128` is `#[repr(C)]` over `struct io_uring_sqe` (128 bytes), whose
+        // `len` (u32) is at byte 24; the kernel reads two iovecs at `addr`.
+        unsafe {
+            (&mut sqe as *mut squeue::Entry128)
+                .cast::<u8>()
+                .add(24)
+                .cast::<u32>()
+                .write_unaligned(2)
+        };
+        // SAFETY: the iovecs and the buffers they name live as long as `self`, which lives
+        // until the ring (and so every command) is gone.
+        unsafe { self.ring.submission().push(&sqe) }
+            .map_err(|_| std::io::Error::other("io_uring submission queue full"))
+    }
+
+    /// Submits what is queued and waits for one completion: its result (0: a request is in
+    /// the buffers; `-errno` otherwise).
+    fn wait(&mut self) -> std::io::Result<i32> {
+        loop {
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(e),
+            }
+            if let Some(c) = self.ring.completion().next() {
+                return Ok(c.result());
+            }
+        }
+    }
+
+    /// Registers the entry, reports it on `ready`, then serves until the connection ends.
+    fn run(
+        dev: &OwnedFd,
+        qid: u16,
+        handler: &Handler,
+        ready: &std::sync::mpsc::Sender<Result<(), String>>,
+    ) {
+        let mut e = match Entry::new(dev.as_raw_fd(), qid) {
+            Ok(e) => e,
+            Err(err) => {
+                let _ = ready.send(Err(format!("cannot set up an io_uring: {err}")));
+                return;
+            }
+        };
+        // Issued at submission: an error completes at once, a registered entry waits.
+        // EAGAIN: the kernel has not yet taken the INIT reply (sent just after `init_done`).
+        let t0 = std::time::Instant::now();
+        let first = loop {
+            if let Err(err) = e.push(abi::CMD_REGISTER, 0).and_then(|()| e.ring.submit()) {
+                let _ = ready.send(Err(format!("cannot register a ring entry: {err}")));
+                return;
+            }
+            match e.ring.completion().next().map(|c| c.result()) {
+                Some(r) if r == -libc::EAGAIN && t0.elapsed() < Duration::from_secs(30) => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Some(r) if r < 0 => {
+                    let err = std::io::Error::from_raw_os_error(-r);
+                    let _ = ready.send(Err(format!("cannot register a ring entry: {err}")));
+                    return;
+                }
+                other => break other,
+            }
+        };
+        let _ = ready.send(Ok(()));
+        let mut next = first;
+        let mut served = false;
+        loop {
+            let res = match next.take().map_or_else(|| e.wait(), Ok) {
+                Ok(r) => r,
+                Err(err) => return log::error!("ring queue {qid}: {err}"),
+            };
+            if res == -libc::EAGAIN && !served && t0.elapsed() < Duration::from_secs(30) {
+                // A REGISTER that io_uring retried in a worker thread, still before INIT.
+                std::thread::sleep(Duration::from_millis(1));
+                if let Err(err) = e.push(abi::CMD_REGISTER, 0) {
+                    return log::error!("ring queue {qid}: {err}");
+                }
+                continue;
+            }
+            if res < 0 {
+                if !is_end(res) {
+                    log::error!(
+                        "ring queue {qid}: {}; this entry stops",
+                        std::io::Error::from_raw_os_error(-res)
+                    );
+                }
+                return;
+            }
+            served = true;
+            let commit = e.serve(handler);
+            if let Err(err) = e.push(abi::CMD_COMMIT_AND_FETCH, commit) {
+                return log::error!("ring queue {qid}: {err}");
+            }
+        }
+    }
+
+    /// Answers the request in the buffers; returns its commit id.
+    fn serve(&mut self, handler: &Handler) -> u64 {
+        let used = abi::payload_len(self.header()).min(PAYLOAD);
+        let mut input = std::mem::take(&mut self.input);
+        input.clear();
+        input.extend_from_slice(&self.payload[..used]);
+        let mut header = [0u8; abi::HEADER_LEN];
+        header.copy_from_slice(self.header());
+        let commit = abi::commit_id(&header);
+        let (unique, res) = match abi::parse(&header, &input) {
+            Ok((h, op)) => (h.unique, handler.answer(&h, op, &mut self.payload)),
+            Err(err) => {
+                log::error!("a malformed request from the kernel ({err}); answering EIO");
+                (abi::unique(&header), Err(libc::EIO))
+            }
+        };
+        self.input = input;
+        handler
+            .server
+            .stats
+            .transport
+            .requests
+            .fetch_add(1, Relaxed);
+        let (errno, len) = match res {
+            Ok(n) => (0, n),
+            Err(code) => (code, 0),
+        };
+        abi::set_reply(self.header(), unique, errno, len);
+        commit
+    }
+}
