@@ -106,6 +106,19 @@ pub fn start(
     Ok(())
 }
 
+/// Runs the calling thread on CPU `cpu` only: the kernel queues a request on the queue of the
+/// CPU its caller runs on, so the entry's thread wakes where the caller went to sleep (no
+/// wake-up of another, idle vCPU). Where the CPU is not ours to use, the thread stays free.
+fn pin_to_cpu(cpu: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    let pinned = set
+        .set(cpu)
+        .and_then(|()| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set));
+    if let Err(e) = pinned {
+        log::debug!("ring thread of queue {cpu} not pinned to its CPU: {e}");
+    }
+}
+
 /// One ring entry and the io_uring that carries its commands.
 struct Entry {
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
@@ -214,6 +227,7 @@ impl Entry {
         handler: &Handler,
         ready: &std::sync::mpsc::Sender<Result<(), String>>,
     ) {
+        pin_to_cpu(qid as usize);
         let mut e = match Entry::new(dev.as_raw_fd(), qid) {
             Ok(e) => e,
             Err(err) => {
