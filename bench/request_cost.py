@@ -46,7 +46,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "imagenet-sample"))
     ap.add_argument("--iters", default="20000")
-    ap.add_argument("--transports", default="classic,uring",
+    uring = pathlib.Path("/sys/module/fuse/parameters/enable_uring").exists()
+    ap.add_argument("--transports", default="classic,uring" if uring else "classic",
                     help="mount --transport values, measured one after the other in this run")
     a = ap.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-request-cost-"))

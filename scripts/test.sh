@@ -21,6 +21,10 @@ export LOOSEFS_TEST_TIMEOUT=${LOOSEFS_TEST_TIMEOUT:-900}
 if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ]; then
   echo "== cargo test (including the mount tests)"
   cargo test --release --no-fail-fast -- --include-ignored
+  # Mounts take FUSE over io_uring where the kernel offers it (`--transport auto`); the
+  # Rust suite runs again with every mount on /dev/fuse, so both transports are tested.
+  echo "== cargo test again, every mount over /dev/fuse (LOOSEFS_TRANSPORT=classic)"
+  LOOSEFS_TRANSPORT=classic cargo test --release --no-fail-fast --tests -- --include-ignored
 elif [ "${CI:-}" = true ]; then
   echo "== cargo test (no mount tests: this machine cannot mount)"
   cargo test --release

@@ -122,8 +122,8 @@ pub struct MountArgs {
     /// How requests reach the daemon: `uring` (FUSE over io_uring, Linux 6.14+: a reply and
     /// the wait for the next request in one system call, per-CPU queues), `classic`
     /// (`/dev/fuse`), `auto` (uring where the kernel offers it; passthrough needs classic).
-    /// `stats` shows which one serves.
-    #[arg(long, value_enum, default_value_t = Transport::Auto)]
+    /// `stats` shows which one serves. Default from `LOOSEFS_TRANSPORT`.
+    #[arg(long, value_enum, default_value_t = Transport::Auto, env = "LOOSEFS_TRANSPORT")]
     pub transport: Transport,
     /// Decoded views and their decoder.
     #[command(flatten)]

@@ -2,6 +2,8 @@
 //! target exercises every accessor the daemon uses on a pack that passed validation.
 
 use loosefs::format::index::IndexView;
+use loosefs::server::{Server, ServerOptions};
+use std::sync::{Arc, OnceLock};
 
 /// Visits every record of `ix` depth first through `children`, looks each name up again
 /// through `find_child` and `lower_bound`, as lookups and listings do. Bounded by the record
@@ -73,4 +75,66 @@ pub fn scan_dataset(format: loosefs::formats::Format, input: &[u8], names: &[&st
 
 fn find(h: &[u8], n: &[u8]) -> Option<usize> {
     h.windows(n.len()).position(|w| w == n)
+}
+
+/// One in-process server over a small pack (64 files in 4 directories), made once per fuzz
+/// run: the server, the inode of `.loosefs/order`, and the files' inodes (file k is
+/// `c{k % 4}/f{k}.bin`, `100 + 37k` bytes of the byte k).
+pub fn small_server() -> &'static (Arc<Server>, u64, Vec<u64>) {
+    static S: OnceLock<(Arc<Server>, u64, Vec<u64>)> = OnceLock::new();
+    S.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("temp dir").keep();
+        let tree = dir.join("tree");
+        for k in 0..64u32 {
+            let d = tree.join(format!("c{}", k % 4));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(
+                d.join(format!("f{k}.bin")),
+                vec![k as u8; 100 + k as usize * 37],
+            )
+            .unwrap();
+        }
+        let pack = dir.join("p.pack");
+        let opts = loosefs::packer::PackOptions {
+            jobs: 1,
+            align: 1,
+            follow_links: false,
+            force: true,
+            progress: loosefs::packer::Progress::None,
+            source: Default::default(),
+        };
+        loosefs::packer::pack_dir(&tree, &pack, &opts).expect("pack");
+        let opts = ServerOptions {
+            readahead: loosefs::readahead::ReadAheadOptions {
+                window_max: 1 << 20,
+                push_ahead: 0,
+                keep_cache: false,
+                pin: None,
+                order_window: 4096,
+            },
+            warm: false,
+            mountpoint: "/m".into(),
+            log: "-".into(),
+            threads: 1,
+            owner: 0,
+            decode: loosefs::decode::DecodeOptions {
+                cache_bytes: 1 << 20,
+                threads: 1,
+                ahead: 1,
+                accept_damaged: false,
+            },
+            passthrough: false,
+        };
+        let p = loosefs::format::reader::Pack::open(&pack).expect("open");
+        let s = Server::local(p, Default::default(), opts).expect("server");
+        let dir = s.lookup(1, b".loosefs").unwrap().attr.ino;
+        let order = s.lookup(dir, b"order").unwrap().attr.ino;
+        let files = (0..64u32)
+            .filter_map(|k| {
+                let c = s.lookup(1, format!("c{}", k % 4).as_bytes()).ok()?.attr.ino;
+                Some(s.lookup(c, format!("f{k}.bin").as_bytes()).ok()?.attr.ino)
+            })
+            .collect();
+        (Arc::new(s), order, files)
+    })
 }

@@ -7,7 +7,7 @@
 //! `ring` runs the entries, `abi` is their bytes. `docs/DESIGN.md` ("FUSE over io_uring")
 //! gives the measurements.
 
-mod abi;
+pub mod abi;
 mod ring;
 
 use super::{errno, file_attr, file_type, negative_attr};
@@ -16,6 +16,7 @@ use crate::server::{Server, TTL};
 use abi::{InHeader, Op};
 use fuser::FileAttr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 pub use ring::{PAYLOAD, enable, start};
 
@@ -48,6 +49,37 @@ impl Handler {
     fn fail(&self, op: &str, ino: u64, e: &FsError) -> i32 {
         log::debug!("{op} {}: {e}", self.server.path_of(ino));
         errno(e).code()
+    }
+
+    /// Answers the request in a ring entry's buffers (`header` and `payload`, the payload
+    /// buffer), writing the reply over them; `input` is scratch space
+    /// for the request's payload (a LOOKUP's name, a WRITE's bytes), which the reply may
+    /// overwrite. Returns the request's commit id. A request that does not parse is answered
+    /// EIO and logged.
+    pub fn serve_entry(
+        &self,
+        header: &mut [u8; abi::HEADER_LEN],
+        payload: &mut [u8],
+        input: &mut Vec<u8>,
+    ) -> u64 {
+        let used = abi::payload_len(header).min(payload.len());
+        input.clear();
+        input.extend_from_slice(&payload[..used]);
+        let commit = abi::commit_id(header);
+        let (unique, res) = match abi::parse(header, input) {
+            Ok((h, op)) => (h.unique, self.answer(&h, op, payload)),
+            Err(err) => {
+                log::error!("a malformed request from the kernel ({err}); answering EIO");
+                (abi::unique(header), Err(libc::EIO))
+            }
+        };
+        self.server.stats.transport.requests.fetch_add(1, Relaxed);
+        let (errno, len) = match res {
+            Ok(n) => (0, n),
+            Err(code) => (code, 0),
+        };
+        abi::set_reply(header, unique, errno, len);
+        commit
     }
 
     /// Answers one request: the reply's arguments written to `out` (the entry's payload

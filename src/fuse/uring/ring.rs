@@ -290,32 +290,10 @@ impl Entry {
 
     /// Answers the request in the buffers; returns its commit id.
     fn serve(&mut self, handler: &Handler) -> u64 {
-        let used = abi::payload_len(self.header()).min(PAYLOAD);
-        let mut input = std::mem::take(&mut self.input);
-        input.clear();
-        input.extend_from_slice(&self.payload[..used]);
         let mut header = [0u8; abi::HEADER_LEN];
         header.copy_from_slice(self.header());
-        let commit = abi::commit_id(&header);
-        let (unique, res) = match abi::parse(&header, &input) {
-            Ok((h, op)) => (h.unique, handler.answer(&h, op, &mut self.payload)),
-            Err(err) => {
-                log::error!("a malformed request from the kernel ({err}); answering EIO");
-                (abi::unique(&header), Err(libc::EIO))
-            }
-        };
-        self.input = input;
-        handler
-            .server
-            .stats
-            .transport
-            .requests
-            .fetch_add(1, Relaxed);
-        let (errno, len) = match res {
-            Ok(n) => (0, n),
-            Err(code) => (code, 0),
-        };
-        abi::set_reply(self.header(), unique, errno, len);
+        let commit = handler.serve_entry(&mut header, &mut self.payload, &mut self.input);
+        self.header().copy_from_slice(&header);
         commit
     }
 }
