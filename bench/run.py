@@ -8,7 +8,8 @@ Targets:  orig (the directory itself), loosefs (default mount), loosefs-warm (--
           start to the end of the pass, listing included), loosefs-pin
           (--pin all), pread (the same files' byte ranges read straight from the pack with one
           pread each, by the raw reader: the pack's own speed), loosefs-push / loosefs-nopush
-          (--push-ahead 64 / 0), loosefs-hint / loosefs-wronghint (the raw reader announces its
+          (--push-ahead 64 / 0), loosefs-uring / loosefs-classic (--transport uring / classic:
+          FUSE over io_uring / /dev/fuse), loosefs-hint / loosefs-wronghint (the raw reader announces its
           order to <mnt>/.loosefs/order inside the timed pass / announces another seed's
           permutation; loosefs-hint-nopush announces, with --push-ahead 0), loosefs-a512 /
           loosefs-a4096 (default mount of a pack made with --align 512 / 4096), loosefs-dir / loosefs-dir-daemon (the directory itself mounted in
@@ -204,6 +205,10 @@ def main():
         # Push-ahead on and off, whatever the default: what each costs in disk bytes.
         "loosefs-push": Target("loosefs-push", a.work / "m-push", ["--push-ahead", "64"], pack, a.work / "m-push"),
         "loosefs-nopush": Target("loosefs-nopush", a.work / "m-nopush", ["--push-ahead", "0"], pack, a.work / "m-nopush"),
+        # The two transports of the kernel's requests, whatever the default.
+        "loosefs-uring": Target("loosefs-uring", a.work / "m-uring", ["--transport", "uring"], pack, a.work / "m-uring"),
+        "loosefs-classic": Target("loosefs-classic", a.work / "m-classic", ["--transport", "classic"], pack,
+                                  a.work / "m-classic"),
         "pread": Target("pread", data, pack=pack),
         # The reader announces its order (<mnt>/.loosefs/order) before reading; the wrong hint
         # announces another seed's permutation.

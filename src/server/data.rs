@@ -75,7 +75,6 @@ impl Data {
         }
     }
 
-    /// Stored bytes: read-ahead bookkeeping, a checked read, release of what was served.
     /// Bytes `[offset, offset + size)` of a view of raw stored pixels: the header made here,
     /// the pixels read (and checked) from storage.
     fn read_pixels(
@@ -109,6 +108,8 @@ impl Data {
         reply(Ok(&out));
     }
 
+    /// Stored bytes: read-ahead bookkeeping, a checked read, release of what was served. A
+    /// read at or past the sample's end (the kernel asks at EOF) reads nothing.
     fn read_stored(
         &self,
         ext: &Extent,
@@ -117,6 +118,9 @@ impl Data {
         stats: &Stats,
         reply: impl FnOnce(Result<&[u8], FsError>),
     ) {
+        if offset >= ext.len() {
+            return reply(Ok(&[]));
+        }
         self.readahead.before_read(ext, offset, size);
         READ_BUF.with_borrow_mut(|buf| {
             let out = self.samples.read_extent(ext, offset, size, buf);
