@@ -218,7 +218,7 @@ def main():
         "loosefs-wronghint": Target("loosefs-wronghint", a.work / "m-whint", [], pack, a.work / "m-whint"),
         # The directory itself mounted in place: FUSE passthrough (the kernel reads the
         # originals), and the daemon's own reads (--passthrough off).
-        "loosefs-dir": Target("loosefs-dir", a.work / "m-dir", [], data, a.work / "m-dir"),
+        "loosefs-dir": Target("loosefs-dir", a.work / "m-dir", ["--passthrough", "on"], data, a.work / "m-dir"),
         "loosefs-dir-daemon": Target("loosefs-dir-daemon", a.work / "m-dird", ["--passthrough", "off"], data,
                                      a.work / "m-dird"),
     }
