@@ -231,6 +231,14 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         .server(views, opts.server_options(mnt), opts.source.chunk_cache)
         .context("cannot open the pack for serving")?;
     let server = Arc::new(server);
+    // Handlers first: a signal from the moment the mount exists (a reader may see it before
+    // the ring is up) unmounts it instead of killing the daemon.
+    let signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGIO,
+    ])?;
     let uring = wants_uring(opts)?;
     let fs = LooseFs::new(server.clone(), meta.uid(), meta.gid()).with_uring(uring);
     let session = open_session(fs, mnt, &name, opts)?;
@@ -267,12 +275,6 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
             log::warn!("cannot set read_ahead_kb for {}: {e}", mnt.display());
         }
     }
-    let signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-        signal_hook::consts::SIGIO,
-    ])?;
     let lease = lease_file.and_then(|f| Lease::take(&pack_path, f));
     if let Some(fd) = ready {
         let mut f = std::fs::File::from(fd);

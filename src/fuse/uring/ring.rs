@@ -258,6 +258,8 @@ impl Entry {
         let _ = ready.send(Ok(()));
         let mut next = first;
         let mut served = false;
+        // The last command was a REGISTER with no request since: a failure then stops the entry.
+        let mut registering = true;
         loop {
             let res = match next.take().map_or_else(|| e.wait(), Ok) {
                 Ok(r) => r,
@@ -266,23 +268,36 @@ impl Entry {
             if res == -libc::EAGAIN && !served && t0.elapsed() < Duration::from_secs(30) {
                 // A REGISTER that io_uring retried in a worker thread, still before INIT.
                 std::thread::sleep(Duration::from_millis(1));
-                if let Err(err) = e.push(abi::CMD_REGISTER, 0) {
-                    return log::error!("ring queue {qid}: {err}");
-                }
-                continue;
-            }
-            if res < 0 {
+            } else if res < 0 && (is_end(res) || registering) {
                 if !is_end(res) {
                     log::error!(
-                        "ring queue {qid}: {}; this entry stops",
+                        "ring queue {qid}: registering an entry: {}; this entry stops",
                         std::io::Error::from_raw_os_error(-res)
                     );
                 }
                 return;
+            } else if res < 0 {
+                // A commit the kernel refused leaves this entry without a command: registered
+                // again, so the queue keeps its entries.
+                static REFUSED: std::sync::LazyLock<crate::stats::LogLimit> =
+                    std::sync::LazyLock::new(Default::default);
+                REFUSED.log(|| {
+                    format!(
+                        "ring queue {qid}: a reply was refused ({}); registering the entry again",
+                        std::io::Error::from_raw_os_error(-res)
+                    )
+                });
+            } else {
+                served = true;
+                registering = false;
+                let commit = e.serve(handler);
+                if let Err(err) = e.push(abi::CMD_COMMIT_AND_FETCH, commit) {
+                    return log::error!("ring queue {qid}: {err}");
+                }
+                continue;
             }
-            served = true;
-            let commit = e.serve(handler);
-            if let Err(err) = e.push(abi::CMD_COMMIT_AND_FETCH, commit) {
+            registering = true;
+            if let Err(err) = e.push(abi::CMD_REGISTER, 0) {
                 return log::error!("ring queue {qid}: {err}");
             }
         }
