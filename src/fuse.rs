@@ -6,7 +6,9 @@
 //! entries so the kernel caches them, zero-message open/opendir/flush (ENOSYS once: no
 //! OPEN/RELEASE round trips, page cache and listings kept across opens), a quiet ENOTTY for the
 //! `isatty` ioctl Python sends on every `open()`, and `max_write` left at its default so reads
-//! can be up to `max_pages`. `docs/DESIGN.md` gives the measurements behind each.
+//! can be up to `max_pages` (1 MiB, the ring's payload buffer, when FUSE over io_uring is
+//! asked for: [`uring`] then serves the requests, this adaptor INIT, FORGET and the
+//! notifications). `docs/DESIGN.md` gives the measurements behind each.
 
 use crate::catalog::{Attr, FsError, Kind};
 use crate::server::{Entry, Server, TTL};
