@@ -116,9 +116,38 @@ impl LooseFs {
     }
 
     fn fail(&self, op: &str, ino: u64, e: &FsError) -> Errno {
-        log::debug!("{op} {}: {e}", self.server.path_of(ino));
-        errno(e)
+        failed(&self.server, op, ino, e)
     }
+}
+
+/// The errno a failed `op` on `ino` answers, logged at debug level (whoever found the error
+/// has logged it once already). Both transports answer through it.
+fn failed(server: &Server, op: &str, ino: u64, e: &FsError) -> Errno {
+    log::debug!("{op} {}: {e}", server.path_of(ino));
+    errno(e)
+}
+
+/// `server.read` with `reply` (both transports): a panic anywhere below fails this request
+/// only (the reply, dropped while unwinding, answers EIO) and is logged; the thread keeps
+/// serving. Returns false after a panic.
+fn read_guarded(
+    server: &Server,
+    ino: u64,
+    offset: u64,
+    size: u32,
+    reply: impl FnOnce(Result<&[u8], FsError>) + Send + 'static,
+) -> bool {
+    let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        server.read(ino, offset, size, reply)
+    }));
+    if let Err(p) = &served {
+        log::error!(
+            "{}: a read at byte {offset} failed ({}); answering EIO",
+            server.path_of(ino),
+            crate::stats::panic_message(&**p)
+        );
+    }
+    served.is_ok()
 }
 
 /// The attributes the kernel is given for `a`: every time is the modification time, files
@@ -357,22 +386,12 @@ impl Filesystem for LooseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        // The reply may be sent later from a decode thread (decoded views). A panic anywhere
-        // below fails this request, not the FUSE thread: the reply dropped while unwinding
-        // answers EIO (fuser), and the mount keeps serving.
-        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.server.read(ino.0, offset, size, move |r| match r {
-                Ok(bytes) => reply.data(bytes),
-                Err(e) => reply.error(errno(&e)),
-            })
-        }));
-        if let Err(p) = served {
-            log::error!(
-                "{}: a read at byte {offset} failed ({}); answering EIO",
-                self.server.path_of(ino.0),
-                crate::stats::panic_message(&*p)
-            );
-        }
+        // The reply may be sent later from a decode thread (decoded views); a dropped reply
+        // answers EIO (fuser).
+        read_guarded(&self.server, ino.0, offset, size, move |r| match r {
+            Ok(bytes) => reply.data(bytes),
+            Err(e) => reply.error(errno(&e)),
+        });
     }
 
     /// Nothing to flush (an announced order is in force once written); ENOSYS once stops the

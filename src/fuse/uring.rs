@@ -10,7 +10,7 @@
 pub mod abi;
 mod ring;
 
-use super::{errno, file_attr, file_type, negative_attr};
+use super::{errno, failed, file_attr, file_type, negative_attr, read_guarded};
 use crate::catalog::FsError;
 use crate::server::{Server, TTL};
 use abi::{InHeader, Op};
@@ -47,8 +47,7 @@ impl Handler {
     }
 
     fn fail(&self, op: &str, ino: u64, e: &FsError) -> i32 {
-        log::debug!("{op} {}: {e}", self.server.path_of(ino));
-        errno(e).code()
+        failed(&self.server, op, ino, e).code()
     }
 
     /// Answers the request in a ring entry's buffers (`header` and `payload`, the payload
@@ -151,34 +150,24 @@ impl Handler {
     fn read(&self, ino: u64, offset: u64, size: u32, out: &mut [u8]) -> Result<usize, i32> {
         let dest = Dest(out.as_mut_ptr(), out.len().min(size as usize));
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.server.read(ino, offset, size, move |r| {
-                let dest = dest;
-                let res = match r {
-                    Ok(bytes) => {
-                        let n = bytes.len().min(dest.1);
-                        // SAFETY: `dest` is the entry's payload buffer, at least `dest.1`
-                        // bytes, not touched by the ring thread until this callback has sent
-                        // its result or been dropped (see `Dest`).
-                        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dest.0, n) };
-                        Ok(n)
-                    }
-                    Err(e) => Err(errno(&e).code()),
-                };
-                let _ = tx.send(res);
-            })
-        }));
+        let served = read_guarded(&self.server, ino, offset, size, move |r| {
+            let dest = dest;
+            let res = match r {
+                Ok(bytes) => {
+                    let n = bytes.len().min(dest.1);
+                    // SAFETY: `dest` is the entry's payload buffer, at least `dest.1` bytes,
+                    // not touched by the ring thread until this callback has sent its result
+                    // or been dropped (see `Dest`).
+                    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dest.0, n) };
+                    Ok(n)
+                }
+                Err(e) => Err(errno(&e).code()),
+            };
+            let _ = tx.send(res);
+        });
         // Waits even after a panic: the callback may have been handed to another thread.
         let res = rx.recv().unwrap_or(Err(libc::EIO));
-        if let Err(p) = served {
-            log::error!(
-                "{}: a read at byte {offset} failed ({}); answering EIO",
-                self.server.path_of(ino),
-                crate::stats::panic_message(&*p)
-            );
-            return Err(libc::EIO);
-        }
-        res
+        if served { res } else { Err(libc::EIO) }
     }
 }
 

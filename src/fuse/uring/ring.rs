@@ -45,7 +45,7 @@ fn possible_cpus() -> usize {
         .split(',')
         .filter_map(|r| {
             let (a, b) = r.split_once('-').unwrap_or((r, r));
-            Some(b.parse::<usize>().ok()? + 1 - a.parse::<usize>().ok()?)
+            (b.parse::<usize>().ok()? + 1).checked_sub(a.parse::<usize>().ok()?)
         })
         .sum();
     count.max(1)
@@ -122,8 +122,8 @@ fn pin_to_cpu(cpu: usize) {
 /// One ring entry and the io_uring that carries its commands.
 struct Entry {
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
-    /// `struct fuse_uring_req_header` (u64s for alignment).
-    header: Vec<u64>,
+    /// `struct fuse_uring_req_header` (the kernel copies it byte-wise: no alignment needed).
+    header: Box<[u8; abi::HEADER_LEN]>,
     payload: Vec<u8>,
     /// The request's payload, copied out before the reply is written over it.
     input: Vec<u8>,
@@ -153,7 +153,7 @@ impl Entry {
             .or_else(|_| IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(2))?;
         let mut e = Box::new(Entry {
             ring,
-            header: vec![0u64; abi::HEADER_LEN / 8],
+            header: Box::new([0u8; abi::HEADER_LEN]),
             payload: vec![0u8; PAYLOAD],
             input: Vec::new(),
             iov: [libc::iovec {
@@ -174,11 +174,6 @@ impl Entry {
             },
         ];
         Ok(e)
-    }
-
-    fn header(&mut self) -> &mut [u8] {
-        // SAFETY: `header` is `HEADER_LEN` bytes of initialised u64s; u8 has no alignment.
-        unsafe { std::slice::from_raw_parts_mut(self.header.as_mut_ptr().cast(), abi::HEADER_LEN) }
     }
 
     /// Queues a command (`REGISTER` or `COMMIT_AND_FETCH`) for this entry.
@@ -305,10 +300,6 @@ impl Entry {
 
     /// Answers the request in the buffers; returns its commit id.
     fn serve(&mut self, handler: &Handler) -> u64 {
-        let mut header = [0u8; abi::HEADER_LEN];
-        header.copy_from_slice(self.header());
-        let commit = handler.serve_entry(&mut header, &mut self.payload, &mut self.input);
-        self.header().copy_from_slice(&header);
-        commit
+        handler.serve_entry(&mut self.header, &mut self.payload, &mut self.input)
     }
 }
