@@ -6,12 +6,10 @@
 mod common;
 
 use loosefs::catalog::{FsError, Kind};
-use loosefs::decode::DecodeOptions;
 use loosefs::format::reader::Pack;
 use loosefs::ino::ROOT_INO;
-use loosefs::readahead::ReadAheadOptions;
 use loosefs::report::{DropCacheReport, Report, WarmCommandReport, WarmState};
-use loosefs::server::{Server, ServerOptions};
+use loosefs::server::Server;
 use loosefs::view::Views;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -57,32 +55,8 @@ fn packed(tmp: &Path) -> (PathBuf, Pack) {
     (src, Pack::open(&out).unwrap())
 }
 
-fn options(push_ahead: usize) -> ServerOptions {
-    ServerOptions {
-        readahead: ReadAheadOptions {
-            window_max: 64 << 20,
-            push_ahead,
-            keep_cache: false,
-            pin: None,
-            order_window: 256 << 20,
-        },
-        warm: false,
-        mountpoint: "/test".into(),
-        log: "-".into(),
-        threads: 4,
-        owner: 1000,
-        decode: DecodeOptions {
-            cache_bytes: 256 << 20,
-            threads: 2,
-            ahead: 8,
-            accept_damaged: false,
-        },
-        passthrough: false,
-    }
-}
-
 fn server(pack: Pack, views: Views, push_ahead: usize) -> Arc<Server> {
-    Arc::new(Server::local(pack, views, options(push_ahead)).unwrap())
+    Arc::new(Server::local(pack, views, common::server_options(push_ahead)).unwrap())
 }
 
 /// Reads `[offset, offset+size)` of `ino` through the router (waiting for a decode thread).
@@ -589,7 +563,7 @@ fn drop_cache_invalidates_every_file_served_even_after_the_storage_generation_mo
         pack,
         Views::default(),
     ));
-    let s = Server::new(catalog, storage.clone(), options(0));
+    let s = Server::new(catalog, storage.clone(), common::server_options(0));
     let invalidated = Arc::new(Mutex::new(Vec::new()));
     let inv = invalidated.clone();
     s.set_invalidate(Box::new(move |ino| inv.lock().unwrap().push(ino)));
@@ -620,7 +594,7 @@ fn order_server(tmp: &Path, window: u64) -> (Arc<Server>, Arc<Observed>, Vec<(St
         pack,
         Views::default(),
     ));
-    let mut opts = options(0);
+    let mut opts = common::server_options(0);
     opts.readahead.window_max = 0;
     opts.readahead.order_window = window;
     let s = Arc::new(Server::new(catalog, storage.clone(), opts));
@@ -867,7 +841,7 @@ fn push_ahead_follows_an_announced_order_from_a_few_samples_past_each_read() {
         pack,
         Views::default(),
     ));
-    let mut opts = options(64);
+    let mut opts = common::server_options(64);
     opts.readahead.window_max = 0; // no streams: only the order reads ahead
     opts.readahead.order_window = 1 << 30;
     let s = Arc::new(Server::new(catalog, storage, opts));
@@ -943,7 +917,7 @@ fn push_ahead_follows_an_announced_order_from_a_few_samples_past_each_read() {
 fn decode_ahead_follows_an_announced_order_of_views() {
     let tmp = tempfile::tempdir().unwrap();
     let (out, views) = npy_pack(tmp.path());
-    let mut opts = options(0);
+    let mut opts = common::server_options(0);
     opts.readahead.window_max = 0; // no streams: only the order reads ahead
     opts.decode.ahead = 4;
     let s = Arc::new(Server::local(Pack::open(&out).unwrap(), views, opts).unwrap());

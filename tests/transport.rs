@@ -10,7 +10,7 @@ mod common;
 use common::{files, loosefs, mount, packed, require_mount};
 use loosefs::fuse::uring::{Handler, abi};
 use loosefs::report::Report;
-use loosefs::server::{Server, ServerOptions};
+use loosefs::server::Server;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -66,27 +66,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 fn server(pack: &Path) -> Arc<Server> {
-    let opts = ServerOptions {
-        readahead: loosefs::readahead::ReadAheadOptions {
-            window_max: 1 << 20,
-            push_ahead: 0,
-            keep_cache: false,
-            pin: None,
-            order_window: 1 << 20,
-        },
-        warm: false,
-        mountpoint: "/test".into(),
-        log: "-".into(),
-        threads: 1,
-        owner: 0,
-        decode: loosefs::decode::DecodeOptions {
-            cache_bytes: 1 << 20,
-            threads: 1,
-            ahead: 1,
-            accept_damaged: false,
-        },
-        passthrough: false,
-    };
+    let opts = common::server_options(0);
     let p = loosefs::format::reader::Pack::open(pack).unwrap();
     Arc::new(Server::local(p, Default::default(), opts).unwrap())
 }

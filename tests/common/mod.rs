@@ -332,3 +332,31 @@ sys.stdout.buffer.write(b"%d %d\n" % im.size + im.tobytes())
 pub fn disk_tempdir() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir in CARGO_TARGET_TMPDIR")
 }
+
+/// Options of an in-process server (no mount): read-ahead windows of 64/256 MiB,
+/// `push_ahead` samples pushed, a 256 MiB decode cache on 2 threads, owner uid 1000.
+pub fn server_options(push_ahead: usize) -> loosefs::server::ServerOptions {
+    use loosefs::decode::DecodeOptions;
+    use loosefs::readahead::ReadAheadOptions;
+    loosefs::server::ServerOptions {
+        readahead: ReadAheadOptions {
+            window_max: 64 << 20,
+            push_ahead,
+            keep_cache: false,
+            pin: None,
+            order_window: 256 << 20,
+        },
+        warm: false,
+        mountpoint: "/test".into(),
+        log: "-".into(),
+        threads: 4,
+        owner: 1000,
+        decode: DecodeOptions {
+            cache_bytes: 256 << 20,
+            threads: 2,
+            ahead: 8,
+            accept_damaged: false,
+        },
+        passthrough: false,
+    }
+}
