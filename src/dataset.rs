@@ -183,7 +183,19 @@ impl Dataset {
                 let cat = d
                     .catalog(views)
                     .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-                Ok(Server::new(Arc::new(cat), d.storage(), opts))
+                let cat: Arc<dyn crate::catalog::Catalog> = Arc::new(cat);
+                let server = Server::new(cat.clone(), d.storage(), opts);
+                let raw = d
+                    .catalog(Views::default())
+                    .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+                let changes = crate::loose::changes::Changes::new(
+                    d.root.clone(),
+                    cat,
+                    Arc::new(raw),
+                    d.storage(),
+                );
+                server.set_changes(Arc::new(changes));
+                Ok(server)
             }
             Dataset::Foreign(f) => {
                 let storage = storage_of(&f, chunk_cache)?;

@@ -6,6 +6,7 @@
 //! | inode                         | node                                     |
 //! |-------------------------------|------------------------------------------|
 //! | `1 ..= 2^32`                  | catalog record `ino - 1` (root = 1)      |
+//! | `2^60 \| k`                   | late node `k` of a loose directory (a file added or replaced since the mount) |
 //! | `2^61 \| (record + 1)`        | the `.npy` view of a record              |
 //! | `2^62`                        | the control directory `.loosefs/`        |
 //! | `2^62 + 1 + k`                | control file `k` (listed names, then snapshots) |
@@ -17,10 +18,15 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Inode number of the root directory (record 0).
 pub const ROOT_INO: u64 = 1;
+/// Name of the control directory at the mount's top (it takes the name from any entry of the
+/// catalog's there).
+pub const CONTROL_DIR_NAME: &[u8] = b".loosefs";
 /// Bit set in the inode of a `.npy` view.
 const NPY_BIT: u64 = 1 << 61;
 /// Inode of the control directory; control files follow it.
 const CONTROL_BASE: u64 = 1 << 62;
+/// Bit set in the inode of a late node (`crate::loose::changes`); `k` below 2^60.
+const LATE_BIT: u64 = 1 << 60;
 
 /// What an inode number names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -29,6 +35,9 @@ pub enum Node {
     Record(u32),
     /// The `.npy` decoded view of record `n`.
     Npy(u32),
+    /// Late node `k` of a loose directory: a file or directory added, or a file replaced,
+    /// since the mount (`k` < 2^60).
+    Late(u64),
     /// The control directory `.loosefs/`.
     ControlDir,
     /// Control file number `k` (its content is a snapshot taken at lookup).
@@ -44,6 +53,9 @@ impl Node {
                 k => Node::ControlFile(k - 1),
             });
         }
+        if ino & LATE_BIT != 0 {
+            return (ino & NPY_BIT == 0).then_some(Node::Late(ino & !LATE_BIT));
+        }
         let (npy, rec) = (ino & NPY_BIT != 0, ino & !NPY_BIT);
         let rec = u32::try_from(rec.checked_sub(1)?).ok()?;
         Some(if npy {
@@ -58,6 +70,7 @@ impl Node {
         match self {
             Node::Record(r) => u64::from(r) + 1,
             Node::Npy(r) => (u64::from(r) + 1) | NPY_BIT,
+            Node::Late(k) => k | LATE_BIT,
             Node::ControlDir => CONTROL_BASE,
             Node::ControlFile(k) => CONTROL_BASE + 1 + k,
         }
@@ -176,6 +189,8 @@ mod tests {
             Node::ControlDir,
             Node::ControlFile(0),
             Node::ControlFile(12345),
+            Node::Late(0),
+            Node::Late((1 << 60) - 1),
         ] {
             assert_eq!(Node::of(n.ino()), Some(n), "{n:?}");
         }
@@ -185,6 +200,12 @@ mod tests {
         assert!(Node::ControlFile(3).is_control() && !Node::Npy(3).is_control());
         assert_eq!(Node::Npy(9).record(), Some(9));
         assert_eq!(record_of(Node::Npy(9).ino()), None);
+        assert_eq!(Node::Late(5).record(), None);
+        assert_eq!(
+            Node::of(LATE_BIT | NPY_BIT | 1),
+            None,
+            "no view of a late node"
+        );
     }
 
     #[test]

@@ -270,6 +270,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     server.set_invalidate(Box::new(move |ino| {
         let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
     }));
+    watch_changes(&server, &bg, &pack_path);
     if opts.read_ahead_kb > 0 {
         if let Err(e) = set_read_ahead(mnt, opts.read_ahead_kb) {
             log::warn!("cannot set read_ahead_kb for {}: {e}", mnt.display());
@@ -297,6 +298,29 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     server.close();
     std::mem::forget(bg);
     Ok(())
+}
+
+/// Starts watching a loose directory for changes (nothing for other datasets): each change
+/// drops the kernel's entry of the name, its directory's listing and the stale inodes' pages.
+fn watch_changes(server: &crate::server::Server, bg: &fuser::BackgroundSession, dir: &Path) {
+    if let Some(changes) = server.changes() {
+        let kernel = bg.notifier();
+        let forget = Box::new(move |n: &crate::loose::changes::Noted| {
+            let name = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&n.name);
+            let _ = kernel.inval_entry(fuser::INodeNo(n.dir), name);
+            // The directory's cached listing (a name added leaves no entry to invalidate).
+            let _ = kernel.inval_inode(fuser::INodeNo(n.dir), 0, 0);
+            for &ino in &n.was {
+                let _ = kernel.inval_inode(fuser::INodeNo(ino), 0, 0);
+            }
+        });
+        if let Err(e) = crate::loose::watch::start(changes.clone(), forget) {
+            log::warn!(
+                "cannot watch {} for changes ({e}): they show at the next mount",
+                dir.display()
+            );
+        }
+    }
 }
 
 /// Whether to ask for FUSE over io_uring (`--transport`); `uring` where the kernel cannot

@@ -73,8 +73,29 @@ pub struct Report {
     /// The remote object and its block cache, for a pack at a URL.
     #[serde(default)]
     pub remote: Option<RemoteReport>,
+    /// Changes noticed in a loose directory while mounted (`None` for packs and datasets).
+    #[serde(default)]
+    pub changes: Option<ChangesReport>,
     /// Latency per operation name.
     pub latency_us: BTreeMap<String, Latency>,
+}
+
+/// The `changes` section of a loose directory mount (`crate::loose::changes`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangesReport {
+    /// Directories watched (inotify).
+    pub watched_dirs: u64,
+    /// Directories that could not be watched (`fs.inotify.max_user_watches`).
+    pub unwatched_dirs: u64,
+    /// Change events handled.
+    pub events: u64,
+    /// Comparisons of the whole tree with the mount's snapshot (one at start, one per lost
+    /// event queue).
+    pub rescans: u64,
+    /// Files and directories added or replaced since the mount that are held now.
+    pub late_nodes: u64,
+    /// Reads served from them.
+    pub late_reads: u64,
 }
 
 /// The `pack` section.

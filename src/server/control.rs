@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Name of the control directory in the mount root.
-pub const DIR_NAME: &[u8] = b".loosefs";
+pub use crate::ino::CONTROL_DIR_NAME as DIR_NAME;
 /// Files listed in the control directory (control file `k` is `LISTED[k]` in listings).
 pub const LISTED: &[&str] = &["stats", "metrics", ORDER];
 /// The control file that takes announced orders.

@@ -8,6 +8,7 @@
 //! views through the [`Decoder`]. Nothing here depends on where the bytes live.
 
 mod announce;
+mod changed;
 mod control;
 mod data;
 mod local;
@@ -17,6 +18,7 @@ mod report;
 use crate::catalog::{Attr, Catalog, DirEntry, FsError, FsStats};
 use crate::decode::Decoder;
 use crate::ino::{Node, ROOT_INO};
+use crate::loose::changes::Changes;
 pub use crate::options::ServerOptions;
 use crate::readahead::ReadAhead;
 use crate::readahead::push::Store;
@@ -66,6 +68,8 @@ pub struct Server {
     invalidate: OnceLock<Invalidate>,
     /// Reads go through FUSE passthrough (set by the adaptor once the kernel agreed).
     passthrough: std::sync::atomic::AtomicBool,
+    /// A loose directory's changes since the mount (names that changed, late nodes).
+    changes: OnceLock<Arc<Changes>>,
 }
 
 impl Server {
@@ -100,6 +104,7 @@ impl Server {
             started: Instant::now(),
             invalidate: OnceLock::new(),
             passthrough: Default::default(),
+            changes: OnceLock::new(),
         }
     }
 
@@ -137,8 +142,9 @@ impl Server {
 
     /// Path of `ino` for log messages.
     pub fn path_of(&self, ino: u64) -> String {
-        match Node::of(ino) {
-            Some(n) if n.is_control() => format!(".loosefs (inode {ino})"),
+        match (Node::of(ino), self.changes()) {
+            (Some(n), _) if n.is_control() => format!(".loosefs (inode {ino})"),
+            (Some(Node::Late(k)), Some(c)) => c.path_of(k),
             _ => self.catalog.path_of(ino),
         }
     }
@@ -158,7 +164,10 @@ impl Server {
             Some(Node::ControlDir) => self.control.lookup(name, |n| self.run_control(n, trusted)),
             Some(Node::ControlFile(_)) => Err(FsError::NotDir),
             _ if parent == ROOT_INO && name == control::DIR_NAME => Ok(Control::dir_entry()),
-            _ => self.catalog.lookup(parent, name).map(Entry::cached),
+            _ => match self.changes().and_then(|c| c.lookup(parent, name)) {
+                Some(r) => r.map(Entry::cached),
+                None => self.catalog.lookup(parent, name).map(Entry::cached),
+            },
         };
         self.finish(Op::Lookup, t0, r)
     }
@@ -173,6 +182,7 @@ impl Server {
     fn entry(&self, ino: u64) -> Result<Entry, FsError> {
         match Node::of(ino) {
             Some(n) if n.is_control() => self.control.getattr(n),
+            Some(Node::Late(k)) => self.late_entry(k),
             _ => self.catalog.getattr(ino).map(Entry::cached),
         }
     }
@@ -194,10 +204,10 @@ impl Server {
             Some(Node::ControlFile(_)) => Err(FsError::NotDir),
             // A pack written by another tool may hold `.loosefs` at its top: the control
             // directory takes that name, so the entry is never listed.
-            _ if ino == ROOT_INO => self.catalog.readdir(ino, offset, &mut |e| {
+            _ if ino == ROOT_INO => self.list(ino, offset, &mut |e| {
                 *e.name != *control::DIR_NAME && add(e)
             }),
-            _ => self.catalog.readdir(ino, offset, &mut add),
+            _ => self.list(ino, offset, &mut add),
         };
         self.finish(Op::Readdir, t0, r)
     }
@@ -238,6 +248,11 @@ impl Server {
             self.stats.done(Op::Control, t0);
             return;
         }
+        if let Some(Node::Late(k)) = node {
+            self.read_late(k, offset, size, reply);
+            self.stats.done(Op::Read, t0);
+            return;
+        }
         match self.catalog.extent(ino) {
             Ok(ext) => self.data.read(ino, ext, offset, size, &self.stats, reply),
             Err(e) => {
@@ -268,8 +283,9 @@ impl Server {
 
     /// The kernel forgot `ino`.
     pub fn forget(&self, ino: u64) {
-        match Node::of(ino) {
-            Some(n) if n.is_control() => self.control.forget(n),
+        match (Node::of(ino), self.changes()) {
+            (Some(n), _) if n.is_control() => self.control.forget(n),
+            (Some(Node::Late(k)), Some(c)) => c.forget(k),
             _ => self.data.readahead.forgotten(ino),
         }
     }

@@ -47,6 +47,10 @@ impl Server {
                 Ok(ext) => self.data.backing(&ext),
                 Err(_) => Ok(None),
             },
+            Some(Node::Late(k)) => match self.changes() {
+                Some(c) => c.open(k).map(|f| Some(Arc::new(f))),
+                None => Err(FsError::NotFound),
+            },
             _ => Ok(None),
         };
         self.finish(Op::Open, t0, r)

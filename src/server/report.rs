@@ -31,6 +31,7 @@ pub(super) struct Parts<'a> {
     pub(super) opts: &'a ServerOptions,
     pub(super) started: Instant,
     pub(super) passthrough: bool,
+    pub(super) changes: Option<&'a crate::loose::changes::Changes>,
 }
 
 impl Parts<'_> {
@@ -95,6 +96,17 @@ impl Parts<'_> {
             warm,
             decode: self.data.decoder.as_ref().map(|d| d.report()),
             remote: self.data.samples.storage().remote_report(),
+            changes: self.changes.map(|c| {
+                let s = &c.stats;
+                crate::report::ChangesReport {
+                    watched_dirs: s.watched.load(Relaxed),
+                    unwatched_dirs: s.unwatched.load(Relaxed),
+                    events: s.events.load(Relaxed),
+                    rescans: s.rescans.load(Relaxed),
+                    late_nodes: s.late_files.load(Relaxed),
+                    late_reads: s.late_reads.load(Relaxed),
+                }
+            }),
             latency_us: lat.into_iter().map(|(n, l)| (n.to_string(), l)).collect(),
         }
     }
@@ -116,6 +128,7 @@ impl super::Server {
             opts: &self.opts,
             started: self.started,
             passthrough: self.passthrough(),
+            changes: self.changes().map(|c| &**c),
         }
     }
 

@@ -178,7 +178,7 @@ impl FileSet {
         let err = match now {
             Ok(now) if now == f.stamp => return Ok(()),
             Ok(now) => io::Error::other(format!(
-                "{} changed since the mount ({}); remount to see it",
+                "{} changed since the mount ({}); its new content is served under its name once the change is seen (a new open)",
                 f.rel.display(),
                 changes(&f.stamp, &now)
             )),
@@ -186,7 +186,7 @@ impl FileSet {
         };
         self.open.lock().unwrap_or_else(|p| p.into_inner()).pop(&k);
         if !self.reported[k].swap(true, Relaxed) {
-            log::error!("{err}; it answers EIO until remounted");
+            log::warn!("{err}; the mount's first version of it answers EIO");
         }
         Err(err)
     }
