@@ -279,10 +279,10 @@ impl Changes {
             _ => return Err(FsError::NotFound),
         };
         let stamp = Stamp::of(&meta);
-        if let Some(a) = snap.filter(|a| a.kind == kind) {
-            if kind == Kind::Dir || self.snapshot_stamp(a.ino, &rel) == Some(stamp) {
-                return Ok(Now::Unchanged);
-            }
+        if snap.is_some_and(|a| a.kind == kind)
+            && (kind == Kind::Dir || self.snapshot_stamp(&rel) == Some(stamp))
+        {
+            return Ok(Now::Unchanged);
         }
         if kind == Kind::File && self.hide_jpegs && is_jpeg(&self.root.join(&rel)) {
             return Err(FsError::NotFound);
@@ -316,16 +316,13 @@ impl Changes {
         Ok(Now::Late(attr))
     }
 
-    /// The stamp the walk recorded for catalog file `ino` at `rel`.
-    fn snapshot_stamp(&self, ino: u64, rel: &Path) -> Option<Stamp> {
-        let base = self.raw.extent(ino).ok()?.range.start;
+    /// The stamp the walk recorded for the file at `rel`. The walk's files lie in storage
+    /// order, which is the order of their paths (depth first, names sorted by bytes), so a
+    /// binary search by path finds it, empty files (which share a base) included.
+    fn snapshot_stamp(&self, rel: &Path) -> Option<Stamp> {
         let files = self.files.files();
-        let from = files.partition_point(|f| f.base < base);
-        files[from..]
-            .iter()
-            .take_while(|f| f.base == base)
-            .find(|f| f.rel == rel)
-            .map(|f| f.stamp)
+        let k = files.binary_search_by(|f| f.rel.as_path().cmp(rel)).ok()?;
+        Some(files[k].stamp)
     }
 
     /// Attributes of late node `k`. Errors: [`FsError::NotFound`] (forgotten).

@@ -58,9 +58,16 @@ pub fn start(changes: Arc<Changes>, forget: Forget) -> std::io::Result<()> {
         forget,
         warned: false,
     };
+    let t0 = std::time::Instant::now();
     for (ino, rel) in w.changes.snapshot_dirs() {
         w.watch(ino, rel);
     }
+    log::info!(
+        "watching {} directories of {} for changes ({:.1} ms)",
+        w.dirs.len(),
+        w.changes.root().display(),
+        t0.elapsed().as_secs_f64() * 1e3
+    );
     std::thread::Builder::new()
         .name("loosefs-watch".into())
         .spawn(move || w.run())?;
@@ -110,7 +117,15 @@ impl Watcher {
     }
 
     fn run(mut self) {
-        for n in self.changes.rescan() {
+        let t0 = std::time::Instant::now();
+        let found = self.changes.rescan();
+        log::info!(
+            "compared {} with the mount's walk: {} names changed between them ({:.1} ms)",
+            self.changes.root().display(),
+            found.len(),
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+        for n in found {
             (self.forget)(&n);
         }
         let mut buf = vec![0u8; 64 << 10];

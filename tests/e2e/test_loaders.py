@@ -3,12 +3,19 @@ directory: torchvision ImageFolder (+ DataLoader) and NVIDIA DALI's readers.file
 pack's mount and over the directory itself mounted in place (`loader_mount`)."""
 import os
 import pathlib
+import shutil
+import subprocess
+import time
+
+import json
 
 import numpy as np
 import pytest
 import torch
 import torchvision
 from torchvision.transforms import v2 as T
+
+from conftest import loosefs_bin, need_mount
 
 
 def rel(samples, root):
@@ -93,3 +100,57 @@ def test_stats_through_plain_open(loader_mount):
         assert first["pack"]["reads"] == "passthrough" and first["requests"]["read"] == 0, first
     elif "dir" in pathlib.Path(mount).parent.name:
         assert first["pack"]["reads"] == "daemon" and first["requests"]["read"] > 0, first
+
+
+def wait_until(what, done, secs=30):
+    """Polls `done` until it holds: a change reaches a mount when its watcher has read the
+    event (milliseconds, not at once)."""
+    t0 = time.monotonic()
+    while not done():
+        assert time.monotonic() - t0 < secs, f"never seen: {what}"
+        time.sleep(0.002)
+
+
+@pytest.mark.parametrize("passthrough", ["off", "on"])
+def test_imagefolder_follows_a_directory_changed_while_mounted(source, tmp_path, passthrough):
+    """A dataset directory grown and pruned while mounted: a class directory moved in whole, a
+    sample removed, a sample replaced. ImageFolder built after the changes sees what it sees
+    on the directory itself, sample for sample."""
+    need_mount()
+    dirs = sorted(d for d in pathlib.Path(source).iterdir() if d.is_dir())
+    classes = [d.name for d in dirs[:3]]
+    src = tmp_path / "src"
+    for c in classes[:2]:
+        shutil.copytree(pathlib.Path(source) / c, src / c)
+    # Three samples in the first class at least (the shared sample has one per class).
+    for k, d in enumerate(dirs[3:5]):
+        shutil.copyfile(next(d.iterdir()), src / classes[0] / f"extra_{k}.JPEG")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    b = loosefs_bin()
+    subprocess.run([b, "mount", str(src), str(mnt), "--log", str(tmp_path / "daemon.log"),
+                    "--passthrough", passthrough], check=True)
+    try:
+        before = torchvision.datasets.ImageFolder(str(mnt))
+        assert before.classes == classes[:2]
+        # A new class arrives the way dataset updates do: written aside, then renamed in.
+        shutil.copytree(pathlib.Path(source) / classes[2], tmp_path / "incoming")
+        os.rename(tmp_path / "incoming", src / classes[2])
+        first = sorted((src / classes[0]).iterdir())
+        first[0].unlink()
+        shutil.copyfile(first[2], src / classes[0] / ".tmp")
+        os.rename(src / classes[0] / ".tmp", first[1])
+        wait_until("the new class", lambda: classes[2] in os.listdir(mnt))
+        wait_until("the removed sample", lambda: first[0].name not in os.listdir(mnt / classes[0]))
+        wait_until("the replaced sample",
+                   lambda: (mnt / classes[0] / first[1].name).read_bytes() == first[2].read_bytes())
+        a = torchvision.datasets.ImageFolder(str(src))
+        after = torchvision.datasets.ImageFolder(str(mnt))
+        assert after.classes == a.classes == classes
+        assert rel(after.samples, mnt) == rel(a.samples, src)
+        for (pa, _), (pb, _) in zip(a.samples, after.samples):
+            assert pathlib.Path(pa).read_bytes() == pathlib.Path(pb).read_bytes(), pa
+        stats = json.loads((mnt / ".loosefs" / "stats").read_text())
+        assert stats["changes"]["late_nodes"] >= 1 + len(os.listdir(src / classes[2])), stats["changes"]
+    finally:
+        subprocess.run([b, "umount", str(mnt)], check=True)

@@ -162,10 +162,9 @@ impl Changes {
             for e in rd.flatten() {
                 let name = e.file_name().as_bytes().to_vec();
                 let differs = match snap.get(&name) {
-                    Some(&(i, Kind::File)) => {
-                        let d_ino = e.ino();
+                    Some(&(_, Kind::File)) => {
                         let p = rel.join(OsStr::from_bytes(&name));
-                        self.snapshot_stamp(i, &p).is_none_or(|s| s.ino != d_ino)
+                        self.snapshot_stamp(&p).is_none_or(|s| s.ino != e.ino())
                     }
                     Some(&(_, Kind::Dir)) => e.file_type().is_ok_and(|t| !t.is_dir()),
                     None => true,

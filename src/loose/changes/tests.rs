@@ -292,3 +292,32 @@ fn under_decoded_only_hidden_jpegs_stay_hidden_and_late_jpegs_are_not_shown() {
     assert_eq!(ch.lookup(d, b"q.JPEG"), Some(Err(FsError::NotFound)));
     assert!(matches!(ch.lookup(d, b"q.txt"), Some(Ok(a)) if a.size == 4));
 }
+
+#[test]
+fn the_snapshot_of_many_empty_files_is_found_by_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    tree(root);
+    // Empty files share their base in the storage object: found by path, not by base.
+    for k in 0..300 {
+        std::fs::write(root.join(format!("d/empty {k:03}")), b"").unwrap();
+    }
+    std::fs::write(root.join("d/zz"), b"z").unwrap();
+    let (ch, _) = changes_of(root);
+    assert_eq!(ch.rescan(), [], "nothing changed");
+    let d = ino(&ch, "d").unwrap();
+    let was = ino(&ch, "d/empty 150").unwrap();
+    ch.note(d, b"empty 150");
+    assert_eq!(
+        ino(&ch, "d/empty 150").unwrap(),
+        was,
+        "unchanged: the catalog's inode"
+    );
+    std::fs::write(root.join("d/empty 151"), b"now full").unwrap();
+    ch.note(d, b"empty 151");
+    assert_eq!(
+        ch.read_at(late(ino(&ch, "d/empty 151").unwrap()), 0, 99)
+            .unwrap(),
+        b"now full"
+    );
+}
