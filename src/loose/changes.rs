@@ -191,16 +191,44 @@ impl Changes {
                 _ => self.current(&st, dir, name),
             }
         };
-        if !matches!(Node::of(dir), Some(Node::Late(_))) {
-            let mut st = self.write();
+        let late_dir = matches!(Node::of(dir), Some(Node::Late(_)));
+        let path = self.path_in(dir, name);
+        let gone = path
+            .as_ref()
+            .is_some_and(|p| std::fs::symlink_metadata(self.root.join(p)).is_err());
+        // Neither on the disk nor in the snapshot (a temporary name come and gone): the
+        // catalog's answer is right again, and nothing is kept for it.
+        let forgotten = gone && (late_dir || self.raw.lookup(dir, name).is_err());
+        let mut st = self.write();
+        if let Some(k) = path.filter(|_| gone).and_then(|p| st.by_path.remove(&p)) {
+            if let Some(l) = st.late.get_mut(&k) {
+                l.current = false;
+            }
+        }
+        if forgotten {
+            if let Some(names) = st.changed.get_mut(&dir) {
+                names.remove(name);
+            }
+        } else if !late_dir {
             st.changed.entry(dir).or_default().insert(name.to_vec());
             self.any.store(true, Relaxed);
         }
+        drop(st);
         Noted {
             dir,
             name: name.to_vec(),
             was,
         }
+    }
+
+    /// Path of `name` in directory `dir` (a watched catalog directory or a late one).
+    fn path_in(&self, dir: u64, name: &[u8]) -> Option<PathBuf> {
+        let st = self.read();
+        let d = match Node::of(dir) {
+            Some(Node::Late(k)) => &st.late.get(&k)?.rel,
+            _ => st.dirs.get(&dir)?,
+        };
+        Some(d.join(OsStr::from_bytes(name)))
     }
 
     /// The inodes last answered for `name` in catalog directory `dir`: its late node's, or

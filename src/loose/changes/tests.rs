@@ -321,3 +321,34 @@ fn the_snapshot_of_many_empty_files_is_found_by_path() {
         b"now full"
     );
 }
+
+#[test]
+fn names_come_and_gone_are_not_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    tree(root);
+    let (ch, cat) = changes_of(root);
+    let d = ino(&ch, "d").unwrap();
+    // A writer updating through temporary names: each appears, is looked up, and is renamed.
+    for k in 0..50 {
+        let t = format!(".tmp{k}");
+        std::fs::write(root.join("d").join(&t), b"v").unwrap();
+        ch.note(d, t.as_bytes());
+        late(ino(&ch, &format!("d/{t}")).unwrap());
+        std::fs::rename(root.join("d").join(&t), root.join("d/a.bin")).unwrap();
+        ch.note(d, t.as_bytes());
+        ch.note(d, b"a.bin");
+        let a = late(ino(&ch, "d/a.bin").unwrap());
+        assert_eq!(ch.read_at(a, 0, 9).unwrap(), b"v");
+    }
+    let st = ch.read();
+    assert_eq!(st.changed[&d].len(), 1, "only a.bin stays changed");
+    assert_eq!(st.by_path.len(), 1, "only a.bin has a current late node");
+    drop(st);
+    // Removed from the snapshot: it stays noted (the catalog would still answer it).
+    std::fs::remove_file(root.join("d/b.bin")).unwrap();
+    ch.note(d, b"b.bin");
+    assert_eq!(ino(&ch, "d/b.bin"), Err(FsError::NotFound));
+    let names: Vec<_> = listing(&ch, &*cat, d).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["a.bin"]);
+}
