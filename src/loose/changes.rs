@@ -182,7 +182,18 @@ impl Changes {
             return None;
         }
         if name == b"." || name == b".." {
-            return None;
+            let Some(Node::Late(k)) = Node::of(parent) else {
+                return None;
+            };
+            let d = self.read().late.get(&k).map(|d| (d.attr, d.parent));
+            return Some(match d {
+                Some((a, _)) if name == b"." => Ok(a),
+                Some((_, p)) => match Node::of(p) {
+                    Some(Node::Late(pk)) => self.getattr(pk),
+                    _ => self.catalog.getattr(p),
+                },
+                None => Err(FsError::NotFound),
+            });
         }
         let (rel, snap) = {
             let st = self.read();

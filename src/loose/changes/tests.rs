@@ -182,6 +182,13 @@ fn a_directory_added_is_listed_from_the_disk() {
         ["f", "ü"],
         "the link left out, as pack leaves it out"
     );
+    assert_eq!(ch.lookup(dir, b".").unwrap().unwrap().ino, dir);
+    assert_eq!(
+        ch.lookup(dir, b"..").unwrap().unwrap().ino,
+        crate::ino::ROOT_INO
+    );
+    let deeper = ino(&ch, "new dir/ü").unwrap();
+    assert_eq!(ch.lookup(deeper, b"..").unwrap().unwrap().ino, dir);
     let f = late(ino(&ch, "new dir/f").unwrap());
     assert_eq!(ch.read_at(f, 0, 10).unwrap(), b"ff");
     assert_eq!(ch.open(late(dir)).err(), Some(FsError::IsDir));
