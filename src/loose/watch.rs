@@ -50,24 +50,7 @@ struct Watcher {
 /// Errors: inotify cannot be set up (no watch at all: the caller logs that changes show at
 /// the next mount).
 pub fn start(changes: Arc<Changes>, forget: Forget) -> std::io::Result<()> {
-    let inotify = Inotify::init()?;
-    let mut w = Watcher {
-        inotify,
-        changes,
-        dirs: HashMap::new(),
-        forget,
-        warned: false,
-    };
-    let t0 = std::time::Instant::now();
-    for (ino, rel) in w.changes.snapshot_dirs() {
-        w.watch(ino, rel);
-    }
-    log::info!(
-        "watching {} directories of {} for changes ({:.1} ms)",
-        w.dirs.len(),
-        w.changes.root().display(),
-        t0.elapsed().as_secs_f64() * 1e3
-    );
+    let w = Watcher::new(changes, forget)?;
     std::thread::Builder::new()
         .name("loosefs-watch".into())
         .spawn(move || w.run())?;
@@ -75,6 +58,29 @@ pub fn start(changes: Arc<Changes>, forget: Forget) -> std::io::Result<()> {
 }
 
 impl Watcher {
+    /// A watch on every directory of `changes`' tree (events not read yet).
+    fn new(changes: Arc<Changes>, forget: Forget) -> std::io::Result<Watcher> {
+        let inotify = Inotify::init()?;
+        let mut w = Watcher {
+            inotify,
+            changes,
+            dirs: HashMap::new(),
+            forget,
+            warned: false,
+        };
+        let t0 = std::time::Instant::now();
+        for (ino, rel) in w.changes.snapshot_dirs() {
+            w.watch(ino, rel);
+        }
+        log::info!(
+            "watching {} directories of {} for changes ({:.1} ms)",
+            w.dirs.len(),
+            w.changes.root().display(),
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+        Ok(w)
+    }
+
     fn watch(&mut self, ino: u64, rel: PathBuf) {
         match self
             .inotify
@@ -183,5 +189,91 @@ impl Watcher {
             self.watch_new(&rel.join(OsStr::from_bytes(&name)));
         }
         (self.forget)(&noted);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loose::LooseDir;
+    use crate::view::Views;
+    use std::sync::mpsc;
+
+    /// A watcher over a small tree whose events are handed over by hand; what it tells the
+    /// kernel goes to the returned channel.
+    fn watcher(root: &Path) -> (Watcher, mpsc::Receiver<Noted>) {
+        std::fs::create_dir_all(root.join("d/sub")).unwrap();
+        std::fs::write(root.join("d/a"), b"a").unwrap();
+        let d = LooseDir::open(root, false).unwrap();
+        let cat: Arc<dyn crate::catalog::Catalog> = Arc::new(d.catalog(Views::default()).unwrap());
+        let raw = Arc::new(d.catalog(Views::default()).unwrap());
+        let ch = Arc::new(Changes::new(d.root.clone(), cat, raw, d.storage()));
+        let (tx, rx) = mpsc::channel();
+        let tx = std::sync::Mutex::new(tx);
+        let forget: Forget = Box::new(move |n: &Noted| {
+            let _ = tx.lock().unwrap().send(n.clone());
+        });
+        (Watcher::new(ch, forget).unwrap(), rx)
+    }
+
+    #[test]
+    fn lost_events_are_found_again_by_comparing_the_tree() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut w, rx) = watcher(tmp.path());
+        assert_eq!(w.dirs.len(), 3, "the root, d and d/sub");
+        std::fs::write(tmp.path().join("d/b"), b"new").unwrap();
+        std::fs::remove_file(tmp.path().join("d/a")).unwrap();
+        // The kernel's queue overflowed: the events above are taken as lost.
+        let wd = w.dirs.keys().next().unwrap().clone();
+        w.event(wd, EventMask::Q_OVERFLOW, None);
+        let mut told: Vec<String> = rx
+            .try_iter()
+            .map(|n| String::from_utf8_lossy(&n.name).into_owned())
+            .collect();
+        told.sort();
+        assert_eq!(told, ["a", "b"], "the kernel is told of both");
+        assert_eq!(w.changes.stats.rescans.load(Relaxed), 1);
+        let d = w.changes.watched(Path::new("d")).unwrap();
+        assert_eq!(
+            w.changes.lookup(d, b"a"),
+            Some(Err(crate::catalog::FsError::NotFound))
+        );
+        assert!(matches!(w.changes.lookup(d, b"b"), Some(Ok(a)) if a.size == 3));
+    }
+
+    #[test]
+    fn a_directory_removed_is_no_longer_watched_and_the_control_name_is_ignored() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut w, rx) = watcher(tmp.path());
+        std::fs::remove_dir(tmp.path().join("d/sub")).unwrap();
+        let mut buf = vec![0u8; 4096];
+        // The removal's events: DELETE in d (noted), then IGNORED for the watch of d/sub.
+        let mut seen_ignored = false;
+        while !seen_ignored {
+            let events: Vec<_> = (w.inotify.read_events_blocking(&mut buf).unwrap())
+                .map(|e| (e.wd, e.mask, e.name.map(|n| n.as_bytes().to_vec())))
+                .collect();
+            for (wd, mask, name) in events {
+                seen_ignored |= mask.contains(EventMask::IGNORED);
+                w.event(wd, mask, name);
+            }
+        }
+        assert_eq!(w.dirs.len(), 2);
+        assert_eq!(w.changes.stats.watched.load(Relaxed), 2);
+        assert!(rx.try_iter().any(|n| n.name == b"sub"));
+        let root = w
+            .dirs
+            .keys()
+            .find(|k| w.dirs[*k].0 == crate::ino::ROOT_INO)
+            .unwrap()
+            .clone();
+        let before = w.changes.stats.events.load(Relaxed);
+        w.event(root, EventMask::CREATE, Some(b".loosefs".to_vec()));
+        assert_eq!(
+            w.changes.stats.events.load(Relaxed),
+            before,
+            "the control directory's name"
+        );
+        assert!(rx.try_iter().next().is_none());
     }
 }
