@@ -18,7 +18,8 @@ import pathlib
 import struct
 import subprocess
 import tempfile
-import time
+
+from python_open import rate  # best of `repeat` passes after a warming one
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = ROOT / "target" / "release" / "loosefs"
@@ -69,18 +70,6 @@ def read_whole(p):
         os.close(fd)
 
 
-def rate(files, repeat=5):
-    for p in files:
-        read_whole(p)
-    best = 0.0
-    for _ in range(repeat):
-        t = time.perf_counter()
-        for p in files:
-            read_whole(p)
-        best = max(best, len(files) / (time.perf_counter() - t))
-    return best
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "imagenet-sample"))
@@ -122,7 +111,7 @@ def main():
         got = {k: [] for k in cases}
         for _ in range(3):
             for k, v in cases.items():
-                got[k].append(rate(v))
+                got[k].append(rate(v, read_whole, 5))
         print("\n| warm os.read of the whole file | files/s, 3 rounds |\n|---|---|")
         for k, v in got.items():
             print(f"| {k} | {' / '.join(f'{x:,.0f}' for x in v)} |")

@@ -57,27 +57,23 @@ fn server_verifying(src: &Path, index: &Path, verify: &str) -> Server {
         .unwrap()
 }
 
+/// The shared in-process options ([`common::server_options`]) with a smaller read-ahead
+/// window, two threads and a 64 MiB single-threaded decoder without decode-ahead.
 fn server_options() -> ServerOptions {
+    let base = common::server_options(0);
     ServerOptions {
         readahead: ReadAheadOptions {
             window_max: 16 << 20,
-            push_ahead: 0,
-            keep_cache: false,
-            pin: None,
-            order_window: 256 << 20,
+            ..base.readahead
         },
-        warm: false,
-        mountpoint: "/test".into(),
-        log: "-".into(),
         threads: 2,
-        owner: 1000,
         decode: DecodeOptions {
             cache_bytes: 64 << 20,
             threads: 1,
             ahead: 0,
-            accept_damaged: false,
+            ..base.decode
         },
-        passthrough: false,
+        ..base
     }
 }
 

@@ -78,6 +78,34 @@ pub struct Attr {
     pub blksize: u32,
 }
 
+impl Attr {
+    /// The attributes the mount shows for inode `ino` of `kind`: `size` bytes (directories
+    /// 4096), blocks counted in whole 4 KiB pages, the modification time `mtime_sec` +
+    /// `mtime_nsec` (clamped below 10^9), the permission bits of `mode` minus every write
+    /// bit, one link, `st_blksize` [`native::BLKSIZE`].
+    pub fn shown(
+        ino: u64,
+        kind: Kind,
+        size: u64,
+        mtime_sec: i64,
+        mtime_nsec: u32,
+        mode: u32,
+    ) -> Attr {
+        let size = if kind == Kind::Dir { 4096 } else { size };
+        Attr {
+            ino,
+            size,
+            blocks: size.div_ceil(4096) * 8,
+            mtime_sec,
+            mtime_nsec: mtime_nsec.min(999_999_999),
+            kind,
+            perm: (mode & 0o7555) as u16,
+            nlink: 1,
+            blksize: native::BLKSIZE,
+        }
+    }
+}
+
 /// One directory entry as a listing returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry<'a> {

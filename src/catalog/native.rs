@@ -192,22 +192,8 @@ impl NativeCatalog {
     }
 
     fn attr_of(&self, ino: u64, r: &Record, geom: Option<ViewGeom>) -> Attr {
-        let size = match geom {
-            _ if r.is_dir => 4096,
-            Some(g) => g.size(),
-            None => r.size,
-        };
-        Attr {
-            ino,
-            size,
-            blocks: size.div_ceil(4096) * 8,
-            mtime_sec: r.mtime_sec,
-            mtime_nsec: r.mtime_nsec.min(999_999_999),
-            kind: r.kind(),
-            perm: (r.mode & 0o7555) as u16,
-            nlink: 1,
-            blksize: BLKSIZE,
-        }
+        let size = geom.map_or(r.size, |g| g.size());
+        Attr::shown(ino, r.kind(), size, r.mtime_sec, r.mtime_nsec, r.mode)
     }
 
     /// The child of directory `p` whose `.npy` view is named `stem` + `.npy`: the first JPEG

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// Counters of the changes noticed, for `stats` (each only grows but `late_files`).
+/// Counters of the changes noticed, for `stats` (each only grows but `late_nodes`).
 #[derive(Debug, Default)]
 pub struct ChangeStats {
     /// Directories watched for changes.
@@ -34,7 +34,7 @@ pub struct ChangeStats {
     /// Full comparisons of the tree against the snapshot (at start, after a lost event).
     pub rescans: AtomicU64,
     /// Late nodes held now (files and directories added or replaced since the mount).
-    pub late_files: AtomicU64,
+    pub late_nodes: AtomicU64,
     /// Reads served from late files.
     pub late_reads: AtomicU64,
     /// Directories that could not be watched (their changes show at the next mount).
@@ -275,7 +275,7 @@ impl Changes {
             reported: Arc::default(),
         };
         st.late.insert(k, node);
-        self.stats.late_files.store(st.late.len() as u64, Relaxed);
+        self.stats.late_nodes.store(st.late.len() as u64, Relaxed);
         Ok(Now::Late(attr))
     }
 
@@ -300,7 +300,7 @@ impl Changes {
         let mut st = self.write();
         if st.late.get(&k).is_some_and(|l| !l.current) {
             st.late.remove(&k);
-            self.stats.late_files.store(st.late.len() as u64, Relaxed);
+            self.stats.late_nodes.store(st.late.len() as u64, Relaxed);
         }
     }
 
@@ -320,25 +320,14 @@ fn is_jpeg(path: &Path) -> bool {
         && head == [0xFF, 0xD8, 0xFF]
 }
 
-/// Attributes of a late node `ino` of `kind` from its metadata, as the catalog gives them
-/// (write bits removed, one link, the catalog's `st_blksize`).
+/// Attributes of a late node `ino` of `kind` from its metadata, as the catalog shows them.
 fn late_attr(ino: u64, kind: Kind, m: &std::fs::Metadata) -> Attr {
-    let size = if kind == Kind::Dir { 4096 } else { m.len() };
-    Attr {
-        ino,
-        size,
-        blocks: size.div_ceil(4096) * 8,
-        mtime_sec: m.mtime(),
-        mtime_nsec: m.mtime_nsec().clamp(0, 999_999_999) as u32,
-        kind,
-        perm: (m.mode() & 0o7555) as u16,
-        nlink: 1,
-        blksize: crate::catalog::native::BLKSIZE,
-    }
+    let nsec = m.mtime_nsec().clamp(0, 999_999_999) as u32;
+    Attr::shown(ino, kind, m.len(), m.mtime(), nsec, m.mode())
 }
 
 mod listing;
 mod note;
 mod read;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -192,10 +192,19 @@ impl Watcher {
     }
 }
 
+/// A [`Forget`] that sends every note to the returned receiver (tests wait on it).
+#[cfg(test)]
+pub(crate) fn forget_to_channel() -> (Forget, std::sync::mpsc::Receiver<Noted>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let forget: Forget = Box::new(move |n: &Noted| {
+        let _ = tx.send(n.clone());
+    });
+    (forget, rx)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loose::LooseDir;
     use crate::view::Views;
     use std::sync::mpsc;
 
@@ -204,15 +213,8 @@ mod tests {
     fn watcher(root: &Path) -> (Watcher, mpsc::Receiver<Noted>) {
         std::fs::create_dir_all(root.join("d/sub")).unwrap();
         std::fs::write(root.join("d/a"), b"a").unwrap();
-        let d = LooseDir::open(root, false).unwrap();
-        let cat: Arc<dyn crate::catalog::Catalog> = Arc::new(d.catalog(Views::default()).unwrap());
-        let raw = Arc::new(d.catalog(Views::default()).unwrap());
-        let ch = Arc::new(Changes::new(d.root.clone(), cat, raw, d.storage()));
-        let (tx, rx) = mpsc::channel();
-        let tx = std::sync::Mutex::new(tx);
-        let forget: Forget = Box::new(move |n: &Noted| {
-            let _ = tx.lock().unwrap().send(n.clone());
-        });
+        let (ch, _) = crate::loose::changes::tests::changes_with(root, Views::default());
+        let (forget, rx) = forget_to_channel();
         (Watcher::new(ch, forget).unwrap(), rx)
     }
 

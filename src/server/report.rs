@@ -103,7 +103,7 @@ impl Parts<'_> {
                     unwatched_dirs: s.unwatched.load(Relaxed),
                     events: s.events.load(Relaxed),
                     rescans: s.rescans.load(Relaxed),
-                    late_nodes: s.late_files.load(Relaxed),
+                    late_nodes: s.late_nodes.load(Relaxed),
                     late_reads: s.late_reads.load(Relaxed),
                 }
             }),

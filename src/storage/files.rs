@@ -155,15 +155,7 @@ impl FileSet {
             return Ok((file, true));
         }
         let path = self.root.join(&self.files[k].rel);
-        let open = |flags| {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(flags | libc::O_NOFOLLOW)
-                .open(&path)
-        };
-        // O_NOATIME needs the file's owner (or CAP_FOWNER): fall back without it.
-        let file = open(libc::O_NOATIME)
-            .or_else(|_| open(0))
+        let file = open_original(&path)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         let file = Arc::new(file);
         self.check(k, file.metadata().map(|m| Stamp::of(&m)))?;
@@ -246,6 +238,19 @@ impl FileSet {
         }
         Ok(())
     }
+}
+
+/// Opens the original file at `path` for reading, with `O_NOATIME` where allowed (it needs the
+/// file's owner or `CAP_FOWNER`; without it the open is retried plain) and never through a
+/// symbolic link (`O_NOFOLLOW`: ELOOP). Errors: those of `open(2)`.
+pub fn open_original(path: &Path) -> io::Result<File> {
+    let open = |flags| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags | libc::O_NOFOLLOW)
+            .open(path)
+    };
+    open(libc::O_NOATIME).or_else(|_| open(0))
 }
 
 /// What differs between two stamps, for messages.

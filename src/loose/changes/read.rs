@@ -4,9 +4,9 @@
 
 use super::Changes;
 use crate::catalog::{FsError, Kind};
-use crate::storage::files::Stamp;
+use crate::storage::files::{Stamp, open_original};
 use std::fs::File;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -38,11 +38,7 @@ impl Changes {
                 reported: l.reported.clone(),
             }
         };
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOATIME)
-            .open(self.root.join(&l.rel))
-            .or_else(|_| File::open(self.root.join(&l.rel)))
+        let f = open_original(&self.root.join(&l.rel))
             .map_err(|e| self.changed(&l, &format!("cannot be opened ({e})")))?;
         self.check(&l, &f)?;
         Ok((f, l))

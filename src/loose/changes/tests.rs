@@ -5,7 +5,6 @@ use super::*;
 use crate::catalog::DirEntry;
 use crate::loose::LooseDir;
 use crate::view::Views;
-use std::sync::mpsc;
 use std::time::Duration;
 
 /// `d/a.bin` (4 bytes), `d/b.bin` (8), `e/c.bin` (1) under `root`.
@@ -22,7 +21,7 @@ fn changes_of(root: &Path) -> (Arc<Changes>, Arc<dyn Catalog>) {
 }
 
 /// The changes of `root` mounted showing `views`, and the catalog served.
-fn changes_with(root: &Path, views: Views) -> (Arc<Changes>, Arc<dyn Catalog>) {
+pub(crate) fn changes_with(root: &Path, views: Views) -> (Arc<Changes>, Arc<dyn Catalog>) {
     let d = LooseDir::open(root, views.any()).unwrap();
     let cat: Arc<dyn Catalog> = Arc::new(d.catalog(views).unwrap());
     let raw = Arc::new(d.catalog(Views::default()).unwrap());
@@ -124,7 +123,7 @@ fn changed_names_are_answered_from_the_disk_and_the_rest_from_the_snapshot() {
     );
     assert_ne!(ino(&ch, "d/a.bin").unwrap(), a0);
     assert_ne!(ino(&ch, "d/a.bin").unwrap(), b0);
-    assert_eq!(ch.stats.late_files.load(Relaxed), 2);
+    assert_eq!(ch.stats.late_nodes.load(Relaxed), 2);
 }
 
 #[test]
@@ -157,7 +156,7 @@ fn a_late_file_answers_one_version_or_eio_and_is_dropped_once_forgotten() {
         "superseded: dropped"
     );
     assert!(ch.getattr(k2).is_ok(), "current: kept for the next lookup");
-    assert_eq!(ch.stats.late_files.load(Relaxed), 1);
+    assert_eq!(ch.stats.late_nodes.load(Relaxed), 1);
     assert_eq!(ch.open(k1).err(), Some(FsError::NotFound));
 }
 
@@ -235,15 +234,8 @@ fn the_watcher_notes_changes_and_watches_new_directories() {
     tree(root);
     let (ch, _) = changes_of(root);
     let d = ino(&ch, "d").unwrap();
-    let (tx, rx) = mpsc::channel();
-    let tx = std::sync::Mutex::new(tx);
-    super::super::watch::start(
-        ch.clone(),
-        Box::new(move |n: &Noted| {
-            let _ = tx.lock().unwrap().send(n.clone());
-        }),
-    )
-    .unwrap();
+    let (forget, rx) = crate::loose::watch::forget_to_channel();
+    crate::loose::watch::start(ch.clone(), forget).unwrap();
     assert_eq!(ch.stats.watched.load(Relaxed), 3, "the root, d and e");
     // Waits for the note of `name` (events of other names, or the same name twice, may come).
     let noted = |name: &str| loop {
