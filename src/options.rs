@@ -220,6 +220,8 @@ impl SourceArgs {
                 "full" => crate::formats::Verify::Full,
                 _ => crate::formats::Verify::Lazy,
             },
+            views: self.probe_jpegs,
+            tables_only: false,
         })
     }
 }

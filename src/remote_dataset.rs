@@ -8,8 +8,9 @@
 //!
 //! The index is kept in the index directory under a key made of the URL, every object's name,
 //! ETag and size, and the scan options, so a remount of an unchanged dataset reads no sample:
-//! on S3 it makes one request (the LIST), elsewhere one GET per object. Building it downloads every object into its block cache (the
-//! first epoch is then served from the cache) and scans the cached copies with the same
+//! on S3 it makes one request (the LIST), elsewhere one GET per object. Building it reads one zip or FFCV object's tables alone
+//! (`remote_dataset/build.rs`), else downloads every object into its block cache (the
+//! first epoch is then served from the cache), and scans the cached copies with the same
 //! parsers as a local dataset, so the tree is the local mount's, byte for byte.
 //! Compressed chunks (zstd MDS, LitData, deflated zip, Parquet) are decompressed from the
 //! shards' block caches; a `.tar.gz` is refused (it is inflated into a local file).
@@ -248,6 +249,16 @@ fn key_of(url: &str, names: &[String], clients: &[Arc<ObjectClient>], args: &Sou
     xxhash_rust::xxh3::xxh3_64(k.as_bytes())
 }
 
+/// Whether the kept index `f` serves a mount with `args`: one built from the tables alone has
+/// no JPEG dimensions, which decoded views need (such a mount builds it again, reading every
+/// sample's head).
+fn fits(f: &Foreign, args: &SourceArgs) -> Result<bool> {
+    let opts = args.scan_options()?;
+    Ok(index::verify_accepted(&opts)
+        .iter()
+        .any(|v| f.header.options.ends_with(&format!("verify={v}"))))
+}
+
 impl RemoteDataset {
     /// Opens the dataset at `url` (see the module note); `progress` says on stderr what is
     /// done when the index is built.
@@ -296,7 +307,7 @@ impl RemoteDataset {
                 (shared_gets, shared_bytes) = (u64::from(found.fetched > 0), found.fetched);
                 keep(found, &kept)
             }
-            (None, Ok(f)) if f.header.objects.len() <= names.len() => f,
+            (None, Ok(f)) if f.header.objects.len() <= names.len() && fits(&f, args)? => f,
             _ => {
                 // One object (a zip, a `.beton`) is scanned as a file, several as a directory.
                 let src = match names.as_slice() {

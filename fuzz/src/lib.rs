@@ -32,7 +32,8 @@ pub fn walk(ix: &IndexView<'_>) -> usize {
 pub const SEP: &[u8] = b"\n--8<--loosefs-fuzz--8<--\n";
 
 /// Writes `input` as a dataset of `format` into a fresh temp dir and scans it, then builds its
-/// index (every sample read, chunks decompressed) when the scan accepts it. `names`: the
+/// index (every sample read, chunks decompressed) when the scan accepts it; then the same from
+/// the format's tables alone (`tables_only`). `names`: the
 /// file names the parts of the input become (split on [`SEP`]); the first part gets the first
 /// name, and so on (parts beyond the names are dropped). `file`: the source is the first file,
 /// not the directory. Errors are expected; a panic, an abort or a hang is a finding.
@@ -70,6 +71,16 @@ pub fn scan_dataset(format: loosefs::formats::Format, input: &[u8], names: &[&st
             let _ =
                 loosefs::formats::index::open(&src, &opts, Some(&dir.path().join(".index")), false);
         }
+    }
+    // The table-only scan and index of a dataset at a URL (a zip: its own central-directory
+    // parser; every format: no sample read).
+    let tabled = loosefs::formats::ScanOptions {
+        tables_only: true,
+        ..opts
+    };
+    if loosefs::formats::scan(&src, format, &tabled).is_ok() {
+        let at = dir.path().join(".index-table");
+        let _ = loosefs::formats::index::open(&src, &tabled, Some(&at), false);
     }
 }
 

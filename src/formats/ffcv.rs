@@ -168,6 +168,24 @@ fn parse_sample(
     })
 }
 
+/// The byte ranges of an FFCV file of `len` bytes that [`scan`] reads, found from its first
+/// bytes `head` (at least the header and field descriptors, `24 + 1041 × fields` bytes): the
+/// header, descriptors and metadata table from the start, and the allocation table to the end.
+/// What a dataset at a URL fetches to be indexed without its samples. Errors: as [`scan`]'s.
+pub fn table_ranges(head: &[u8], len: u64) -> Result<Vec<std::ops::Range<u64>>, String> {
+    let h = header(head)?;
+    let l = layout(head, h.fields)?;
+    let meta = (24 + h.fields * FIELD_LEN) as u64;
+    let end = (h.samples.checked_mul(l.row_len as u64))
+        .and_then(|t| t.checked_add(meta))
+        .filter(|&e| e <= len)
+        .ok_or("the metadata table runs past the end")?;
+    if h.alloc_table > len {
+        return Err("the allocation table lies past the end".into());
+    }
+    Ok(vec![0..end, h.alloc_table..len])
+}
+
 /// The name `info` shows for a field type id.
 fn type_name(t: u8) -> &'static str {
     match t {

@@ -289,11 +289,14 @@ fn object_entry(p: &Path) -> Result<ObjectEntry> {
 }
 
 /// The `verify=` values of an index that serves a mount asked for `opts.verify`, preferred
-/// first: a full index (every CRC-32 known) serves a lazy request too.
+/// first: a full index (every CRC-32 known) serves a lazy request too; an index built from the
+/// format's tables alone (`table`: no JPEG dimensions) serves a lazy one without decoded views.
 pub fn verify_accepted(opts: &ScanOptions) -> &'static [&'static str] {
-    match opts.verify {
-        super::Verify::Full => &["full"],
-        super::Verify::Lazy => &["lazy", "full"],
+    match (opts.verify, opts.tables_only, opts.views) {
+        (super::Verify::Full, ..) => &["full"],
+        (super::Verify::Lazy, true, _) => &["table", "lazy", "full"],
+        (super::Verify::Lazy, false, false) => &["lazy", "full", "table"],
+        (super::Verify::Lazy, false, true) => &["lazy", "full"],
     }
 }
 

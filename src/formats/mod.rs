@@ -220,6 +220,15 @@ pub struct ScanOptions {
     pub verify: Verify,
     /// Which shared index to use ([`index::shared`]).
     pub shared_index: SharedIndex,
+    /// Decoded views are asked for: the index needs every JPEG's dimensions (an index built
+    /// from the tables alone has none).
+    pub views: bool,
+    /// Index from the format's own tables alone, reading no sample (a zip's central
+    /// directory, an FFCV file's metadata and allocation tables): JPEG dimensions stay
+    /// unknown, so no decoded view. Set by the index build of a dataset at a URL
+    /// ([`crate::remote_dataset`]), which has fetched only those tables; other formats scan
+    /// as usual.
+    pub tables_only: bool,
 }
 
 /// Which shared index ([`index::shared`]) a mount uses.
@@ -316,6 +325,7 @@ pub fn scan(src: &Path, format: Format, opts: &ScanOptions) -> Result<Scan> {
         Format::Gulpio => gulpio::scan(src)?,
         Format::Tfrecord => tfrecord::scan(src, label)?,
         Format::Tar => tar::scan(src, label, &opts.inflate_dir)?,
+        Format::Zip if opts.tables_only => zip::table::scan(src)?,
         Format::Zip => zip::scan(src)?,
     };
     // Every other field as a file beside the image: `<stem>.<field>`.

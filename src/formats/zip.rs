@@ -8,6 +8,8 @@
 //! with the member named: `loosefs pack` converts such an archive into a native pack.
 
 use super::{ChunkSpec, Format, Sample, Scan, mtime_of, read_at};
+
+pub mod table;
 use crate::storage::chunks::Codec;
 use anyhow::{Context, Result, bail};
 use std::io::Cursor;

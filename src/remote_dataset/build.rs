@@ -1,7 +1,13 @@
-//! Builds a remote dataset's index on first mount: every object downloaded into its block
-//! cache, the cached copies linked under their names and scanned by the local parsers.
+//! Builds a remote dataset's index on first mount. One zip or FFCV object is indexed from its
+//! tables alone where they suffice (the zip end record and central directory; the FFCV
+//! header, metadata and allocation tables): only the block-cache blocks holding them are
+//! fetched, and no sample is read (`verify=table`: no JPEG dimensions, so not when decoded
+//! views are asked, nor with `--verify full`). Otherwise every object is downloaded into its
+//! block cache. Either way the cached copies are linked under their names and scanned by the
+//! local parsers.
 
 use crate::formats::index::{self, Foreign};
+use crate::formats::{Format, ScanOptions, Verify};
 use crate::options::SourceArgs;
 use crate::storage::Storage;
 use crate::storage::block_cache::BlockCache;
@@ -9,10 +15,11 @@ use anyhow::{Context, Result, anyhow, bail};
 use std::path::Path;
 use std::sync::Arc;
 
-/// Builds the index: every object downloaded into its block cache (concurrently), the
-/// cached copies linked under their names in `view` (in the cache root: same file system),
-/// `src` (the view, or its one object) scanned by the local parsers, the index kept at
-/// `kept`. `view` is removed after.
+/// Builds the index: the cached copies (sparse until fetched) linked under their names in
+/// `view` (in the cache root: same file system); then the tables of one zip or FFCV object
+/// fetched and scanned ([`tables`]), or every object downloaded (concurrently) and `src` (the
+/// view, or its one object) scanned by the local parsers; the index kept at `kept`. `view` is
+/// removed after.
 pub(super) fn build(
     url: &str,
     names: &[String],
@@ -22,21 +29,38 @@ pub(super) fn build(
     args: &SourceArgs,
     progress: bool,
 ) -> Result<Foreign> {
-    let total: u64 = caches.iter().map(|c| c.len(0)).sum();
-    let room: u64 = caches.iter().map(|c| c.limit()).sum();
-    if caches.iter().any(|c| c.limit() < c.len(0)) {
-        bail!(
-            "{url}: indexing reads every object once through the block cache, which needs {total} bytes but holds {room} (--cache-size, or the free space of the cache root); give more, or mount with --index from a `loosefs index` run elsewhere"
-        );
-    }
-    if progress {
-        eprintln!(
-            "loosefs: indexing {url} once: downloading {} objects ({total} bytes) into the block cache",
-            names.len()
-        );
-    }
-    download_all(caches, args.remote.max_requests)?;
     let _ = std::fs::remove_dir_all(view);
+    let res = link(view, names, caches).and_then(|()| {
+        let mut opts = args.scan_options()?;
+        opts.shared_index = crate::formats::SharedIndex::Off;
+        if src != view {
+            match tables(&caches[0], src, &opts) {
+                Ok(format) => {
+                    let tabled = ScanOptions {
+                        format: Some(format),
+                        tables_only: true,
+                        ..opts.clone()
+                    };
+                    match scan(src, &tabled, kept) {
+                        Ok(f) => return Ok(f),
+                        Err(e) => log::info!("{url}: not indexed from its tables: {e:#}"),
+                    }
+                }
+                Err(why) => log::info!("{url}: not indexed from its tables: {why}"),
+            }
+        }
+        download_all(url, caches, args, progress)?;
+        scan(src, &opts, kept)
+    });
+    let _ = std::fs::remove_dir_all(view);
+    let mut f = res.with_context(|| format!("cannot index {url}"))?;
+    f.path = kept.to_path_buf();
+    Ok(f)
+}
+
+/// Links every object's cached copy (its block cache's data file, as long as the object and
+/// sparse until fetched) under its name in `view`.
+fn link(view: &Path, names: &[String], caches: &[Arc<BlockCache>]) -> Result<()> {
     for (n, c) in names.iter().zip(caches) {
         let to = view.join(n);
         if let Some(parent) = to.parent() {
@@ -51,25 +75,83 @@ pub(super) fn build(
             )
         })?;
     }
+    Ok(())
+}
+
+/// Scans `src` with `opts` and keeps the index at `kept` (built beside it, then renamed).
+fn scan(src: &Path, opts: &ScanOptions, kept: &Path) -> Result<Foreign> {
     let tmp = kept.with_extension("building");
     let _ = std::fs::remove_dir_all(&tmp);
-    let mut opts = args.scan_options()?;
-    opts.shared_index = crate::formats::SharedIndex::Off;
-    let res = index::open(src, &opts, Some(&tmp), false).and_then(|f| {
+    let res = index::open(src, opts, Some(&tmp), false).and_then(|f| {
         std::fs::rename(&f.path, kept)
             .with_context(|| format!("cannot keep the index at {}", kept.display()))?;
         Ok(f)
     });
-    let _ = std::fs::remove_dir_all(view);
     let _ = std::fs::remove_dir_all(&tmp);
-    let mut f = res.with_context(|| format!("cannot index {url}"))?;
-    f.path = kept.to_path_buf();
-    Ok(f)
+    res
+}
+
+/// Fetches the tables of the one object `src` (cached by `cache`) when it is a zip or an FFCV
+/// file and `opts` can do without JPEG dimensions (lazy verify, no decoded views): its first
+/// block and its last bytes, then the end record and central directory, or the metadata
+/// and allocation tables.
+/// Returns its format; `Err`: why it must be downloaded whole instead.
+fn tables(cache: &BlockCache, src: &Path, opts: &ScanOptions) -> Result<Format, String> {
+    if opts.verify != Verify::Lazy || opts.views {
+        return Err("JPEG dimensions or every CRC-32 asked: every sample is read".into());
+    }
+    let len = cache.len(0);
+    let mut read = |off: u64, n: usize| {
+        cache.download_range(off..off.saturating_add(n as u64))?;
+        crate::formats::read_at(src, off, n)
+    };
+    // What detecting the format reads: the head, and the last bytes (Parquet's magic).
+    read(0, 1 << 20).map_err(|e| e.to_string())?;
+    read(len.saturating_sub(8), 8).map_err(|e| e.to_string())?;
+    let format = match opts.format {
+        Some(f) => f,
+        None => crate::formats::detect(src).map_err(|e| format!("{e:#}"))?,
+    };
+    let ranges = match format {
+        Format::Zip => {
+            let d = crate::formats::zip::table::directory(&mut read, len)?;
+            let cd = d.start..d.start + d.len;
+            vec![cd]
+        }
+        Format::Ffcv => {
+            let head = read(0, 24 + 255 * 1041).map_err(|e| e.to_string())?;
+            crate::formats::ffcv::table_ranges(&head, len)?
+        }
+        f => return Err(format!("{} records no table of its samples", f.name())),
+    };
+    for r in ranges {
+        cache.download_range(r).map_err(|e| e.to_string())?;
+    }
+    Ok(format)
 }
 
 /// Downloads every object whole into its block cache, `max_requests` objects at a time (each
 /// object's own GETs are merged and run concurrently within the shared request limit).
-fn download_all(caches: &[Arc<BlockCache>], max_requests: usize) -> Result<()> {
+fn download_all(
+    url: &str,
+    caches: &[Arc<BlockCache>],
+    args: &SourceArgs,
+    progress: bool,
+) -> Result<()> {
+    let total: u64 = caches.iter().map(|c| c.len(0)).sum();
+    let room: u64 = caches.iter().map(|c| c.limit()).sum();
+    if caches.iter().any(|c| c.limit() < c.len(0)) {
+        bail!(
+            "{url}: indexing reads every object once through the block cache, which needs {total} bytes but holds {room} (--cache-size, or the free space of the cache root); give more, or mount with --index from a `loosefs index` run elsewhere"
+        );
+    }
+    if progress {
+        eprintln!(
+            "loosefs: indexing {url} once: downloading {} objects ({total} bytes) into the block cache",
+            caches.len()
+        );
+    }
+    let max_requests = args.remote.max_requests;
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failed = std::sync::Mutex::new(None);
     std::thread::scope(|s| {

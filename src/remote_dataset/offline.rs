@@ -80,6 +80,12 @@ pub(super) fn open(url: &str, args: &SourceArgs) -> Result<RemoteDataset> {
     let kept = index_dir.join(&rec.kept);
     let foreign = index::load(&kept)
         .with_context(|| format!("{url}: --offline, but its kept index {}", kept.display()))?;
+    if !super::fits(&foreign, args)? {
+        bail!(
+            "{url}: --offline with decoded views, but its kept index {} was built from the format's tables alone (no JPEG dimensions): mount it online with these options first",
+            kept.display()
+        );
+    }
     let root = (args.remote.cache_dir.clone()).unwrap_or_else(cache::default_root);
     cache::check_root(&root)
         .with_context(|| format!("cannot use the cache root {}", root.display()))?;

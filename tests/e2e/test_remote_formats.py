@@ -356,3 +356,32 @@ def test_datasets_uploaded_by_the_formats_own_writers_mount_like_their_local_cop
                 assert len(files_of(mnt)) == sum(len(list(d.iterdir())) for d in classes)
         finally:
             subprocess.run([loosefs_bin(), "umount", str(ref)], timeout=120)
+
+
+def remote_stats(mnt):
+    out = subprocess.run([loosefs_bin(), "stats", str(mnt), "--json"], capture_output=True, text=True, check=True,
+                         timeout=60).stdout
+    return json.loads(out)["remote"]
+
+
+@pytest.mark.parametrize("name,rel", [("zip", "zip/images.zip"), ("ffcv", "ffcv/jpg.beton")])
+def test_a_zip_or_ffcv_file_at_a_url_is_indexed_from_its_tables_alone(sets, name, rel):
+    """Mounting fetches the object's first block and its end (where the central directory, or
+    the metadata and allocation tables, lie), not its samples; the tree is the local mount's
+    all the same, every member checked against its CRC-32 as it is served. Decoded views need
+    every JPEG's dimensions: such a mount reads the whole object first."""
+    w, size = sets["work"], (sets["www"] / rel).stat().st_size
+    block = 1 << 20
+    assert size > 3 * block, "the set must span more blocks than the tables need"
+    with Mount(f"s3://packs/{URLS[name][0]}", w, *s3(sets)) as mnt:
+        opened = remote_stats(mnt)["bytes_received"]
+        assert 0 < opened <= 2 * block, (opened, size)
+        assert_same(mnt, sets["local"][name])
+    with Mount(f"s3://packs/{URLS[name][0]}", w, *s3(sets), "--decode", "npy") as mnt:
+        assert remote_stats(mnt)["bytes_received"] >= size
+        views = [p for p in files_of(mnt) if p.suffix == ".npy"]
+        assert len(views) == len(files_of(sets["local"][name])) > 0
+    url = f"https://127.0.0.1:{sets['nginx'].tls_port}/{URLS[name][1]}"
+    with Mount(url, w, *https(sets)) as mnt:
+        assert remote_stats(mnt)["bytes_received"] <= 2 * block
+        assert_same(mnt, sets["local"][name])

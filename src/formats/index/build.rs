@@ -262,7 +262,11 @@ pub(super) fn build(
         })
         .collect();
     let lazy = opts.verify == crate::formats::Verify::Lazy;
-    let probed = probe_all(scan, &objects, lazy)?;
+    let probed = if opts.tables_only {
+        scan.samples.iter().map(|s| (s.crc32, None)).collect()
+    } else {
+        probe_all(scan, &objects, lazy)?
+    };
     let dirs = name_classes(&scan.samples, opts.class_names.as_deref());
     let (nodes, classes) = tree(scan, &probed, &dirs, &bases);
     let bytes = index::build(&nodes, 1)

@@ -220,7 +220,18 @@ impl BlockCache {
     /// which then holds the object's bytes (what indexing a remote dataset scans). Errors: a
     /// GET failed, or a block could not be stored (a full disk).
     pub fn download(&self) -> io::Result<()> {
-        let r = 0..self.c.len;
+        self.download_range(0..self.c.len)
+    }
+
+    /// Downloads the blocks covering `r` (bytes of the object, clamped to its end) and waits
+    /// until they are stored in the data file, as [`Self::download`] does for the whole
+    /// object: what indexing a dataset from its tables alone reads (a zip's central directory,
+    /// an FFCV file's metadata and allocation tables). Errors: as [`Self::download`].
+    pub fn download_range(&self, r: std::ops::Range<u64>) -> io::Result<()> {
+        let r = r.start.min(self.c.len)..r.end.min(self.c.len);
+        if r.is_empty() {
+            return Ok(());
+        }
         self.c.fetch_all(&r)?;
         let held = self.c.hold(&r)?;
         let unstored = !held.memory.is_empty();
