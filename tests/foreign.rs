@@ -200,6 +200,33 @@ fn a_zip_serves_its_members_as_its_own_tree() {
     }
 }
 
+/// The zip Python's `zipfile` wrote, scanned from its end record and central directory alone
+/// (how an archive at a URL is indexed), gives exactly the samples the `zip` crate's scan
+/// gives (which reads every local header), and each range holds its member's bytes.
+#[test]
+fn a_zips_central_directory_alone_places_every_member_as_its_local_headers_do() {
+    let Some(dir) = formats_dir() else { return };
+    let src = dir.join("zip/images.zip");
+    let (ours, crates) = (
+        loosefs::formats::zip::table::scan(&src).unwrap(),
+        loosefs::formats::zip::scan(&src).unwrap(),
+    );
+    let shape = |s: &loosefs::formats::Scan| -> Vec<String> {
+        (s.samples.iter())
+            .map(|x| format!("{} {:?} {:?} {} {:?}", x.object, x.range, x.dir, x.name, x.crc32))
+            .chain(s.chunks.iter().map(|c| format!("{c:?}")))
+            .collect()
+    };
+    assert_eq!(shape(&ours), shape(&crates));
+    let bytes = std::fs::read(&src).unwrap();
+    let (_, sources) = manifest(&dir);
+    assert_eq!(ours.samples.len(), sources.len());
+    for x in ours.samples.iter().filter(|x| x.object == 0) {
+        let data = &bytes[x.range.start as usize..x.range.end as usize];
+        assert_eq!(Some(crc32fast::hash(data)), x.crc32, "{}", x.name);
+    }
+}
+
 #[test]
 fn litdata_gulpio_and_ffcv_serve_whole_jpegs_under_every_class() {
     check("litdata", false, Some(0));
