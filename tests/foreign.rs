@@ -213,7 +213,12 @@ fn a_zips_central_directory_alone_places_every_member_as_its_local_headers_do() 
     );
     let shape = |s: &loosefs::formats::Scan| -> Vec<String> {
         (s.samples.iter())
-            .map(|x| format!("{} {:?} {:?} {} {:?}", x.object, x.range, x.dir, x.name, x.crc32))
+            .map(|x| {
+                format!(
+                    "{} {:?} {:?} {} {:?}",
+                    x.object, x.range, x.dir, x.name, x.crc32
+                )
+            })
             .chain(s.chunks.iter().map(|c| format!("{c:?}")))
             .collect()
     };
