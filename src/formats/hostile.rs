@@ -176,6 +176,19 @@ fn every_scanner_refuses_or_reads_damaged_and_crafted_inputs_without_panicking()
                         let _ = super::index::open(&src, &o, Some(&ix), false);
                         let _ = std::fs::remove_dir_all(&ix);
                     }
+                    // The index from the tables alone (a zip or FFCV file at a URL).
+                    let t = ScanOptions {
+                        format: Some(format),
+                        tables_only: true,
+                        ..opts.clone()
+                    };
+                    if matches!(format, Format::Zip | Format::Ffcv)
+                        && scan(&src, format, &t).is_ok()
+                    {
+                        let ix = tmp.path().join(format!("table{tried}"));
+                        let _ = super::index::open(&src, &t, Some(&ix), false);
+                        let _ = std::fs::remove_dir_all(&ix);
+                    }
                 }));
                 let hwm = peak_rss();
                 if raised.last().is_none_or(|(h, _)| hwm > *h + (64 << 20)) {
