@@ -285,8 +285,11 @@ fn cmd_info(
     json: bool,
     source: &loosefs::options::SourceArgs,
 ) -> Result<()> {
+    // A local source shows its JPEGs' dimensions; a URL is opened as a mount opens it (a zip
+    // or FFCV object from its tables alone, not downloaded for its JPEG headers).
+    let url = pack.to_str().is_some_and(loosefs::storage::object::is_url);
     let source = loosefs::options::SourceArgs {
-        probe_jpegs: true,
+        probe_jpegs: !url || source.probe_jpegs,
         ..source.clone()
     };
     let ds = loosefs::dataset::Dataset::open(pack, &source, !json)?;

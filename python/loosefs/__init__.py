@@ -85,7 +85,9 @@ def _run(args: List[str], error=LoosefsError, stream_stderr: bool = False) -> st
 @dataclasses.dataclass(frozen=True)
 class Info:
     """What `loosefs info --json` says of a source: `format` is `"loosefs"` for a pack, else
-    the detected format (`mds`, `tar`, ...). `raw` holds every field of the JSON."""
+    the detected format (`mds`, `tar`, ...). `jpeg_samples` is 0 for a zip or FFCV file at a
+    URL indexed from its tables alone (`raw["verify"] == "table"`: no JPEG header read).
+    `raw` holds every field of the JSON."""
 
     source: str
     format: str

@@ -127,7 +127,8 @@ pub struct ForeignInfo {
     pub source: String,
     /// The format's name (`--format` spelling).
     pub format: String,
-    /// Files shown, and those of them that are JPEGs with a readable header.
+    /// Files shown, and those of them that are JPEGs with a readable header (0 when indexed
+    /// from the tables alone, `verify` `table`: no header read).
     pub samples: u64,
     /// See `samples`.
     pub jpeg_samples: u64,
@@ -151,7 +152,9 @@ pub struct ForeignInfo {
     pub index: String,
     /// True when this run built the index (false: loaded, no sample read).
     pub index_built_now: bool,
-    /// How the samples are checked: `full` (every CRC-32 recorded at indexing) or `lazy`.
+    /// How the samples are checked: `full` (every CRC-32 recorded at indexing), `lazy` (the
+    /// format's own CRC-32s, else learned at the first read; JPEG headers read) or `table`
+    /// (as lazy, indexed from the format's tables alone: no JPEG header read).
     pub verify: String,
     /// Samples whose CRC-32 is learned at their first read (the others' are the format's own
     /// or were recorded at indexing).
@@ -162,11 +165,15 @@ impl ForeignInfo {
     /// The human-readable form.
     pub fn text(&self) -> String {
         format!(
-            "source:        {}\nformat:        {}\nsamples:       {} ({} JPEG), {} bytes\nclasses:       {}\nlabels:        {}\nfields:        {}\ncompression:   {}\nzero-copy:     {}\nfiles:         {} ({} bytes)\nindex:         {}{}\nverify:        {} ({} sample(s) checked against the CRC-32 of their first read)\n",
+            "source:        {}\nformat:        {}\nsamples:       {} ({}), {} bytes\nclasses:       {}\nlabels:        {}\nfields:        {}\ncompression:   {}\nzero-copy:     {}\nfiles:         {} ({} bytes)\nindex:         {}{}\nverify:        {} ({} sample(s) checked against the CRC-32 of their first read)\n",
             self.source,
             self.format,
             self.samples,
-            self.jpeg_samples,
+            if self.verify == "table" {
+                "JPEG headers not read: indexed from the format's tables alone".to_string()
+            } else {
+                format!("{} JPEG", self.jpeg_samples)
+            },
             self.sample_bytes,
             if self.classes == 0 {
                 "none (the archive's own tree)".to_string()
