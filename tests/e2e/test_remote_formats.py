@@ -390,5 +390,13 @@ def test_a_zip_or_ffcv_file_at_a_url_is_indexed_from_its_tables_alone(sets, rel)
         with Mount(f"https://127.0.0.1:{sets['nginx'].tls_port}/{rel}", w, *https(sets)) as mnt:
             assert remote_stats(mnt)["bytes_received"] <= 2 * block
             assert_same(mnt, ref)
+        # `info` opens a URL as a mount does, and says the JPEG headers were not read.
+        r = subprocess.run([loosefs_bin(), "info", f"s3://packs/{rel}", *s3(sets), "--json"], env=s3_env(),
+                           capture_output=True, text=True, timeout=120, check=True)
+        i = json.loads(r.stdout)
+        assert i["verify"] == "table" and i["samples"] == len(files_of(ref)), i
+        r = subprocess.run([loosefs_bin(), "info", f"s3://packs/{rel}", *s3(sets)], env=s3_env(),
+                           capture_output=True, text=True, timeout=120, check=True)
+        assert "JPEG headers not read" in r.stdout, r.stdout
     finally:
         subprocess.run([loosefs_bin(), "umount", str(ref)], timeout=120)
