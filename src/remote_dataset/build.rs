@@ -114,8 +114,10 @@ fn tables(cache: &BlockCache, src: &Path, opts: &ScanOptions) -> Result<Format, 
     };
     let ranges = match format {
         Format::Zip => {
-            let d = crate::formats::zip::table::directory(&mut read, len)?;
-            let cd = d.start..d.start + d.len;
+            use crate::formats::zip::table::{LOCAL_CHECKED, directory};
+            let d = directory(&mut read, len)?;
+            // The directory, and the local headers just before it that the scan checks.
+            let cd = d.start.saturating_sub(LOCAL_CHECKED)..d.start + d.len;
             vec![cd]
         }
         Format::Ffcv => {

@@ -6,7 +6,7 @@
 //! directory's; with no data descriptor (flag bit 3 clear) the member fills the bytes up to the
 //! next local header (or the central directory) exactly, so its local extra length is that gap
 //! less the header, name and data. An archive where that does not hold (a data descriptor,
-//! a gap no extra field can fill, a local header in [`LOCAL_CHECKED`] that disagrees) is
+//! a gap no extra field can fill, a local header near either end that disagrees) is
 //! refused with the reason: the caller reads it whole instead. Every served member is still
 //! checked against the CRC-32 the directory records before its bytes are served.
 //! Own code rather than the `zip` crate: the crate reads every local header to place a member.
@@ -21,8 +21,9 @@ use std::path::Path;
 /// 22-byte record, the longest comment (65,535) and the 20-byte zip64 locator before it.
 pub const TAIL: u64 = 22 + 0xFFFF + 20;
 
-/// Local headers that lie within this many bytes of the archive's start are read and must
-/// agree with the placement (the remote index build fetches the archive's first 1 MiB block).
+/// Local headers that lie within this many bytes of the archive's start, or of its central
+/// directory's start, are read and must agree with the placement (the remote index build
+/// fetches the archive's first 1 MiB block, and these bytes before the directory).
 pub const LOCAL_CHECKED: u64 = 64 << 10;
 
 /// Reads `len` bytes at `off` (fewer only at the end of the archive).
@@ -228,7 +229,8 @@ pub fn check_local(m: &Member, local: &[u8]) -> Result<(), String> {
 }
 
 /// Scans the archive `src` from its end record and central directory ([`directory`],
-/// [`members`], [`place`]; local headers within [`LOCAL_CHECKED`] checked), giving the samples
+/// [`members`], [`place`]; local headers within [`LOCAL_CHECKED`] of the archive's start or
+/// of the directory's checked), giving the samples
 /// [`super::scan`] gives (the same names, ranges, chunks and CRC-32s, in storage order).
 /// Errors, naming the archive: the reasons above, and those `super::scan` refuses for (an
 /// escaping, repeated or empty name, an encrypted member, another compression method).
@@ -242,7 +244,8 @@ pub fn scan(src: &Path) -> Result<Scan> {
     let cd = read_at(src, d.start, d.len as usize)?;
     let mut all = members(&cd, &d).map_err(bad)?;
     place(&mut all, d.start).map_err(bad)?;
-    for m in all.iter().filter(|m| m.data_start <= LOCAL_CHECKED) {
+    let near_end = d.start.saturating_sub(LOCAL_CHECKED);
+    for m in (all.iter()).filter(|m| m.data_start <= LOCAL_CHECKED || m.header >= near_end) {
         let local = read_at(src, m.header, 30 + m.name.len())?;
         check_local(m, &local).map_err(bad)?;
     }

@@ -144,3 +144,26 @@ fn gaps_truncations_and_garbage_are_refused_without_a_panic() {
         flipped[i] ^= 0x5a;
     }
 }
+
+#[test]
+fn a_local_header_just_before_the_directory_that_disagrees_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("a.zip");
+    write(&p, &varied(), "");
+    let mut b = std::fs::read(&p).unwrap();
+    let dir = {
+        let mut read = |off: u64, n: usize| read_at(&p, off, n);
+        directory(&mut read, b.len() as u64).unwrap()
+    };
+    let cd = &b[dir.start as usize..(dir.start + dir.len) as usize];
+    let ms = members(cd, &dir).unwrap();
+    // The last member by offset lies past the first 64 KiB (the members before it fill more).
+    let last = ms.iter().max_by_key(|m| m.header).unwrap();
+    assert!(last.header > LOCAL_CHECKED, "{}", last.header);
+    let at = last.header as usize;
+    assert_eq!(&b[at..at + 4], b"PK\x03\x04");
+    b[at + 28] = b[at + 28].wrapping_add(1);
+    std::fs::write(&p, &b).unwrap();
+    let e = format!("{:#}", scan(&p).unwrap_err());
+    assert!(e.contains("a.zip") && e.contains("disagrees"), "{e}");
+}
