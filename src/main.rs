@@ -285,13 +285,7 @@ fn cmd_info(
     json: bool,
     source: &loosefs::options::SourceArgs,
 ) -> Result<()> {
-    // A local source shows its JPEGs' dimensions; a URL is opened as a mount opens it (a zip
-    // or FFCV object from its tables alone, not downloaded for its JPEG headers).
-    let url = pack.to_str().is_some_and(loosefs::storage::object::is_url);
-    let source = loosefs::options::SourceArgs {
-        probe_jpegs: !url || source.probe_jpegs,
-        ..source.clone()
-    };
+    let source = source.for_info(pack);
     let ds = loosefs::dataset::Dataset::open(pack, &source, !json)?;
     if let loosefs::dataset::Dataset::Dir(d) = &ds {
         let i = loosefs::verify::info_of(&d.root.display().to_string(), d.bytes(), d.totals());

@@ -192,6 +192,17 @@ fn parse_format(s: &str) -> Result<crate::formats::Format, String> {
 }
 
 impl SourceArgs {
+    /// These options as `loosefs info SRC` uses them: a local source shows its JPEGs'
+    /// dimensions (every JPEG header read); a URL is opened as a mount opens it (a zip or FFCV
+    /// object from its tables alone, not downloaded for its JPEG headers).
+    pub fn for_info(&self, src: &Path) -> SourceArgs {
+        let url = src.to_str().is_some_and(crate::storage::object::is_url);
+        SourceArgs {
+            probe_jpegs: !url || self.probe_jpegs,
+            ..self.clone()
+        }
+    }
+
     /// The scan options these give. Errors: the class-names file cannot be read.
     pub fn scan_options(&self) -> anyhow::Result<crate::formats::ScanOptions> {
         use anyhow::Context;

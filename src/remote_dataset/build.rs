@@ -93,8 +93,8 @@ fn scan(src: &Path, opts: &ScanOptions, kept: &Path) -> Result<Foreign> {
 
 /// Fetches the tables of the one object `src` (cached by `cache`) when it is a zip or an FFCV
 /// file and `opts` can do without JPEG dimensions (lazy verify, no decoded views): its first
-/// block and its last bytes, then the end record and central directory, or the metadata
-/// and allocation tables.
+/// block and its last [`crate::formats::zip::table::TAIL`] bytes together, then the central
+/// directory, or the metadata and allocation tables.
 /// Returns its format; `Err`: why it must be downloaded whole instead.
 fn tables(cache: &BlockCache, src: &Path, opts: &ScanOptions) -> Result<Format, String> {
     if opts.verify != Verify::Lazy || opts.views {
@@ -105,9 +105,11 @@ fn tables(cache: &BlockCache, src: &Path, opts: &ScanOptions) -> Result<Format, 
         cache.download_range(off..off.saturating_add(n as u64))?;
         crate::formats::read_at(src, off, n)
     };
-    // What detecting the format reads: the head, and the last bytes (Parquet's magic).
-    read(0, 1 << 20).map_err(|e| e.to_string())?;
-    read(len.saturating_sub(8), 8).map_err(|e| e.to_string())?;
+    // In one round trip: the first block (what detecting the format reads, an FFCV file's
+    // header and field descriptors) and the end (a zip's end record; Parquet's magic).
+    let tail = crate::formats::zip::table::TAIL;
+    (cache.download_ranges(&[0..1 << 20, len.saturating_sub(tail)..len]))
+        .map_err(|e| e.to_string())?;
     let format = match opts.format {
         Some(f) => f,
         None => crate::formats::detect(src).map_err(|e| format!("{e:#}"))?,

@@ -47,7 +47,14 @@ impl Inner {
     /// Fetches every missing block of `r`, [`super::MERGE`] bytes per GET, waiting for them
     /// (the download of `--warm` and `pin`).
     pub(super) fn fetch_all(&self, r: &Range<u64>) -> io::Result<()> {
-        let runs = self.blocks.claim(self.blocks.covering(r));
+        self.fetch_all_of(std::slice::from_ref(r))
+    }
+
+    /// [`Self::fetch_all`] of several ranges at once: their GETs run concurrently.
+    pub(super) fn fetch_all_of(&self, ranges: &[Range<u64>]) -> io::Result<()> {
+        let runs: Vec<Range<usize>> = (ranges.iter())
+            .flat_map(|r| self.blocks.claim(self.blocks.covering(r)))
+            .collect();
         let results = self.source.runtime().block_on(futures::future::join_all(
             runs.into_iter().map(|run| self.fetch(run)),
         ));

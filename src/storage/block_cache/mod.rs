@@ -228,19 +228,28 @@ impl BlockCache {
     /// object: what indexing a dataset from its tables alone reads (a zip's central directory,
     /// an FFCV file's metadata and allocation tables). Errors: as [`Self::download`].
     pub fn download_range(&self, r: std::ops::Range<u64>) -> io::Result<()> {
-        let r = r.start.min(self.c.len)..r.end.min(self.c.len);
-        if r.is_empty() {
-            return Ok(());
-        }
-        self.c.fetch_all(&r)?;
-        let held = self.c.hold(&r)?;
-        let unstored = !held.memory.is_empty();
-        self.c.blocks.unhold(held.blocks);
-        if unstored {
-            return Err(io::Error::other(format!(
-                "{}: the cache's file system is full",
-                self.c.dir.path().display()
-            )));
+        self.download_ranges(&[r])
+    }
+
+    /// [`Self::download_range`] of several ranges, their GETs concurrent (one round trip for
+    /// a file's head and tail).
+    pub fn download_ranges(&self, ranges: &[std::ops::Range<u64>]) -> io::Result<()> {
+        let len = self.c.len;
+        let ranges: Vec<std::ops::Range<u64>> = (ranges.iter())
+            .map(|r| r.start.min(len)..r.end.min(len))
+            .filter(|r| !r.is_empty())
+            .collect();
+        self.c.fetch_all_of(&ranges)?;
+        for r in &ranges {
+            let held = self.c.hold(r)?;
+            let unstored = !held.memory.is_empty();
+            self.c.blocks.unhold(held.blocks);
+            if unstored {
+                return Err(io::Error::other(format!(
+                    "{}: the cache's file system is full",
+                    self.c.dir.path().display()
+                )));
+            }
         }
         Ok(())
     }
