@@ -418,3 +418,25 @@ fn offline_a_clean_complete_cache_serves_without_a_request_and_a_missing_block_f
     let report = c.remote_report().unwrap();
     assert!(report.offline && report.gets == 0, "{report:?}");
 }
+
+#[test]
+fn download_ranges_stores_only_the_blocks_of_its_ranges_and_waits_for_them() {
+    let w = World::new(8);
+    let c = w.open(64 << 20);
+    let end = w.data.len() as u64;
+    // A file's head and tail, as a table-only index fetches them: blocks 0 and 6..8.
+    c.download_ranges(&[0..100, end - BLOCK - 10..end + 50]).unwrap();
+    assert_eq!(c.counters().0, 3, "blocks 0, 6, 7 and nothing between");
+    assert_eq!(w.gets(), 2, "one GET per run of blocks");
+    // What the data file holds now is the object's bytes there, read without the cache.
+    let f = std::fs::File::open(c.data_path()).unwrap();
+    let mut head = vec![0u8; 100];
+    f.read_exact_at(&mut head, 0).unwrap();
+    assert_eq!(head, &w.data[..100]);
+    let mut tail = vec![0u8; BLOCK as usize];
+    f.read_exact_at(&mut tail, end - BLOCK).unwrap();
+    assert_eq!(tail, &w.data[(end - BLOCK) as usize..]);
+    // Again: nothing fetched; an empty or out-of-object range fetches nothing either.
+    c.download_ranges(&[0..100, end..end + 10, 5..5]).unwrap();
+    assert_eq!(w.gets(), 2);
+}
