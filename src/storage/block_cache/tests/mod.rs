@@ -425,7 +425,8 @@ fn download_ranges_stores_only_the_blocks_of_its_ranges_and_waits_for_them() {
     let c = w.open(64 << 20);
     let end = w.data.len() as u64;
     // A file's head and tail, as a table-only index fetches them: blocks 0 and 6..8.
-    c.download_ranges(&[0..100, end - BLOCK - 10..end + 50]).unwrap();
+    c.download_ranges(&[0..100, end - BLOCK - 10..end + 50])
+        .unwrap();
     assert_eq!(c.counters().0, 3, "blocks 0, 6, 7 and nothing between");
     assert_eq!(w.gets(), 2, "one GET per run of blocks");
     // What the data file holds now is the object's bytes there, read without the cache.
