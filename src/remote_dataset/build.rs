@@ -36,6 +36,9 @@ pub(super) fn build(
         if src != view {
             match tables(&caches[0], src, &opts) {
                 Ok(format) => {
+                    if progress {
+                        eprintln!("loosefs: indexing {url} once from its tables alone");
+                    }
                     let tabled = ScanOptions {
                         format: Some(format),
                         tables_only: true,

@@ -26,6 +26,10 @@ pub const TAIL: u64 = 22 + 0xFFFF + 20;
 /// fetches the archive's first 1 MiB block, and these bytes before the directory).
 pub const LOCAL_CHECKED: u64 = 64 << 10;
 
+/// The largest central directory read, bytes (about 12M members of 40-byte names): one that
+/// claims more is refused rather than held in memory.
+pub const MAX_DIRECTORY: u64 = 1 << 30;
+
 /// Reads `len` bytes at `off` (fewer only at the end of the archive).
 pub type ReadAt<'a> = dyn FnMut(u64, usize) -> std::io::Result<Vec<u8>> + 'a;
 
@@ -112,6 +116,12 @@ pub fn directory(read: &mut ReadAt<'_>, len: u64) -> Result<Directory, String> {
         return Err(format!(
             "the central directory ({} bytes at {}) runs past the end ({len} bytes)",
             d.len, d.start
+        ));
+    }
+    if d.len > MAX_DIRECTORY || d.len < d.entries.saturating_mul(46) {
+        return Err(format!(
+            "a central directory of {} bytes for {} members (at most {MAX_DIRECTORY} bytes, at least 46 a member)",
+            d.len, d.entries
         ));
     }
     Ok(d)

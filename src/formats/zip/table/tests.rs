@@ -167,3 +167,46 @@ fn a_local_header_just_before_the_directory_that_disagrees_is_refused() {
     let e = format!("{:#}", scan(&p).unwrap_err());
     assert!(e.contains("a.zip") && e.contains("disagrees"), "{e}");
 }
+
+#[test]
+fn an_end_record_claiming_a_huge_or_too_small_directory_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("a.zip");
+    write(&p, &varied(), "");
+    let good = std::fs::read(&p).unwrap();
+    let eocd = good.len() - 22;
+    assert_eq!(&good[eocd..eocd + 4], b"PK\x05\x06");
+    // The directory claims the whole archive from byte 0 (in bounds, but not 46 bytes a
+    // member short of it): refused before anything is read.
+    let mut b = good.clone();
+    b[eocd + 12..eocd + 16].copy_from_slice(&(eocd as u32).to_le_bytes());
+    b[eocd + 16..eocd + 20].copy_from_slice(&0u32.to_le_bytes());
+    b[eocd + 10..eocd + 12].copy_from_slice(&u16::MAX.to_le_bytes());
+    std::fs::write(&p, &b).unwrap();
+    let e = format!("{:#}", scan(&p).unwrap_err());
+    assert!(
+        e.contains("a.zip") && e.contains("central directory"),
+        "{e}"
+    );
+    let mut read = |off: u64, n: usize| read_at(&p, off, n);
+    let dir = directory(&mut read, b.len() as u64).unwrap_err();
+    assert!(dir.contains("at least 46 a member"), "{dir}");
+}
+
+#[test]
+fn a_directory_over_the_bound_is_refused_before_it_is_read() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("huge.zip");
+    let len = MAX_DIRECTORY + (2 << 20);
+    let f = std::fs::File::create(&p).unwrap();
+    f.set_len(len).unwrap(); // sparse: nothing but the end record is written
+    let mut eocd = b"PK\x05\x06".to_vec();
+    eocd.extend_from_slice(&[0, 0, 0, 0, 1, 0, 1, 0]);
+    eocd.extend_from_slice(&((MAX_DIRECTORY + 1) as u32).to_le_bytes());
+    eocd.extend_from_slice(&0u32.to_le_bytes());
+    eocd.extend_from_slice(&[0, 0]);
+    std::os::unix::fs::FileExt::write_all_at(&f, &eocd, len - 22).unwrap();
+    let mut read = |off: u64, n: usize| read_at(&p, off, n);
+    let e = directory(&mut read, len).unwrap_err();
+    assert!(e.contains("at most"), "{e}");
+}
