@@ -15,6 +15,10 @@ use std::path::Path;
 
 const FIELD_LEN: usize = 1041;
 
+/// Bytes at the start of an FFCV file that hold its header and field descriptors whatever
+/// their number (at most 255, as [`sniff`] accepts): what [`table_ranges`] needs first.
+pub const HEAD_MAX: usize = 24 + 255 * FIELD_LEN;
+
 /// Ok when `src` is a file whose header reads as FFCV version 2.
 pub fn sniff(src: &Path) -> std::result::Result<(), String> {
     if !src.is_file() {

@@ -28,47 +28,105 @@ pub fn sniff(src: &std::path::Path) -> std::result::Result<(), String> {
     }
 }
 
-/// The sample of member `m` named `name`: a STORED member in place in the archive (object 0),
-/// a deflated one as a new chunk object pushed to `objects`/`chunks`. `None` for another
-/// compression method.
-fn member_sample(
-    m: &zip::read::ZipFile<'_, Cursor<&[u8]>>,
-    name: &str,
-    objects: &mut Vec<std::path::PathBuf>,
-    chunks: &mut Vec<Option<ChunkSpec>>,
-    src: &Path,
+/// The scan being built from an archive's members, whichever reader placed them (the `zip`
+/// crate in [`scan`], the central directory alone in [`table::scan`]).
+pub(crate) struct Members<'a> {
+    src: &'a Path,
     mtime: i64,
-) -> Option<Sample> {
-    let start = m.data_start();
-    let (object, range) = match m.compression() {
-        zip::CompressionMethod::Stored => (0, start..start + m.compressed_size()),
-        zip::CompressionMethod::Deflated => {
-            objects.push(src.to_path_buf());
-            chunks.push(Some(ChunkSpec {
-                codec: Codec::Deflate,
-                offset: start,
-                stored_len: m.compressed_size(),
-                len: m.size(),
-                crc32: Some(m.crc32()),
-                parquet: None,
-            }));
-            (objects.len() as u32 - 1, 0..m.size())
+    objects: Vec<std::path::PathBuf>,
+    chunks: Vec<Option<ChunkSpec>>,
+    samples: Vec<Sample>,
+    /// Members stored with a method loosefs does not serve: name (method).
+    other: Vec<String>,
+}
+
+impl<'a> Members<'a> {
+    /// No member yet; object 0 is the archive `src` itself.
+    pub(crate) fn new(src: &'a Path) -> Members<'a> {
+        Members {
+            src,
+            mtime: mtime_of(src),
+            objects: vec![src.to_path_buf()],
+            chunks: vec![None],
+            samples: Vec::new(),
+            other: Vec::new(),
         }
-        _ => return None,
-    };
-    let (dir, base) = match name.rfind('/') {
-        Some(i) => (name[..i].to_string(), name[i + 1..].to_string()),
-        None => (String::new(), name.to_string()),
-    };
-    Some(Sample {
-        object,
-        range,
-        dir: Some(dir),
-        name: base,
-        crc32: Some(m.crc32()),
-        mtime,
-        ..Sample::default()
-    })
+    }
+
+    /// Adds the member `name` (its checked components joined by `/`): its data at byte `start`
+    /// of the archive, `compressed` bytes stored, `size` once inflated, with CRC-32 `crc32`.
+    /// `method`: `Ok(false)` STORED (served in place, object 0), `Ok(true)` deflated (a new
+    /// chunk object), `Err(shown)` another method (refused by [`Self::finish`]).
+    pub(crate) fn add(
+        &mut self,
+        name: String,
+        method: Result<bool, String>,
+        start: u64,
+        compressed: u64,
+        size: u64,
+        crc32: u32,
+    ) {
+        let (object, range) = match method {
+            Ok(false) => (0, start..start + compressed),
+            Ok(true) => {
+                self.objects.push(self.src.to_path_buf());
+                self.chunks.push(Some(ChunkSpec {
+                    codec: Codec::Deflate,
+                    offset: start,
+                    stored_len: compressed,
+                    len: size,
+                    crc32: Some(crc32),
+                    parquet: None,
+                }));
+                (self.objects.len() as u32 - 1, 0..size)
+            }
+            Err(shown) => return self.other.push(format!("{name} ({shown})")),
+        };
+        let (dir, base) = match name.rfind('/') {
+            Some(i) => (name[..i].to_string(), name[i + 1..].to_string()),
+            None => (String::new(), name),
+        };
+        self.samples.push(Sample {
+            object,
+            range,
+            dir: Some(dir),
+            name: base,
+            crc32: Some(crc32),
+            mtime: self.mtime,
+            ..Sample::default()
+        });
+    }
+
+    /// The scan, samples in storage order (stored members by offset, then each deflated
+    /// member's chunk). Errors: a member stored with another method (the archive named, the
+    /// first such member shown, `loosefs pack` offered).
+    pub(crate) fn finish(mut self) -> Result<Scan> {
+        let src = self.src;
+        if let Some(first) = self.other.first() {
+            bail!(
+                "{}: {} member(s) compressed with a method loosefs does not serve (first: {first}); convert with `loosefs pack {} OUT.pack`",
+                src.display(),
+                self.other.len(),
+                src.display()
+            );
+        }
+        self.samples.sort_by_key(|s| (s.object, s.range.start));
+        let deflated = self.chunks.iter().filter(|c| c.is_some()).count();
+        Ok(Scan {
+            format: Format::Zip,
+            derived: Vec::new(),
+            objects: self.objects,
+            chunks: self.chunks,
+            samples: self.samples,
+            fields: vec!["member".into()],
+            compression: if deflated > 0 {
+                format!("{deflated} deflated member(s), served through the chunk cache")
+            } else {
+                "none (stored)".into()
+            },
+            labels: "none: the archive's own tree".into(),
+        })
+    }
 }
 
 /// Reads the central directory. Member names follow the same rules as `loosefs pack`'s
@@ -81,11 +139,7 @@ pub fn scan(src: &std::path::Path) -> Result<Scan> {
     let mut z = zip::ZipArchive::new(Cursor::new(&map[..]))
         .with_context(|| format!("{}: not a readable zip archive", src.display()))?;
     refuse_merged_duplicates(src, &map, &mut z)?;
-    let mtime = mtime_of(src);
-    let mut samples = Vec::new();
-    let mut objects = vec![src.to_path_buf()];
-    let mut chunks = vec![None];
-    let mut other = Vec::new();
+    let mut members = Members::new(src);
     for i in 0..z.len() {
         let m = z
             .by_index_raw(i)
@@ -94,39 +148,16 @@ pub fn scan(src: &std::path::Path) -> Result<Scan> {
             member_parts(src, &m)?; // a directory's name is checked all the same
             continue;
         }
-        let parts = member_parts(src, &m)?;
-        let name = parts.join("/");
-        match member_sample(&m, &name, &mut objects, &mut chunks, src, mtime) {
-            Some(sample) => samples.push(sample),
-            None => other.push(format!("{name} ({:?})", m.compression())),
-        }
+        let name = member_parts(src, &m)?.join("/");
+        let method = match m.compression() {
+            zip::CompressionMethod::Stored => Ok(false),
+            zip::CompressionMethod::Deflated => Ok(true),
+            other => Err(format!("{other:?}")),
+        };
+        let (start, compressed, size) = (m.data_start(), m.compressed_size(), m.size());
+        members.add(name, method, start, compressed, size, m.crc32());
     }
-    if !other.is_empty() {
-        bail!(
-            "{}: {} member(s) compressed with a method loosefs does not serve (first: {}); convert with `loosefs pack {} OUT.pack`",
-            src.display(),
-            other.len(),
-            other[0],
-            src.display()
-        );
-    }
-    // Storage order: stored members by offset, then each deflated member's chunk.
-    samples.sort_by_key(|s| (s.object, s.range.start));
-    let deflated = chunks.iter().filter(|c| c.is_some()).count();
-    Ok(Scan {
-        format: Format::Zip,
-        derived: Vec::new(),
-        objects,
-        chunks,
-        samples,
-        fields: vec!["member".into()],
-        compression: if deflated > 0 {
-            format!("{deflated} deflated member(s), served through the chunk cache")
-        } else {
-            "none (stored)".into()
-        },
-        labels: "none: the archive's own tree".into(),
-    })
+    members.finish()
 }
 
 /// The checked components of member `m` of archive `src`, by the rules `loosefs pack` and the

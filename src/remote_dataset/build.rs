@@ -111,7 +111,8 @@ fn tables(cache: &BlockCache, src: &Path, opts: &ScanOptions) -> Result<Format, 
     // In one round trip: the first block (what detecting the format reads, an FFCV file's
     // header and field descriptors) and the end (a zip's end record; Parquet's magic).
     let tail = crate::formats::zip::table::TAIL;
-    (cache.download_ranges(&[0..1 << 20, len.saturating_sub(tail)..len]))
+    let first = crate::storage::block_cache::BLOCK;
+    (cache.download_ranges(&[0..first, len.saturating_sub(tail)..len]))
         .map_err(|e| e.to_string())?;
     let format = match opts.format {
         Some(f) => f,
@@ -126,7 +127,7 @@ fn tables(cache: &BlockCache, src: &Path, opts: &ScanOptions) -> Result<Format, 
             vec![cd]
         }
         Format::Ffcv => {
-            let head = read(0, 24 + 255 * 1041).map_err(|e| e.to_string())?;
+            let head = read(0, crate::formats::ffcv::HEAD_MAX).map_err(|e| e.to_string())?;
             crate::formats::ffcv::table_ranges(&head, len)?
         }
         f => return Err(format!("{} records no table of its samples", f.name())),

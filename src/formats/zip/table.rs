@@ -11,8 +11,7 @@
 //! checked against the CRC-32 the directory records before its bytes are served.
 //! Own code rather than the `zip` crate: the crate reads every local header to place a member.
 
-use super::super::{ChunkSpec, Format, Sample, Scan, mtime_of, read_at};
-use crate::storage::chunks::Codec;
+use super::super::{Scan, read_at};
 use anyhow::{Result, anyhow, bail};
 use std::collections::HashSet;
 use std::path::Path;
@@ -264,9 +263,8 @@ pub fn scan(src: &Path) -> Result<Scan> {
 
 /// The scan of `members` of archive `src`, by the rules of [`super::scan`].
 fn samples_of(src: &Path, members: &[Member]) -> Result<Scan> {
-    let mtime = mtime_of(src);
-    let (mut objects, mut chunks) = (vec![src.to_path_buf()], vec![None]);
-    let (mut samples, mut other, mut seen) = (Vec::new(), Vec::new(), HashSet::new());
+    let mut out = super::Members::new(src);
+    let mut seen = HashSet::new();
     for m in members {
         let shown = String::from_utf8_lossy(&m.name).into_owned();
         if !seen.insert(&m.name) {
@@ -297,65 +295,21 @@ fn samples_of(src: &Path, members: &[Member]) -> Result<Scan> {
                 src.display()
             );
         }
-        let (object, range) = match m.method {
-            0 => (0, m.data_start..m.data_start + m.compressed),
-            8 => {
-                objects.push(src.to_path_buf());
-                chunks.push(Some(ChunkSpec {
-                    codec: Codec::Deflate,
-                    offset: m.data_start,
-                    stored_len: m.compressed,
-                    len: m.size,
-                    crc32: Some(m.crc32),
-                    parquet: None,
-                }));
-                (objects.len() as u32 - 1, 0..m.size)
-            }
-            other_method => {
-                other.push(format!("{} (method {other_method})", parts.join("/")));
-                continue;
-            }
+        let method = match m.method {
+            0 => Ok(false),
+            8 => Ok(true),
+            other => Err(format!("method {other}")),
         };
-        let name = parts.join("/");
-        let (dir, base) = match name.rfind('/') {
-            Some(i) => (name[..i].to_string(), name[i + 1..].to_string()),
-            None => (String::new(), name.clone()),
-        };
-        samples.push(Sample {
-            object,
-            range,
-            dir: Some(dir),
-            name: base,
-            crc32: Some(m.crc32),
-            mtime,
-            ..Sample::default()
-        });
-    }
-    if !other.is_empty() {
-        bail!(
-            "{}: {} member(s) compressed with a method loosefs does not serve (first: {}); convert with `loosefs pack {} OUT.pack`",
-            src.display(),
-            other.len(),
-            other[0],
-            src.display()
+        out.add(
+            parts.join("/"),
+            method,
+            m.data_start,
+            m.compressed,
+            m.size,
+            m.crc32,
         );
     }
-    samples.sort_by_key(|s| (s.object, s.range.start));
-    let deflated = chunks.iter().filter(|c| c.is_some()).count();
-    Ok(Scan {
-        format: Format::Zip,
-        derived: Vec::new(),
-        objects,
-        chunks,
-        samples,
-        fields: vec!["member".into()],
-        compression: if deflated > 0 {
-            format!("{deflated} deflated member(s), served through the chunk cache")
-        } else {
-            "none (stored)".into()
-        },
-        labels: "none: the archive's own tree".into(),
-    })
+    out.finish()
 }
 
 #[cfg(test)]

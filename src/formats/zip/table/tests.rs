@@ -44,6 +44,15 @@ fn shape(s: &Scan) -> Vec<String> {
     v
 }
 
+/// The directory and members of the archive at `p`, as [`scan`] finds them (before [`place`]).
+fn table_of(p: &Path) -> (Directory, Vec<Member>) {
+    let b = std::fs::read(p).unwrap();
+    let mut read = |off: u64, n: usize| read_at(p, off, n);
+    let dir = directory(&mut read, b.len() as u64).unwrap();
+    let cd = &b[dir.start as usize..(dir.start + dir.len) as usize];
+    (dir, members(cd, &dir).unwrap())
+}
+
 fn varied() -> Vec<(&'static str, Vec<u8>, Opts)> {
     let mut central_only = opts(false);
     central_only
@@ -86,13 +95,7 @@ fn an_archive_with_data_descriptors_is_refused_saying_why() {
     w.start_file("a.jpg", opts(false)).unwrap();
     w.write_all(b"streamed").unwrap();
     w.finish().unwrap();
-    let flags: Vec<u16> = {
-        let b = std::fs::read(&p).unwrap();
-        let mut read = |off: u64, n: usize| read_at(&p, off, n);
-        let dir = directory(&mut read, b.len() as u64).unwrap();
-        let cd = &b[dir.start as usize..(dir.start + dir.len) as usize];
-        members(cd, &dir).unwrap().iter().map(|m| m.flags).collect()
-    };
+    let flags: Vec<u16> = table_of(&p).1.iter().map(|m| m.flags).collect();
     assert!(flags.iter().all(|f| f & 0x8 != 0), "{flags:?}");
     let e = format!("{:#}", scan(&p).unwrap_err());
     assert!(
@@ -122,12 +125,7 @@ fn gaps_truncations_and_garbage_are_refused_without_a_panic() {
     write(&p, &varied(), "c");
     let good = std::fs::read(&p).unwrap();
     // Bytes between two members: no local extra field explains them.
-    let dir = {
-        let mut read = |off: u64, n: usize| read_at(&p, off, n);
-        directory(&mut read, good.len() as u64).unwrap()
-    };
-    let cd = &good[dir.start as usize..(dir.start + dir.len) as usize];
-    let mut ms = members(cd, &dir).unwrap();
+    let (dir, mut ms) = table_of(&p);
     ms[1].header += 70_000;
     assert!(place(&mut ms, dir.start).is_err());
     for cut in [0, 10, good.len() / 2, good.len() - 30, good.len() - 1] {
@@ -151,12 +149,7 @@ fn a_local_header_just_before_the_directory_that_disagrees_is_refused() {
     let p = d.path().join("a.zip");
     write(&p, &varied(), "");
     let mut b = std::fs::read(&p).unwrap();
-    let dir = {
-        let mut read = |off: u64, n: usize| read_at(&p, off, n);
-        directory(&mut read, b.len() as u64).unwrap()
-    };
-    let cd = &b[dir.start as usize..(dir.start + dir.len) as usize];
-    let ms = members(cd, &dir).unwrap();
+    let (_, ms) = table_of(&p);
     // The last member by offset lies past the first 64 KiB (the members before it fill more).
     let last = ms.iter().max_by_key(|m| m.header).unwrap();
     assert!(last.header > LOCAL_CHECKED, "{}", last.header);
