@@ -38,9 +38,7 @@ fn check_mountpoint(mnt: &Path) -> Result<PathBuf> {
     match std::fs::metadata(mnt) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => bail!("mountpoint {} is not a directory", mnt.display()),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => {
-            bail!(stale_message(mnt))
-        }
+        Err(e) if e.raw_os_error().is_some_and(daemon_gone) => bail!(stale_message(mnt)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             bail!(
                 "mountpoint {} does not exist (create it with `mkdir -p {0}`)",
@@ -54,8 +52,8 @@ fn check_mountpoint(mnt: &Path) -> Result<PathBuf> {
     if let Some(fstype) = mount_fstype(&abs) {
         // statfs always reaches the daemon (the kernel caches no answer), so it tells a live
         // FUSE mount from one whose daemon died even while attributes are still cached.
-        if let Err(nix::errno::Errno::ENOTCONN | nix::errno::Errno::ECONNABORTED) =
-            nix::sys::statvfs::statvfs(&abs)
+        if let Err(e) = nix::sys::statvfs::statvfs(&abs)
+            && daemon_gone(e as i32)
         {
             bail!(stale_message(mnt));
         }
@@ -67,9 +65,18 @@ fn check_mountpoint(mnt: &Path) -> Result<PathBuf> {
     Ok(abs)
 }
 
+/// Whether `errno`, answered for a FUSE mountpoint, means its daemon is gone: ENOTCONN or
+/// ECONNABORTED once the kernel has aborted the connection, and ECANCELED before that over
+/// FUSE-over-io_uring — a request queued to a ring entry whose task died is cancelled
+/// (`fs/fuse/dev_uring.c`) until the ring's teardown, which runs after the process has exited,
+/// releases `/dev/fuse` and aborts the connection.
+fn daemon_gone(errno: i32) -> bool {
+    matches!(errno, libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED)
+}
+
 fn stale_message(mnt: &Path) -> String {
     format!(
-        "mountpoint {0} is a stale FUSE mount: the daemon that served it has died, so using it fails with \"Transport endpoint is not connected\" or \"Software caused connection abort\".\n\
+        "mountpoint {0} is a stale FUSE mount: the daemon that served it has died, so using it fails with \"Transport endpoint is not connected\", \"Software caused connection abort\" or \"Operation canceled\".\n\
          Fix: `loosefs umount {0}` (or `umount -l {0}` / `fusermount3 -uz {0}`), then mount again.",
         mnt.display()
     )
