@@ -184,3 +184,6 @@ fn download_all(
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests;
