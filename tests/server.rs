@@ -914,6 +914,87 @@ fn push_ahead_follows_an_announced_order_from_a_few_samples_past_each_read() {
 }
 
 #[test]
+fn a_push_run_overtaken_by_its_reader_leaves_it_the_next_positions() {
+    // Positions a run leaves to a reader that overtook it (`OVERTAKEN_LEAVE` in push.rs).
+    const LEAVE: usize = 96;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("many");
+    for k in 0..300u32 {
+        let d = src.join(format!("c{}", k % 3));
+        std::fs::create_dir_all(&d).unwrap();
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 + k * 13) as u8).collect();
+        std::fs::write(d.join(format!("f{k:03}.bin")), data).unwrap();
+    }
+    let out = tmp.path().join("many.pack");
+    let o = common::loosefs(&[&"pack", &src, &out]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let pack = Pack::open(&out).unwrap();
+    let storage = Observed::new(&pack);
+    let catalog = Arc::new(loosefs::catalog::native::NativeCatalog::new(
+        pack,
+        Views::default(),
+    ));
+    let mut opts = common::server_options(64);
+    opts.readahead.window_max = 0; // no streams: only the order reads ahead
+    opts.readahead.order_window = 1 << 30;
+    let s = Arc::new(Server::new(catalog, storage, opts));
+    // The first store waits, mid-run, until the reader has overtaken the run.
+    type Stored = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
+    let stored: Stored = Arc::default();
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel::<()>();
+    let gate = Mutex::new(Some((started_tx, go_rx)));
+    let st = stored.clone();
+    s.start_push(Box::new(move |ino, data| {
+        if let Some((tx, rx)) = gate.lock().unwrap().take() {
+            tx.send(()).unwrap();
+            rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        }
+        st.lock().unwrap().push((ino, data.to_vec()));
+        Ok(())
+    }));
+    let mut files = Vec::new();
+    walk(&s, ROOT_INO, "", &mut files);
+    let n = files.len();
+    assert_eq!(n, 300);
+    let order: Vec<(String, u64)> = shuffled(n).into_iter().map(|k| files[k].clone()).collect();
+    let refs: Vec<&str> = order.iter().map(|(p, _)| p.as_str()).collect();
+    announce(&s, 7, &refs, 128 << 10);
+    wait_for("the whole order read ahead", || {
+        order_report(&s).read_ahead >= n as u64
+    });
+    // A READ at position 0: its run starts 8 positions on, at 9, and waits in that store.
+    read_all(&s, order[0].1);
+    started
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the run's first store");
+    // Meanwhile the reader reads positions 10 and 11 itself: it has overtaken the run.
+    read_all(&s, order[10].1);
+    read_all(&s, order[11].1);
+    go.send(()).unwrap();
+    s.settle_push();
+    let pos: std::collections::HashMap<u64, usize> = (order.iter().enumerate())
+        .map(|(k, (_, ino))| (*ino, k))
+        .collect();
+    let pushed = stored.lock().unwrap().clone();
+    let at: Vec<usize> = pushed.iter().map(|(ino, _)| pos[ino]).collect();
+    // The run went on past what it left the reader (12..=107) instead of pushing position 12
+    // just ahead of it; what it left is pushed later only by runs that start past a READ.
+    assert_eq!(
+        at[..2],
+        [9, 12 + LEAVE],
+        "stores in order of position: {at:?}"
+    );
+    assert!(at.iter().all(|&p| p >= 9 && p != 10 && p != 11), "{at:?}");
+    let once: std::collections::HashSet<usize> = at.iter().copied().collect();
+    assert_eq!(once.len(), at.len(), "a sample pushed twice: {at:?}");
+    for (ino, data) in &pushed {
+        let path = &order[pos[ino]].0;
+        assert_eq!(data, &std::fs::read(src.join(path)).unwrap(), "{path}");
+    }
+}
+
+#[test]
 fn decode_ahead_follows_an_announced_order_of_views() {
     let tmp = tempfile::tempdir().unwrap();
     let (out, views) = npy_pack(tmp.path());
