@@ -1,4 +1,5 @@
-//! Helpers shared by the in-process tests: a small tmpfs to stand in for a full disk.
+//! Helpers shared by the in-process tests: a small tmpfs to stand in for a full disk, and
+//! deterministic bytes no compressor shrinks.
 
 use std::path::{Path, PathBuf};
 
@@ -33,4 +34,18 @@ impl Drop for SmallTmpfs {
     fn drop(&mut self) {
         let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
     }
+}
+
+/// `n` bytes of a xorshift64 sequence started from `seed` (made odd): deterministic, no two
+/// stretches alike, incompressible.
+pub fn noise(seed: u64, n: usize) -> Vec<u8> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect()
 }

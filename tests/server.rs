@@ -832,10 +832,9 @@ fn announcements_replace_their_process_order_and_refuse_what_is_not_an_order() {
     assert_eq!(s.write(ROOT_INO, 0, b"x", 11), Err(FsError::ReadOnly));
 }
 
-#[test]
-fn push_ahead_follows_an_announced_order_from_a_few_samples_past_each_read() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (src, pack) = packed(tmp.path());
+/// A server of `pack` pushing ahead (64 samples) whose only read-ahead is an announced order's
+/// (no stream detector), with a 1 GiB order window.
+fn push_order_server(pack: Pack) -> Arc<Server> {
     let storage = Observed::new(&pack);
     let catalog = Arc::new(loosefs::catalog::native::NativeCatalog::new(
         pack,
@@ -844,7 +843,14 @@ fn push_ahead_follows_an_announced_order_from_a_few_samples_past_each_read() {
     let mut opts = common::server_options(64);
     opts.readahead.window_max = 0; // no streams: only the order reads ahead
     opts.readahead.order_window = 1 << 30;
-    let s = Arc::new(Server::new(catalog, storage, opts));
+    Arc::new(Server::new(catalog, storage, opts))
+}
+
+#[test]
+fn push_ahead_follows_an_announced_order_from_a_few_samples_past_each_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, pack) = packed(tmp.path());
+    let s = push_order_server(pack);
     // What the push thread stores, and which READ each store came after (its position).
     type Stored = Arc<Mutex<Vec<(u64, Vec<u8>, usize)>>>;
     let stored: Stored = Arc::default();
@@ -929,15 +935,7 @@ fn a_push_run_overtaken_by_its_reader_leaves_it_the_next_positions() {
     let o = common::loosefs(&[&"pack", &src, &out]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let pack = Pack::open(&out).unwrap();
-    let storage = Observed::new(&pack);
-    let catalog = Arc::new(loosefs::catalog::native::NativeCatalog::new(
-        pack,
-        Views::default(),
-    ));
-    let mut opts = common::server_options(64);
-    opts.readahead.window_max = 0; // no streams: only the order reads ahead
-    opts.readahead.order_window = 1 << 30;
-    let s = Arc::new(Server::new(catalog, storage, opts));
+    let s = push_order_server(pack);
     // The first store waits, mid-run, until the reader has overtaken the run.
     type Stored = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
     let stored: Stored = Arc::default();

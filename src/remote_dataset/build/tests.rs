@@ -9,18 +9,7 @@ use crate::storage::object_source::{FakeObject, ObjectSource};
 use std::io::Write;
 use std::sync::atomic::Ordering::SeqCst;
 
-/// `n` bytes no compressor shrinks and no two members share.
-fn noise(seed: u64, n: usize) -> Vec<u8> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect()
-}
+use crate::testutil::noise;
 
 /// A zip of `n` stored 60 KB members in class directories (`stream`: written with data
 /// descriptors, as a writer to a pipe does).

@@ -11,15 +11,7 @@ use std::sync::atomic::Ordering::SeqCst;
 
 /// `n` bytes of a deterministic pattern (no two blocks alike).
 fn pattern(n: u64) -> Vec<u8> {
-    let mut s = 0x9e37_79b9_7f4a_7c15u64;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect()
+    crate::testutil::noise(0x9e37_79b9_7f4a_7c15, n as usize)
 }
 
 struct World {
