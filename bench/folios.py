@@ -15,6 +15,7 @@ import argparse
 import mmap
 import os
 import pathlib
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -118,6 +119,7 @@ def main():
     finally:
         for m in mnts.values():
             subprocess.run([str(BIN), "umount", str(m)], stderr=subprocess.DEVNULL)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

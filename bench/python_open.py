@@ -9,6 +9,7 @@ Run as root from the repository with the test venv: python bench/python_open.py 
 """
 import argparse
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -65,6 +66,7 @@ def main():
         loosefs.patch_open(False)
     finally:
         subprocess.run([str(BIN), "umount", str(mnt)], check=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -267,6 +267,8 @@ def main():
     finally:
         weed.stop()
         print(json.dumps(out, indent=1))
+        if not a.work:  # a directory of its own: nothing in it is kept
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import argparse
 import json
 import pathlib
 import re
+import shutil
 import subprocess
 import tempfile
 
@@ -51,33 +52,36 @@ def main():
                     help="mount --transport values, measured one after the other in this run")
     a = ap.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-request-cost-"))
-    pack, mnt = work / "data.pack", work / "mnt"
-    mnt.mkdir()
-    subprocess.run([str(BIN), "pack", a.data, str(pack), "--json"], check=True, stdout=subprocess.DEVNULL)
-    transports = a.transports.split(",")
-    rows = {tr: measure(pack, mnt, tr, a.data, a.iters) for tr in transports}
-    for t in ["1", "4"]:
-        rows[("dir", t)] = run(a.data, "--iters", a.iters, "--threads", t, "--warm")
-    print("| call (request) | threads | transport | mount: µs per call | calls/s | client CPU µs | daemon CPU µs | daemon switches | same call on the directory: µs |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    names = {"ioctl": "ioctl TCGETS (IOCTL)", "lookup": "stat of a missing name (LOOKUP)",
-             "getattr": "statx FORCE_SYNC (GETATTR)", "dontneed": "fadvise DONTNEED (none)",
-             "read4k": "DONTNEED + pread 4 KiB (READ 4 KiB)", "read128k": "DONTNEED + pread 128 KiB (READ 128 KiB)",
-             "open": "open + close (none: answered by the kernel)"}
-    for op, name in names.items():
+    try:
+        pack, mnt = work / "data.pack", work / "mnt"
+        mnt.mkdir()
+        subprocess.run([str(BIN), "pack", a.data, str(pack), "--json"], check=True, stdout=subprocess.DEVNULL)
+        transports = a.transports.split(",")
+        rows = {tr: measure(pack, mnt, tr, a.data, a.iters) for tr in transports}
         for t in ["1", "4"]:
-            for tr in transports:
-                m, d = rows[tr][("mount", t)][op], rows[("dir", t)][op]
-                print(f"| {name} | {t} | {tr} | {m['wall_ns_per_call']/1e3:.1f} | {m['calls_per_s']:,.0f} | "
-                      f"{m['client_cpu_ns_per_call']/1e3:.1f} | {m['daemon_cpu_ns_per_call']/1e3:.1f} | "
-                      f"{m['daemon_switches_per_call']:.2f} | {d['wall_ns_per_call']/1e3:.2f} (warm) |")
-    for op in ["read4k", "read128k"]:
-        for t in ["1", "4"]:
-            for tr in transports:
-                m, d = rows[tr][("mount warm", t)][op], rows[("dir", t)][op]
-                print(f"| pread {'4' if op == 'read4k' else '128'} KiB, page cache holds it (none) | {t} | {tr} | "
-                      f"{m['wall_ns_per_call']/1e3:.2f} | {m['calls_per_s']:,.0f} | {m['client_cpu_ns_per_call']/1e3:.2f} | "
-                      f"{m['daemon_cpu_ns_per_call']/1e3:.1f} | {m['daemon_switches_per_call']:.2f} | {d['wall_ns_per_call']/1e3:.2f} |")
+            rows[("dir", t)] = run(a.data, "--iters", a.iters, "--threads", t, "--warm")
+        print("| call (request) | threads | transport | mount: µs per call | calls/s | client CPU µs | daemon CPU µs | daemon switches | same call on the directory: µs |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        names = {"ioctl": "ioctl TCGETS (IOCTL)", "lookup": "stat of a missing name (LOOKUP)",
+                 "getattr": "statx FORCE_SYNC (GETATTR)", "dontneed": "fadvise DONTNEED (none)",
+                 "read4k": "DONTNEED + pread 4 KiB (READ 4 KiB)", "read128k": "DONTNEED + pread 128 KiB (READ 128 KiB)",
+                 "open": "open + close (none: answered by the kernel)"}
+        for op, name in names.items():
+            for t in ["1", "4"]:
+                for tr in transports:
+                    m, d = rows[tr][("mount", t)][op], rows[("dir", t)][op]
+                    print(f"| {name} | {t} | {tr} | {m['wall_ns_per_call']/1e3:.1f} | {m['calls_per_s']:,.0f} | "
+                          f"{m['client_cpu_ns_per_call']/1e3:.1f} | {m['daemon_cpu_ns_per_call']/1e3:.1f} | "
+                          f"{m['daemon_switches_per_call']:.2f} | {d['wall_ns_per_call']/1e3:.2f} (warm) |")
+        for op in ["read4k", "read128k"]:
+            for t in ["1", "4"]:
+                for tr in transports:
+                    m, d = rows[tr][("mount warm", t)][op], rows[("dir", t)][op]
+                    print(f"| pread {'4' if op == 'read4k' else '128'} KiB, page cache holds it (none) | {t} | {tr} | "
+                          f"{m['wall_ns_per_call']/1e3:.2f} | {m['calls_per_s']:,.0f} | {m['client_cpu_ns_per_call']/1e3:.2f} | "
+                          f"{m['daemon_cpu_ns_per_call']/1e3:.1f} | {m['daemon_switches_per_call']:.2f} | {d['wall_ns_per_call']/1e3:.2f} |")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ Run as root from the repository with the test venv: python bench/requests_per_fi
 import argparse
 import json
 import pathlib
+import shutil
 import subprocess
 import tempfile
 
@@ -99,6 +100,7 @@ def main():
                       + f" | {sum(per.values()):.2f} |")
     finally:
         subprocess.run([str(BIN), "umount", str(mnt)], check=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# The free space the run starts with (tests/README: it needs a few GB): shown for a failure's log.
+df -h "${TMPDIR:-/tmp}" .
 echo "== cargo fmt --check / clippy"
 cargo fmt --check
 cargo clippy --release --all-targets -- -D warnings
@@ -35,5 +37,6 @@ else
   cargo test --release
 fi
 echo "== Python end-to-end loader tests"
+# Their directories (~5 GB) are removed when every test passed, kept for a failed run.
 cd tests/e2e
-LOOSEFS_BIN="$PWD/../../target/release/loosefs" "$VENV/bin/python" -m pytest -rs -v -p no:cacheprovider --timeout "$LOOSEFS_TEST_TIMEOUT" --timeout-method thread .
+LOOSEFS_BIN="$PWD/../../target/release/loosefs" "$VENV/bin/python" -m pytest -rs -v -p no:cacheprovider -o tmp_path_retention_policy=failed --timeout "$LOOSEFS_TEST_TIMEOUT" --timeout-method thread .

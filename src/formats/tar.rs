@@ -104,12 +104,19 @@ fn split(path: &str) -> (String, String, String, String) {
 /// How many inflated bytes are written between two checks of the free space, bytes.
 const INFLATE_CHECK: u64 = 64 << 20;
 
+/// Most free space an inflation leaves untouched, bytes: a gzip bomb is stopped with this much
+/// still free, so the rest of the machine keeps working while the partial copy is removed.
+const INFLATE_FLOOR_CAP: u64 = 1 << 30;
+
 /// What `dir`'s file system can take before its free space falls under 5% of its size (the
-/// block cache's floor, mountpoint-s3's default), bytes.
+/// block cache's floor, mountpoint-s3's default) or under [`INFLATE_FLOOR_CAP`], whichever is
+/// less, bytes. The cap keeps a large file system from refusing a shard with gigabytes free: 5%
+/// of a 250 GB disk is 12.5 GB.
 fn inflate_room(dir: &Path) -> Result<u64> {
     let s = nix::sys::statvfs::statvfs(dir)?;
     let free = s.blocks_available() * s.fragment_size();
-    Ok(free.saturating_sub(s.blocks() * s.fragment_size() / 20))
+    let floor = (s.blocks() * s.fragment_size() / 20).min(INFLATE_FLOOR_CAP);
+    Ok(free.saturating_sub(floor))
 }
 
 /// Inflates gzip shard `gz` into `dir` once (kept while `gz` keeps its size and mtime; written
@@ -119,7 +126,7 @@ fn inflate_room(dir: &Path) -> Result<u64> {
 ///
 /// # Errors
 /// A damaged gzip stream, or one that inflates past what `dir`'s file system holds beside 5%
-/// of its size kept free (checked every [`INFLATE_CHECK`] bytes): refused naming `gz`, the
+/// of its size (at most 1 GiB) kept free (checked every [`INFLATE_CHECK`] bytes): refused naming `gz`, the
 /// partial copy removed.
 fn inflate(gz: &Path, dir: &Path) -> Result<PathBuf> {
     use std::os::unix::fs::MetadataExt;
@@ -175,7 +182,7 @@ fn inflate(gz: &Path, dir: &Path) -> Result<PathBuf> {
             if (n as u64) > room {
                 bail!(
                     "{}: inflates to more than {done} bytes, more than {} can hold beside 5% of \
-                     its size kept free (a gzip bomb, or too little space: give --index-dir on \
+                     its size (at most 1 GiB) kept free (a gzip bomb, or too little space: give --index-dir on \
                      a larger file system)",
                     gz.display(),
                     dir.display()
