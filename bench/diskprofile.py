@@ -4,6 +4,8 @@ group's own counters tell how many bytes they read from it.
 
 Profiles (read limits on the disk that holds the data):
   host   no limit: whatever the machine's disk does (on a VM, possibly the host's cache)
+  ssd    500 MB/s: a SATA SSD, and this VM's disk at its real speed (dd ~0.5 GB/s) whichever
+         mood the host's cache is in
   cloud  125 MiB/s, 3,000 IOPS: a general-purpose cloud SSD volume at its baseline
   hdd    150 MB/s, 200 IOPS: a 7,200 rpm hard disk
 
@@ -16,6 +18,7 @@ import pathlib
 
 PROFILES = {
     "host": (None, None),
+    "ssd": (500_000_000, None),
     "cloud": (125 * 1024 * 1024, 3000),
     "hdd": (150_000_000, 200),
 }

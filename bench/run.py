@@ -22,7 +22,7 @@ Orders:   inorder (pack order), shuffled, block<N> (runs of N consecutive files 
           order, as chunk-shuffling samplers read; raw readers only) and workers (DataLoader
           workers over an in-order sampler: reader thread t reads batches t, t+N, ... of 32
           consecutive files; raw readers only).
-Profiles: --profiles host,cloud,hdd runs every scenario on each emulated disk (block throttling
+Profiles: --profiles host,ssd,cloud,hdd runs every scenario on each emulated disk (block throttling
           of the bench, its readers and the daemons: bench/diskprofile.py). Each pass also
           reports the bytes the group read from the disk divided by the bytes served, and each
           profile its bandwidth bound (dd of the pack under it, in files/s). A cold pass runs
@@ -174,7 +174,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--limit", type=int, default=0, help="files per pass (0 = all)")
     ap.add_argument("--align", type=int, default=0, help="pack alignment in bytes (0 = pack's default)")
-    ap.add_argument("--profiles", default="host", help="disk profiles: host, cloud, hdd (needs root)")
+    ap.add_argument("--profiles", default="host", help="disk profiles: host, ssd, cloud, hdd (needs root)")
     ap.add_argument("--quick", action="store_true", help="CI smoke run: 1 repeat, few files, few scenarios")
     a = ap.parse_args()
     if a.quick:
