@@ -39,6 +39,7 @@ tables give the median and min-max, and ratios against orig's median from the sa
 import argparse
 import csv
 import datetime
+import importlib.util
 import json
 import os
 import pathlib
@@ -156,7 +157,12 @@ def read_pass(target, reader, order, seed, limit):
         args = [sys.executable, LOADER, "--root", target.path, "--order", order, "--seed", seed, *loader]
     if limit:
         args += ["--limit", limit]
-    return json.loads(sh(*args).stdout.strip().splitlines()[-1])
+    try:
+        out = sh(*args).stdout
+    except subprocess.CalledProcessError as e:
+        sys.stderr.write(e.stderr[-4000:])  # the reader's own account of why
+        raise
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def main():
@@ -183,6 +189,11 @@ def main():
     for b in (BIN, READER):
         if not b.exists():
             sys.exit(f"bench: {b} missing: run cargo build --release")
+    loaders = {"dali": "nvidia.dali"} | {r: "torchvision" for r in a.readers.split(",") if r.startswith("tv")}
+    for r in a.readers.split(","):
+        if r in loaders and importlib.util.find_spec(loaders[r].split(".")[0]) is None:
+            sys.exit(f"bench: reader {r} needs {loaders[r]}, which {sys.executable} cannot import: run the bench "
+                     "with the test venv's Python, `$(scripts/python-env.sh)/bin/python bench/run.py ...`")
     data = a.data.resolve()
     a.work.mkdir(parents=True, exist_ok=True)
     pack = a.work / (data.name + ".pack")
