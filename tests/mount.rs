@@ -682,7 +682,7 @@ fn foreground_mount_serves_until_signalled() {
         .spawn()
         .unwrap();
     let t = std::time::Instant::now();
-    while !is_mounted(&mnt) && t.elapsed().as_secs() < 10 {
+    while !is_mounted(&mnt) && t.elapsed().as_secs() < 60 {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert!(is_mounted(&mnt));
