@@ -165,6 +165,15 @@ def read_pass(target, reader, order, seed, limit):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def importable(module):
+    """True when this Python can import `module` (a dotted name; the module itself is not
+    imported, its parent packages are)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=pathlib.Path, required=True, help="ImageFolder-like directory")
@@ -189,10 +198,10 @@ def main():
     for b in (BIN, READER):
         if not b.exists():
             sys.exit(f"bench: {b} missing: run cargo build --release")
-    loaders = {"dali": "nvidia.dali"} | {r: "torchvision" for r in a.readers.split(",") if r.startswith("tv")}
     for r in a.readers.split(","):
-        if r in loaders and importlib.util.find_spec(loaders[r].split(".")[0]) is None:
-            sys.exit(f"bench: reader {r} needs {loaders[r]}, which {sys.executable} cannot import: run the bench "
+        module = "nvidia.dali" if r == "dali" else "torchvision" if r.startswith("tv") else None
+        if module and not importable(module):
+            sys.exit(f"bench: reader {r} needs {module}, which {sys.executable} cannot import: run the bench "
                      "with the test venv's Python, `$(scripts/python-env.sh)/bin/python bench/run.py ...`")
     data = a.data.resolve()
     a.work.mkdir(parents=True, exist_ok=True)

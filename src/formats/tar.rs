@@ -126,8 +126,8 @@ fn inflate_room(dir: &Path) -> Result<u64> {
 ///
 /// # Errors
 /// A damaged gzip stream, or one that inflates past what `dir`'s file system holds beside 5%
-/// of its size (at most 1 GiB) kept free (checked every [`INFLATE_CHECK`] bytes): refused naming `gz`, the
-/// partial copy removed.
+/// of its size (at most 1 GiB) kept free (checked every [`INFLATE_CHECK`] bytes): refused
+/// naming `gz`, the partial copy removed.
 fn inflate(gz: &Path, dir: &Path) -> Result<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(gz)?;
@@ -182,8 +182,8 @@ fn inflate(gz: &Path, dir: &Path) -> Result<PathBuf> {
             if (n as u64) > room {
                 bail!(
                     "{}: inflates to more than {done} bytes, more than {} can hold beside 5% of \
-                     its size (at most 1 GiB) kept free (a gzip bomb, or too little space: give --index-dir on \
-                     a larger file system)",
+                     its size (at most 1 GiB) kept free (a gzip bomb, or too little space: give \
+                     --index-dir on a larger file system)",
                     gz.display(),
                     dir.display()
                 );
