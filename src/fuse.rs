@@ -13,6 +13,7 @@
 use crate::catalog::{Attr, FsError, Kind};
 use crate::server::{Entry, Server, TTL};
 mod backing;
+pub mod notify;
 pub mod uring;
 
 use backing::BackingIds;

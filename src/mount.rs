@@ -250,6 +250,8 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     let fs = LooseFs::new(server.clone(), meta.uid(), meta.gid()).with_uring(uring);
     let session = open_session(fs, mnt, &name, opts)?;
     let dev = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned()?;
+    // Push-ahead stores go through loosefs's own notify (fuser's reports ENOENT as success).
+    let push_dev = dev.try_clone()?;
     let bg = session.spawn()?;
     if uring {
         let handler = crate::fuse::uring::Handler::new(server.clone(), meta.uid(), meta.gid());
@@ -270,9 +272,8 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         }
     }
     let notifier = bg.notifier();
-    let pusher = bg.notifier();
     server.start_push(Box::new(move |ino, data| {
-        pusher.store(fuser::INodeNo(ino), 0, data)
+        crate::fuse::notify::store(&push_dev, ino, 0, data)
     }));
     server.set_invalidate(Box::new(move |ino| {
         let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);

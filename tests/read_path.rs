@@ -539,3 +539,130 @@ fn push_ahead_serves_the_next_samples_without_a_round_trip() {
     assert_eq!(n(&s, &["push_ahead", "samples"]), 0);
     assert!(n(&s, &["requests", "read"]) >= 8);
 }
+
+/// A cold pass over `names` through mount `m`, after every cache of the machine was emptied:
+/// each file read whole, in `names`' order, by opening its path (with `list` the tree is
+/// listed first, as ImageFolder does; without, the reader opens paths it never listed, as a
+/// file list or the C bench reader does). Returns the bytes served and the bytes the daemon
+/// read from the block device meanwhile (`read_bytes` of /proc/PID/io, which counts the
+/// read-ahead the daemon asks for too).
+fn cold_pass(m: &Mounted, src: &Path, names: &[String], list: bool) -> (u64, u64) {
+    drop_all_caches();
+    let io0 = block_read_bytes(m.pid);
+    if list {
+        let listed = walkdir::WalkDir::new(&m.mnt)
+            .sort_by_file_name()
+            .into_iter()
+            .filter_entry(|e| e.file_name() != ".loosefs")
+            .count();
+        assert!(listed > names.len());
+    }
+    let served = read_all_and_compare(src, &m.mnt, names);
+    (served, block_read_bytes(m.pid) - io0)
+}
+
+/// Asserts the daemon read each stored byte once: at most 1.1x the bytes served, plus the
+/// index (which `drop_caches` evicted too), plus one read-ahead window past the last file.
+fn assert_read_once(what: &str, served: u64, read: u64, slack: u64) {
+    assert!(
+        read <= served + served / 10 + slack,
+        "{what}: the daemon read {read} bytes from the device for {served} bytes served \
+         ({:.2}x; at most 1.1x, plus {slack} bytes of index and read-ahead)",
+        read as f64 / served as f64
+    );
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn a_cold_pass_in_pack_order_reads_each_stored_byte_once_with_default_options() {
+    let _timeout = require_mount();
+    let _serial = serial();
+    let tmp = disk_tempdir();
+    let (src, pack) = packed(tmp.path());
+    let names = files(&src);
+    let index = std::fs::metadata(&pack).unwrap().len()
+        - loosefs::format::reader::Pack::open(&pack)
+            .unwrap()
+            .totals()
+            .data_end;
+    for list in [false, true] {
+        let m = mount(&pack, &tmp.path().join(format!("mnt-{list}")), &[]);
+        let (served, read) = cold_pass(&m, &src, &names, list);
+        assert_read_once(
+            &format!("pack order, tree listed first: {list}"),
+            served,
+            read,
+            index + (1 << 20),
+        );
+    }
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn a_cold_pass_along_an_announced_order_reads_each_stored_byte_once() {
+    let _timeout = require_mount();
+    let _serial = serial();
+    let tmp = disk_tempdir();
+    let (src, pack) = packed(tmp.path());
+    let mut names = files(&src);
+    // A fixed permutation (an LCG), as a sampler's.
+    let mut x: u64 = 99;
+    for i in (1..names.len()).rev() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        names.swap(i, ((x >> 33) % (i as u64 + 1)) as usize);
+    }
+    let index = std::fs::metadata(&pack).unwrap().len()
+        - loosefs::format::reader::Pack::open(&pack)
+            .unwrap()
+            .totals()
+            .data_end;
+    for list in [false, true] {
+        let m = mount(&pack, &tmp.path().join(format!("mnt-{list}")), &[]);
+        let text: String = names.iter().map(|n| format!("{n}\n")).collect();
+        std::fs::write(m.mnt.join(".loosefs/order"), &text).unwrap();
+        let (served, read) = cold_pass(&m, &src, &names, list);
+        assert_read_once(
+            &format!("announced order, tree listed first: {list}"),
+            served,
+            read,
+            index + (1 << 20),
+        );
+        let s = stats(&m.mnt);
+        assert_eq!(n(&s, &["order", "served"]), names.len() as u64, "{s}");
+    }
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn a_cold_pass_over_a_directory_mount_reads_each_file_once() {
+    let _timeout = require_mount();
+    let _serial = serial();
+    let tmp = disk_tempdir();
+    let src = tmp.path().join("tree");
+    // A copy on this test's own disk: the shared sample may sit elsewhere.
+    let orig = dataset(tmp.path());
+    for name in files(&orig) {
+        let to = src.join(&name);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(orig.join(&name), &to).unwrap();
+    }
+    let names = files(&src);
+    for list in [false, true] {
+        let m = mount(&src, &tmp.path().join(format!("mnt-{list}")), &[]);
+        let (served, read) = cold_pass(&m, &src, &names, list);
+        // Each file's and directory's inode and directory blocks are read again after
+        // drop_caches too: 8 KiB each at most.
+        let dirs = walkdir::WalkDir::new(&src)
+            .into_iter()
+            .filter(|e| e.as_ref().is_ok_and(|e| e.file_type().is_dir()))
+            .count();
+        assert_read_once(
+            &format!("directory order, tree listed first: {list}"),
+            served,
+            read,
+            (names.len() + dirs) as u64 * 8192 + (1 << 20),
+        );
+    }
+}

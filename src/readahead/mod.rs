@@ -336,6 +336,15 @@ impl ReadAhead {
     pub fn forgotten(&self, ino: u64) {
         if let Some(r) = crate::ino::record_of(ino) {
             self.push.unmark(r);
+            self.push.forget(r);
+        }
+    }
+
+    /// The kernel was sent inode `ino` (a LOOKUP or READDIRPLUS answer): samples may be
+    /// pushed into its page cache from now on.
+    pub fn looked_up(&self, ino: u64) {
+        if let Some(r) = crate::ino::record_of(ino) {
+            self.push.looked_up(r);
         }
     }
 }

@@ -169,6 +169,9 @@ impl Server {
                 None => self.catalog.lookup(parent, name).map(Entry::cached),
             },
         };
+        if let Ok(e) = &r {
+            self.data.readahead.looked_up(e.attr.ino);
+        }
         self.finish(Op::Lookup, t0, r)
     }
 
@@ -228,7 +231,12 @@ impl Server {
             if volatile {
                 entry.ttl = Duration::ZERO;
             }
-            add(&e, &entry)
+            let full = add(&e, &entry);
+            if !full {
+                // Sent with its attributes: the kernel holds the inode now.
+                self.data.readahead.looked_up(e.ino);
+            }
+            full
         })
     }
 
