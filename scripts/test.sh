@@ -1,42 +1,109 @@
 #!/usr/bin/env bash
 # Runs every test of loosefs: formatting and lints, Rust unit and integration tests (the ones
 # that mount run when root and /dev/fuse are present; without them they are reported as
-# ignored/skipped, and under CI=true the run fails), and the Python end-to-end loader tests (torchvision, DataLoader, DALI) in a venv
-# cached outside the repository.
-set -euo pipefail
+# ignored/skipped, and under CI=true the run fails), and the Python end-to-end loader tests
+# (torchvision, DataLoader, DALI) in a venv cached outside the repository.
+#
+# Every phase runs even when an earlier one failed (a failing Rust test does not hide the
+# Python tests); the script prints one summary line per phase and exits with the worst status.
+# On exit, whatever way it ends, a trap detaches mounts the tests left behind and puts back the
+# host settings they change (/dev/fuse's mode, /sbin/mount.fuse.loosefs, test cgroups).
+set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+
+declare -a SUMMARY=()
+WORST=0
+# phase NAME CMD...: runs CMD, records its status; never stops the script.
+phase() {
+  local name=$1 t0=$SECONDS rc
+  shift
+  echo "== $name"
+  "$@"
+  rc=$?
+  SUMMARY+=("$(printf '%-58s %s (%d s)' "$name" "$([ $rc = 0 ] && echo ok || echo "FAILED: exit $rc")" $((SECONDS - t0)))")
+  [ $rc -gt $WORST ] && WORST=$rc
+  return 0
+}
+
+FUSE_MODE=$(stat -c %a /dev/fuse 2>/dev/null || true)
+loosefs_mounts() { awk '$1 ~ /^loosefs:/ && $3 ~ /^fuse/ {print $2}' /proc/self/mounts | sed 's/\\040/ /g' | sort -r; }
+MOUNTS_BEFORE=$(loosefs_mounts)
+cleanup() {
+  # loosefs mounts made during the run (a test that aborted on its timeout skips its own
+  # unmount); mounts that were there before the run are left alone.
+  local mnt
+  while read -r mnt; do
+    [ -n "$mnt" ] || continue
+    grep -qxF "$mnt" <<<"$MOUNTS_BEFORE" && continue
+    echo "cleanup: detaching a mount left behind: $mnt" >&2
+    umount -l "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" 2>/dev/null || true
+  done < <(loosefs_mounts)
+  if [ -n "$FUSE_MODE" ] && [ "$(stat -c %a /dev/fuse 2>/dev/null)" != "$FUSE_MODE" ]; then
+    echo "cleanup: /dev/fuse back to mode $FUSE_MODE" >&2
+    chmod "$FUSE_MODE" /dev/fuse || true
+  fi
+  # tests/mount.rs sets the link aside as mount.fuse.loosefs.loosefs-test-PID.
+  local aside
+  for aside in /sbin/mount.fuse.loosefs.loosefs-test-*; do
+    [ -e "$aside" ] || [ -L "$aside" ] || continue
+    echo "cleanup: restoring /sbin/mount.fuse.loosefs" >&2
+    rm -f /sbin/mount.fuse.loosefs && mv "$aside" /sbin/mount.fuse.loosefs || true
+  done
+  local cg
+  for cg in /sys/fs/cgroup/loosefs-test-* /sys/fs/cgroup/*/loosefs-test-*; do
+    [ -d "$cg" ] && rmdir "$cg" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT
+
+scripts/setup.sh || { echo "!! scripts/setup.sh failed" >&2; exit 1; }
 # The free space the run starts with (tests/README: it needs a few GB): shown for a failure's log.
 df -h "${TMPDIR:-/tmp}" .
-echo "== cargo fmt --check / clippy"
-cargo fmt --check
-cargo clippy --release --all-targets -- -D warnings
-echo "== cargo build --release"
-cargo build --release
+phase "cargo fmt --check" cargo fmt --check
+phase "cargo clippy --all-targets -D warnings" cargo clippy --release --all-targets -- -D warnings
+phase "cargo build --release" cargo build --release
 # The venv is made before any test needs it (decode tests use Pillow as their oracle), once,
 # under python-env.sh's lock.
 echo "== Python venv"
-VENV=$(scripts/python-env.sh)
+VENV=$(scripts/python-env.sh) || { echo "!! the Python venv could not be made" >&2; VENV=; WORST=1; SUMMARY+=("Python venv: FAILED"); }
 # A test that hangs (a FUSE read whose daemon is stuck) fails with its name after this long
 # instead of hanging the run (tests/common Timeout; pytest-timeout below).
 export LOOSEFS_TEST_TIMEOUT=${LOOSEFS_TEST_TIMEOUT:-900}
+# The tests the transport changes: the ones that mount (the rest run in process).
+MOUNT_TESTS=(--test mount --test read_path --test decode --test dir_mount --test flags --test transport)
 if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ]; then
-  echo "== cargo test (including the mount tests)"
-  cargo test --release --no-fail-fast -- --include-ignored
-  # Mounts take FUSE over io_uring where the kernel offers it (`--transport auto`); the
-  # Rust suite runs again with every mount on /dev/fuse, so both transports are tested.
-  echo "== cargo test again, every mount over /dev/fuse (LOOSEFS_TRANSPORT=classic)"
-  LOOSEFS_TRANSPORT=classic cargo test --release --no-fail-fast --tests -- --include-ignored
+  phase "cargo test (all, mounts over FUSE over io_uring where offered)" \
+    cargo test --release --no-fail-fast -- --include-ignored
+  # Mounts take FUSE over io_uring where the kernel offers it (`--transport auto`); the mount
+  # tests run again with every mount on /dev/fuse, so both transports are tested.
+  phase "cargo test, mount tests over /dev/fuse (LOOSEFS_TRANSPORT=classic)" \
+    env LOOSEFS_TRANSPORT=classic cargo test --release --no-fail-fast "${MOUNT_TESTS[@]}" -- --include-ignored
 elif [ "${CI:-}" = true ]; then
-  echo "== cargo test (no mount tests: this machine cannot mount)"
-  cargo test --release
+  phase "cargo test (no mount tests: this machine cannot mount)" cargo test --release --no-fail-fast
   echo "!! CI=true but this machine cannot mount (needs root and /dev/fuse): the mount tests did not run; failing" >&2
-  exit 1
+  SUMMARY+=("mount tests: FAILED (CI=true and this machine cannot mount)")
+  WORST=1
 else
   echo "!! SKIPPED: mount tests need root and /dev/fuse; they are reported as ignored below" >&2
-  cargo test --release
+  phase "cargo test (no mount tests)" cargo test --release --no-fail-fast
 fi
-echo "== Python end-to-end loader tests"
-# Their directories (~5 GB) are removed when every test passed, kept for a failed run.
-cd tests/e2e
-LOOSEFS_BIN="$PWD/../../target/release/loosefs" "$VENV/bin/python" -m pytest -rs -v -p no:cacheprovider -o tmp_path_retention_policy=failed --timeout "$LOOSEFS_TEST_TIMEOUT" --timeout-method thread .
+if [ -n "$VENV" ]; then
+  # Their directories (~5 GB) are removed when every test passed, kept for a failed run.
+  pytest_run() {
+    (cd tests/e2e && LOOSEFS_BIN="$PWD/../../target/release/loosefs" "$VENV/bin/python" -m pytest -rs -v \
+      -p no:cacheprovider -o tmp_path_retention_policy=failed \
+      --timeout "$LOOSEFS_TEST_TIMEOUT" --timeout-method thread "$@")
+  }
+  phase "Python end-to-end tests" pytest_run .
+  # The loaders and outages once more with every mount on /dev/fuse (the fallback of every
+  # kernel without FUSE over io_uring).
+  if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ]; then
+    phase "Python loader and outage tests over /dev/fuse (LOOSEFS_TRANSPORT=classic)" \
+      env LOOSEFS_TRANSPORT=classic bash -c "$(declare -f pytest_run); VENV='$VENV' LOOSEFS_TEST_TIMEOUT=$LOOSEFS_TEST_TIMEOUT pytest_run test_loaders.py test_remote.py -k 'test_loaders or down or killed or outage or cut'"
+  fi
+fi
+echo
+echo "== summary"
+printf '%s\n' "${SUMMARY[@]}"
+[ $WORST = 0 ] && echo "all phases passed" || echo "!! at least one phase failed (worst exit $WORST)"
+exit $WORST

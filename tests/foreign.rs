@@ -21,7 +21,7 @@ fn formats_dir() -> Option<PathBuf> {
     if p.join("manifest.json").is_file() {
         Some(p)
     } else {
-        eprintln!("skipped: {} is missing", p.display());
+        common::missing_prerequisite(&format!("{} is missing", p.display()));
         None
     }
 }

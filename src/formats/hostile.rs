@@ -144,7 +144,9 @@ fn peak_rss() -> u64 {
 #[test]
 fn every_scanner_refuses_or_reads_damaged_and_crafted_inputs_without_panicking() {
     let Some(root) = shared() else {
-        eprintln!("SKIPPED: ../shared/data/formats is missing (see ../shared/data/README.md)");
+        crate::testutil::missing_prerequisite(
+            "../shared/data/formats is missing (see ../shared/data/README.md)",
+        );
         return;
     };
     let mut tried = 0;

@@ -35,6 +35,14 @@ def source(tmp_path_factory) -> pathlib.Path:
     return make_jpeg_tree(tmp_path_factory.mktemp("src"))
 
 
+def missing_prerequisite(what: str):
+    """A test's prerequisite is missing: under CI=true the test fails saying so, elsewhere it is
+    skipped (shown by `pytest -rs`)."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true but {what}: the test cannot run")
+    pytest.skip(f"SKIPPED: {what}", allow_module_level=True)
+
+
 def need_mount():
     if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
         if os.environ.get("CI") == "true":

@@ -4,16 +4,15 @@ file, and `pack` under a 4 GiB address-space limit each refuse naming the file o
 panic, no hang, no signal, no pack left behind by a refusal, and every command and daemon peaks
 under 1 GiB of RSS."""
 
-import pytest
 
-from conftest import need_mount
+from conftest import missing_prerequisite, need_mount
 import hostile
 
 
 def test_crafted_inputs_are_refused_or_served_by_info_mount_and_pack(tmp_path):
     need_mount()
     if not (hostile.FORMATS / "manifest.json").is_file():
-        pytest.skip("SKIPPED: ../shared/data/formats is missing")
+        missing_prerequisite("../shared/data/formats is missing")
     s = hostile.Sweep(4 << 30, tmp_path)
     for rel, fmt in hostile.FIXTURES:
         s.fixture(rel, fmt, 40)

@@ -9,13 +9,16 @@ import sys
 
 import pytest
 
-from conftest import ROOT, loosefs_bin, need_mount
+from conftest import ROOT, loosefs_bin, missing_prerequisite, need_mount
 
 sys.path.insert(0, str(ROOT / "python"))
 import loosefs  # noqa: E402
 
-torch = pytest.importorskip("torch")
-torchvision = pytest.importorskip("torchvision")
+try:
+    import torch
+    import torchvision  # noqa: F401
+except ImportError as e:  # the venv of scripts/python-env.sh has both
+    missing_prerequisite(f"torch/torchvision cannot be imported ({e})")
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler  # noqa: E402
 
 from loosefs.torch import EpochSampler  # noqa: E402

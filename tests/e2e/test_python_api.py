@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, loosefs_bin, need_mount
+from conftest import ROOT, loosefs_bin, missing_prerequisite, need_mount
 
 sys.path.insert(0, str(ROOT / "python"))
 import loosefs  # noqa: E402
@@ -119,7 +119,7 @@ def test_pack_progress_reaches_a_tqdm_bar(source, tmp_path, capsys):
 def test_foreign_info(tmp_path):
     mds = ROOT.parent / "shared" / "data" / "formats" / "mds"
     if not mds.is_dir():
-        pytest.skip("SKIPPED: ../shared/data/formats is missing")
+        missing_prerequisite("../shared/data/formats is missing")
     i = loosefs.info(mds, index_dir=tmp_path / "ix")
     assert i.format == "mds" and i.samples == 48 and i.jpeg_samples == 48
 
@@ -127,7 +127,7 @@ def test_foreign_info(tmp_path):
 def test_index_writes_a_shared_index_that_another_nodes_mount_uses(tmp_path):
     src = ROOT.parent / "shared" / "data" / "formats" / "webdataset"
     if not src.is_dir():
-        pytest.skip("SKIPPED: ../shared/data/formats is missing")
+        missing_prerequisite("../shared/data/formats is missing")
     need_mount()
     import shutil
     ds = tmp_path / "wds"
