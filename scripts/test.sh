@@ -98,8 +98,9 @@ if [ -n "$VENV" ]; then
   # The loaders and outages once more with every mount on /dev/fuse (the fallback of every
   # kernel without FUSE over io_uring).
   if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ]; then
+    pytest_classic() (export LOOSEFS_TRANSPORT=classic; pytest_run "$@")
     phase "Python loader and outage tests over /dev/fuse (LOOSEFS_TRANSPORT=classic)" \
-      env LOOSEFS_TRANSPORT=classic bash -c "$(declare -f pytest_run); VENV='$VENV' LOOSEFS_TEST_TIMEOUT=$LOOSEFS_TEST_TIMEOUT pytest_run test_loaders.py test_remote.py -k 'test_loaders or down or killed or outage or cut'"
+      pytest_classic test_loaders.py test_remote.py -k "test_loaders or down or killed or outage or cut"
   fi
 fi
 echo
