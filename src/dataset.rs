@@ -76,7 +76,7 @@ impl Dataset {
             if args.format.is_some() || crate::remote_dataset::names_many(url) {
                 return dataset();
             }
-            return match RemotePack::open(url, &args.remote) {
+            return match RemotePack::open(url, &args.remote.config()) {
                 // One object in another format (a zip, a `.beton`, a Parquet file, a tar).
                 // Offline: no GET tells a pack from a dataset; a recorded dataset is tried too.
                 Err(e)

@@ -111,7 +111,7 @@ enum Cmd {
         #[arg(long)]
         against: Option<PathBuf>,
         #[command(flatten)]
-        remote: loosefs::storage::object::RemoteArgs,
+        remote: loosefs::options::RemoteArgs,
     },
 }
 
@@ -214,7 +214,7 @@ fn cmd_pack(args: PackCmd) -> Result<()> {
     };
     let r = loosefs::packer::pack_dir(&src, &out, &opts)?;
     if let Some(url) = &url {
-        let client = loosefs::storage::object::ObjectClient::new(url, &remote)?;
+        let client = loosefs::storage::object::ObjectClient::new(url, &remote.config())?;
         client.upload(&out)?;
         if !json {
             eprintln!("uploaded {} bytes to {url}", r.pack_bytes);
@@ -346,7 +346,7 @@ fn cmd_info(
 fn cmd_verify(
     pack: &std::path::Path,
     against: Option<&std::path::Path>,
-    remote: &loosefs::storage::object::RemoteArgs,
+    remote: &loosefs::options::RemoteArgs,
 ) -> Result<i32> {
     // A URL: every block is downloaded into the cache, which is then the whole pack.
     let p = match pack
@@ -354,7 +354,7 @@ fn cmd_verify(
         .filter(|s| loosefs::storage::object::is_url(s))
     {
         Some(url) => {
-            let mut r = loosefs::remote::RemotePack::open(url, remote)
+            let mut r = loosefs::remote::RemotePack::open(url, &remote.config())
                 .with_context(|| format!("cannot open {url}"))?;
             r.finish();
             open(&r.download()?)?

@@ -6,6 +6,7 @@ use crate::decode::DecodeOptions;
 mod decode;
 use crate::memory::{parse_bytes, parse_size};
 use crate::readahead::ReadAheadOptions;
+use crate::storage::remote_config::RemoteConfig;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 pub use decode::{DecodeArgs, ViewArg};
@@ -175,11 +176,87 @@ pub struct SourceArgs {
     pub chunk_cache: u64,
     /// How a pack at an s3:// or https:// URL is reached and cached.
     #[command(flatten)]
-    pub remote: crate::storage::object::RemoteArgs,
+    pub remote: RemoteArgs,
     /// Read every JPEG header of a loose directory when it is opened (set from `--decode` by
     /// `mount`, and by `info`): decoded views need the dimensions.
     #[arg(skip)]
     pub probe_jpegs: bool,
+}
+
+/// Options for packs at `s3://` and `https://` URLs (`mount`, `info`, `verify`, `pack`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct RemoteArgs {
+    /// S3 endpoint for an S3-compatible store, e.g. http://127.0.0.1:8333 (default: AWS, or
+    /// $AWS_ENDPOINT_URL).
+    #[arg(long)]
+    pub endpoint_url: Option<String>,
+    /// S3 region (default: $AWS_REGION, the profile's region, else us-east-1).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Send unsigned requests (public buckets); no credentials are looked up.
+    #[arg(long)]
+    pub no_sign_request: bool,
+    /// Profile of the shared AWS files to take credentials and region from (default:
+    /// $AWS_PROFILE, else `default`).
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Allow plain `http://` URLs and endpoints (bytes unencrypted on the wire).
+    #[arg(long)]
+    pub allow_http: bool,
+    /// PEM file of extra CA certificates to trust for https (default: $AWS_CA_BUNDLE).
+    #[arg(long)]
+    pub ca_bundle: Option<PathBuf>,
+    /// Local block cache of remote packs: blocks fetched are kept here across mounts of the
+    /// same object (keyed by URL and ETag) (default: $LOOSEFS_CACHE_DIR/blocks, else
+    /// ~/.cache/loosefs/blocks).
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Most bytes the cache directory holds, e.g. 20G: this pack's blocks (at most its size)
+    /// and other packs' (removed least recently used first) (default: what it holds now plus
+    /// the free space of its file system, less 5% of that file system's size).
+    #[arg(long, value_parser = parse_bytes)]
+    pub cache_size: Option<u64>,
+    /// Concurrent GETs at most.
+    #[arg(long, default_value_t = 16)]
+    pub max_requests: usize,
+    /// Most retries of a failed GET (5xx, SlowDown, reset, refused, timeout), with jittered
+    /// exponential backoff from 100 ms up to 15 s, before the read answers EIO; the default is
+    /// as many as fit in --retry-timeout, so an outage shorter than it fails no read.
+    /// 403/404/412 are never retried.
+    #[arg(long, default_value_t = 1000)]
+    pub retries: usize,
+    /// Longest time spent retrying one GET, seconds.
+    #[arg(long, default_value_t = 120)]
+    pub retry_timeout: u64,
+    /// Time limit of one GET, seconds.
+    #[arg(long, default_value_t = 60)]
+    pub request_timeout: u64,
+    /// Mount without reaching the server: from a complete block cache of the URL (every
+    /// block of the samples and the index kept, closed cleanly by an earlier mount), at the
+    /// ETag recorded there. No request is made; refused when the cache is not complete.
+    #[arg(long)]
+    pub offline: bool,
+}
+
+impl RemoteArgs {
+    /// These options as the storage layer takes them.
+    pub fn config(&self) -> RemoteConfig {
+        RemoteConfig {
+            endpoint_url: self.endpoint_url.clone(),
+            region: self.region.clone(),
+            no_sign_request: self.no_sign_request,
+            profile: self.profile.clone(),
+            allow_http: self.allow_http,
+            ca_bundle: self.ca_bundle.clone(),
+            cache_dir: self.cache_dir.clone(),
+            cache_size: self.cache_size,
+            max_requests: self.max_requests,
+            retries: self.retries,
+            retry_timeout: self.retry_timeout,
+            request_timeout: self.request_timeout,
+            offline: self.offline,
+        }
+    }
 }
 
 fn parse_format(s: &str) -> Result<crate::formats::Format, String> {

@@ -12,8 +12,9 @@ use crate::format::FormatError;
 use crate::format::index::{IndexView, Totals};
 use crate::format::trailer::Trailer;
 use crate::storage::block_cache::{self as remote, BlockCache, CacheDir};
-use crate::storage::object::{ObjectClient, Pin, RemoteArgs};
+use crate::storage::object::{ObjectClient, Pin};
 use crate::storage::object_source::OfflineObject;
+use crate::storage::remote_config::RemoteConfig;
 use crate::view::Views;
 use anyhow::{Context, Result, anyhow, bail};
 use memmap2::Mmap;
@@ -45,7 +46,7 @@ impl RemotePack {
     /// Errors: the URL or options are wrong, the object cannot be read (404, 403, network,
     /// with the server's reason), it is not a loosefs pack (no trailer), or its index fails
     /// its checks.
-    pub fn open(url: &str, args: &RemoteArgs) -> Result<RemotePack> {
+    pub fn open(url: &str, args: &RemoteConfig) -> Result<RemotePack> {
         if args.offline {
             return RemotePack::open_offline(url, args);
         }
@@ -123,7 +124,7 @@ impl RemotePack {
     ///
     /// Errors: no cache of the URL, or none complete and clean (each candidate's reason
     /// given), or its index fails its checks.
-    pub fn open_offline(url: &str, args: &RemoteArgs) -> Result<RemotePack> {
+    pub fn open_offline(url: &str, args: &RemoteConfig) -> Result<RemotePack> {
         let root = args.cache_dir.clone().unwrap_or_else(remote::default_root);
         remote::check_root(&root)
             .with_context(|| format!("cannot use the cache root {}", root.display()))?;

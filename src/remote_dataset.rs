@@ -55,7 +55,7 @@ pub struct RemoteDataset {
     /// Every object of the dataset with its pin, in the order found.
     pub objects: Vec<RemoteEntry>,
     /// The remote options it was opened with (credentials, endpoint, TLS).
-    remote_args: crate::storage::object::RemoteArgs,
+    remote_args: crate::storage::remote_config::RemoteConfig,
     /// GETs made to open it: one per object, and the downloads when the index was built
     /// (the S3 listing or the `index.json` read that found the objects not counted).
     pub open_requests: u64,
@@ -104,7 +104,7 @@ fn object_names(url: &str, args: &SourceArgs) -> Result<(Names, Option<Pin>)> {
         return Ok(((dir, vec![name], vec![None]), None));
     }
     if is_s3_prefix(url) {
-        let lister = ObjectClient::new(url, &args.remote)?;
+        let lister = ObjectClient::new(url, &args.remote.config())?;
         let listed = lister.list()?;
         let index_pin = (listed.iter())
             .find(|(k, _)| k == index::shared::SUFFIX)
@@ -121,7 +121,7 @@ fn object_names(url: &str, args: &SourceArgs) -> Result<(Names, Option<Pin>)> {
         return Ok(((dir, names, pins), index_pin));
     }
     let index_url = format!("{url}index.json");
-    let c = ObjectClient::new(&index_url, &args.remote)?;
+    let c = ObjectClient::new(&index_url, &args.remote.config())?;
     let bytes = c.open_tail(INDEX_JSON_MAX).with_context(|| {
         format!("{url}: an HTTP directory cannot be listed: it needs an index.json (MDS, LitData), or give the shards as a brace pattern (https://host/dir/shard-{{000000..000099}}.tar)")
     })?;
@@ -188,7 +188,7 @@ fn open_objects(
     pins: Vec<Option<Pin>>,
     args: &SourceArgs,
 ) -> Result<Vec<Arc<ObjectClient>>> {
-    let first = ObjectClient::new(&format!("{dir}{}", names[0]), &args.remote)?;
+    let first = ObjectClient::new(&format!("{dir}{}", names[0]), &args.remote.config())?;
     let mut clients = Vec::with_capacity(names.len());
     for n in &names[1..] {
         clients.push(Arc::new(first.sibling(&format!("{dir}{n}"))?));
@@ -352,7 +352,7 @@ impl RemoteDataset {
         let ds = RemoteDataset {
             url: url.to_string(),
             objects,
-            remote_args: args.remote.clone(),
+            remote_args: args.remote.config(),
             foreign,
             files,
             file_of,

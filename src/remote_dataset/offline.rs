@@ -129,7 +129,7 @@ pub(super) fn open(url: &str, args: &SourceArgs) -> Result<RemoteDataset> {
         file_of,
         root,
         objects: rec.objects,
-        remote_args: args.remote.clone(),
+        remote_args: args.remote.config(),
         open_requests: 0,
         open_bytes: 0,
     })

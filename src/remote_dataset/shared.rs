@@ -75,7 +75,7 @@ pub(super) fn find(
             "remote-shared-{:016x}.lfx",
             xxhash_rust::xxh3::xxh3_64(at.as_bytes())
         ));
-        let client = ObjectClient::new(&at, &args.remote)?;
+        let client = ObjectClient::new(&at, &args.remote.config())?;
         if let Some(p) = pin {
             client.set_pin(p);
         }

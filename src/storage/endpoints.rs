@@ -1,8 +1,8 @@
 //! How a URL becomes a configured `object_store` client: S3 (endpoint, region, credentials
 //! from the environment or the shared profile files, unsigned requests) or plain HTTP(S)
-//! ranges, with the timeouts, retries and CA bundle of [`RemoteArgs`].
+//! ranges, with the timeouts, retries and CA bundle of [`RemoteConfig`].
 
-use super::object::RemoteArgs;
+use super::remote_config::RemoteConfig;
 use anyhow::{Context, Result, anyhow, bail};
 use object_store::aws::AmazonS3Builder;
 use object_store::http::HttpBuilder;
@@ -68,7 +68,7 @@ fn env(name: &str) -> Option<String> {
 /// credentials when instance metadata is disabled (`AWS_EC2_METADATA_DISABLED=true`).
 pub(super) fn store_for(
     url: &str,
-    args: &RemoteArgs,
+    args: &RemoteConfig,
 ) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
     let lower = url.to_ascii_lowercase();
     let mut client = ClientOptions::new()
@@ -214,7 +214,7 @@ fn key_path(url: &str, key: &str) -> Result<ObjectPath> {
 mod tests {
     use super::*;
 
-    fn err(url: &str, args: &RemoteArgs) -> String {
+    fn err(url: &str, args: &RemoteConfig) -> String {
         match store_for(url, args) {
             Ok(_) => panic!("{url}: accepted"),
             Err(e) => format!("{e:#}"),
@@ -240,7 +240,7 @@ mod tests {
 
     #[test]
     fn malformed_urls_are_refused_with_what_to_give() {
-        let a = RemoteArgs::default();
+        let a = RemoteConfig::default();
         for (url, want) in [
             ("s3://bucket", "give s3://BUCKET/KEY"),
             ("s3:///key", "give s3://BUCKET/KEY"),
@@ -256,7 +256,7 @@ mod tests {
 
     #[test]
     fn plain_http_needs_allow_http_for_urls_and_endpoints() {
-        let mut a = RemoteArgs::default();
+        let mut a = RemoteConfig::default();
         let e = err("http://127.0.0.1:9/x.pack", &a);
         assert!(e.contains("--allow-http"), "{e}");
         a.endpoint_url = Some("http://127.0.0.1:9".into());
@@ -273,9 +273,9 @@ mod tests {
     #[test]
     fn a_ca_bundle_must_be_readable_pem() {
         let d = tempfile::tempdir().unwrap();
-        let mut a = RemoteArgs {
+        let mut a = RemoteConfig {
             ca_bundle: Some(d.path().join("missing.pem")),
-            ..RemoteArgs::default()
+            ..RemoteConfig::default()
         };
         let e = err("https://host/x.pack", &a);
         assert!(

@@ -13,6 +13,7 @@ pub mod local;
 pub mod object;
 pub mod object_set;
 pub mod object_source;
+pub mod remote_config;
 
 use crate::catalog::ObjectId;
 use nix::fcntl::PosixFadviseAdvice;

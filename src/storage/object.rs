@@ -11,97 +11,21 @@
 
 use anyhow::{Context, Result, anyhow, bail};
 use bytes::Bytes;
-use clap::Args;
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 use std::io;
 use std::ops::Range;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-/// Options for packs at `s3://` and `https://` URLs (`mount`, `info`, `verify`, `pack`).
-#[derive(Args, Debug, Clone, Default)]
-pub struct RemoteArgs {
-    /// S3 endpoint for an S3-compatible store, e.g. http://127.0.0.1:8333 (default: AWS, or
-    /// $AWS_ENDPOINT_URL).
-    #[arg(long)]
-    pub endpoint_url: Option<String>,
-    /// S3 region (default: $AWS_REGION, the profile's region, else us-east-1).
-    #[arg(long)]
-    pub region: Option<String>,
-    /// Send unsigned requests (public buckets); no credentials are looked up.
-    #[arg(long)]
-    pub no_sign_request: bool,
-    /// Profile of the shared AWS files to take credentials and region from (default:
-    /// $AWS_PROFILE, else `default`).
-    #[arg(long)]
-    pub profile: Option<String>,
-    /// Allow plain `http://` URLs and endpoints (bytes unencrypted on the wire).
-    #[arg(long)]
-    pub allow_http: bool,
-    /// PEM file of extra CA certificates to trust for https (default: $AWS_CA_BUNDLE).
-    #[arg(long)]
-    pub ca_bundle: Option<PathBuf>,
-    /// Local block cache of remote packs: blocks fetched are kept here across mounts of the
-    /// same object (keyed by URL and ETag) (default: $LOOSEFS_CACHE_DIR/blocks, else
-    /// ~/.cache/loosefs/blocks).
-    #[arg(long)]
-    pub cache_dir: Option<PathBuf>,
-    /// Most bytes the cache directory holds, e.g. 20G: this pack's blocks (at most its size)
-    /// and other packs' (removed least recently used first) (default: what it holds now plus
-    /// the free space of its file system, less 5% of that file system's size).
-    #[arg(long, value_parser = crate::memory::parse_bytes)]
-    pub cache_size: Option<u64>,
-    /// Concurrent GETs at most.
-    #[arg(long, default_value_t = 16)]
-    pub max_requests: usize,
-    /// Most retries of a failed GET (5xx, SlowDown, reset, refused, timeout), with jittered
-    /// exponential backoff from 100 ms up to 15 s, before the read answers EIO; the default is
-    /// as many as fit in --retry-timeout, so an outage shorter than it fails no read.
-    /// 403/404/412 are never retried.
-    #[arg(long, default_value_t = 1000)]
-    pub retries: usize,
-    /// Longest time spent retrying one GET, seconds.
-    #[arg(long, default_value_t = 120)]
-    pub retry_timeout: u64,
-    /// Time limit of one GET, seconds.
-    #[arg(long, default_value_t = 60)]
-    pub request_timeout: u64,
-    /// Mount without reaching the server: from a complete block cache of the URL (every
-    /// block of the samples and the index kept, closed cleanly by an earlier mount), at the
-    /// ETag recorded there. No request is made; refused when the cache is not complete.
-    #[arg(long)]
-    pub offline: bool,
-}
+pub use super::object_source::{ObjectStats, Pin};
+use super::remote_config::RemoteConfig;
 
 /// Whether `src` names a remote object (`s3://`, `https://` or `http://`).
 pub fn is_url(src: &str) -> bool {
     ["s3://", "https://", "http://"]
         .iter()
         .any(|p| src.len() > p.len() && src[..p.len()].eq_ignore_ascii_case(p))
-}
-
-/// What a remote object is pinned to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pin {
-    /// Size of the object, bytes.
-    pub size: u64,
-    /// The ETag as the server sent it (quotes included).
-    pub etag: String,
-    /// The object version (S3 versioned buckets), if reported.
-    pub version: Option<String>,
-}
-
-/// Request counters of one client (since it was made).
-#[derive(Debug, Default)]
-pub struct ObjectStats {
-    /// GETs completed.
-    pub gets: AtomicU64,
-    /// Body bytes received.
-    pub bytes: AtomicU64,
-    /// GETs that failed after their retries.
-    pub failed: AtomicU64,
 }
 
 /// A client of one remote object.
@@ -152,7 +76,7 @@ impl ObjectClient {
     ///
     /// Errors: a malformed URL, plain http without `--allow-http`, an unreadable CA bundle, no
     /// credentials when instance metadata is disabled (`AWS_EC2_METADATA_DISABLED=true`).
-    pub fn new(url: &str, args: &RemoteArgs) -> Result<ObjectClient> {
+    pub fn new(url: &str, args: &RemoteConfig) -> Result<ObjectClient> {
         let (store, path) = super::endpoints::store_for(url, args)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

@@ -5,11 +5,33 @@
 //! tested in plain `cargo test` (as mountpoint-s3 tests its prefetcher over a mock client and a
 //! failure-injecting wrapper).
 
-use super::object::{ObjectStats, Pin};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use std::io;
 use std::ops::Range;
+use std::sync::atomic::AtomicU64;
+
+/// What a remote object is pinned to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pin {
+    /// Size of the object, bytes.
+    pub size: u64,
+    /// The ETag as the server sent it (quotes included).
+    pub etag: String,
+    /// The object version (S3 versioned buckets), if reported.
+    pub version: Option<String>,
+}
+
+/// Request counters of one client (since it was made).
+#[derive(Debug, Default)]
+pub struct ObjectStats {
+    /// GETs completed.
+    pub gets: AtomicU64,
+    /// Body bytes received.
+    pub bytes: AtomicU64,
+    /// GETs that failed after their retries.
+    pub failed: AtomicU64,
+}
 
 /// One remote object pinned to a version (size + ETag), read by ranged GETs.
 pub trait ObjectSource: Send + Sync + std::fmt::Debug {

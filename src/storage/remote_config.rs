@@ -1,0 +1,59 @@
+//! How remote objects are reached and cached: the plain settings the object client, the
+//! endpoint builder and the block cache read (the CLI's `RemoteArgs` converts into this once;
+//! no command-line type crosses below it).
+
+use std::path::PathBuf;
+
+/// How `s3://` and `https://` objects are reached and cached. [`Default`] gives the CLI's
+/// defaults (16 GETs in flight, 1000 retries within 120 s, 60 s per GET, AWS endpoints).
+#[derive(Debug, Clone)]
+pub struct RemoteConfig {
+    /// S3 endpoint of an S3-compatible store (`None`: AWS, or `$AWS_ENDPOINT_URL`).
+    pub endpoint_url: Option<String>,
+    /// S3 region (`None`: `$AWS_REGION`, the profile's region, else us-east-1).
+    pub region: Option<String>,
+    /// Send unsigned requests (public buckets); no credentials are looked up.
+    pub no_sign_request: bool,
+    /// Profile of the shared AWS files (`None`: `$AWS_PROFILE`, else `default`).
+    pub profile: Option<String>,
+    /// Allow plain `http://` URLs and endpoints.
+    pub allow_http: bool,
+    /// PEM file of extra CA certificates to trust for https (`None`: `$AWS_CA_BUNDLE`).
+    pub ca_bundle: Option<PathBuf>,
+    /// Root of the local block cache (`None`: `$LOOSEFS_CACHE_DIR/blocks`, else
+    /// `~/.cache/loosefs/blocks`).
+    pub cache_dir: Option<PathBuf>,
+    /// Most bytes the cache root holds (`None`: what it holds now plus the free space of its
+    /// file system, less a reserve).
+    pub cache_size: Option<u64>,
+    /// Concurrent GETs at most.
+    pub max_requests: usize,
+    /// Most retries of a failed GET.
+    pub retries: usize,
+    /// Longest time spent retrying one GET, seconds.
+    pub retry_timeout: u64,
+    /// Time limit of one GET, seconds.
+    pub request_timeout: u64,
+    /// Open from a complete block cache without any request.
+    pub offline: bool,
+}
+
+impl Default for RemoteConfig {
+    fn default() -> RemoteConfig {
+        RemoteConfig {
+            endpoint_url: None,
+            region: None,
+            no_sign_request: false,
+            profile: None,
+            allow_http: false,
+            ca_bundle: None,
+            cache_dir: None,
+            cache_size: None,
+            max_requests: 16,
+            retries: 1000,
+            retry_timeout: 120,
+            request_timeout: 60,
+            offline: false,
+        }
+    }
+}
