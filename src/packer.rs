@@ -8,6 +8,8 @@
 use crate::format::jpeg::{self, JpegInfo};
 use crate::format::writer::{PackWriter, ROOT};
 use crate::source::{Item, ItemKind, Skipped, Source};
+
+mod foreign;
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -319,7 +321,14 @@ fn write_items(
 pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport> {
     let t0 = Instant::now();
     let out_dir = out_dir_of(out, opts.force)?;
-    let source = Source::open_with(src, out, opts.follow_links, &opts.source)?;
+    // A dataset of another format is walked as a mount opens it; a tree or zip as it is.
+    let source = if Source::is_foreign(src, &opts.source)? {
+        let s = foreign::walk(src, &opts.source)?;
+        s.check_reserved()?;
+        s
+    } else {
+        Source::open(src, out, opts.follow_links)?
+    };
     let total: u64 = (source.items.iter())
         .map(|i| match i.kind {
             ItemKind::File { size, .. } => size,

@@ -91,12 +91,12 @@ struct Stored {
 /// CRC-32 the index recorded for them (`None`: indexed with `--verify lazy` from a format
 /// without checksums; the pack's own CRC-32 is computed as the bytes are copied), and the header the mount shows before them (raw RGB
 /// pixels are a PPM file on the mount, so they are one in the pack too).
-struct Loc {
-    obj: u32,
-    off: u64,
-    len: u64,
-    crc: Option<u32>,
-    header: Vec<u8>,
+pub(crate) struct Loc {
+    pub(crate) obj: u32,
+    pub(crate) off: u64,
+    pub(crate) len: u64,
+    pub(crate) crc: Option<u32>,
+    pub(crate) header: Vec<u8>,
 }
 
 impl Source {
@@ -106,34 +106,9 @@ impl Source {
     /// Errors: `src` missing or unreadable; an unreadable entry; a zip that does not parse, has
     /// a member name escaping the tree, or names one path twice.
     pub fn open(src: &Path, out: &Path, follow_links: bool) -> Result<Source> {
-        Source::open_with(src, out, follow_links, &SourceArgs::default())
-    }
-
-    /// [`Source::open`], reading sources in other packed formats too: with `--format`, a
-    /// directory that is a dataset of a known format (an MDS/LitData `index.json`, GulpIO
-    /// `.gmeta` files, or only `.tar`/TFRecord files and no subdirectory), or a file that is
-    /// neither a directory nor a zip archive. Errors: as [`Source::open`], and those of
-    /// [`crate::dataset::Dataset::open`].
-    pub fn open_with(
-        src: &Path,
-        out: &Path,
-        follow_links: bool,
-        args: &SourceArgs,
-    ) -> Result<Source> {
-        if src.to_str().is_some_and(crate::storage::object::is_url) {
-            return walk_foreign(src, args);
-        }
         let meta = std::fs::metadata(src)
             .with_context(|| format!("cannot read source {}", src.display()))?;
-        let is_zip = meta.is_file()
-            && crate::formats::read_at(src, 0, 4)
-                .is_ok_and(|h| h == b"PK\x03\x04" || h == b"PK\x05\x06");
-        let foreign = args.format.is_some()
-            || (meta.is_dir() && foreign_dir(src))
-            || (meta.is_file() && !is_zip);
-        let source = if foreign {
-            walk_foreign(src, args)?
-        } else if meta.is_dir() {
+        let source = if meta.is_dir() {
             walk_dir(src, out, follow_links)?
         } else if meta.is_file() {
             walk_zip(src, &meta)?
@@ -143,10 +118,55 @@ impl Source {
                 src.display()
             )
         };
-        if let Some(i) = source
-            .items
-            .iter()
-            .find(|i| i.parent.is_none() && i.name == RESERVED_ROOT_NAME)
+        source.check_reserved()?;
+        Ok(source)
+    }
+
+    /// Whether `src` is packed as a dataset of another format rather than walked here: a URL,
+    /// any source with `--format`, a directory that is a dataset of a known format (an
+    /// MDS/LitData `index.json`, GulpIO `.gmeta` files, or only `.tar`/TFRecord files and no
+    /// subdirectory), or a file that is neither a directory nor a zip archive (the packer
+    /// opens those as datasets). Errors: `src` missing or unreadable.
+    pub fn is_foreign(src: &Path, args: &SourceArgs) -> Result<bool> {
+        if src.to_str().is_some_and(crate::storage::object::is_url) {
+            return Ok(true);
+        }
+        let meta = std::fs::metadata(src)
+            .with_context(|| format!("cannot read source {}", src.display()))?;
+        let is_zip = meta.is_file()
+            && crate::formats::read_at(src, 0, 4)
+                .is_ok_and(|h| h == b"PK\x03\x04" || h == b"PK\x05\x06");
+        Ok(args.format.is_some()
+            || (meta.is_dir() && foreign_dir(src))
+            || (meta.is_file() && !is_zip))
+    }
+
+    /// A walked dataset of another format: its `root`, its `items` in pack order, and where
+    /// each file's stored bytes are (`locs[member]` in `storage`'s objects, named `paths`).
+    pub(crate) fn from_stored(
+        root: EntryMeta,
+        items: Vec<Item>,
+        storage: std::sync::Arc<dyn crate::storage::Storage>,
+        paths: Vec<PathBuf>,
+        locs: Vec<Loc>,
+    ) -> Source {
+        Source {
+            root,
+            items,
+            skipped: Skipped::new(),
+            zip: None,
+            stored: Some(Stored {
+                storage,
+                paths,
+                locs,
+            }),
+        }
+    }
+
+    /// Refuses a source with [`RESERVED_ROOT_NAME`] at its top, naming it.
+    pub fn check_reserved(&self) -> Result<()> {
+        if let Some(i) =
+            (self.items.iter()).find(|i| i.parent.is_none() && i.name == RESERVED_ROOT_NAME)
         {
             bail!(
                 "{}: the name `{RESERVED_ROOT_NAME}` at the top of a pack is reserved for the mount's control \
@@ -154,7 +174,7 @@ impl Source {
                 i.path.display()
             );
         }
-        Ok(source)
+        Ok(())
     }
 
     /// Calls `f` with a reader of the bytes of file item `item` (for files too large to read
@@ -356,104 +376,4 @@ pub(crate) fn foreign_dir(src: &Path) -> bool {
         // tree it would hold the raw shards, so it is opened as a dataset and refused with why.
         Err(_) => crate::formats::looks_like_dataset(src),
     }
-}
-
-/// The tree a mount of foreign source `src` shows, as items in pack order.
-fn walk_foreign(src: &Path, args: &SourceArgs) -> Result<Source> {
-    let (f, storage): (_, std::sync::Arc<dyn crate::storage::Storage>) =
-        match crate::dataset::Dataset::open(src, args, true)? {
-            crate::dataset::Dataset::Foreign(f) => {
-                let storage = crate::dataset::storage_of(&f, args.chunk_cache.max(64 << 20))
-                    .with_context(|| format!("cannot open the files of {}", src.display()))?;
-                (f, storage)
-            }
-            crate::dataset::Dataset::RemoteSet(r) => {
-                let storage = r.storage(args.chunk_cache.max(64 << 20));
-                (r.foreign, storage)
-            }
-            crate::dataset::Dataset::Pack(_) => unreachable!("open_with sends packs to walk_zip"),
-            crate::dataset::Dataset::Remote(_) => {
-                bail!("{}: a loosefs pack already; nothing to pack", src.display())
-            }
-            crate::dataset::Dataset::Dir(_) => {
-                unreachable!("open_with sends plain directories to walk_dir")
-            }
-        };
-    let ix = f.view();
-    let paths = f.header.objects.iter().map(|o| o.path.clone()).collect();
-    let bases = &f.header.bases;
-    let meta_of = |r: &crate::format::index::Record| EntryMeta {
-        mode: if r.is_dir {
-            libc::S_IFDIR | 0o755
-        } else {
-            libc::S_IFREG | 0o644
-        },
-        mtime_sec: r.mtime_sec,
-        mtime_nsec: r.mtime_nsec,
-    };
-    let root_rec = ix.record(0).context("empty index")?;
-    let mut items = Vec::new();
-    let mut locs = Vec::new();
-    // Depth first, children in name order (the order the index keeps them in).
-    let mut stack: Vec<(u32, Option<usize>, PathBuf)> = ix
-        .children(&root_rec)
-        .rev()
-        .map(|c| (c, None, src.to_path_buf()))
-        .collect();
-    while let Some((i, parent, dir)) = stack.pop() {
-        let r = ix.record(i).context("index record")?;
-        let name = String::from_utf8_lossy(ix.name(&r)).into_owned();
-        let path = dir.join(&name);
-        let me = items.len();
-        let kind = if r.is_dir {
-            for c in ix.children(&r).rev() {
-                stack.push((c, Some(me), path.clone()));
-            }
-            ItemKind::Dir
-        } else {
-            let k = bases.partition_point(|&b| b <= r.data_off) - 1;
-            let pixels = r.is_pixels();
-            let header = if pixels {
-                crate::view::ViewGeom {
-                    kind: crate::view::ViewKind::Ppm,
-                    width: r.width,
-                    height: r.height,
-                    denom: 1,
-                }
-                .header()
-            } else {
-                Vec::new()
-            };
-            let size = r.size + header.len() as u64;
-            locs.push(Loc {
-                obj: k as u32,
-                off: r.data_off - bases[k],
-                len: r.size,
-                crc: r.crc(),
-                header,
-            });
-            ItemKind::File {
-                size,
-                member: Some(locs.len() - 1),
-            }
-        };
-        items.push(Item {
-            path,
-            parent,
-            name,
-            kind,
-            meta: meta_of(&r),
-        });
-    }
-    Ok(Source {
-        root: meta_of(&root_rec),
-        items,
-        skipped: Skipped::new(),
-        zip: None,
-        stored: Some(Stored {
-            storage,
-            paths,
-            locs,
-        }),
-    })
 }
