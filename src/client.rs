@@ -48,9 +48,17 @@ pub fn format_stats(r: &Report) -> String {
         if d.log == "-" { "on stderr" } else { &d.log }
     );
     out += &format!(
-        "served      {:.1} MB, {} errors\n",
+        "served      {:.1} MB, {} errors{}\n",
         mb(r.bytes_served),
-        r.errors
+        r.errors,
+        if r.stale > 0 {
+            format!(
+                " ({} ESTALE: a remote object was replaced; mount again)",
+                r.stale
+            )
+        } else {
+            String::new()
+        }
     );
     out += &format!(
         "page cache  {} hits, {} misses\n",

@@ -185,6 +185,7 @@ fn errno(e: &FsError) -> Errno {
         FsError::NotDir => Errno::ENOTDIR,
         FsError::IsDir => Errno::EISDIR,
         FsError::Corrupt(_) | FsError::Io(_) | FsError::Internal(_) => Errno::EIO,
+        FsError::Stale(_) => Errno::ESTALE,
         FsError::Denied => Errno::EACCES,
         FsError::ReadOnly => Errno::EROFS,
         FsError::Invalid(_) => Errno::EINVAL,

@@ -49,6 +49,10 @@ pub struct Report {
     pub requests: BTreeMap<String, u64>,
     /// Requests answered with an error other than ENOENT/ENOTDIR/EISDIR.
     pub errors: u64,
+    /// Requests answered ESTALE (counted in `errors` too): bytes of a remote object replaced
+    /// or removed since the mount, which no retry brings back.
+    #[serde(default)]
+    pub stale: u64,
     /// Bytes returned by READ.
     pub bytes_served: u64,
     /// CRC-32s learned at samples' first reads (a foreign dataset indexed with `--verify

@@ -96,6 +96,11 @@ impl Samples {
         let end = offset.saturating_add(u64::from(size)).min(len);
         let io = |e: std::io::Error| {
             let why = format!("cannot read its stored bytes: {e}");
+            if e.kind() == std::io::ErrorKind::StaleNetworkFileHandle {
+                self.io_log
+                    .log(|| format!("{}: {why}; answering ESTALE", self.path(ext)));
+                return FsError::Stale(why);
+            }
             self.io_log
                 .log(|| format!("{}: {why}; answering EIO", self.path(ext)));
             FsError::Io(why)

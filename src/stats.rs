@@ -145,6 +145,9 @@ pub struct Stats {
     latency: [Histogram; Op::ALL.len()],
     /// Requests that answered an error.
     pub errors: AtomicU64,
+    /// Requests answered ESTALE: bytes of a remote object replaced or removed since the mount
+    /// (counted in `errors` too).
+    pub stale: AtomicU64,
     /// Bytes returned by READ.
     pub bytes_served: AtomicU64,
     /// How requests reach the daemon.

@@ -33,6 +33,11 @@ pub enum FsError {
     /// remote object replaced since the mount. The string says which, with its source.
     #[error("I/O error: {0}")]
     Io(String),
+    /// The stored bytes' remote object was replaced or removed since it was pinned (ESTALE, as
+    /// mountpoint-s3 answers "object was mutated remotely"): its uncached bytes are gone for
+    /// good, unlike an outage's. The string names the object and the ETag it was pinned to.
+    #[error("stale: {0}")]
+    Stale(String),
     /// The daemon could not answer for a reason of its own (EIO): a worker pool that is not
     /// running, a report that cannot be written. The string says why.
     #[error("internal error: {0}")]

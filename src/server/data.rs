@@ -130,8 +130,11 @@ impl Data {
                     self.readahead
                         .after_read(ext, offset..offset + b.len() as u64);
                 }
-                Err(_) => {
+                Err(e) => {
                     stats.errors.fetch_add(1, Relaxed);
+                    if matches!(e, FsError::Stale(_)) {
+                        stats.stale.fetch_add(1, Relaxed);
+                    }
                 }
             }
             reply(out);

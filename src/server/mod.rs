@@ -305,6 +305,10 @@ impl Server {
         ) {
             self.stats.errors.fetch_add(1, Relaxed);
         }
+        if matches!(r, Err(FsError::Stale(_))) {
+            self.stats.errors.fetch_add(1, Relaxed);
+            self.stats.stale.fetch_add(1, Relaxed);
+        }
         self.stats.done(op, t0);
         r
     }

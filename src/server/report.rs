@@ -81,6 +81,7 @@ impl Parts<'_> {
             },
             requests: lat.iter().map(|(n, l)| (n.to_string(), l.count)).collect(),
             errors: s.errors.load(Relaxed),
+            stale: s.stale.load(Relaxed),
             bytes_served: s.bytes_served.load(Relaxed),
             crc_learned: self.data.samples.learned(),
             page_cache: PageCacheReport {

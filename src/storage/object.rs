@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-pub use super::object_source::{ObjectStats, Pin};
+pub use super::object_source::{ObjectError, ObjectStats, Pin};
 use super::remote_config::RemoteConfig;
 
 /// Whether `src` names a remote object (`s3://`, `https://` or `http://`).
@@ -183,8 +183,10 @@ impl ObjectClient {
 
     /// GETs bytes `r` of the pinned object (waits for a free request slot first).
     ///
-    /// Errors: the object was replaced since it was opened (412; logged loudly once), 403/404,
-    /// a short or misplaced answer, or a network failure after the retries.
+    /// Errors ([`ObjectError`] inside the `io::Error`, its kind chosen by it): the object
+    /// replaced or removed since it was pinned (412, 404, or an answer carrying another ETag
+    /// or size; logged loudly once; ESTALE), 401/403, a short or misplaced answer, or a
+    /// network failure after the retries.
     pub async fn get(&self, r: Range<u64>) -> io::Result<Bytes> {
         let pin = self
             .pin
@@ -201,49 +203,72 @@ impl ObjectClient {
             version: pin.version.clone(),
             ..Default::default()
         };
+        let url = &self.url;
+        let replaced = |why: String| {
+            if !self.replaced.swap(true, Relaxed) {
+                log::error!(
+                    "{url}: THE OBJECT WAS REPLACED since it was mounted (pinned to ETag {}): {why}; every read of bytes not cached answers ESTALE: unmount and mount again",
+                    pin.etag
+                );
+            }
+            ObjectError::Replaced {
+                url: url.clone(),
+                etag: pin.etag.clone(),
+                why,
+            }
+        };
         let res = async {
             let g = self.store.get_opts(&self.path, opts).await?;
-            g.bytes().await
+            let (meta, range) = (g.meta.clone(), g.range.clone());
+            Ok::<_, object_store::Error>((meta, range, g.bytes().await?))
         }
         .await;
-        match res {
-            Ok(b) if b.len() as u64 == r.end - r.start => {
-                self.stats.gets.fetch_add(1, Relaxed);
-                self.stats.bytes.fetch_add(b.len() as u64, Relaxed);
-                Ok(b)
-            }
-            Ok(b) => {
-                self.stats.failed.fetch_add(1, Relaxed);
-                Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!(
-                        "{}: GET of bytes {}..{} returned {} bytes",
-                        self.url,
-                        r.start,
-                        r.end,
-                        b.len()
-                    ),
-                ))
-            }
-            Err(object_store::Error::Precondition { .. }) => {
-                self.stats.failed.fetch_add(1, Relaxed);
-                if !self.replaced.swap(true, Relaxed) {
-                    log::error!(
-                        "{}: THE OBJECT WAS REPLACED since it was mounted (ETag {} no longer matches); every read of bytes not cached answers EIO: unmount and mount again",
-                        self.url,
-                        pin.etag
-                    );
-                }
-                Err(io::Error::other(format!(
-                    "{}: object replaced (ETag {} no longer matches)",
-                    self.url, pin.etag
+        let out = match res {
+            // The answer must be the pinned version and the range asked for, whatever the
+            // server did with If-Match (many static servers ignore it).
+            Ok((meta, _, _)) if meta.e_tag.as_ref().is_some_and(|e| *e != pin.etag) => {
+                Err(replaced(format!(
+                    "the answer carries ETag {}",
+                    meta.e_tag.unwrap_or_default()
                 )))
             }
-            Err(e) => {
-                self.stats.failed.fetch_add(1, Relaxed);
-                Err(io_error(&self.url, e))
+            Ok((meta, _, _)) if meta.size != pin.size => Err(replaced(format!(
+                "the answer says the object holds {} bytes, not {}",
+                meta.size, pin.size
+            ))),
+            Ok((_, range, b)) if range != r || b.len() as u64 != r.end - r.start => {
+                Err(ObjectError::BadAnswer {
+                    url: url.clone(),
+                    start: r.start,
+                    end: r.end,
+                    why: format!("the answer holds bytes {range:?}, {} of them", b.len()),
+                })
             }
-        }
+            Ok((_, _, b)) => {
+                self.stats.gets.fetch_add(1, Relaxed);
+                self.stats.bytes.fetch_add(b.len() as u64, Relaxed);
+                return Ok(b);
+            }
+            Err(object_store::Error::Precondition { source, .. }) => {
+                Err(replaced(format!("412 to If-Match: {source}")))
+            }
+            Err(object_store::Error::NotFound { source, .. }) => {
+                Err(replaced(format!("404: {source}")))
+            }
+            Err(
+                e @ (object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. }),
+            ) => Err(ObjectError::Denied {
+                url: url.clone(),
+                why: e.to_string(),
+            }),
+            Err(e) => Err(ObjectError::Network {
+                url: url.clone(),
+                why: e.to_string(),
+            }),
+        };
+        self.stats.failed.fetch_add(1, Relaxed);
+        out.map_err(io::Error::from)
     }
 
     /// [`ObjectClient::get`], waiting for it (not from the runtime's own threads).
@@ -364,6 +389,16 @@ impl ObjectClient {
         self.stats.bytes.fetch_add(n, Relaxed);
         if n != meta.size {
             bail!("{url}: received {n} of its {} bytes", meta.size);
+        }
+        // A server that ignores If-Match answers the new version: never kept as the old.
+        if let (Some(p), Some(etag)) = (&pin, &meta.e_tag) {
+            if *etag != p.etag || meta.size != p.size {
+                return Err(anyhow::Error::new(io::Error::from(ObjectError::Replaced {
+                    url: url.clone(),
+                    etag: p.etag.clone(),
+                    why: format!("the answer carries ETag {etag} and {} bytes", meta.size),
+                })));
+            }
         }
         if let Some(etag) = meta.e_tag {
             let _ = self.pin.set(Pin {

@@ -33,6 +33,73 @@ pub struct ObjectStats {
     pub failed: AtomicU64,
 }
 
+/// Why a GET of a pinned object failed. Carried inside the `io::Error` the read path sees
+/// (its kind is [`ObjectError::kind`], so the errno is chosen without parsing text; the
+/// value itself can be taken back with `get_ref().downcast_ref::<ObjectError>()`).
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    /// The object is no longer the pinned version: 412 to `If-Match`, an answer carrying
+    /// another ETag (a server that ignores `If-Match`), or 404 for an object that existed.
+    /// Answered ESTALE: no retry brings the pinned bytes back.
+    #[error("{url}: object replaced or removed since it was pinned (ETag {etag}): {why}")]
+    Replaced {
+        /// The object.
+        url: String,
+        /// The ETag it was pinned to.
+        etag: String,
+        /// What showed it.
+        why: String,
+    },
+    /// 401/403: the credentials do not (or no longer) allow the GET.
+    #[error("{url}: access denied: {why}")]
+    Denied {
+        /// The object.
+        url: String,
+        /// The server's answer.
+        why: String,
+    },
+    /// An answer that is not the range asked for (short, misplaced, or of another size).
+    #[error("{url}: GET of bytes {start}..{end}: {why}")]
+    BadAnswer {
+        /// The object.
+        url: String,
+        /// First byte asked for.
+        start: u64,
+        /// End of the range asked for.
+        end: u64,
+        /// What was wrong with the answer.
+        why: String,
+    },
+    /// The server could not be reached or kept failing (after the retries).
+    #[error("{url}: {why}")]
+    Network {
+        /// The object.
+        url: String,
+        /// The last failure.
+        why: String,
+    },
+}
+
+impl ObjectError {
+    /// The `io::ErrorKind` the read path maps to an errno: `StaleNetworkFileHandle` (ESTALE)
+    /// for [`ObjectError::Replaced`], `PermissionDenied`, `InvalidData` for a bad answer,
+    /// `Other` (EIO) for the network.
+    pub fn kind(&self) -> io::ErrorKind {
+        match self {
+            ObjectError::Replaced { .. } => io::ErrorKind::StaleNetworkFileHandle,
+            ObjectError::Denied { .. } => io::ErrorKind::PermissionDenied,
+            ObjectError::BadAnswer { .. } => io::ErrorKind::InvalidData,
+            ObjectError::Network { .. } => io::ErrorKind::Other,
+        }
+    }
+}
+
+impl From<ObjectError> for io::Error {
+    fn from(e: ObjectError) -> io::Error {
+        io::Error::new(e.kind(), e)
+    }
+}
+
 /// One remote object pinned to a version (size + ETag), read by ranged GETs.
 pub trait ObjectSource: Send + Sync + std::fmt::Debug {
     /// The object's URL (names it in messages).
@@ -205,7 +272,11 @@ impl ObjectSource for FakeObject {
             }
             let fail = |why: &str| {
                 self.stats.failed.fetch_add(1, Relaxed);
-                Err(io::Error::other(format!("{}: {why}", self.url)))
+                Err(ObjectError::Network {
+                    url: self.url.clone(),
+                    why: why.into(),
+                }
+                .into())
             };
             if self.down.load(SeqCst) {
                 return fail("connection refused");
@@ -218,7 +289,13 @@ impl ObjectSource for FakeObject {
                 return fail("503 Slow Down (after the retries)");
             }
             if self.replaced.load(SeqCst) {
-                return fail("object replaced (ETag \"v1\" no longer matches)");
+                self.stats.failed.fetch_add(1, Relaxed);
+                return Err(ObjectError::Replaced {
+                    url: self.url.clone(),
+                    etag: self.pin.etag.clone(),
+                    why: "412 Precondition Failed".into(),
+                }
+                .into());
             }
             let data = self
                 .data

@@ -215,7 +215,9 @@ class FaultProxy:
     `cut_after` (the next `cuts` connections are reset after this many response bytes),
     `fail_503` (the next N requests are answered `503 Slow Down` without reaching the server),
     `corrupt` (the next N response bodies of at least 4 KiB get one byte flipped), `down`
-    (connections are refused and open ones dropped). `requests` counts requests that went on;
+    (connections are refused and open ones dropped), `strip_if_match` (requests go on with
+    their `If-Match` header renamed, as to a server that ignores it: Python's http.server and
+    many static servers). `requests` counts requests that went on;
     `max_active` the most forwarded at once before their answers came back.
     """
 
@@ -229,6 +231,7 @@ class FaultProxy:
         self.corrupt = 0
         self.corrupted = 0
         self.down = False
+        self.strip_if_match = False
         self._tokens, self._last = 0.0, time.monotonic()
         self._conns = set()
         self._ready = threading.Event()
@@ -246,7 +249,8 @@ class FaultProxy:
 
     def reset(self) -> None:
         """No fault: full speed, no latency, nothing cut, failed or corrupted, up."""
-        self.set(rate=0, latency=0, cut_after=0, cuts=0, fail_503=0, corrupt=0, down=False, max_active=0)
+        self.set(rate=0, latency=0, cut_after=0, cuts=0, fail_503=0, corrupt=0, down=False, max_active=0,
+                 strip_if_match=False)
 
     def set(self, **kw) -> None:
         for k, v in kw.items():
@@ -323,6 +327,9 @@ class FaultProxy:
                 self.active += n
                 self.max_active = max(self.max_active, self.active)
                 await self._throttle(len(data))
+                if self.strip_if_match:
+                    # Same length, so a request split across reads stays whole.
+                    data = re.sub(rb"(?i)\r\nif-match:", b"\r\nX-Ignore:", data)
                 sw.write(data)
                 await sw.drain()
             sw.close()

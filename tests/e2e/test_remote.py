@@ -358,30 +358,50 @@ def test_two_live_mounts_sharing_a_cache_root_keep_within_its_size(world, source
             assert held <= budget + (8 << 20), (held, budget)
 
 
-def test_replaced_object_gives_eio_never_mixed_bytes(world, source, pack):
-    www, nginx = world["www"], world["nginx"]
-    shutil.copy(pack, www / "replaced.pack")
+def replace_object(path: pathlib.Path, pack: pathlib.Path):
+    """Puts a new version of `pack` at `path`: same size, one byte changed, a new mtime (so
+    nginx's ETag changes)."""
+    data = bytearray(pack.read_bytes())
+    data[len(data) // 2] ^= 1
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    os.utime(tmp, (time.time() + 5, time.time() + 5))
+    os.replace(tmp, path)
+
+
+def stats_of(mnt: pathlib.Path) -> dict:
+    import json
+    return json.loads((mnt / ".loosefs" / "stats").read_text())
+
+
+@pytest.mark.parametrize("if_match", ["honoured", "ignored"])
+def test_replaced_object_gives_estale_never_mixed_bytes(world, source, pack, if_match):
+    """Over nginx, which honours If-Match (412), and through the proxy with If-Match taken out
+    of each request, as a server that ignores it (the answer then carries the new version's
+    bytes and ETag: compared with the pin, never served)."""
+    www, proxy = world["www"], world["http_proxy"]
+    name = f"replaced-{if_match}.pack"
+    shutil.copy(pack, www / name)
     files = files_of(source)
-    m = Mount(nginx.url("replaced.pack"), world["work"], "--allow-http", "--prefetch-max-mb", "0",
-              "--push-ahead", "0", "--cache-size", "1G", "--cache-dir", str(world["work"] / "cache-replaced"))
+    url = f"http://127.0.0.1:{proxy.port}/{name}"
+    m = Mount(url, world["work"], "--allow-http", "--prefetch-max-mb", "0",
+              "--push-ahead", "0", "--cache-size", "1G", "--cache-dir", str(world["work"] / f"cache-{name}"))
     with m as mnt:
         assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
-        # Replace the object: same size, one byte changed, new mtime: nginx's ETag changes.
-        data = bytearray(pack.read_bytes())
-        data[len(data) // 2] ^= 1
-        tmp = www / "replaced.tmp"
-        tmp.write_bytes(data)
-        os.utime(tmp, (time.time() + 5, time.time() + 5))
-        os.replace(tmp, www / "replaced.pack")
+        proxy.set(strip_if_match=if_match == "ignored")
+        replace_object(www / name, pack)
         with pytest.raises(OSError) as e:
             (mnt / files[-1]).read_bytes()
-        assert e.value.errno == errno.EIO
+        assert e.value.errno == errno.ESTALE, e.value
         # What was cached still serves the version that was mounted.
         assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
-    assert "REPLACED" in m.log.read_text()
+        s = stats_of(mnt)
+        assert s["stale"] >= 1 and s["errors"] >= s["stale"], s
+    log = m.log.read_text()
+    assert "REPLACED" in log and "ESTALE" in log, log[-2000:]
 
 
-def test_s3_object_replaced_gives_eio(world, source, pack, tmp_path):
+def test_s3_object_replaced_gives_estale(world, source, pack, tmp_path):
     weed = world["weed"]
     weed.put("replaced.pack", pack)
     files = files_of(source)
@@ -395,8 +415,9 @@ def test_s3_object_replaced_gives_eio(world, source, pack, tmp_path):
         weed.put("replaced.pack", other)
         with pytest.raises(OSError) as e:
             (mnt / files[-1]).read_bytes()
-        assert e.value.errno == errno.EIO
+        assert e.value.errno == errno.ESTALE, e.value
         assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
+        assert stats_of(mnt)["stale"] >= 1
         log = (world["work"] / f"{mnt.name}.log").read_text()
         assert "REPLACED" in log
 

@@ -127,7 +127,7 @@ def test_an_s3_mount_with_the_kept_index_makes_one_request_before_its_first_read
     assert first > 1
 
 
-def test_a_replaced_shard_answers_eio_for_its_samples_only(sets):
+def test_a_replaced_shard_answers_estale_for_its_samples_only(sets):
     w, www, weed = sets["work"], sets["www"], sets["weed"]
     tmp = w / "replaced"
     shutil.copytree(www / "webdataset", tmp)
@@ -138,23 +138,29 @@ def test_a_replaced_shard_answers_eio_for_its_samples_only(sets):
         files = files_of(mnt)
     # Mounted again with a fresh cache (nothing cached), then shard 1 replaced on the server.
     m = Mount("s3://packs/replaced/", w, *s3(sets, "--prefetch-max-mb", "0", "--push-ahead", "0", index=index))
+    import tarfile
+    with tarfile.open(tmp / "shard-000001.tar") as t:
+        in_shard = {pathlib.PurePath(n).name for n in t.getnames()}
     with m as mnt:
         data = bytearray((tmp / "shard-000001.tar").read_bytes())
         data[len(data) // 2] ^= 1
         (tmp / "shard-000001.tar").write_bytes(data)
         weed.put("replaced/shard-000001.tar", tmp / "shard-000001.tar")
         ref = sets["local"]["webdataset"]
-        eio = ok = 0
+        stale, ok = set(), 0
         for rel in files:
             try:
                 b = (mnt / rel).read_bytes()
             except OSError as e:
-                assert e.errno == errno.EIO, rel
-                eio += 1
+                assert e.errno == errno.ESTALE, (rel, e)
+                stale.add(rel)
                 continue
             assert b == (ref / rel).read_bytes(), rel
             ok += 1
-        assert eio > 0 and ok > 0, (eio, ok)
+        # Exactly the replaced shard's samples (its members, by name) answer ESTALE.
+        expected = {rel for rel in files if pathlib.PurePath(rel).name in in_shard}
+        assert expected and stale == expected, (sorted(stale)[:5], sorted(expected)[:5])
+        assert ok == len(files) - len(expected)
     assert "REPLACED" in m.log.read_text()
 
 

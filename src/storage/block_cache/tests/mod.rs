@@ -219,6 +219,17 @@ fn a_replaced_object_fails_uncached_reads_and_cached_bytes_stay_the_mounted_vers
     w.fake.replace(vec![7u8; w.data.len()]);
     let e = w.read(&c, 3 * BLOCK..3 * BLOCK + 10).unwrap_err();
     assert!(e.to_string().contains("replaced"), "{e}");
+    // Its kind says so (the read path answers ESTALE from it, not EIO), and the typed error
+    // rides inside.
+    assert_eq!(e.kind(), std::io::ErrorKind::StaleNetworkFileHandle, "{e}");
+    assert!(
+        matches!(
+            e.get_ref()
+                .and_then(|i| i.downcast_ref::<crate::storage::object_source::ObjectError>()),
+            Some(crate::storage::object_source::ObjectError::Replaced { .. })
+        ),
+        "{e:?}"
+    );
     assert_eq!(
         w.read(&c, 0..10).unwrap(),
         &w.data[..10],
