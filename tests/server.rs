@@ -1030,3 +1030,48 @@ fn decode_ahead_follows_an_announced_order_of_views() {
         "the next views of the order were decoded ahead: {d:?}"
     );
 }
+
+#[test]
+fn an_announced_order_longer_than_twice_the_samples_is_refused_and_stays_bounded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (s, _storage, files) = order_server(tmp.path(), 1 << 30);
+    let dir = s.lookup(ROOT_INO, b".loosefs").unwrap().attr.ino;
+    let ino = s.lookup(dir, b"order").unwrap().attr.ino;
+    let n = files.len();
+    // Every sample twice (a sampler with replacement may repeat): taken whole.
+    let twice: Vec<&str> = (files.iter().chain(files.iter()))
+        .map(|(p, _)| p.as_str())
+        .collect();
+    announce(&s, 7, &twice, 64 << 10);
+    assert_eq!(order_report(&s).samples, 2 * n as u64);
+    // Ten times the samples, in 128 KiB writes as the kernel sends them: the writes past
+    // 2x are refused with EINVAL, and the order keeps 2x at most.
+    let text: String = (0..10 * n)
+        .map(|k| format!("{}\n", files[k % n].0))
+        .collect();
+    let mut refused = None;
+    for (k, part) in text.as_bytes().chunks(128 << 10).enumerate() {
+        match s.write(ino, (k * (128 << 10)) as u64, part, 8) {
+            Ok(w) => assert_eq!(w as usize, part.len()),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    match refused {
+        Some(FsError::Invalid(why)) => assert!(why.contains("at most"), "{why}"),
+        other => panic!("a 10x order was not refused: {other:?}"),
+    }
+    let r = order_report(&s);
+    assert!(
+        r.samples <= 4 * n as u64,
+        "two orders hold {} records for {n} samples",
+        r.samples
+    );
+    // A later write of the refused announcement does not continue it.
+    assert!(matches!(
+        s.write(ino, text.len() as u64, b"x\n", 8),
+        Err(FsError::Invalid(_))
+    ));
+}

@@ -24,6 +24,12 @@ const MAX_PENDING: usize = 64;
 const MAX_LINE: usize = 4096;
 /// Records resolved before they are handed to the order in one go.
 const BATCH: usize = 4096;
+/// Lines an announcement may hold per sample of the mount (a sampler with replacement repeats
+/// samples; an epoch order holds each once): beyond it the write is refused, so an order's
+/// memory is bounded by the mount's size whoever writes it (~4.5 bytes a line).
+const LINES_PER_SAMPLE: u64 = 2;
+/// Bytes of an unresolved path shown in the log, at most.
+const LOGGED_PATH: usize = 256;
 
 /// An announcement being written.
 #[derive(Debug)]
@@ -37,6 +43,8 @@ struct Pending {
     partial: Vec<u8>,
     /// Whether an unresolved path was logged for it.
     logged: bool,
+    /// Lines taken so far (resolved or not).
+    lines: u64,
 }
 
 /// Announcements in progress, by writing process.
@@ -102,6 +110,7 @@ impl Server {
                     next: 0,
                     partial: Vec::new(),
                     logged: false,
+                    lines: 0,
                 });
                 pending.len() - 1
             }
@@ -115,6 +124,7 @@ impl Server {
         };
         let p = &mut pending[k];
         p.next = offset + data.len() as u64;
+        let cap = LINES_PER_SAMPLE * self.catalog.files().max(1);
         let order = &self.data.readahead.order;
         let (mut records, mut unresolved) = (Vec::new(), 0u64);
         let mut rest = data;
@@ -122,16 +132,31 @@ impl Server {
             p.partial.extend_from_slice(&rest[..nl]);
             rest = &rest[nl + 1..];
             let line = std::mem::take(&mut p.partial);
+            p.lines += 1;
+            if p.lines > cap {
+                self.data.readahead.extend_order(p.id, &records);
+                order.unresolved(unresolved);
+                // The rest of this announcement is refused; what came before stays in force.
+                p.next = u64::MAX;
+                let why = format!(
+                    "an announced order holds at most {cap} lines ({LINES_PER_SAMPLE} per \
+                     sample of the mount); the rest of process {pid}'s order is refused (EINVAL)"
+                );
+                log::warn!("{why}");
+                return Err(FsError::Invalid(why));
+            }
             match self.resolve(&line) {
                 Some(r) => records.push(r),
                 None if line.iter().all(u8::is_ascii_whitespace) => {}
                 None => {
                     unresolved += 1;
                     if !std::mem::replace(&mut p.logged, true) {
+                        let shown = &line[..line.len().min(LOGGED_PATH)];
                         log::warn!(
-                            "announced order: {:?} names no file of the mount; it is not \
+                            "announced order: {:?}{} names no file of the mount; it is not \
                              read ahead (stats count such paths as unresolved_paths)",
-                            String::from_utf8_lossy(&line)
+                            String::from_utf8_lossy(shown),
+                            if shown.len() < line.len() { "..." } else { "" }
                         );
                     }
                 }
