@@ -89,6 +89,29 @@ fn is_s3_prefix(url: &str) -> bool {
     url.ends_with('/') && url.to_ascii_lowercase().starts_with("s3://")
 }
 
+/// Whether `name` (an object's name relative to its dataset, from a listing, an `index.json`
+/// or a shared index) stays inside the dataset and its cache directory: not empty, no leading
+/// `/`, no empty, `.` or `..` segment, no NUL or backslash. Checked by loosefs itself before
+/// any name reaches a URL or a path, whatever the object client's own parser accepts.
+pub(crate) fn safe_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.contains(['\0', '\\'])
+        && name
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
+/// Refuses the first unsafe name of `names` (see [`safe_name`]), naming where it came from.
+fn check_safe(names: &[String], from: &str) -> Result<()> {
+    match names.iter().find(|n| !safe_name(n)) {
+        Some(n) => bail!(
+            "{from} names the object {n:?}, which would lie outside the dataset (an empty, \
+             absolute, `.` or `..` path): refused"
+        ),
+        None => Ok(()),
+    }
+}
+
 /// The objects `url` names (see [`Names`]), and for an S3 prefix what its listing says of the
 /// default shared index (`.loosefs-index` at the top of the prefix), if there is one.
 fn object_names(url: &str, args: &SourceArgs) -> Result<(Names, Option<Pin>)> {
@@ -96,6 +119,7 @@ fn object_names(url: &str, args: &SourceArgs) -> Result<(Names, Option<Pin>)> {
     if url.contains('{') {
         let urls = crate::formats::expand_braces(url);
         let names: Vec<String> = urls.iter().map(|u| u[dir.len()..].to_string()).collect();
+        check_safe(&names, url)?;
         let pins = vec![None; names.len()];
         return Ok(((dir, names, pins), None));
     }
@@ -118,6 +142,7 @@ fn object_names(url: &str, args: &SourceArgs) -> Result<(Names, Option<Pin>)> {
         if names.is_empty() {
             bail!("{url}: no objects under this prefix");
         }
+        check_safe(&names, &format!("the listing of {url}"))?;
         return Ok(((dir, names, pins), index_pin));
     }
     let index_url = format!("{url}index.json");
@@ -140,6 +165,7 @@ fn object_names(url: &str, args: &SourceArgs) -> Result<(Names, Option<Pin>)> {
     if names.len() == 1 {
         bail!("{index_url}: names no MDS shards nor LitData chunks");
     }
+    check_safe(&names, &index_url)?;
     let pins = vec![None; names.len()];
     Ok(((dir, names, pins), None))
 }
@@ -458,6 +484,30 @@ fn name_in_view(p: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_that_would_leave_the_dataset_are_refused() {
+        for ok in ["a.tar", "train/part-0.tar", "x..y/z.mds", ".hidden"] {
+            assert!(safe_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "a//b",
+            "a/./b",
+            "a/",
+            ".",
+            "..",
+            "a\0b",
+            "..\\x",
+        ] {
+            assert!(!safe_name(bad), "{bad:?}");
+        }
+        let e = object_names("https://h/d/{../x,y}.tar", &SourceArgs::default()).unwrap_err();
+        assert!(format!("{e:#}").contains("outside the dataset"), "{e:#}");
+    }
 
     #[test]
     fn brace_patterns_and_single_urls_name_their_objects_without_a_request() {

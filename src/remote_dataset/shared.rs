@@ -178,7 +178,7 @@ pub fn check(
 /// climbs out of the dataset. Errors name the index.
 fn check_names(f: &Foreign, at: &str) -> Result<()> {
     for e in &f.header.remote {
-        if e.name.is_empty() || e.name.starts_with('/') || e.name.split('/').any(|c| c == "..") {
+        if !super::safe_name(&e.name) {
             bail!("{at}: names {:?} outside the dataset", e.name);
         }
     }

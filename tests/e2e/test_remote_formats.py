@@ -407,3 +407,26 @@ def test_a_zip_or_ffcv_file_at_a_url_is_indexed_from_its_tables_alone(sets, rel)
         assert "JPEG headers not read" in r.stdout, r.stdout
     finally:
         subprocess.run([loosefs_bin(), "umount", str(ref)], timeout=120)
+
+
+@pytest.mark.parametrize("name", ["../escape.mds", "/etc/escape.mds", "a//b.mds", "../../../../tmp/escape.mds"])
+def test_an_index_json_naming_objects_outside_the_dataset_is_refused_and_nothing_written_outside(sets, name):
+    """An HTTPS directory whose MDS index.json names a shard outside the dataset: loosefs checks
+    the name itself (whatever the object client's path parser accepts) and refuses before any
+    GET of it or any file under its name."""
+    w = sets["work"]
+    evil = sets["www"] / f"evil{random.randrange(1 << 30)}"
+    evil.mkdir()
+    (evil / "index.json").write_text(json.dumps(
+        {"version": 2, "shards": [{"raw_data": {"basename": name, "bytes": 10}, "samples": 1}]}))
+    args = https(sets)
+    cache, index = pathlib.Path(args[args.index("--cache-dir") + 1]), pathlib.Path(args[args.index("--index-dir") + 1])
+    before = set(p for p in w.rglob("*"))
+    url = f"https://127.0.0.1:{sets['nginx'].tls_port}/{evil.name}/"
+    r = subprocess.run([loosefs_bin(), "info", url, *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "outside the dataset" in r.stderr and name in r.stderr, r.stderr
+    # Nothing new anywhere under the work directory but the cache and index directories.
+    new = [p for p in set(w.rglob("*")) - before if cache not in p.parents and index not in p.parents
+           and p not in (cache, index)]
+    assert new == [], new
+    assert not pathlib.Path("/tmp/escape.mds").exists() and not pathlib.Path("/etc/escape.mds").exists()
