@@ -28,10 +28,21 @@ pub fn is_url(src: &str) -> bool {
         .any(|p| src.len() > p.len() && src[..p.len()].eq_ignore_ascii_case(p))
 }
 
+/// An outage of a store (bucket or host), shared by the clients of its objects: set when a
+/// GET failed after all its retries (`--retry-timeout` spent), cleared by the next GET that
+/// succeeds. While it lasts, each GET makes one attempt without retries, so a reader sees EIO
+/// once per outage after the retry time, and at once after that, instead of the whole retry
+/// time again for every READ the kernel sends (82 s for one read with `--retry-timeout 20`).
+#[derive(Debug, Default)]
+struct Outage(AtomicBool);
+
 /// A client of one remote object.
 pub struct ObjectClient {
     rt: Arc<tokio::runtime::Runtime>,
     store: Arc<dyn ObjectStore>,
+    /// The same store with no retries: used during an outage.
+    quick: Arc<dyn ObjectStore>,
+    outage: Arc<Outage>,
     path: ObjectPath,
     url: String,
     pin: std::sync::OnceLock<Pin>,
@@ -78,6 +89,11 @@ impl ObjectClient {
     /// credentials when instance metadata is disabled (`AWS_EC2_METADATA_DISABLED=true`).
     pub fn new(url: &str, args: &RemoteConfig) -> Result<ObjectClient> {
         let (store, path) = super::endpoints::store_for(url, args)?;
+        let no_retry = RemoteConfig {
+            retries: 0,
+            ..args.clone()
+        };
+        let (quick, _) = super::endpoints::store_for(url, &no_retry)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("loosefs-net")
@@ -87,6 +103,8 @@ impl ObjectClient {
         Ok(ObjectClient {
             rt: Arc::new(rt),
             store,
+            quick,
+            outage: Arc::default(),
             path,
             url: url.to_string(),
             pin: std::sync::OnceLock::new(),
@@ -127,6 +145,8 @@ impl ObjectClient {
         Ok(ObjectClient {
             rt: self.rt.clone(),
             store: self.store.clone(),
+            quick: self.quick.clone(),
+            outage: self.outage.clone(),
             path,
             url: url.to_string(),
             pin: std::sync::OnceLock::new(),
@@ -217,8 +237,10 @@ impl ObjectClient {
                 why,
             }
         };
+        let in_outage = self.outage.0.load(Relaxed);
+        let store = if in_outage { &self.quick } else { &self.store };
         let res = async {
-            let g = self.store.get_opts(&self.path, opts).await?;
+            let g = store.get_opts(&self.path, opts).await?;
             let (meta, range) = (g.meta.clone(), g.range.clone());
             Ok::<_, object_store::Error>((meta, range, g.bytes().await?))
         }
@@ -245,6 +267,9 @@ impl ObjectClient {
                 })
             }
             Ok((_, _, b)) => {
+                if in_outage && self.outage.0.swap(false, Relaxed) {
+                    log::warn!("{url}: the server answers again; GETs are retried again");
+                }
                 self.stats.gets.fetch_add(1, Relaxed);
                 self.stats.bytes.fetch_add(b.len() as u64, Relaxed);
                 return Ok(b);
@@ -262,10 +287,18 @@ impl ObjectClient {
                 url: url.clone(),
                 why: e.to_string(),
             }),
-            Err(e) => Err(ObjectError::Network {
-                url: url.clone(),
-                why: e.to_string(),
-            }),
+            Err(e) => {
+                if !self.outage.0.swap(true, Relaxed) {
+                    log::warn!(
+                        "{url}: a GET failed after its retries ({e}); until one succeeds, \
+                         GETs are tried once each (reads answer EIO at once)"
+                    );
+                }
+                Err(ObjectError::Network {
+                    url: url.clone(),
+                    why: e.to_string(),
+                })
+            }
         };
         self.stats.failed.fetch_add(1, Relaxed);
         out.map_err(io::Error::from)

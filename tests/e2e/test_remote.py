@@ -204,7 +204,8 @@ def test_server_down_gives_eio_after_the_retries_and_the_mount_recovers(world, s
     proxy = world["http_proxy"]
     url = f"http://127.0.0.1:{proxy.port}/data.pack"
     files = files_of(source)
-    with Mount(url, world["work"], "--allow-http", "--retries", "2", "--retry-timeout", "5", "--request-timeout", "5",
+    retry = 10
+    with Mount(url, world["work"], "--allow-http", "--retry-timeout", str(retry), "--request-timeout", "5",
                "--prefetch-max-mb", "0", "--push-ahead", "0", "--cache-size", "1G",
                "--cache-dir", str(world["work"] / "cache-down")) as mnt:
         assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
@@ -215,16 +216,20 @@ def test_server_down_gives_eio_after_the_retries_and_the_mount_recovers(world, s
                 (mnt / files[-1]).read_bytes()
             assert e.value.errno == errno.EIO
             assert time.time() - t < 60
-            # Every read fails while the server is gone; the log says why once, not per read.
+            # Every read fails while the server is gone, at once: the retry time is spent once
+            # per outage, not again for every READ (ten reads took ten retry times before).
+            t = time.time()
             for rel in files[-12:-2]:
                 with pytest.raises(OSError):
                     (mnt / rel).read_bytes()
+            assert time.time() - t < retry, time.time() - t
         finally:
             proxy.set(down=False)
         failing = time.time() - t0
         log = (world["work"] / f"{mnt.name}.log").read_text()
         # At most one line per 10 s interval of failures (stats::LogLimit), whatever the count.
         assert 1 <= log.count("answering EIO") <= 2 + int(failing // 10), (failing, log[-3000:])
+        assert log.count("failed after its retries") == 1, log[-3000:]
         assert (mnt / files[-1]).read_bytes() == (source / files[-1]).read_bytes()
         assert_same_tree(mnt, source)
 
