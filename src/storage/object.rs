@@ -63,6 +63,31 @@ impl std::fmt::Debug for ObjectClient {
     }
 }
 
+/// `e` with the causes under it (`object_store` shows only its outermost one, "error sending
+/// request", where the cause is an untrusted certificate or a refused connection), each said
+/// once, and what to do where the cause is known: an untrusted certificate names
+/// `--ca-bundle`.
+fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let s = c.to_string();
+        if !out.contains(&s) {
+            out += ": ";
+            out += &s;
+        }
+        cur = c.source();
+    }
+    let low = out.to_ascii_lowercase();
+    if low.contains("certificate") || low.contains("unknownissuer") {
+        out += " (the server's TLS certificate is not trusted: give the CA that signed it with \
+                --ca-bundle FILE.pem or $AWS_CA_BUNDLE)";
+    } else if low.contains("connection refused") {
+        out += " (nothing listens at that address and port: check the URL or --endpoint-url)";
+    }
+    out
+}
+
 /// Why a GET failed, as the read path needs it.
 fn io_error(url: &str, e: object_store::Error) -> io::Error {
     use object_store::Error as E;
@@ -71,7 +96,7 @@ fn io_error(url: &str, e: object_store::Error) -> io::Error {
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
         _ => io::ErrorKind::Other,
     };
-    io::Error::new(kind, format!("{url}: {e}"))
+    io::Error::new(kind, format!("{url}: {}", describe(&e)))
 }
 
 /// The kind of the I/O error inside `e` (from [`ObjectClient::fetch_to`]): `NotFound` for
@@ -186,7 +211,7 @@ impl ObjectClient {
             | object_store::Error::Unauthenticated { .. } => anyhow!(
                 "{url}: access denied (403): check the credentials, region and endpoint ({e})"
             ),
-            e => anyhow!("{url}: cannot read the object: {e}"),
+            e => anyhow!("{url}: cannot read the object: {}", describe(&e)),
         })?;
         self.stats.gets.fetch_add(1, Relaxed);
         self.stats.bytes.fetch_add(bytes.len() as u64, Relaxed);
@@ -290,13 +315,14 @@ impl ObjectClient {
             Err(e) => {
                 if !self.outage.0.swap(true, Relaxed) {
                     log::warn!(
-                        "{url}: a GET failed after its retries ({e}); until one succeeds, \
-                         GETs are tried once each (reads answer EIO at once)"
+                        "{url}: a GET failed after its retries ({}); until one succeeds, \
+                         GETs are tried once each (reads answer EIO at once)",
+                        describe(&e)
                     );
                 }
                 Err(ObjectError::Network {
                     url: url.clone(),
-                    why: e.to_string(),
+                    why: describe(&e),
                 })
             }
         };

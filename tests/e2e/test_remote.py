@@ -141,7 +141,7 @@ def test_https_with_a_private_ca_and_plain_http_only_when_allowed(world, source)
     # An untrusted certificate is refused.
     bad = subprocess.run([loosefs_bin(), "info", nginx.url("data.pack", tls=True), "--retries", "0", *cache],
                          capture_output=True, text=True, env={**os.environ, "AWS_CA_BUNDLE": ""})
-    assert bad.returncode != 0
+    assert bad.returncode != 0 and "certificate" in bad.stderr and "--ca-bundle" in bad.stderr, bad.stderr
 
 
 def test_info_verify_and_pack_upload_on_urls(world, source):
