@@ -181,19 +181,7 @@ impl Entry {
         let mut cmd = [0u8; 80];
         cmd[8..16].copy_from_slice(&commit_id.to_le_bytes());
         cmd[16..18].copy_from_slice(&self.qid.to_le_bytes());
-        let mut sqe = opcode::UringCmd80::new(types::Fd(self.fd), cmd_op)
-            .cmd(cmd)
-            .addr(Some(self.iov.as_ptr() as u64))
-            .build();
-        // SAFETY: `Entry128` is `#[repr(C)]` over `struct io_uring_sqe` (128 bytes), whose
-        // `len` (u32) is at byte 24; the kernel reads two iovecs at `addr`.
-        unsafe {
-            (&mut sqe as *mut squeue::Entry128)
-                .cast::<u8>()
-                .add(24)
-                .cast::<u32>()
-                .write_unaligned(2)
-        };
+        let sqe = uring_cmd(self.fd, cmd_op, cmd, self.iov.as_ptr() as u64);
         // SAFETY: the iovecs and the buffers they name live as long as `self`, which lives
         // until the ring (and so every command) is gone.
         unsafe { self.ring.submission().push(&sqe) }
@@ -301,5 +289,66 @@ impl Entry {
     /// Answers the request in the buffers; returns its commit id.
     fn serve(&mut self, handler: &Handler) -> u64 {
         handler.serve_entry(&mut self.header, &mut self.payload, &mut self.input)
+    }
+}
+
+/// Byte of `struct io_uring_sqe` where its `len` (u32) lies (`include/uapi/linux/io_uring.h`:
+/// opcode, flags, ioprio, fd, off/cmd_op, addr, then len).
+const SQE_LEN_AT: usize = 24;
+
+/// A 128-byte `IORING_OP_URING_CMD` entry on `fd` with command `cmd_op`, the 80 command
+/// bytes `cmd`, and `addr` naming two iovecs (`len` 2: the `io-uring` crate has no setter for
+/// `len` on this opcode, so it is written at [`SQE_LEN_AT`]; the layout is pinned by a test).
+fn uring_cmd(fd: i32, cmd_op: u32, cmd: [u8; 80], addr: u64) -> squeue::Entry128 {
+    let mut sqe = opcode::UringCmd80::new(types::Fd(fd), cmd_op)
+        .cmd(cmd)
+        .addr(Some(addr))
+        .build();
+    // SAFETY: `Entry128` is `#[repr(C)]` over `struct io_uring_sqe` (128 bytes), whose `len`
+    // (u32) is at byte SQE_LEN_AT (checked by `the_sqe_layout_is_the_kernels`); the write
+    // stays inside the entry.
+    unsafe {
+        (&mut sqe as *mut squeue::Entry128)
+            .cast::<u8>()
+            .add(SQE_LEN_AT)
+            .cast::<u32>()
+            .write_unaligned(2)
+    };
+    sqe
+}
+
+#[cfg(test)]
+mod sqe_tests {
+    use super::*;
+
+    /// The entry's bytes as the kernel reads them: the fields `io-uring` sets where
+    /// `struct io_uring_sqe` has them, and the length written by hand at byte 24.
+    #[test]
+    fn the_sqe_layout_is_the_kernels() {
+        assert_eq!(std::mem::size_of::<squeue::Entry128>(), 128);
+        let mut cmd = [0u8; 80];
+        cmd[0] = 0xA5;
+        cmd[79] = 0x5A;
+        let sqe = uring_cmd(7, 0x1234_5678, cmd, 0xDEAD_BEEF_0000_1000);
+        // SAFETY: Entry128 is 128 plain bytes (asserted above).
+        let b: [u8; 128] = unsafe { std::mem::transmute(sqe) };
+        assert_eq!(b[0], 46, "opcode IORING_OP_URING_CMD");
+        assert_eq!(i32::from_le_bytes(b[4..8].try_into().unwrap()), 7, "fd");
+        assert_eq!(
+            u32::from_le_bytes(b[8..12].try_into().unwrap()),
+            0x1234_5678,
+            "cmd_op"
+        );
+        assert_eq!(
+            u64::from_le_bytes(b[16..24].try_into().unwrap()),
+            0xDEAD_BEEF_0000_1000,
+            "addr"
+        );
+        assert_eq!(u32::from_le_bytes(b[24..28].try_into().unwrap()), 2, "len");
+        assert_eq!(
+            (b[48], b[127]),
+            (0xA5, 0x5A),
+            "the 80 command bytes at 48..128"
+        );
     }
 }
