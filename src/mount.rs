@@ -204,6 +204,40 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     bail!("the loosefs daemon failed to mount ({status}); see its message above")
 }
 
+/// A directory mount shows every file as owned by the tree's owner (`root`'s `meta`), whose
+/// own mode bits then apply: with `--allow-other` that would let the tree's owner read through
+/// the mount a file whose real owner or group denies them. Such a tree is refused, naming the
+/// first file or directory owned by someone else (symbolic links and special files are not
+/// served, so not checked).
+///
+/// Errors: an entry owned by another user or group; the tree cannot be walked.
+fn same_owner_throughout(root: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let (uid, gid) = (meta.uid(), meta.gid());
+    for e in walkdir::WalkDir::new(root).follow_links(false) {
+        let e = e.with_context(|| format!("cannot walk {}", root.display()))?;
+        let t = e.file_type();
+        if !(t.is_file() || t.is_dir()) {
+            continue;
+        }
+        let m = e
+            .metadata()
+            .with_context(|| format!("cannot stat {}", e.path().display()))?;
+        if (m.uid(), m.gid()) != (uid, gid) {
+            anyhow::bail!(
+                "{}: owned by {}:{}, not by the tree's owner {uid}:{gid}. A directory mount \
+                 shows every file as the tree owner's, so with --allow-other that user could \
+                 read it through the mount; mount without --allow-other, or give every file the \
+                 tree's owner and group",
+                e.path().display(),
+                m.uid(),
+                m.gid()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Serves the pack until unmounted or signalled. `ready` (if any) receives `ready\n` once the
 /// mount answers.
 fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Result<()> {
@@ -214,6 +248,9 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         _ => std::fs::metadata(pack.path())?,
     };
     let pack_path = pack.path().to_path_buf();
+    if opts.allow_other && matches!(pack, Dataset::Dir(_)) {
+        same_owner_throughout(&pack_path, &meta)?;
+    }
     // A native pack is leased (a writer opening it is noticed); a foreign dataset's files
     // are checked by size and mtime when mounted.
     let lease_file = match &pack {
@@ -238,6 +275,11 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         .server(views, opts.server_options(mnt), opts.source.chunk_cache)
         .context("cannot open the pack for serving")?;
     let server = Arc::new(server);
+    if opts.allow_other {
+        if let Some(c) = server.changes() {
+            c.require_owner(meta.uid(), meta.gid());
+        }
+    }
     // Handlers first: a signal from the moment the mount exists (a reader may see it before
     // the ring is up) unmounts it instead of killing the daemon.
     let signals = signal_hook::iterator::Signals::new([

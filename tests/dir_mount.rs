@@ -334,3 +334,62 @@ fn same_tree_bytes(src: &Path, mnt: &Path) {
         );
     }
 }
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn allow_other_never_shows_a_file_of_another_owner_as_the_tree_owners() {
+    let _timeout = require_mount();
+    let _r = SERIAL.read().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("tree");
+    make_tree(&src);
+    // A file of another owner (root-only, as a secret a user's tree might hold).
+    let secret = src.join("class_0/secret.txt");
+    std::fs::write(&secret, b"root only\n").unwrap();
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    std::os::unix::fs::chown(&src, Some(nobody.uid.as_raw()), Some(nobody.gid.as_raw())).unwrap();
+    for e in walkdir::WalkDir::new(&src).min_depth(1) {
+        let p = e.unwrap().into_path();
+        if p != secret {
+            std::os::unix::fs::lchown(&p, Some(nobody.uid.as_raw()), Some(nobody.gid.as_raw()))
+                .unwrap();
+        }
+    }
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // With --allow-other the tree is refused, naming the file; without, it mounts (only its
+    // mounter, root, can use the mount).
+    let mnt = tmp.path().join("mnt-other");
+    std::fs::create_dir(&mnt).unwrap();
+    let o = loosefs(&[&"mount", &src, &mnt, &"--allow-other"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "mounted: {err}");
+    assert!(
+        err.contains("secret.txt") && err.contains("--allow-other"),
+        "{err}"
+    );
+    assert!(!is_mounted(&mnt), "a refusal leaves nothing mounted");
+    drop(mount(&src, &tmp.path().join("mnt-own"), &[]));
+    // A uniform tree mounts with --allow-other; a file of another owner added while mounted
+    // is not served (ENOENT), one of the tree's owner is.
+    std::fs::remove_file(&secret).unwrap();
+    let m = mount(&src, &tmp.path().join("mnt"), &["--allow-other"]);
+    std::fs::write(&secret, b"root only\n").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // Written, given to the owner, then renamed in: the mount sees it whole and owned.
+    let tmp_mine = tmp.path().join("mine.tmp");
+    std::fs::write(&tmp_mine, b"the owner's\n").unwrap();
+    std::os::unix::fs::chown(
+        &tmp_mine,
+        Some(nobody.uid.as_raw()),
+        Some(nobody.gid.as_raw()),
+    )
+    .unwrap();
+    std::fs::rename(&tmp_mine, src.join("class_0/mine.txt")).unwrap();
+    wait_until("the owner's late file served", || {
+        std::fs::read(m.mnt.join("class_0/mine.txt")).is_ok_and(|b| b == b"the owner's\n")
+    });
+    assert_eq!(
+        errno_of(std::fs::read(m.mnt.join("class_0/secret.txt"))),
+        Some(libc::ENOENT)
+    );
+}

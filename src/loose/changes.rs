@@ -86,6 +86,11 @@ pub struct Changes {
     state: RwLock<State>,
     /// What was noticed.
     pub stats: ChangeStats,
+    /// With `--allow-other`: the tree's owner and group; a late file or directory owned by
+    /// anyone else is not served (shown as the tree owner's, it would let that user read it).
+    owner: std::sync::OnceLock<(u32, u32)>,
+    /// Whether such a name was logged.
+    owner_logged: AtomicBool,
 }
 
 impl std::fmt::Debug for Changes {
@@ -132,9 +137,17 @@ impl Changes {
             raw,
             files,
             any: AtomicBool::new(false),
+            owner: std::sync::OnceLock::new(),
+            owner_logged: AtomicBool::new(false),
             state: RwLock::new(state),
             stats: ChangeStats::default(),
         }
+    }
+
+    /// Serves late names owned by user `uid` and group `gid` only (a mount other users read:
+    /// every file is shown as the tree owner's, see `loosefs mount --allow-other`).
+    pub fn require_owner(&self, uid: u32, gid: u32) {
+        let _ = self.owner.set((uid, gid));
     }
 
     /// The directory served.
@@ -241,6 +254,24 @@ impl Changes {
             t if t.is_file() => Kind::File,
             _ => return Err(FsError::NotFound),
         };
+        if let Some(&(uid, gid)) = self.owner.get() {
+            use std::os::unix::fs::MetadataExt;
+            if (meta.uid(), meta.gid()) != (uid, gid) {
+                if !self
+                    .owner_logged
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    log::warn!(
+                        "{}: owned by {}:{}, not by the tree's owner {uid}:{gid}: not served \
+                         on this --allow-other mount (nor any such name after it; logged once)",
+                        rel.display(),
+                        meta.uid(),
+                        meta.gid()
+                    );
+                }
+                return Err(FsError::NotFound);
+            }
+        }
         let stamp = Stamp::of(&meta);
         if snap.is_some_and(|a| a.kind == kind)
             && (kind == Kind::Dir || self.snapshot_stamp(&rel) == Some(stamp))
