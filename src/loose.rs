@@ -51,7 +51,7 @@ pub struct LooseDir {
 
 /// Width, height and components of the JPEG `path` (`len` bytes), if it is one.
 fn probe_file(path: &Path, len: u64) -> Option<crate::format::jpeg::JpegInfo> {
-    let f = std::fs::File::open(path).ok()?;
+    let f = crate::storage::files::open_original(path).ok()?;
     // Only the head: the kernel's read-ahead would read the whole of most files.
     let _ = nix::fcntl::posix_fadvise(&f, 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM);
     let mut head = vec![0u8; (len as usize).min(HEAD)];

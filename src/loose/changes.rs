@@ -17,7 +17,6 @@ use crate::ino::Node;
 use crate::storage::files::{FileSet, Stamp};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
-use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -347,7 +346,7 @@ impl Changes {
 /// Whether the file at `path` starts as a JPEG does (SOI and a marker).
 fn is_jpeg(path: &Path) -> bool {
     let mut head = [0u8; 3];
-    File::open(path).is_ok_and(|f| f.read_exact_at(&mut head, 0).is_ok())
+    crate::storage::files::open_original(path).is_ok_and(|f| f.read_exact_at(&mut head, 0).is_ok())
         && head == [0xFF, 0xD8, 0xFF]
 }
 

@@ -190,7 +190,7 @@ impl FileSet {
     pub fn physical_order(&self) -> Option<Vec<usize>> {
         let first_block = |k: usize| -> Option<u64> {
             let path = self.root.join(&self.files[k].rel);
-            let file = std::fs::File::open(path).ok()?;
+            let file = open_original(&path).ok()?;
             let ext = fiemap::Fiemap::new(file).next()?.ok()?;
             let unknown = fiemap::FiemapExtentFlags::UNKNOWN;
             (!ext.fe_flags.intersects(unknown)).then_some(ext.fe_physical)
@@ -241,16 +241,27 @@ impl FileSet {
 }
 
 /// Opens the original file at `path` for reading, with `O_NOATIME` where allowed (it needs the
-/// file's owner or `CAP_FOWNER`; without it the open is retried plain) and never through a
-/// symbolic link (`O_NOFOLLOW`: ELOOP). Errors: those of `open(2)`.
+/// file's owner or `CAP_FOWNER`; without it the open is retried plain), never through a
+/// symbolic link (`O_NOFOLLOW`: ELOOP), and never waiting: `O_NONBLOCK`, so a FIFO put in a
+/// file's place (whose open would wait for a writer, holding the daemon and its reader) opens
+/// at once and is refused as not a regular file, as a device or socket is.
+///
+/// Errors: those of `open(2)`; `InvalidInput` for anything but a regular file.
 pub fn open_original(path: &Path) -> io::Result<File> {
     let open = |flags| {
         std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(flags | libc::O_NOFOLLOW)
+            .custom_flags(flags | libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
     };
-    open(libc::O_NOATIME).or_else(|_| open(0))
+    let f = open(libc::O_NOATIME).or_else(|_| open(0))?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, device or socket stands in its place)",
+        ));
+    }
+    Ok(f)
 }
 
 /// What differs between two stamps, for messages.

@@ -187,3 +187,19 @@ fn a_warm_reads_the_files_in_the_order_of_their_first_block_on_the_device() {
         .collect();
     assert_eq!(plan, want);
 }
+
+#[test]
+fn a_fifo_in_a_files_place_is_refused_at_once_never_waited_on() {
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("x.JPEG");
+    nix::unistd::mkfifo(
+        &fifo,
+        nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+    )
+    .unwrap();
+    // Without O_NONBLOCK this open would wait for a writer forever (no writer exists).
+    let e = open_original(&fifo).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+    std::fs::write(d.path().join("f"), b"x").unwrap();
+    assert!(open_original(&d.path().join("f")).is_ok());
+}
