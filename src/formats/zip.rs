@@ -38,6 +38,8 @@ pub(crate) struct Members<'a> {
     samples: Vec<Sample>,
     /// Members stored with a method loosefs does not serve: name (method).
     other: Vec<String>,
+    /// The first member whose directory entry contradicts itself: why.
+    damaged: Option<String>,
 }
 
 impl<'a> Members<'a> {
@@ -50,6 +52,7 @@ impl<'a> Members<'a> {
             chunks: vec![None],
             samples: Vec::new(),
             other: Vec::new(),
+            damaged: None,
         }
     }
 
@@ -66,6 +69,16 @@ impl<'a> Members<'a> {
         size: u64,
         crc32: u32,
     ) {
+        // The CRC-32 of no bytes is 0: an empty member with another CRC-32 was cut (its
+        // directory says 0 bytes where its data says more), and would be served as an empty
+        // file with no check to fail.
+        if size == 0 && crc32 != 0 {
+            self.damaged.get_or_insert(format!(
+                "member {name} is 0 bytes long by the central directory, but its CRC-32 is \
+                 {crc32:08x} (an empty member's is 00000000): the directory is damaged"
+            ));
+            return;
+        }
         let (object, range) = match method {
             Ok(false) => (0, start..start + compressed),
             Ok(true) => {
@@ -102,6 +115,9 @@ impl<'a> Members<'a> {
     /// first such member shown, `loosefs pack` offered).
     pub(crate) fn finish(mut self) -> Result<Scan> {
         let src = self.src;
+        if let Some(why) = &self.damaged {
+            bail!("{}: {why}", src.display());
+        }
         if let Some(first) = self.other.first() {
             bail!(
                 "{}: {} member(s) compressed with a method loosefs does not serve (first: {first}); convert with `loosefs pack {} OUT.pack`",
@@ -283,6 +299,31 @@ mod tests {
             w.write_all(data).unwrap();
         }
         w.finish().unwrap();
+    }
+
+    #[test]
+    fn a_member_cut_to_0_bytes_in_the_central_directory_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("cut.zip");
+        // A member whose bytes were cut away, its headers saying 0 bytes but still carrying
+        // the CRC-32 of the 100,582 it held (no gap is left for the layout checks to see).
+        archive(&p, &[("c1/x.jpg", b"", false), ("c1/y.jpg", b"ok", false)]);
+        let mut b = std::fs::read(&p).unwrap();
+        let crc = crc32fast::hash(&[7u8; 100_582]).to_le_bytes();
+        let local = b.windows(4).position(|w| w == b"PK\x03\x04").unwrap();
+        b[local + 14..local + 18].copy_from_slice(&crc);
+        let cd = b.windows(4).position(|w| w == b"PK\x01\x02").unwrap();
+        b[cd + 16..cd + 20].copy_from_slice(&crc);
+        std::fs::write(&p, &b).unwrap();
+        for e in [
+            scan(&p).err().expect("a cut member was accepted"),
+            table::scan(&p)
+                .err()
+                .expect("a cut member was accepted from the tables"),
+        ] {
+            let e = format!("{e:#}");
+            assert!(e.contains("c1/x.jpg") && e.contains("0 bytes"), "{e}");
+        }
     }
 
     #[test]
