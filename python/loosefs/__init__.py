@@ -313,6 +313,9 @@ class Mount(os.PathLike):
     def __init__(self, source: PathLike, path: pathlib.Path, made_dir: bool):
         self.source, self.path, self._made_dir = os.fspath(source), path, made_dir
         self.mounted = True
+        # The process that mounted it: a child forked inside the block (a DataLoader worker)
+        # that exits must not unmount its parent's mount.
+        self._pid = os.getpid()
 
     def __fspath__(self) -> str:
         return str(self.path)
@@ -325,7 +328,10 @@ class Mount(os.PathLike):
         return stats(self.path)
 
     def unmount(self, lazy: bool = False) -> None:
-        """Unmounts (once; later calls do nothing) and removes a mountpoint made for it."""
+        """Unmounts (once; later calls do nothing) and removes a mountpoint made for it. In a
+        process forked from the one that mounted it, does nothing: the mount is the parent's."""
+        if os.getpid() != self._pid:
+            return
         with _LOCK:
             if not self.mounted:
                 return
@@ -362,9 +368,16 @@ def mount(source: PathLike, mountpoint: Optional[PathLike] = None, **options: An
     path = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-")) if made else pathlib.Path(mountpoint)
     # A captured stderr would stay open in the daemon with `--log -`: the call would wait for it.
     to_stderr = str(options.get("log")) == "-"
+    _unmount_on_signals()
     try:
         _run(["mount", os.fspath(source), str(path), *_flags(options)], error=MountError, stream_stderr=to_stderr)
     except BaseException:
+        # Interrupted (Ctrl-C) while the mount was being made or warmed: it may be up already.
+        if os.path.ismount(path):
+            try:
+                unmount(path, lazy=True)
+            except LoosefsError:
+                pass
         if made:
             shutil.rmtree(path, ignore_errors=True)
         raise
@@ -374,9 +387,34 @@ def mount(source: PathLike, mountpoint: Optional[PathLike] = None, **options: An
     return m
 
 
+_SIGNALS_SET = False
+
+
+def _unmount_on_signals() -> None:
+    """SIGTERM and SIGHUP (how Slurm, Kubernetes and a closed terminal stop a job) end the
+    process without running `with` blocks or atexit: where they still have their default
+    action, loosefs handles them once, unmounting this process's mounts first, then dies of the
+    same signal (the exit status its parent expects). A handler the program set is left alone.
+    Only from the main thread (Python sets handlers there alone)."""
+    global _SIGNALS_SET
+    if _SIGNALS_SET or threading.current_thread() is not threading.main_thread():
+        return
+    _SIGNALS_SET = True
+    import signal
+
+    def handler(signum, _frame):
+        _unmount_all()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, handler)
+
+
 @atexit.register
 def _unmount_all() -> None:
-    for m in list(_LIVE.values()):
+    for m in [m for m in _LIVE.values() if m._pid == os.getpid()]:
         try:
             m.unmount(lazy=True)
         except LoosefsError:

@@ -259,3 +259,44 @@ def test_patch_open_removes_the_isatty_round_trip_of_every_python_open(pack):
         n2 = ioctls(m)
         open(jpegs[0], "rb").read()
         assert ioctls(m) == n2 + 1
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_inside_the_block_unmounts_then_ends_the_process_by_that_signal(pack, sig):
+    """How Slurm, Kubernetes and a closed terminal stop a job: the mount, its daemon and its
+    temporary mountpoint are gone, and the process still ends by the signal."""
+    import signal
+    need_mount()
+    code = (f"import sys, time; sys.path.insert(0, {str(ROOT / 'python')!r}); import loosefs\n"
+            f"with loosefs.mount({str(pack)!r}) as m:\n"
+            f"    print(m.path, m.stats().pid, flush=True)\n"
+            f"    time.sleep(600)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    path, pid = p.stdout.readline().split()
+    assert mounted(path) and alive(int(pid))
+    p.send_signal(getattr(signal, sig))
+    assert p.wait(timeout=120) == -getattr(signal, sig)
+    assert not mounted(path) and not os.path.exists(path)
+    for _ in range(600):  # the daemon exits once unmounted
+        if not alive(int(pid)):
+            break
+        import time
+        time.sleep(0.05)
+    assert not alive(int(pid))
+
+
+def test_a_child_forked_inside_the_block_that_exits_leaves_the_parents_mount(pack):
+    """A DataLoader worker is such a child: its normal exit (atexit run) must not unmount."""
+    need_mount()
+    code = (f"import os, sys; sys.path.insert(0, {str(ROOT / 'python')!r}); import loosefs\n"
+            f"with loosefs.mount({str(pack)!r}) as m:\n"
+            f"    child = os.fork()\n"
+            f"    if child == 0:\n"
+            f"        sys.exit(0)\n"
+            f"    os.waitpid(child, 0)\n"
+            f"    print(m.path, os.path.ismount(m.path), len(list(m.path.iterdir())), flush=True)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    path, still, n = r.stdout.split()
+    assert still == "True" and int(n) > 0, "the child's exit unmounted the parent's mount"
+    assert not mounted(path) and not os.path.exists(path)
