@@ -315,12 +315,10 @@ mod tests {
         let cd = b.windows(4).position(|w| w == b"PK\x01\x02").unwrap();
         b[cd + 16..cd + 20].copy_from_slice(&crc);
         std::fs::write(&p, &b).unwrap();
-        for e in [
-            scan(&p).err().expect("a cut member was accepted"),
-            table::scan(&p)
-                .err()
-                .expect("a cut member was accepted from the tables"),
-        ] {
+        for r in [scan(&p), table::scan(&p)] {
+            let Err(e) = r else {
+                panic!("a cut member was accepted")
+            };
             let e = format!("{e:#}");
             assert!(e.contains("c1/x.jpg") && e.contains("0 bytes"), "{e}");
         }
