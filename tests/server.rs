@@ -1079,3 +1079,33 @@ fn an_announced_order_longer_than_twice_the_samples_is_refused_and_stays_bounded
         Err(FsError::Invalid(_))
     ));
 }
+
+#[test]
+fn at_most_16_orders_live_and_64_announcements_written_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (s, _storage, files) = order_server(tmp.path(), 1 << 30);
+    let dir = s.lookup(ROOT_INO, b".loosefs").unwrap().attr.ino;
+    let ino = s.lookup(dir, b"order").unwrap().attr.ino;
+    let one = format!("{}\n", files[0].0);
+    // 20 processes, one order each: the oldest go, 16 stay live.
+    for pid in 100..120u32 {
+        s.write(ino, 0, one.as_bytes(), pid).unwrap();
+    }
+    let r = order_report(&s);
+    assert_eq!((r.live, r.announced, r.samples), (16, 20, 16), "{r:?}");
+    // 65 announcements being written at once (each one line so far): the first is forgotten,
+    // so its next write no longer continues anything, while the 65th's does.
+    for pid in 200..265u32 {
+        s.write(ino, 0, one.as_bytes(), pid).unwrap();
+    }
+    let at = one.len() as u64;
+    assert!(matches!(
+        s.write(ino, at, one.as_bytes(), 200),
+        Err(FsError::Invalid(_))
+    ));
+    assert_eq!(
+        s.write(ino, at, one.as_bytes(), 264).unwrap() as usize,
+        one.len()
+    );
+    assert!(order_report(&s).live <= 16);
+}
