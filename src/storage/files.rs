@@ -310,8 +310,11 @@ impl Storage for FileSet {
         for (k, fr, at) in self.pieces(&(off..end)) {
             let at = at as usize;
             let n = (fr.end - fr.start) as usize;
-            self.file(k)?
-                .read_exact_at(&mut buf[at..at + n], fr.start)?;
+            let f = self.file(k)?;
+            f.read_exact_at(&mut buf[at..at + n], fr.start)?;
+            // Checked after the read too: a rewrite in place during it (same inode, new
+            // mtime or size) would have given bytes of two versions.
+            self.check(k, f.metadata().map(|m| Stamp::of(&m)))?;
         }
         Ok(())
     }
