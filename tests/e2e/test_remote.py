@@ -180,10 +180,13 @@ def test_no_sign_request_reads_a_public_bucket(world, source):
 def test_connections_cut_mid_answer_are_retried(world, source):
     proxy = world["s3_proxy"]
     with Mount("s3://packs/data.pack", world["work"], *s3_args(world), "--push-ahead", "0") as mnt:
-        # The next four connections are reset after 300 kB of answer.
+        # The next four new connections are reset after 300 kB of answer. How many new ones the
+        # client opens depends on its pool (it reuses live connections, and did so after the
+        # third cut over /dev/fuse in a full run): at least one must have been cut, and every
+        # byte still matches.
         proxy.set(cut_after=300_000, cuts=4)
         assert_same_tree(mnt, source)
-        assert proxy.cuts == 0
+        assert proxy.cuts < 4, "no connection was cut: nothing was retried"
 
 
 def test_injected_503s_are_retried_and_corrupted_bytes_refetched(world, source):
