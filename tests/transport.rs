@@ -205,11 +205,20 @@ fn a_mount_serves_over_io_uring_where_offered_and_over_dev_fuse_when_asked() {
         assert_eq!(listed, std::fs::read_dir(&src).unwrap().count());
         let t = report(&m.mnt).daemon.transport;
         assert_eq!(t.kind, kind);
+        // The kernel's own count, not the daemon's: each request the ring hands the daemon
+        // is a completion on one of its io_uring descriptors (`CqTail` in their fdinfo).
+        let completions = ring_completions(m.pid);
         if kind == "uring" {
             assert!(t.queues >= 1 && t.ring_threads >= t.queues, "{t:?}");
             assert!(t.ring_requests > 0, "{t:?}");
+            assert!(
+                completions >= names.len() as u64,
+                "the kernel completed {completions} ring requests for {} files read",
+                names.len()
+            );
         } else {
             assert_eq!((t.queues, t.ring_requests), (0, 0), "{t:?}");
+            assert_eq!(completions, 0, "requests went through a ring over classic");
         }
     }
     // Passthrough opens need /dev/fuse: asking for both is refused, saying so.
@@ -229,4 +238,29 @@ fn a_mount_serves_over_io_uring_where_offered_and_over_dev_fuse_when_asked() {
         err.contains("passthrough") && err.contains("--transport classic"),
         "{err}"
     );
+}
+
+/// Completions the kernel posted on process `pid`'s io_uring instances: the sum of `CqTail`
+/// in the fdinfo of its `anon_inode:[io_uring]` descriptors (0 without any).
+fn ring_completions(pid: i32) -> u64 {
+    let mut total = 0;
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
+        let e = e.unwrap();
+        let is_ring =
+            std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().contains("[io_uring]"));
+        if !is_ring {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            e.file_name().to_string_lossy()
+        ))
+        .unwrap_or_default();
+        total += info
+            .lines()
+            .find_map(|l| l.strip_prefix("CqTail:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    total
 }
