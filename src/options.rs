@@ -6,7 +6,7 @@ use crate::decode::DecodeOptions;
 mod decode;
 use crate::memory::{parse_bytes, parse_size};
 use crate::readahead::ReadAheadOptions;
-use crate::storage::remote_config::RemoteConfig;
+use crate::storage::remote_config::{self, RemoteConfig};
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 pub use decode::{DecodeArgs, ViewArg};
@@ -217,19 +217,19 @@ pub struct RemoteArgs {
     #[arg(long, value_parser = parse_bytes)]
     pub cache_size: Option<u64>,
     /// Concurrent GETs at most.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = remote_config::DEFAULT_MAX_REQUESTS)]
     pub max_requests: usize,
     /// Most retries of a failed GET (5xx, SlowDown, reset, refused, timeout), with jittered
     /// exponential backoff from 100 ms up to 15 s, before the read answers EIO; the default is
     /// as many as fit in --retry-timeout, so an outage shorter than it fails no read.
     /// 403/404/412 are never retried.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = remote_config::DEFAULT_RETRIES)]
     pub retries: usize,
     /// Longest time spent retrying one GET, seconds.
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = remote_config::DEFAULT_RETRY_TIMEOUT)]
     pub retry_timeout: u64,
     /// Time limit of one GET, seconds.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = remote_config::DEFAULT_REQUEST_TIMEOUT)]
     pub request_timeout: u64,
     /// Mount without reaching the server: from a complete block cache of the URL (every
     /// block of the samples and the index kept, closed cleanly by an earlier mount), at the

@@ -27,14 +27,7 @@ fn an_order_written_to_the_mount_is_read_ahead_and_its_files_served_identical() 
     let (src, pack) = packed(tmp.path());
     let m = mount(&pack, &tmp.path().join("mnt"), &[]);
     let mut names = files(&src);
-    // A fixed permutation (an LCG), as a sampler's.
-    let mut x: u64 = 12345;
-    for i in (1..names.len()).rev() {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        names.swap(i, ((x >> 33) % (i as u64 + 1)) as usize);
-    }
+    shuffle(&mut names, 12345);
     // As Python's open(p, "w").write(...) does it: O_TRUNC, then the lines.
     let text: String = names.iter().map(|n| format!("{n}\n")).collect();
     std::fs::write(m.mnt.join(".loosefs/order"), &text).unwrap();

@@ -207,11 +207,7 @@ fn in_order_reads_prefetch_ahead_and_drop_cache_makes_reads_cold() {
         );
     }
     let files: u64 = ranges[..12].iter().map(|r| pages_of(r.clone())).sum();
-    let index = pack_len
-        - loosefs::format::reader::Pack::open(&pack)
-            .unwrap()
-            .totals()
-            .data_end;
+    let index = index_bytes(&pack);
     assert!(
         io <= files + index + (1 << 20),
         "read {io} bytes for {files} of files"
@@ -588,11 +584,7 @@ fn a_cold_pass_in_pack_order_reads_each_stored_byte_once_with_default_options() 
     let tmp = disk_tempdir();
     let (src, pack) = packed(tmp.path());
     let names = files(&src);
-    let index = std::fs::metadata(&pack).unwrap().len()
-        - loosefs::format::reader::Pack::open(&pack)
-            .unwrap()
-            .totals()
-            .data_end;
+    let index = index_bytes(&pack);
     for list in [false, true] {
         let m = mount(&pack, &tmp.path().join(format!("mnt-{list}")), &[]);
         let (served, read) = cold_pass(&m, &src, &names, list);
@@ -613,19 +605,8 @@ fn a_cold_pass_along_an_announced_order_reads_each_stored_byte_once() {
     let tmp = disk_tempdir();
     let (src, pack) = packed(tmp.path());
     let mut names = files(&src);
-    // A fixed permutation (an LCG), as a sampler's.
-    let mut x: u64 = 99;
-    for i in (1..names.len()).rev() {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        names.swap(i, ((x >> 33) % (i as u64 + 1)) as usize);
-    }
-    let index = std::fs::metadata(&pack).unwrap().len()
-        - loosefs::format::reader::Pack::open(&pack)
-            .unwrap()
-            .totals()
-            .data_end;
+    shuffle(&mut names, 99);
+    let index = index_bytes(&pack);
     for list in [false, true] {
         let m = mount(&pack, &tmp.path().join(format!("mnt-{list}")), &[]);
         let text: String = names.iter().map(|n| format!("{n}\n")).collect();

@@ -112,13 +112,7 @@ fn walk(s: &Server, dir: u64, prefix: &str, out: &mut Vec<(String, u64)>) {
 /// A permutation of `0..n` from a fixed seed.
 fn shuffled(n: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..n).collect();
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    for i in (1..n).rev() {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        order.swap(i, ((x >> 33) % (i as u64 + 1)) as usize);
-    }
+    common::shuffle(&mut order, 0x9e37_79b9_7f4a_7c15);
     order
 }
 
@@ -603,11 +597,16 @@ fn order_server(tmp: &Path, window: u64) -> (Arc<Server>, Arc<Observed>, Vec<(St
     (s, storage, files)
 }
 
+/// The inode of `.loosefs/order`.
+fn order_ino(s: &Server) -> u64 {
+    let dir = s.lookup(ROOT_INO, b".loosefs").unwrap().attr.ino;
+    s.lookup(dir, b"order").unwrap().attr.ino
+}
+
 /// Announces `paths` as process `pid` would write them to `.loosefs/order`: in writes of
 /// `chunk` bytes, so lines are split across writes.
 fn announce(s: &Server, pid: u32, paths: &[&str], chunk: usize) {
-    let dir = s.lookup(ROOT_INO, b".loosefs").unwrap().attr.ino;
-    let ino = s.lookup(dir, b"order").unwrap().attr.ino;
+    let ino = order_ino(s);
     assert_eq!(s.setattr(ino, Some(0)).unwrap().attr.size, 0);
     let text: String = paths.iter().map(|p| format!("{p}\n")).collect();
     for (k, part) in text.as_bytes().chunks(chunk).enumerate() {
@@ -813,8 +812,7 @@ fn announcements_replace_their_process_order_and_refuse_what_is_not_an_order() {
     let r = order_report(&s);
     assert_eq!((r.unresolved_paths, r.samples), (3, 61), "{r:?}");
     // Writes must continue the announcement; nothing but the order file takes writes.
-    let dir = s.lookup(ROOT_INO, b".loosefs").unwrap().attr.ino;
-    let order = s.lookup(dir, b"order").unwrap().attr.ino;
+    let order = order_ino(&s);
     assert!(matches!(
         s.write(order, 5, b"x\n", 11),
         Err(FsError::Invalid(_))
@@ -828,6 +826,7 @@ fn announcements_replace_their_process_order_and_refuse_what_is_not_an_order() {
         s.write(order, 3, &[b'a'; 5000], 11),
         Err(FsError::Invalid(_))
     ));
+    let dir = s.lookup(ROOT_INO, b".loosefs").unwrap().attr.ino;
     let stats = s.lookup(dir, b"stats").unwrap().attr.ino;
     assert_eq!(s.write(stats, 0, b"x", 11), Err(FsError::ReadOnly));
     assert_eq!(s.write(files[0].1, 0, b"x", 11), Err(FsError::ReadOnly));
@@ -1039,8 +1038,7 @@ fn decode_ahead_follows_an_announced_order_of_views() {
 fn an_announced_order_longer_than_twice_the_samples_is_refused_and_stays_bounded() {
     let tmp = tempfile::tempdir().unwrap();
     let (s, _storage, files) = order_server(tmp.path(), 1 << 30);
-    let dir = s.lookup(ROOT_INO, b".loosefs").unwrap().attr.ino;
-    let ino = s.lookup(dir, b"order").unwrap().attr.ino;
+    let ino = order_ino(&s);
     let n = files.len();
     // Every sample twice (a sampler with replacement may repeat): taken whole.
     let twice: Vec<&str> = (files.iter().chain(files.iter()))
@@ -1084,8 +1082,7 @@ fn an_announced_order_longer_than_twice_the_samples_is_refused_and_stays_bounded
 fn at_most_16_orders_live_and_64_announcements_written_at_once() {
     let tmp = tempfile::tempdir().unwrap();
     let (s, _storage, files) = order_server(tmp.path(), 1 << 30);
-    let dir = s.lookup(ROOT_INO, b".loosefs").unwrap().attr.ino;
-    let ino = s.lookup(dir, b"order").unwrap().attr.ino;
+    let ino = order_ino(&s);
     let one = format!("{}\n", files[0].0);
     // 20 processes, one order each: the oldest go, 16 stay live.
     for pid in 100..120u32 {

@@ -4,8 +4,17 @@
 
 use std::path::PathBuf;
 
+/// GETs in flight at most, by default.
+pub const DEFAULT_MAX_REQUESTS: usize = 16;
+/// Retries of a failed GET at most, by default (as many as fit in the retry time).
+pub const DEFAULT_RETRIES: usize = 1000;
+/// Time spent retrying a GET before an outage is declared, by default, seconds.
+pub const DEFAULT_RETRY_TIMEOUT: u64 = 120;
+/// Time limit of one GET, by default, seconds.
+pub const DEFAULT_REQUEST_TIMEOUT: u64 = 60;
+
 /// How `s3://` and `https://` objects are reached and cached. [`Default`] gives the CLI's
-/// defaults (16 GETs in flight, 1000 retries within 120 s, 60 s per GET, AWS endpoints).
+/// defaults (the `DEFAULT_*` constants; AWS endpoints).
 #[derive(Debug, Clone)]
 pub struct RemoteConfig {
     /// S3 endpoint of an S3-compatible store (`None`: AWS, or `$AWS_ENDPOINT_URL`).
@@ -49,10 +58,10 @@ impl Default for RemoteConfig {
             ca_bundle: None,
             cache_dir: None,
             cache_size: None,
-            max_requests: 16,
-            retries: 1000,
-            retry_timeout: 120,
-            request_timeout: 60,
+            max_requests: DEFAULT_MAX_REQUESTS,
+            retries: DEFAULT_RETRIES,
+            retry_timeout: DEFAULT_RETRY_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             offline: false,
         }
     }

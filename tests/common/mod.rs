@@ -17,6 +17,26 @@ pub fn missing_prerequisite(what: &str) {
     eprintln!("SKIPPED: {what}");
 }
 
+/// Shuffles `v` by a fixed permutation of `seed` (an LCG), as a sampler's.
+pub fn shuffle<T>(v: &mut [T], seed: u64) {
+    let mut x = seed;
+    for i in (1..v.len()).rev() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        v.swap(i, ((x >> 33) % (i as u64 + 1)) as usize);
+    }
+}
+
+/// Bytes of `pack` after its sample data: the index and the zip's tail.
+pub fn index_bytes(pack: &Path) -> u64 {
+    std::fs::metadata(pack).unwrap().len()
+        - loosefs::format::reader::Pack::open(pack)
+            .unwrap()
+            .totals()
+            .data_end
+}
+
 /// Path of the built `loosefs` binary.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_loosefs")
