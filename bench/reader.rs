@@ -98,7 +98,7 @@ fn shuffle<T>(v: &mut [T], next: &mut impl FnMut() -> u64) {
 
 /// The pack byte range of every file of `files` (paths under `root`), by index lookups.
 fn pack_ranges(
-    pack: &loosefs::format::reader::Pack,
+    pack: &loosefs::pack::reader::Pack,
     root: &std::path::Path,
     files: &[PathBuf],
 ) -> Vec<std::ops::Range<u64>> {
@@ -168,7 +168,7 @@ fn main() {
             .iter()
             .filter_map(|p| {
                 let b = std::fs::read(p).ok()?;
-                let i = loosefs::format::jpeg::probe(&b)?;
+                let i = loosefs::pack::jpeg::probe(&b)?;
                 Some((b, i.width, i.height))
             })
             .collect(),
@@ -193,8 +193,8 @@ fn main() {
         _ => vec![(0..files.len()).collect()],
     };
     let ranges = a.pack.as_ref().map(|p| {
-        let pack = loosefs::format::reader::Pack::open(p)
-            .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let pack =
+            loosefs::pack::reader::Pack::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         (
             pack_ranges(&pack, &a.root, &files),
             std::fs::File::open(p).expect("pack"),

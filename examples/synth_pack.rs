@@ -6,7 +6,7 @@
 //! Layout mirrors ImageNet-1k train: CLASSES directories `n%08d`, samples spread evenly, each a
 //! few hundred bytes, data unaligned (`--align 1` equivalent) to keep the file small.
 
-use loosefs::format::writer::{EntryMeta, PackWriter, ROOT};
+use loosefs::pack::writer::{EntryMeta, PackWriter, ROOT};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();

@@ -4,14 +4,14 @@
 //! does not know which it serves.
 
 use crate::catalog::native::NativeCatalog;
-use crate::format::FormatError;
-use crate::format::reader::Pack;
 use crate::formats::index::Foreign;
+use crate::fs::Fs;
 use crate::loose::LooseDir;
-use crate::options::{ServerOptions, SourceArgs};
+use crate::options::{FsOptions, SourceArgs};
+use crate::pack::FormatError;
+use crate::pack::reader::Pack;
 use crate::remote::RemotePack;
 use crate::remote_dataset::RemoteDataset;
-use crate::server::Server;
 use crate::storage::chunks::{MixedStorage, Part};
 use crate::storage::local::{LocalObject, LocalStorage};
 use crate::view::Views;
@@ -54,7 +54,7 @@ fn zip_end(src: &Path) -> (bool, bool) {
     let tail = tail_of(src);
     let has = |name: &[u8]| tail.windows(name.len()).any(|w| w == name);
     (
-        has(crate::format::INDEX_MEMBER.as_bytes()),
+        has(crate::pack::INDEX_MEMBER.as_bytes()),
         has(b"PK\x05\x06"),
     )
 }
@@ -111,7 +111,7 @@ impl Dataset {
                     if names_index {
                         bail!(
                             "{why}; it holds a pack index ({}): a loosefs pack whose end is damaged. Pack the source again",
-                            crate::format::INDEX_MEMBER
+                            crate::pack::INDEX_MEMBER
                         );
                     }
                     let r = crate::formats::index::open(
@@ -159,32 +159,27 @@ impl Dataset {
 
     /// The server for this source; compressed chunks are kept decompressed within
     /// `chunk_cache` bytes. Errors: a file cannot be opened or mapped.
-    pub fn server(
-        self,
-        views: Views,
-        opts: ServerOptions,
-        chunk_cache: u64,
-    ) -> std::io::Result<Server> {
+    pub fn server(self, views: Views, opts: FsOptions, chunk_cache: u64) -> std::io::Result<Fs> {
         match self {
-            Dataset::Pack(p) => Server::local(p, views, opts),
+            Dataset::Pack(p) => Fs::local(p, views, opts),
             Dataset::Remote(r) => {
                 let cat = r
                     .catalog(views)
                     .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-                Ok(Server::new(Arc::new(cat), r.storage().clone(), opts))
+                Ok(Fs::new(Arc::new(cat), r.storage().clone(), opts))
             }
             Dataset::RemoteSet(r) => {
                 let cat = r
                     .catalog(views)
                     .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-                Ok(Server::new(Arc::new(cat), r.storage(chunk_cache), opts))
+                Ok(Fs::new(Arc::new(cat), r.storage(chunk_cache), opts))
             }
             Dataset::Dir(d) => {
                 let cat = d
                     .catalog(views)
                     .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
                 let cat: Arc<dyn crate::catalog::Catalog> = Arc::new(cat);
-                let server = Server::new(cat.clone(), d.storage(), opts);
+                let server = Fs::new(cat.clone(), d.storage(), opts);
                 let raw = d
                     .catalog(Views::default())
                     .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
@@ -207,7 +202,7 @@ impl Dataset {
                     views,
                 )
                 .map_err(|e| std::io::Error::other(e.to_string()))?;
-                Ok(Server::new(Arc::new(cat), storage, opts))
+                Ok(Fs::new(Arc::new(cat), storage, opts))
             }
         }
     }

@@ -1,4 +1,4 @@
-//! The FUSE adaptor: translates fuser 0.18 calls into [`Server`] calls and the server's
+//! The FUSE adaptor: translates fuser 0.18 calls into [`Fs`] calls and the server's
 //! replies (attributes with their TTLs, bytes, errors) back. No filesystem logic lives here.
 //!
 //! Kernel settings chosen in `init` and in replies: `FUSE_PARALLEL_DIROPS` (no per-directory
@@ -11,7 +11,7 @@
 //! notifications). `docs/DESIGN.md` gives the measurements behind each.
 
 use crate::catalog::{Attr, FsError, Kind};
-use crate::server::{Entry, Server, TTL};
+use crate::fs::{Entry, Fs, TTL};
 mod backing;
 pub mod notify;
 pub mod uring;
@@ -30,9 +30,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// A [`Server`] over FUSE.
+/// A [`Fs`] over FUSE.
 pub struct LooseFs {
-    server: Arc<Server>,
+    server: Arc<Fs>,
     uid: u32,
     gid: u32,
     /// Backing ids of files open under passthrough, by inode (the file handle is the inode).
@@ -43,7 +43,7 @@ pub struct LooseFs {
 
 impl LooseFs {
     /// Serves `server`; files appear owned by `uid`/`gid`.
-    pub fn new(server: Arc<Server>, uid: u32, gid: u32) -> LooseFs {
+    pub fn new(server: Arc<Fs>, uid: u32, gid: u32) -> LooseFs {
         LooseFs {
             server,
             uid,
@@ -123,7 +123,7 @@ impl LooseFs {
 
 /// The errno a failed `op` on `ino` answers, logged at debug level (whoever found the error
 /// has logged it once already). Both transports answer through it.
-fn failed(server: &Server, op: &str, ino: u64, e: &FsError) -> Errno {
+fn failed(server: &Fs, op: &str, ino: u64, e: &FsError) -> Errno {
     log::debug!("{op} {}: {e}", server.path_of(ino));
     errno(e)
 }
@@ -132,7 +132,7 @@ fn failed(server: &Server, op: &str, ino: u64, e: &FsError) -> Errno {
 /// only (the reply, dropped while unwinding, answers EIO) and is logged; the thread keeps
 /// serving. Returns false after a panic.
 fn read_guarded(
-    server: &Server,
+    server: &Fs,
     ino: u64,
     offset: u64,
     size: u32,

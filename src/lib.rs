@@ -9,7 +9,7 @@
 //! block cache in `storage/block_cache/`) → [`decode`] for decoded views.
 //!
 //! What is served: [`dataset`] opens any source: a native pack ([`format`], the pack format;
-//! `format/index/` its tree check, `format/writer/` its zip records), a pack at a URL ([`remote`]), or a dataset in another
+//! `pack/index/` its tree check, `pack/writer/` its zip records), a pack at a URL ([`remote`]), or a dataset in another
 //! packed format ([`formats`]: one scanner per format, their fixture tests in `formats/mds/`,
 //! `formats/litdata/`, `formats/ffcv/`, `formats/parquet/`, and the kept index in
 //! `formats/index/`).
@@ -24,8 +24,8 @@ pub mod catalog;
 pub mod client;
 pub mod dataset;
 pub mod decode;
-pub mod format;
 pub mod formats;
+pub mod fs;
 pub mod fuse;
 pub mod ino;
 pub mod loose;
@@ -33,13 +33,13 @@ pub mod memory;
 pub mod metrics;
 pub mod mount;
 pub mod options;
+pub mod pack;
 pub mod packer;
 pub mod readahead;
 pub mod remote;
 pub mod remote_dataset;
 pub mod report;
 pub mod samples;
-pub mod server;
 pub mod source;
 pub mod stats;
 pub mod storage;

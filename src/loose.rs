@@ -18,8 +18,8 @@ pub mod watch;
 
 use crate::catalog::ObjectInfo;
 use crate::catalog::native::NativeCatalog;
-use crate::format::index::{self, Node};
-use crate::format::writer::record_for;
+use crate::pack::index::{self, Node};
+use crate::pack::writer::record_for;
 use crate::source::{ItemKind, Skipped, Source};
 use crate::storage::files::{FileSet, SetFile, Stamp};
 use crate::view::Views;
@@ -50,19 +50,19 @@ pub struct LooseDir {
 }
 
 /// Width, height and components of the JPEG `path` (`len` bytes), if it is one.
-fn probe_file(path: &Path, len: u64) -> Option<crate::format::jpeg::JpegInfo> {
+fn probe_file(path: &Path, len: u64) -> Option<crate::pack::jpeg::JpegInfo> {
     let f = crate::storage::files::open_original(path).ok()?;
     // Only the head: the kernel's read-ahead would read the whole of most files.
     let _ = nix::fcntl::posix_fadvise(&f, 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM);
     let mut head = vec![0u8; (len as usize).min(HEAD)];
     f.read_exact_at(&mut head, 0).ok()?;
-    let info = crate::format::jpeg::probe(&head);
+    let info = crate::pack::jpeg::probe(&head);
     if info.is_some() || len <= HEAD as u64 || !head.starts_with(&[0xFF, 0xD8, 0xFF]) {
         return info;
     }
     let mut head = vec![0u8; len.min(HEAD_MAX) as usize];
     f.read_exact_at(&mut head, 0).ok()?;
-    crate::format::jpeg::probe(&head)
+    crate::pack::jpeg::probe(&head)
 }
 
 impl LooseDir {
@@ -171,8 +171,8 @@ impl LooseDir {
     }
 
     /// The index's totals (files, directories, bytes, JPEGs probed).
-    pub fn totals(&self) -> crate::format::index::Totals {
-        crate::format::index::IndexView::parse(&self.index[..])
+    pub fn totals(&self) -> crate::pack::index::Totals {
+        crate::pack::index::IndexView::parse(&self.index[..])
             .map(|v| v.totals())
             .unwrap_or_default()
     }

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use loosefs::format::reader::Pack;
+use loosefs::pack::reader::Pack;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -140,7 +140,7 @@ struct PackCmd {
     /// Alignment of each sample's data in bytes: a power of two from 1 to 32768. 512 reads
     /// and stores the least padding; 4096 (a page) lets the mount drop every pack page of a
     /// served sample from the page cache, where 512 keeps one page shared by neighbours.
-    #[arg(long, default_value_t = loosefs::format::DEFAULT_ALIGN)]
+    #[arg(long, default_value_t = loosefs::pack::DEFAULT_ALIGN)]
     align: u32,
     /// Follow symbolic links (default: report and skip them).
     #[arg(long)]

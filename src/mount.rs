@@ -352,7 +352,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
 
 /// Starts watching a loose directory for changes (nothing for other datasets): each change
 /// drops the kernel's entry of the name, its directory's listing and the stale inodes' pages.
-fn watch_changes(server: &crate::server::Server, bg: &fuser::BackgroundSession, dir: &Path) {
+fn watch_changes(server: &crate::fs::Fs, bg: &fuser::BackgroundSession, dir: &Path) {
     if let Some(changes) = server.changes() {
         let kernel = bg.notifier();
         let forget = Box::new(move |n: &crate::loose::changes::Noted| {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// How the daemon serves, from `loosefs mount` options.
 #[derive(Debug, Clone)]
-pub struct ServerOptions {
+pub struct FsOptions {
     /// Read-ahead, push-ahead, release and pinning.
     pub readahead: ReadAheadOptions,
     /// Start a whole-pack warm at mount.
@@ -340,8 +340,8 @@ impl MountArgs {
     }
 
     /// What the server is told, for a mount at `mountpoint`.
-    pub fn server_options(&self, mountpoint: &Path) -> ServerOptions {
-        ServerOptions {
+    pub fn server_options(&self, mountpoint: &Path) -> FsOptions {
+        FsOptions {
             readahead: ReadAheadOptions {
                 window_max: self.prefetch_max_mb << 20,
                 push_ahead: self.push_ahead,

@@ -5,8 +5,8 @@
 //! the previous batch in order. The pack is written to a temp file beside OUT and renamed into
 //! place only when complete, so an interrupted or failed pack leaves nothing named OUT.
 
-use crate::format::jpeg::{self, JpegInfo};
-use crate::format::writer::{PackWriter, ROOT};
+use crate::pack::jpeg::{self, JpegInfo};
+use crate::pack::writer::{PackWriter, ROOT};
 use crate::source::{Item, ItemKind, Skipped, Source};
 
 mod foreign;

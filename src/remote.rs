@@ -1,6 +1,6 @@
 //! Opens a loosefs pack at an `s3://` or `https://` URL in O(1) requests: one suffix GET of
 //! the pack's last [`TAIL`] bytes gives its size, its ETag (pinned for the life of the mount)
-//! and the trailer locating the index ([`crate::format::trailer`]: the zip central directory is
+//! and the trailer locating the index ([`crate::pack::trailer`]: the zip central directory is
 //! never fetched); one more GET (in [`INDEX_PART`] parts fetched concurrently when large)
 //! brings the index unless the tail already holds it. The index is checked like a local pack's
 //! and kept in the object's cache directory (temp + rename), so a remount of the same object
@@ -8,9 +8,9 @@
 
 use crate::catalog::ObjectInfo;
 use crate::catalog::native::NativeCatalog;
-use crate::format::FormatError;
-use crate::format::index::{IndexView, Totals};
-use crate::format::trailer::Trailer;
+use crate::pack::FormatError;
+use crate::pack::index::{IndexView, Totals};
+use crate::pack::trailer::Trailer;
 use crate::storage::block_cache::{self as remote, BlockCache, CacheDir};
 use crate::storage::object::{ObjectClient, Pin};
 use crate::storage::object_source::OfflineObject;

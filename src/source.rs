@@ -5,8 +5,8 @@
 //! Zip member names are taken only through the zip crate's `enclosed_name`: a name that is
 //! absolute or climbs out with `..` refuses the whole archive, naming the member.
 
-use crate::format::writer::EntryMeta;
 use crate::options::SourceArgs;
+use crate::pack::writer::EntryMeta;
 use anyhow::{Context, Result, bail};
 use memmap2::Mmap;
 use std::io::{Cursor, Read};

@@ -6,8 +6,8 @@
 //! local header has its signature, name, method, sizes and CRC-32 as the central directory
 //! says, with data exactly where the index says. Each problem is reported with the path.
 
-use crate::format::index::Totals;
-use crate::format::reader::Pack;
+use crate::pack::index::Totals;
+use crate::pack::reader::Pack;
 use anyhow::{Context, Result};
 use rayon::prelude::*;
 use std::collections::BTreeSet;
@@ -149,7 +149,7 @@ fn verify_zip(pack: &Pack, files: &[(String, u32)]) -> Vec<String> {
             }
         }
     }
-    central.remove(crate::format::INDEX_MEMBER);
+    central.remove(crate::pack::INDEX_MEMBER);
     for name in central.keys() {
         problems.push(format!(
             "{name}: in the zip central directory but not in the index"
@@ -278,7 +278,7 @@ pub fn info_of(name: &str, bytes: u64, t: Totals) -> Info {
     Info {
         pack: name.to_string(),
         pack_bytes: bytes,
-        index_version: crate::format::index::INDEX_VERSION,
+        index_version: crate::pack::index::INDEX_VERSION,
         samples: t.files,
         directories: t.dirs,
         sample_bytes: t.bytes,

@@ -271,7 +271,7 @@ fn decoded_only_ppm_and_max_side() {
     let mut seen_scaled = false;
     for f in files(&src).iter().filter(|f| f.ends_with(".JPEG")) {
         let jpeg = std::fs::read(src.join(f)).unwrap();
-        let info = loosefs::format::jpeg::probe(&jpeg).unwrap();
+        let info = loosefs::pack::jpeg::probe(&jpeg).unwrap();
         let d = pick_denom(info.width, info.height, Some(max_side));
         let (w, h) = scaled_dims(info.width, info.height, d);
         assert!(w.max(h) >= max_side.min(info.width.max(info.height)), "{f}");

@@ -1,6 +1,6 @@
 //! Every foreign format of `../shared/data/formats` (written by each format's own writer)
 //! served in process, without a mount: the tree listed, looked up and read through the same
-//! `Server` the FUSE adaptor calls. Where the writer keeps the original JPEG bytes, each served
+//! `Fs` the FUSE adaptor calls. Where the writer keeps the original JPEG bytes, each served
 //! file is byte-identical to its source image and sits under its source's class; where it
 //! re-encodes (GulpIO, FFCV), every file is a whole JPEG and the classes are the manifest's.
 
@@ -8,9 +8,9 @@ mod common;
 
 use loosefs::catalog::Kind;
 use loosefs::decode::DecodeOptions;
+use loosefs::fs::{Fs, FsOptions};
 use loosefs::ino::ROOT_INO;
 use loosefs::readahead::ReadAheadOptions;
-use loosefs::server::{Server, ServerOptions};
 use loosefs::view::Views;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -41,12 +41,12 @@ fn manifest(dir: &Path) -> (Vec<String>, Vec<(PathBuf, String)>) {
     (classes, files)
 }
 
-fn server(src: &Path, index: &Path) -> Server {
+fn server(src: &Path, index: &Path) -> Fs {
     server_verifying(src, index, "lazy")
 }
 
 /// [`server`] with `--verify` `verify` (lazy or full).
-fn server_verifying(src: &Path, index: &Path, verify: &str) -> Server {
+fn server_verifying(src: &Path, index: &Path, verify: &str) -> Fs {
     let args = loosefs::options::SourceArgs {
         index_dir: Some(index.to_path_buf()),
         verify: verify.into(),
@@ -59,9 +59,9 @@ fn server_verifying(src: &Path, index: &Path, verify: &str) -> Server {
 
 /// The shared in-process options ([`common::server_options`]) with a smaller read-ahead
 /// window, two threads and a 64 MiB single-threaded decoder without decode-ahead.
-fn server_options() -> ServerOptions {
+fn server_options() -> FsOptions {
     let base = common::server_options(0);
-    ServerOptions {
+    FsOptions {
         readahead: ReadAheadOptions {
             window_max: 16 << 20,
             ..base.readahead
@@ -77,7 +77,7 @@ fn server_options() -> ServerOptions {
     }
 }
 
-fn read_all(s: &Server, ino: u64) -> Vec<u8> {
+fn read_all(s: &Fs, ino: u64) -> Vec<u8> {
     let size = s.getattr(ino).unwrap().attr.size;
     let mut out = Vec::new();
     while (out.len() as u64) < size {
@@ -93,7 +93,7 @@ fn read_all(s: &Server, ino: u64) -> Vec<u8> {
 }
 
 /// Every file as (top directory, bytes), found by readdir and checked by lookup.
-fn files(s: &Server, dir: u64, top: Option<&str>, out: &mut Vec<(String, Vec<u8>)>) {
+fn files(s: &Fs, dir: u64, top: Option<&str>, out: &mut Vec<(String, Vec<u8>)>) {
     let mut entries = Vec::new();
     s.readdir(dir, 0, |e| {
         entries.push((String::from_utf8_lossy(&e.name).into_owned(), e.ino, e.kind));

@@ -256,7 +256,7 @@ fn tree_matches(src: &Path, pack: &Path, mnt: &Path) {
 }
 
 fn pack_records(pack: &Path) -> u64 {
-    loosefs::format::reader::Pack::open(pack)
+    loosefs::pack::reader::Pack::open(pack)
         .unwrap()
         .totals()
         .records
@@ -487,7 +487,7 @@ fn bad_mountpoints_and_packs_are_refused() {
     std::fs::write(&bad, &bytes[..bytes.len() / 2]).unwrap();
     std::fs::create_dir_all(&mnt).unwrap();
     expect_err(&[&"mount", &bad, &mnt], "truncated");
-    let t = loosefs::format::trailer::Trailer::parse_tail(&bytes).unwrap();
+    let t = loosefs::pack::trailer::Trailer::parse_tail(&bytes).unwrap();
     let mut b = bytes.clone();
     b[t.index_offset as usize + 300] ^= 4;
     std::fs::write(&bad, &b).unwrap();
@@ -502,7 +502,7 @@ fn damaged_sample_answers_eio_and_is_logged() {
     let _timeout = require_mount();
     let tmp = tempfile::tempdir().unwrap();
     let (src, pack) = packed(tmp.path());
-    let p = loosefs::format::reader::Pack::open(&pack).unwrap();
+    let p = loosefs::pack::reader::Pack::open(&pack).unwrap();
     let files = loosefs::verify::file_paths(&p);
     let (victim, i) = files[files.len() / 2].clone();
     let off = p.index().record(i).unwrap().data_off;

@@ -7,9 +7,9 @@ mod common;
 use common::*;
 use loosefs::catalog::native::NativeCatalog;
 use loosefs::catalog::{Attr, Catalog, DirEntry, FsError};
-use loosefs::format::reader::Pack;
-use loosefs::format::{FormatError, INDEX_MEMBER};
 use loosefs::ino::ROOT_INO;
+use loosefs::pack::reader::Pack;
+use loosefs::pack::{FormatError, INDEX_MEMBER};
 use loosefs::samples::{CHECK_CHUNK, Samples};
 use loosefs::storage::local::LocalStorage;
 use std::sync::Arc;
@@ -309,10 +309,10 @@ fn data_offset(out: &Path, rel: &str) -> u64 {
 /// then the checksum is recomputed so only the tree check can catch it.
 fn forge_index(path: &Path, edit: impl FnOnce(&mut [u8])) {
     let mut bytes = std::fs::read(path).unwrap();
-    let t = loosefs::format::trailer::Trailer::parse_tail(&bytes[bytes.len() - 4096..]).unwrap();
+    let t = loosefs::pack::trailer::Trailer::parse_tail(&bytes[bytes.len() - 4096..]).unwrap();
     let ix = &mut bytes[t.index_offset as usize..(t.index_offset + t.index_len) as usize];
     edit(ix);
-    let c = loosefs::format::index::checksum(ix);
+    let c = loosefs::pack::index::checksum(ix);
     ix[120..128].copy_from_slice(&c.to_le_bytes());
     std::fs::write(path, bytes).unwrap();
 }
@@ -348,7 +348,7 @@ fn corrupt_packs_are_refused_with_the_reason() {
     let p = Pack::open(&out).unwrap();
     let ix_off = p.map().len() - 53 - 22; // rough: somewhere before the central directory
     drop(p);
-    let trailer = loosefs::format::trailer::Trailer::parse_tail(&good).unwrap();
+    let trailer = loosefs::pack::trailer::Trailer::parse_tail(&good).unwrap();
     let mut b = good.clone();
     b[(trailer.index_offset + 200) as usize] ^= 1;
     assert!(matches!(err(&b), FormatError::Checksum { .. }));
@@ -358,7 +358,7 @@ fn corrupt_packs_are_refused_with_the_reason() {
     assert!(matches!(err(&b), FormatError::NotAPack(_)));
     // Trailer pointing past the end.
     let mut b = good.clone();
-    let t = loosefs::format::trailer::Trailer {
+    let t = loosefs::pack::trailer::Trailer {
         index_offset: ix_off as u64 * 4,
         ..trailer
     };
@@ -812,7 +812,7 @@ fn next_file_walks_pack_order() {
 
 #[test]
 fn packs_with_forged_trees_are_refused_by_info_verify_and_mount() {
-    use loosefs::format::index::{HEADER_LEN, RECORD_LEN};
+    use loosefs::pack::index::{HEADER_LEN, RECORD_LEN};
     let field = |rec: usize, off: usize| HEADER_LEN + rec * RECORD_LEN + off;
     // Record 1 is the first class directory; record 1's first child and child count at +4, +8;
     // a record's parent at +0.

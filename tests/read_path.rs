@@ -216,7 +216,7 @@ fn in_order_reads_prefetch_ahead_and_drop_cache_makes_reads_cold() {
 
 /// Byte range in the pack of each of `names` (relative paths), in that order.
 fn pack_ranges(pack: &Path, names: &[String]) -> Vec<std::ops::Range<u64>> {
-    let p = loosefs::format::reader::Pack::open(pack).unwrap();
+    let p = loosefs::pack::reader::Pack::open(pack).unwrap();
     let ix = p.index();
     let by_name: std::collections::HashMap<String, u32> =
         loosefs::verify::file_paths(&p).into_iter().collect();
@@ -275,7 +275,7 @@ fn warm_streams_the_whole_pack_into_the_page_cache() {
     // Push-ahead off: this test counts READ requests and pack-cache misses of read-ahead alone.
     let m = mount(&pack, &tmp.path().join("mnt"), &["--push-ahead", "0"]);
     let pack_len = std::fs::metadata(&pack).unwrap().len();
-    let data_end = loosefs::format::reader::Pack::open(&pack)
+    let data_end = loosefs::pack::reader::Pack::open(&pack)
         .unwrap()
         .totals()
         .data_end;

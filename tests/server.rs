@@ -6,10 +6,10 @@
 mod common;
 
 use loosefs::catalog::{FsError, Kind};
-use loosefs::format::reader::Pack;
+use loosefs::fs::Fs;
 use loosefs::ino::ROOT_INO;
+use loosefs::pack::reader::Pack;
 use loosefs::report::{DropCacheReport, Report, WarmCommandReport, WarmState};
-use loosefs::server::Server;
 use loosefs::view::Views;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -45,7 +45,7 @@ fn packed(tmp: &Path) -> (PathBuf, Pack) {
     let out = tmp.join("s.pack");
     let opts = loosefs::packer::PackOptions {
         jobs: 2,
-        align: loosefs::format::DEFAULT_ALIGN,
+        align: loosefs::pack::DEFAULT_ALIGN,
         follow_links: false,
         force: true,
         progress: loosefs::packer::Progress::None,
@@ -55,12 +55,12 @@ fn packed(tmp: &Path) -> (PathBuf, Pack) {
     (src, Pack::open(&out).unwrap())
 }
 
-fn server(pack: Pack, views: Views, push_ahead: usize) -> Arc<Server> {
-    Arc::new(Server::local(pack, views, common::server_options(push_ahead)).unwrap())
+fn server(pack: Pack, views: Views, push_ahead: usize) -> Arc<Fs> {
+    Arc::new(Fs::local(pack, views, common::server_options(push_ahead)).unwrap())
 }
 
 /// Reads `[offset, offset+size)` of `ino` through the router (waiting for a decode thread).
-fn read(s: &Server, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
+fn read(s: &Fs, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
     let (tx, rx) = std::sync::mpsc::channel();
     s.read(ino, offset, size, move |r| {
         let _ = tx.send(r.map(<[u8]>::to_vec));
@@ -69,7 +69,7 @@ fn read(s: &Server, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError
 }
 
 /// The whole content of `ino`, read in 128 KiB requests as the kernel sends them.
-fn read_all(s: &Server, ino: u64) -> Vec<u8> {
+fn read_all(s: &Fs, ino: u64) -> Vec<u8> {
     let size = s.getattr(ino).unwrap().attr.size;
     let mut out = Vec::new();
     while (out.len() as u64) < size {
@@ -85,7 +85,7 @@ fn read_all(s: &Server, ino: u64) -> Vec<u8> {
 }
 
 /// Every file under `dir`: (relative path, inode), in listing order (= pack order).
-fn walk(s: &Server, dir: u64, prefix: &str, out: &mut Vec<(String, u64)>) {
+fn walk(s: &Fs, dir: u64, prefix: &str, out: &mut Vec<(String, u64)>) {
     let mut entries = Vec::new();
     s.readdir(dir, 0, |e| {
         entries.push((String::from_utf8_lossy(&e.name).into_owned(), e.ino, e.kind));
@@ -124,7 +124,7 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-fn control<T: serde::de::DeserializeOwned>(s: &Server, name: &str) -> T {
+fn control<T: serde::de::DeserializeOwned>(s: &Fs, name: &str) -> T {
     let dir = s.lookup(ROOT_INO, b".loosefs").unwrap().attr.ino;
     let e = s.lookup(dir, name.as_bytes()).unwrap();
     assert_eq!(e.ttl, Duration::ZERO, "control files are never cached");
@@ -177,7 +177,7 @@ fn push_ahead_follows_an_in_order_walk_and_seldom_a_shuffled_one() {
     let (src, pack) = packed(tmp.path());
     let pack_path = pack.path().to_path_buf();
     type Stored = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
-    let recorder = |s: &Server| -> Stored {
+    let recorder = |s: &Fs| -> Stored {
         let stored: Stored = Arc::default();
         let st = stored.clone();
         s.start_push(Box::new(move |ino, data| {
@@ -446,7 +446,7 @@ fn decoded_views_are_listed_sized_and_served_through_the_decoder() {
 
 #[test]
 fn a_top_level_loosefs_in_a_foreign_pack_is_never_listed_and_the_control_directory_wins() {
-    use loosefs::format::writer::{EntryMeta, PackWriter, ROOT};
+    use loosefs::pack::writer::{EntryMeta, PackWriter, ROOT};
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("foreign.pack");
     let meta = |mode| EntryMeta {
@@ -557,7 +557,7 @@ fn drop_cache_invalidates_every_file_served_even_after_the_storage_generation_mo
         pack,
         Views::default(),
     ));
-    let s = Server::new(catalog, storage.clone(), common::server_options(0));
+    let s = Fs::new(catalog, storage.clone(), common::server_options(0));
     let invalidated = Arc::new(Mutex::new(Vec::new()));
     let inv = invalidated.clone();
     s.set_invalidate(Box::new(move |ino| inv.lock().unwrap().push(ino)));
@@ -581,7 +581,7 @@ fn drop_cache_invalidates_every_file_served_even_after_the_storage_generation_mo
 
 /// A server over the sample pack with an observed storage, an order window of `window`
 /// bytes and no other read-ahead (no streams, no push), and its files in pack order.
-fn order_server(tmp: &Path, window: u64) -> (Arc<Server>, Arc<Observed>, Vec<(String, u64)>) {
+fn order_server(tmp: &Path, window: u64) -> (Arc<Fs>, Arc<Observed>, Vec<(String, u64)>) {
     let (_src, pack) = packed(tmp);
     let storage = Observed::new(&pack);
     let catalog = Arc::new(loosefs::catalog::native::NativeCatalog::new(
@@ -591,21 +591,21 @@ fn order_server(tmp: &Path, window: u64) -> (Arc<Server>, Arc<Observed>, Vec<(St
     let mut opts = common::server_options(0);
     opts.readahead.window_max = 0;
     opts.readahead.order_window = window;
-    let s = Arc::new(Server::new(catalog, storage.clone(), opts));
+    let s = Arc::new(Fs::new(catalog, storage.clone(), opts));
     let mut files = Vec::new();
     walk(&s, ROOT_INO, "", &mut files);
     (s, storage, files)
 }
 
 /// The inode of `.loosefs/order`.
-fn order_ino(s: &Server) -> u64 {
+fn order_ino(s: &Fs) -> u64 {
     let dir = s.lookup(ROOT_INO, b".loosefs").unwrap().attr.ino;
     s.lookup(dir, b"order").unwrap().attr.ino
 }
 
 /// Announces `paths` as process `pid` would write them to `.loosefs/order`: in writes of
 /// `chunk` bytes, so lines are split across writes.
-fn announce(s: &Server, pid: u32, paths: &[&str], chunk: usize) {
+fn announce(s: &Fs, pid: u32, paths: &[&str], chunk: usize) {
     let ino = order_ino(s);
     assert_eq!(s.setattr(ino, Some(0)).unwrap().attr.size, 0);
     let text: String = paths.iter().map(|p| format!("{p}\n")).collect();
@@ -615,11 +615,11 @@ fn announce(s: &Server, pid: u32, paths: &[&str], chunk: usize) {
     }
 }
 
-fn r_bytes(s: &Server) -> u64 {
+fn r_bytes(s: &Fs) -> u64 {
     order_report(s).read_ahead_bytes
 }
 
-fn order_report(s: &Server) -> loosefs::report::OrderReport {
+fn order_report(s: &Fs) -> loosefs::report::OrderReport {
     control::<Report>(s, "stats").order
 }
 
@@ -837,7 +837,7 @@ fn announcements_replace_their_process_order_and_refuse_what_is_not_an_order() {
 
 /// A server of `pack` pushing ahead (64 samples) whose only read-ahead is an announced order's
 /// (no stream detector), with a 1 GiB order window.
-fn push_order_server(pack: Pack) -> Arc<Server> {
+fn push_order_server(pack: Pack) -> Arc<Fs> {
     let storage = Observed::new(&pack);
     let catalog = Arc::new(loosefs::catalog::native::NativeCatalog::new(
         pack,
@@ -846,7 +846,7 @@ fn push_order_server(pack: Pack) -> Arc<Server> {
     let mut opts = common::server_options(64);
     opts.readahead.window_max = 0; // no streams: only the order reads ahead
     opts.readahead.order_window = 1 << 30;
-    Arc::new(Server::new(catalog, storage, opts))
+    Arc::new(Fs::new(catalog, storage, opts))
 }
 
 #[test]
@@ -1002,7 +1002,7 @@ fn decode_ahead_follows_an_announced_order_of_views() {
     let mut opts = common::server_options(0);
     opts.readahead.window_max = 0; // no streams: only the order reads ahead
     opts.decode.ahead = 4;
-    let s = Arc::new(Server::local(Pack::open(&out).unwrap(), views, opts).unwrap());
+    let s = Arc::new(Fs::local(Pack::open(&out).unwrap(), views, opts).unwrap());
     let mut files = Vec::new();
     walk(&s, ROOT_INO, "", &mut files);
     // Reversed: no read continues the one before it in storage order.
@@ -1014,7 +1014,7 @@ fn decode_ahead_follows_an_announced_order_of_views() {
     announce(&s, 7, &refs, 128 << 10);
     let n = order.len() as u64;
     wait_for("the order read ahead", || order_report(&s).read_ahead >= n);
-    let decode = |s: &Server| s.report().decode.expect("decode section");
+    let decode = |s: &Fs| s.report().decode.expect("decode section");
     read_all(&s, order[0].1);
     // The first READ decodes its view and the next 4 of the order.
     wait_for("decode-ahead", || {

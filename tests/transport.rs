@@ -8,9 +8,9 @@
 mod common;
 
 use common::{files, loosefs, mount, packed, require_mount};
+use loosefs::fs::Fs;
 use loosefs::fuse::uring::{Handler, abi};
 use loosefs::report::Report;
-use loosefs::server::Server;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -65,10 +65,10 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
 
-fn server(pack: &Path) -> Arc<Server> {
+fn server(pack: &Path) -> Arc<Fs> {
     let opts = common::server_options(0);
-    let p = loosefs::format::reader::Pack::open(pack).unwrap();
-    Arc::new(Server::local(p, Default::default(), opts).unwrap())
+    let p = loosefs::pack::reader::Pack::open(pack).unwrap();
+    Arc::new(Fs::local(p, Default::default(), opts).unwrap())
 }
 
 #[test]

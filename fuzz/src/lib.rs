@@ -1,8 +1,8 @@
 //! Shared pieces of the fuzz targets: a walk over everything an index view exposes, so a
 //! target exercises every accessor the daemon uses on a pack that passed validation.
 
-use loosefs::format::index::IndexView;
-use loosefs::server::{Server, ServerOptions};
+use loosefs::pack::index::IndexView;
+use loosefs::fs::{Fs, FsOptions};
 use std::sync::{Arc, OnceLock};
 
 /// Visits every record of `ix` depth first through `children`, looks each name up again
@@ -91,8 +91,8 @@ fn find(h: &[u8], n: &[u8]) -> Option<usize> {
 /// One in-process server over a small pack (64 files in 4 directories), made once per fuzz
 /// run: the server, the inode of `.loosefs/order`, and the files' inodes (file k is
 /// `c{k % 4}/f{k}.bin`, `100 + 37k` bytes of the byte k).
-pub fn small_server() -> &'static (Arc<Server>, u64, Vec<u64>) {
-    static S: OnceLock<(Arc<Server>, u64, Vec<u64>)> = OnceLock::new();
+pub fn small_server() -> &'static (Arc<Fs>, u64, Vec<u64>) {
+    static S: OnceLock<(Arc<Fs>, u64, Vec<u64>)> = OnceLock::new();
     S.get_or_init(|| {
         let dir = tempfile::tempdir().expect("temp dir").keep();
         let tree = dir.join("tree");
@@ -115,7 +115,7 @@ pub fn small_server() -> &'static (Arc<Server>, u64, Vec<u64>) {
             source: Default::default(),
         };
         loosefs::packer::pack_dir(&tree, &pack, &opts).expect("pack");
-        let opts = ServerOptions {
+        let opts = FsOptions {
             readahead: loosefs::readahead::ReadAheadOptions {
                 window_max: 1 << 20,
                 push_ahead: 0,
@@ -136,8 +136,8 @@ pub fn small_server() -> &'static (Arc<Server>, u64, Vec<u64>) {
             },
             passthrough: false,
         };
-        let p = loosefs::format::reader::Pack::open(&pack).expect("open");
-        let s = Server::local(p, Default::default(), opts).expect("server");
+        let p = loosefs::pack::reader::Pack::open(&pack).expect("open");
+        let s = Fs::local(p, Default::default(), opts).expect("server");
         let dir = s.lookup(1, b".loosefs").unwrap().attr.ino;
         let order = s.lookup(dir, b"order").unwrap().attr.ino;
         let files = (0..64u32)

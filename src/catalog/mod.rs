@@ -57,7 +57,7 @@ pub enum FsError {
 }
 
 /// File or directory.
-pub use crate::format::index::Kind;
+pub use crate::pack::index::Kind;
 
 /// Attributes of an inode, in the units `stat(2)` uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

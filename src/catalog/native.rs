@@ -9,9 +9,9 @@
 //! never decodes.
 
 use super::{Attr, Catalog, DirEntry, Extent, FsError, FsStats, Kind, ObjectInfo, Transform};
-use crate::format::index::{IndexView, Record, Totals};
-use crate::format::reader::Pack;
 use crate::ino::{Node, record_ino};
+use crate::pack::index::{IndexView, Record, Totals};
+use crate::pack::reader::Pack;
 use crate::view::{self, ViewGeom, ViewKind, Views};
 use memmap2::Mmap;
 use std::borrow::Cow;
@@ -142,7 +142,7 @@ impl NativeCatalog {
         !r.is_dir && r.width > 0 && r.height > 0
     }
 
-    /// Raw RGB pixels served behind a view header (see [`crate::format::index::PIXELS`]).
+    /// Raw RGB pixels served behind a view header (see [`crate::pack::index::PIXELS`]).
     fn pixels(r: &Record) -> bool {
         r.is_pixels()
     }

@@ -15,7 +15,7 @@
 
 use super::{Format, ScanOptions};
 use crate::catalog::ObjectInfo;
-use crate::format::index::IndexView;
+use crate::pack::index::IndexView;
 use anyhow::{Context, Result};
 use memmap2::Mmap;
 use std::ops::Range;

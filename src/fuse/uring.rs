@@ -3,7 +3,7 @@
 //! INTERRUPT and notifications), the kernel hands requests to ring entries the daemon
 //! registered, one queue per possible CPU, and a reply and the wait for the next request are
 //! one submission: no `read`/`writev` on `/dev/fuse` per request. This module answers those
-//! requests with the [`Server`], exactly as the fuser adaptor ([`super::LooseFs`]) does;
+//! requests with the [`Fs`], exactly as the fuser adaptor ([`super::LooseFs`]) does;
 //! `ring` runs the entries, `abi` is their bytes. `docs/DESIGN.md` ("FUSE over io_uring")
 //! gives the measurements.
 
@@ -12,7 +12,7 @@ mod ring;
 
 use super::{errno, failed, file_attr, file_type, negative_attr, read_guarded};
 use crate::catalog::FsError;
-use crate::server::{Server, TTL};
+use crate::fs::{Fs, TTL};
 use abi::{InHeader, Op};
 use fuser::FileAttr;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ pub use ring::{PAYLOAD, enable, start};
 /// Answers requests taken from ring entries: the fuser adaptor's answers, written in the
 /// kernel's layout.
 pub struct Handler {
-    server: Arc<Server>,
+    server: Arc<Fs>,
     uid: u32,
     gid: u32,
 }
@@ -38,7 +38,7 @@ unsafe impl Send for Dest {}
 
 impl Handler {
     /// Answers with `server`; files appear owned by `uid`/`gid`.
-    pub fn new(server: Arc<Server>, uid: u32, gid: u32) -> Handler {
+    pub fn new(server: Arc<Fs>, uid: u32, gid: u32) -> Handler {
         Handler { server, uid, gid }
     }
 

@@ -93,7 +93,7 @@ pub(super) fn serve_until_signal(
     mnt: &Path,
     signals: signal_hook::iterator::Signals,
     bg: &fuser::BackgroundSession,
-    server: &crate::server::Server,
+    server: &crate::fs::Fs,
     lease: Option<&Lease>,
     pack_path: &Path,
 ) {

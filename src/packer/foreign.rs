@@ -4,8 +4,8 @@
 //! them). The packer decides which sources take this way ([`Source::is_foreign`]).
 
 use crate::dataset::{Dataset, storage_of};
-use crate::format::writer::EntryMeta;
 use crate::options::SourceArgs;
+use crate::pack::writer::EntryMeta;
 use crate::source::{Item, ItemKind, Loc, Source};
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -40,7 +40,7 @@ pub(super) fn walk(src: &Path, args: &SourceArgs) -> Result<Source> {
     let ix = f.view();
     let paths = f.header.objects.iter().map(|o| o.path.clone()).collect();
     let bases = &f.header.bases;
-    let meta_of = |r: &crate::format::index::Record| EntryMeta {
+    let meta_of = |r: &crate::pack::index::Record| EntryMeta {
         mode: if r.is_dir {
             libc::S_IFDIR | 0o755
         } else {

@@ -2,8 +2,8 @@
 //! (nothing escapes the tree, no name twice), the tree and its metadata rebuilt.
 
 use super::{Item, ItemKind, MapBytes, Skipped, Source};
-use crate::format::writer::EntryMeta;
 use crate::formats::zip::{member_parts, refuse_merged_duplicates};
+use crate::pack::writer::EntryMeta;
 use anyhow::{Context, Result, bail};
 use memmap2::Mmap;
 use std::collections::BTreeMap;

@@ -13,7 +13,7 @@
 
 use super::Storage;
 use crate::catalog::ObjectId;
-use crate::format::reader::Pack;
+use crate::pack::reader::Pack;
 use memmap2::{Advice, Mmap};
 use nix::fcntl::PosixFadviseAdvice;
 use std::fs::File;
@@ -65,7 +65,7 @@ pub(super) fn will_need_step(file: &File) -> usize {
 
 impl LocalObject {
     /// Wraps an open file and a mapping of all of it (e.g. a pack's, see
-    /// [`crate::format::reader::Pack`]), advising the mapping for random access.
+    /// [`crate::pack::reader::Pack`]), advising the mapping for random access.
     pub fn new(file: File, map: Arc<Mmap>) -> LocalObject {
         if let Err(e) = map.advise(Advice::Random) {
             log::warn!("madvise(MADV_RANDOM) failed: {e}");

@@ -31,7 +31,7 @@ pub fn shuffle<T>(v: &mut [T], seed: u64) {
 /// Bytes of `pack` after its sample data: the index and the zip's tail.
 pub fn index_bytes(pack: &Path) -> u64 {
     std::fs::metadata(pack).unwrap().len()
-        - loosefs::format::reader::Pack::open(pack)
+        - loosefs::pack::reader::Pack::open(pack)
             .unwrap()
             .totals()
             .data_end
@@ -366,10 +366,10 @@ pub fn disk_tempdir() -> tempfile::TempDir {
 
 /// Options of an in-process server (no mount): read-ahead windows of 64/256 MiB,
 /// `push_ahead` samples pushed, a 256 MiB decode cache on 2 threads, owner uid 1000.
-pub fn server_options(push_ahead: usize) -> loosefs::server::ServerOptions {
+pub fn server_options(push_ahead: usize) -> loosefs::fs::FsOptions {
     use loosefs::decode::DecodeOptions;
     use loosefs::readahead::ReadAheadOptions;
-    loosefs::server::ServerOptions {
+    loosefs::fs::FsOptions {
         readahead: ReadAheadOptions {
             window_max: 64 << 20,
             push_ahead,

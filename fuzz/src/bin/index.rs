@@ -4,10 +4,10 @@ fn main() {
     afl::fuzz!(|data: &[u8]| {
         let mut bytes = data.to_vec();
         if bytes.len() >= 128 {
-            let c = loosefs::format::index::checksum(&bytes);
+            let c = loosefs::pack::index::checksum(&bytes);
             bytes[120..128].copy_from_slice(&c.to_le_bytes());
         }
-        let Ok(ix) = loosefs::format::index::IndexView::parse(&bytes) else {
+        let Ok(ix) = loosefs::pack::index::IndexView::parse(&bytes) else {
             return;
         };
         if ix.validate_tree().is_ok() {

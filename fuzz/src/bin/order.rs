@@ -3,11 +3,11 @@
 //! announcement: byte 0 sets the write size (1–256 bytes), byte 1 the writing process, and
 //! byte 2 = 0xff restarts at a wrong offset once. Some files are then read, so the reads meet
 //! the order. Errors are expected; a panic, a hang or unbounded growth is a finding.
-use loosefs::server::Server;
+use loosefs::fs::Fs;
 use loosefs_fuzz::small_server;
 use std::sync::Arc;
 
-fn server() -> &'static (Arc<Server>, u64, Vec<u64>) {
+fn server() -> &'static (Arc<Fs>, u64, Vec<u64>) {
     small_server()
 }
 

@@ -11,7 +11,7 @@ fn main() {
         if std::fs::write(&path, data).is_err() {
             return;
         }
-        let Ok(pack) = loosefs::format::reader::Pack::open(&path) else {
+        let Ok(pack) = loosefs::pack::reader::Pack::open(&path) else {
             return;
         };
         let _ = loosefs::verify::verify(&pack, None);

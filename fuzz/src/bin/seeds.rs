@@ -13,7 +13,7 @@ fn main() {
         std::fs::write(d.join(name), bytes).unwrap();
     };
     let tail = &pack[pack.len().saturating_sub(4096)..];
-    let t = loosefs::format::trailer::Trailer::parse_tail(tail).expect("a loosefs pack");
+    let t = loosefs::pack::trailer::Trailer::parse_tail(tail).expect("a loosefs pack");
     let ix = &pack[t.index_offset as usize..(t.index_offset + t.index_len) as usize];
     write("index", "real", ix);
     write("trailer", "real", tail);

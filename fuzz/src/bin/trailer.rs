@@ -1,6 +1,6 @@
 //! Fuzz target: the tail of a pack (the loosefs trailer in the zip comment).
 fn main() {
     afl::fuzz!(|data: &[u8]| {
-        let _ = loosefs::format::trailer::Trailer::parse_tail(data);
+        let _ = loosefs::pack::trailer::Trailer::parse_tail(data);
     });
 }

@@ -3,13 +3,13 @@
 //! compressed chunk is streamed through its decompressor while its own samples are probed,
 //! one sample held at a time per worker thread). `--verify lazy`: each plain sample's head
 //! only, for its JPEG header (compressed chunks are streamed as in full); CRC-32s the format
-//! does not store are marked unknown ([`crate::format::index::UNCHECKED`]). Then the
+//! does not store are marked unknown ([`crate::pack::index::UNCHECKED`]). Then the
 //! tree the mount shows (class directories, names made unique).
 
 use super::{Header, ObjectEntry, object_entry};
-use crate::format::index::{self, Node, Record};
-use crate::format::jpeg::{JpegInfo, probe};
 use crate::formats::{Sample, Scan, ScanOptions, name_classes};
+use crate::pack::index::{self, Node, Record};
+use crate::pack::jpeg::{JpegInfo, probe};
 use anyhow::{Context, Result, bail};
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
@@ -222,12 +222,12 @@ fn tree(scan: &Scan, probed: &[Probed], dirs: &[Vec<String>], bases: &[u64]) -> 
                 mtime_sec: s.mtime,
                 crc32: crc.unwrap_or(0),
                 components: match s.pixels {
-                    Some(_) => crate::format::index::PIXELS | 3,
+                    Some(_) => crate::pack::index::PIXELS | 3,
                     None => jpeg.map_or(0, |j| j.components),
                 } | if crc.is_some() {
                     0
                 } else {
-                    crate::format::index::UNCHECKED
+                    crate::pack::index::UNCHECKED
                 },
                 width: s.pixels.map_or(jpeg.map_or(0, |j| j.width), |p| p.0),
                 height: s.pixels.map_or(jpeg.map_or(0, |j| j.height), |p| p.1),

@@ -3,7 +3,7 @@
 //! to a temp file and renamed, read back by a map and checked before use.
 
 use super::{Foreign, Header, MAGIC, VERSION};
-use crate::format::index::IndexView;
+use crate::pack::index::IndexView;
 use anyhow::{Context, Result, bail};
 use memmap2::Mmap;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! The stats report of a running server, and the `warm` command's answer: gathered from the
 //! request counters, the read-ahead, the decoder and `/proc/self/status`.
 
-use super::ServerOptions;
+use super::FsOptions;
 use super::data::Data;
 use crate::catalog::Catalog;
 use crate::report::{
@@ -28,7 +28,7 @@ pub(super) struct Parts<'a> {
     pub(super) catalog: &'a dyn Catalog,
     pub(super) data: &'a Data,
     pub(super) stats: &'a Stats,
-    pub(super) opts: &'a ServerOptions,
+    pub(super) opts: &'a FsOptions,
     pub(super) started: Instant,
     pub(super) passthrough: bool,
     pub(super) changes: Option<&'a crate::loose::changes::Changes>,
@@ -120,7 +120,7 @@ impl Parts<'_> {
     }
 }
 
-impl super::Server {
+impl super::Fs {
     pub(super) fn parts(&self) -> Parts<'_> {
         Parts {
             catalog: self.catalog.as_ref(),

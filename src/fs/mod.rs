@@ -1,7 +1,7 @@
 //! The router: answers every filesystem request by sending it to the backend that owns the
 //! inode — the catalog (names and attributes), stored samples (checked reads with read-ahead),
 //! decoded views (the decoder) or the control directory — and times it. Free of FUSE types:
-//! the adaptor in [`crate::fuse`] only translates, and tests drive a `Server` directly.
+//! the adaptor in [`crate::fuse`] only translates, and tests drive a `Fs` directly.
 //!
 //! The read path of a file is one walk down: [`Catalog::extent`] says where its bytes are and
 //! how they become its content; stored bytes go through [`ReadAhead`] and [`Samples`], decoded
@@ -12,14 +12,14 @@ mod changed;
 mod control;
 mod data;
 mod local;
-mod open;
+mod passthrough;
 mod report;
 
 use crate::catalog::{Attr, Catalog, DirEntry, FsError, FsStats};
 use crate::decode::Decoder;
 use crate::ino::{Node, ROOT_INO};
 use crate::loose::changes::Changes;
-pub use crate::options::ServerOptions;
+pub use crate::options::FsOptions;
 use crate::readahead::ReadAhead;
 use crate::readahead::push::Store;
 use crate::samples::Samples;
@@ -56,14 +56,14 @@ impl Entry {
 }
 
 /// A catalog being served.
-pub struct Server {
+pub struct Fs {
     catalog: Arc<dyn Catalog>,
     data: Data,
     control: Control,
     announcing: announce::Announcing,
     /// Request counters and latency histograms.
     pub stats: Stats,
-    opts: ServerOptions,
+    opts: FsOptions,
     started: Instant,
     invalidate: OnceLock<Invalidate>,
     /// Reads go through FUSE passthrough (set by the adaptor once the kernel agreed).
@@ -72,14 +72,10 @@ pub struct Server {
     changes: OnceLock<Arc<Changes>>,
 }
 
-impl Server {
+impl Fs {
     /// Serves `catalog` from `storage`. Starts pinning and warming when asked (the caller has
     /// checked the pin budget).
-    pub fn new(
-        catalog: Arc<dyn Catalog>,
-        storage: Arc<dyn Storage>,
-        opts: ServerOptions,
-    ) -> Server {
+    pub fn new(catalog: Arc<dyn Catalog>, storage: Arc<dyn Storage>, opts: FsOptions) -> Fs {
         let samples = Arc::new(Samples::new(catalog.clone(), storage));
         let readahead = Arc::new(ReadAhead::new(samples.clone(), opts.readahead));
         let decoder = catalog.views().any().then(|| {
@@ -90,7 +86,7 @@ impl Server {
         if opts.warm {
             readahead.start_warm();
         }
-        Server {
+        Fs {
             catalog,
             data: Data {
                 samples,
@@ -215,7 +211,7 @@ impl Server {
         self.finish(Op::Readdir, t0, r)
     }
 
-    /// As [`Server::readdir`], with each entry's attributes (READDIRPLUS). Entries listed in
+    /// As [`Fs::readdir`], with each entry's attributes (READDIRPLUS). Entries listed in
     /// the control directory are never cached by the kernel.
     pub fn readdirplus(
         &self,

@@ -1,7 +1,7 @@
 //! Opens under FUSE passthrough: whether the mount can hand the kernel files' original bytes
 //! (a loose directory's files), and the original file of each OPEN.
 
-use super::Server;
+use super::Fs;
 use crate::catalog::FsError;
 use crate::ino::Node;
 use crate::stats::Op;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-impl Server {
+impl Fs {
     /// Whether the kernel may read files' original bytes itself (FUSE passthrough): asked
     /// (`--passthrough on`) and the storage holds whole local files (a loose directory: the
     /// first file's bytes are asked for).

@@ -3,7 +3,7 @@
 //! that tracks its position. Every member is STORED; ZIP64 fields appear only where a value
 //! does not fit.
 
-use crate::format::FormatError;
+use crate::pack::FormatError;
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 
 /// The largest value a 32-bit zip field holds; at or past it a ZIP64 field is used.

@@ -139,7 +139,7 @@ mod tests {
     #[test]
     fn the_index_must_lie_in_the_archive_data_and_before_it_the_samples() {
         let t = |off, len| Trailer {
-            version: crate::format::index::INDEX_VERSION,
+            version: crate::pack::index::INDEX_VERSION,
             index_offset: off,
             index_len: len,
         };

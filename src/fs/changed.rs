@@ -2,13 +2,13 @@
 //! by [`Changes`] (listings of changed directories, late nodes' reads), everything else by the
 //! catalog.
 
-use super::{Entry, Server};
+use super::{Entry, Fs};
 use crate::catalog::{DirEntry, FsError};
 use crate::loose::changes::Changes;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-impl Server {
+impl Fs {
     /// Serves the names that changed in a loose directory through `changes` (built over this
     /// server's catalog).
     pub fn set_changes(&self, changes: Arc<Changes>) {

@@ -11,7 +11,7 @@
 //! counted (`unresolved_paths`) and the first of each order is logged. Everything else that
 //! would change the mount answers EROFS.
 
-use super::{Entry, Server};
+use super::{Entry, Fs};
 use crate::catalog::FsError;
 use crate::ino::{Node, ROOT_INO};
 use crate::stats::Op;
@@ -53,7 +53,7 @@ pub(super) struct Announcing {
     pending: Mutex<Vec<Pending>>,
 }
 
-impl Server {
+impl Fs {
     /// Writes `data` at `offset` of `ino` for process `pid`: the `order` control file takes an
     /// announcement; every other inode answers [`FsError::ReadOnly`]. Returns the bytes taken.
     /// Errors: [`FsError::Invalid`] for a write away from the announcement's end or a line

@@ -2,7 +2,7 @@
 //! checksum is no signature, so nothing walks a tree before it passes this.
 
 use super::IndexView;
-use crate::format::FormatError;
+use crate::pack::FormatError;
 
 impl IndexView<'_> {
     /// Checks the tree the records form, in one pass: the root is record 0, a directory that
