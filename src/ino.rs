@@ -25,7 +25,7 @@ pub const CONTROL_DIR_NAME: &[u8] = b".loosefs";
 const NPY_BIT: u64 = 1 << 61;
 /// Inode of the control directory; control files follow it.
 const CONTROL_BASE: u64 = 1 << 62;
-/// Bit set in the inode of a late node (`crate::loose::changes`); `k` below 2^60.
+/// Bit set in the inode of a late node (`crate::fs::changes`); `k` below 2^60.
 const LATE_BIT: u64 = 1 << 60;
 
 /// What an inode number names.

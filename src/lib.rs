@@ -22,22 +22,19 @@
 
 pub mod catalog;
 pub mod client;
-pub mod dataset;
 pub mod decode;
 pub mod formats;
 pub mod fs;
 pub mod fuse;
 pub mod ino;
-pub mod loose;
 pub mod memory;
 pub mod metrics;
 pub mod mount;
+pub mod open;
 pub mod options;
 pub mod pack;
 pub mod packer;
 pub mod readahead;
-pub mod remote;
-pub mod remote_dataset;
 pub mod report;
 pub mod samples;
 pub mod source;

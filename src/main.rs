@@ -210,12 +210,12 @@ fn cmd_pack(args: PackCmd) -> Result<()> {
             (false, true) => loosefs::packer::Progress::None,
             (false, false) => loosefs::packer::Progress::Bar,
         },
-        source,
+        source: source.open_options(),
     };
     let r = loosefs::packer::pack_dir(&src, &out, &opts)?;
     if let Some(url) = &url {
-        let client = loosefs::storage::object::ObjectClient::new(url, &remote.config())?;
-        client.upload(&out)?;
+        use loosefs::storage::object_source::ObjectStore;
+        loosefs::storage::object::Remote::new(remote.config()).upload(url, &out)?;
         if !json {
             eprintln!("uploaded {} bytes to {url}", r.pack_bytes);
         }
@@ -254,13 +254,18 @@ fn cmd_index(
     if let Some(url) = src.to_str().filter(|s| loosefs::storage::object::is_url(s)) {
         println!(
             "{}",
-            loosefs::remote_dataset::shared::index(url, out, args)?
+            loosefs::open::remote_dataset::shared::index(
+                url,
+                out,
+                &args.open_options(),
+                loosefs::storage::object::Remote::new(args.remote.config())
+            )?
         );
         return Ok(());
     }
     let opts = loosefs::formats::ScanOptions {
         shared_index: loosefs::formats::SharedIndex::Off,
-        ..args.scan_options()?
+        ..args.open_options().scan_options()?
     };
     let f = loosefs::formats::index::open(src, &opts, args.index_dir.as_deref(), true)?;
     let src = &f.header.source;
@@ -285,9 +290,9 @@ fn cmd_info(
     json: bool,
     source: &loosefs::options::SourceArgs,
 ) -> Result<()> {
-    let source = source.for_info(pack);
-    let ds = loosefs::dataset::Dataset::open(pack, &source, !json)?;
-    if let loosefs::dataset::Dataset::Dir(d) = &ds {
+    let source = source.open_options().for_info(pack);
+    let ds = loosefs::open::Dataset::open(pack, &source, !json)?;
+    if let loosefs::open::Dataset::Dir(d) = &ds {
         let i = loosefs::verify::info_of(&d.root.display().to_string(), d.bytes(), d.totals());
         if json {
             println!("{}", serde_json::to_string_pretty(&i)?);
@@ -300,7 +305,7 @@ fn cmd_info(
         }
         return Ok(());
     }
-    if let loosefs::dataset::Dataset::RemoteSet(r) = ds {
+    if let loosefs::open::Dataset::RemoteSet(r) = ds {
         let i = r.info();
         match json {
             true => println!("{}", serde_json::to_string_pretty(&i)?),
@@ -308,7 +313,7 @@ fn cmd_info(
         }
         return Ok(());
     }
-    if let loosefs::dataset::Dataset::Remote(mut r) = ds {
+    if let loosefs::open::Dataset::Remote(mut r) = ds {
         r.finish();
         let i = loosefs::verify::info_of(r.url(), r.size(), r.totals());
         if json {
@@ -320,8 +325,8 @@ fn cmd_info(
         }
         return Ok(());
     }
-    let loosefs::dataset::Dataset::Pack(p) = ds else {
-        let loosefs::dataset::Dataset::Foreign(f) = ds else {
+    let loosefs::open::Dataset::Pack(p) = ds else {
+        let loosefs::open::Dataset::Foreign(f) = ds else {
             unreachable!()
         };
         let i = f.info();
@@ -354,8 +359,10 @@ fn cmd_verify(
         .filter(|s| loosefs::storage::object::is_url(s))
     {
         Some(url) => {
-            let mut r = loosefs::remote::RemotePack::open(url, &remote.config())
-                .with_context(|| format!("cannot open {url}"))?;
+            let store = loosefs::storage::object::Remote::new(remote.config());
+            let mut r =
+                loosefs::open::remote_pack::RemotePack::open(url, &*store, &remote.config())
+                    .with_context(|| format!("cannot open {url}"))?;
             r.finish();
             open(&r.download()?)?
         }

@@ -8,8 +8,8 @@
 //! SIGINT/SIGTERM/SIGHUP and exits when the filesystem is unmounted from outside (`umount`,
 //! `fusermount3 -u`, `loosefs umount`).
 
-use crate::dataset::Dataset;
 use crate::fuse::LooseFs;
+use crate::open::Dataset;
 use crate::options::{MountArgs, Transport};
 use anyhow::{Context, Result, bail};
 use std::io::{Read, Write};
@@ -137,9 +137,9 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
         check_mountpoint(mnt)?;
         return launch(pack_path, mnt, opts);
     }
-    let source = crate::options::SourceArgs {
+    let source = crate::open::OpenOptions {
         probe_jpegs: opts.decode.views()?.any(),
-        ..opts.source.clone()
+        ..opts.source.open_options()
     };
     let pack = Dataset::open(pack_path, &source, !opts.foreground)
         .with_context(|| format!("cannot mount {}", pack_path.display()))?;
@@ -241,24 +241,9 @@ fn same_owner_throughout(root: &Path, meta: &std::fs::Metadata) -> Result<()> {
 /// Serves the pack until unmounted or signalled. `ready` (if any) receives `ready\n` once the
 /// mount answers.
 fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Result<()> {
-    // Files are owned by the pack's owner (a remote pack's: its cache directory's).
-    let meta = match &pack {
-        Dataset::Remote(r) => std::fs::metadata(r.cache_dir())?,
-        Dataset::RemoteSet(r) => std::fs::metadata(r.cache_root())?,
-        _ => std::fs::metadata(pack.path())?,
-    };
     let pack_path = pack.path().to_path_buf();
-    if opts.allow_other && matches!(pack, Dataset::Dir(_)) {
-        same_owner_throughout(&pack_path, &meta)?;
-    }
-    // A native pack is leased (a writer opening it is noticed); a foreign dataset's files
-    // are checked by size and mtime when mounted.
-    let lease_file = match &pack {
-        Dataset::Pack(p) => Some(p.file().try_clone()?),
-        Dataset::Foreign(_) | Dataset::Remote(_) | Dataset::Dir(_) | Dataset::RemoteSet(_) => None,
-    };
-    use std::os::unix::fs::MetadataExt;
-    let name = fs_name(pack.path());
+    let is_dir = matches!(pack, Dataset::Dir(_));
+    let name = fs_name(&pack_path);
     let views = opts.decode.views()?;
     // Decoded images (hundreds of KiB each) and decompressed chunks (MiBs) are allocated and
     // freed all the time: a fixed mmap threshold gives their memory back to the system on
@@ -271,9 +256,19 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, threshold);
     }
-    let server = pack
-        .server(views, opts.server_options(mnt), opts.source.chunk_cache)
+    let opened = pack
+        .opened(views, opts.source.chunk_cache)
         .context("cannot open the pack for serving")?;
+    // Files are owned by the source's owner (a remote source's: its cache directory's). A
+    // native pack is leased (a writer opening it is noticed); a foreign dataset's files are
+    // checked by size and mtime when mounted.
+    let meta = opened.owner.clone();
+    if opts.allow_other && is_dir {
+        same_owner_throughout(&pack_path, &meta)?;
+    }
+    let lease_file = opened.lease.as_ref().map(|f| f.try_clone()).transpose()?;
+    use std::os::unix::fs::MetadataExt;
+    let server = opened.into_fs(opts.server_options(mnt));
     let server = Arc::new(server);
     if opts.allow_other {
         if let Some(c) = server.changes() {
@@ -355,7 +350,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
 fn watch_changes(server: &crate::fs::Fs, bg: &fuser::BackgroundSession, dir: &Path) {
     if let Some(changes) = server.changes() {
         let kernel = bg.notifier();
-        let forget = Box::new(move |n: &crate::loose::changes::Noted| {
+        let forget = Box::new(move |n: &crate::fs::changes::Noted| {
             let name = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&n.name);
             let _ = kernel.inval_entry(fuser::INodeNo(n.dir), name);
             // The directory's cached listing (a name added leaves no entry to invalidate).
@@ -364,7 +359,7 @@ fn watch_changes(server: &crate::fs::Fs, bg: &fuser::BackgroundSession, dir: &Pa
                 let _ = kernel.inval_inode(fuser::INodeNo(ino), 0, 0);
             }
         });
-        if let Err(e) = crate::loose::watch::start(changes.clone(), forget) {
+        if let Err(e) = crate::fs::watch::start(changes.clone(), forget) {
             log::warn!(
                 "cannot watch {} for changes ({e}): they show at the next mount",
                 dir.display()

@@ -1,7 +1,7 @@
 //! Options of `loosefs mount`: one clap [`Args`] type, parsed once by the command line and
 //! converted once into what the server needs ([`MountArgs::server_options`]).
 
-use crate::decode::DecodeOptions;
+pub use crate::fs::FsOptions;
 
 mod decode;
 use crate::memory::{parse_bytes, parse_size};
@@ -11,28 +11,6 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 pub use decode::{DecodeArgs, ViewArg};
 use std::path::{Path, PathBuf};
-
-/// How the daemon serves, from `loosefs mount` options.
-#[derive(Debug, Clone)]
-pub struct FsOptions {
-    /// Read-ahead, push-ahead, release and pinning.
-    pub readahead: ReadAheadOptions,
-    /// Start a whole-pack warm at mount.
-    pub warm: bool,
-    /// Mountpoint (for stats).
-    pub mountpoint: String,
-    /// FUSE threads (for stats).
-    pub threads: usize,
-    /// The daemon's log file (for stats; `-`: its stderr).
-    pub log: String,
-    /// The mount's owner (the user who mounted it): with root, the only user who may run the
-    /// control commands.
-    pub owner: u32,
-    /// Decode pool and cache, used when the catalog shows decoded views.
-    pub decode: DecodeOptions,
-    /// Let the kernel read whole backing files itself where the storage has them.
-    pub passthrough: bool,
-}
 
 /// `--passthrough`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -269,48 +247,21 @@ fn parse_format(s: &str) -> Result<crate::formats::Format, String> {
 }
 
 impl SourceArgs {
-    /// These options as `loosefs info SRC` uses them: a local source shows its JPEGs'
-    /// dimensions (every JPEG header read); a URL is opened as a mount opens it (a zip or FFCV
-    /// object from its tables alone, not downloaded for its JPEG headers).
-    pub fn for_info(&self, src: &Path) -> SourceArgs {
-        let url = src.to_str().is_some_and(crate::storage::object::is_url);
-        SourceArgs {
-            probe_jpegs: !url || self.probe_jpegs,
-            ..self.clone()
-        }
-    }
-
-    /// The scan options these give. Errors: the class-names file cannot be read.
-    pub fn scan_options(&self) -> anyhow::Result<crate::formats::ScanOptions> {
-        use anyhow::Context;
-        let class_names = match &self.class_names {
-            Some(p) => Some(
-                std::fs::read_to_string(p)
-                    .with_context(|| format!("cannot read class names {}", p.display()))?
-                    .lines()
-                    .map(|l| l.trim().to_string())
-                    .filter(|l| !l.is_empty())
-                    .collect(),
-            ),
-            None => None,
-        };
-        Ok(crate::formats::ScanOptions {
+    /// The plain options the openers take (converted once, here: no clap type goes below
+    /// the command line).
+    pub fn open_options(&self) -> crate::open::OpenOptions {
+        crate::open::OpenOptions {
             format: self.format,
-            class_names,
+            class_names: self.class_names.clone(),
             label: self.label.clone(),
             fields_all: self.fields == "all",
-            inflate_dir: crate::formats::index::cache_dir(self.index_dir.as_deref()),
-            shared_index: match &self.shared_index {
-                Some(p) => crate::formats::SharedIndex::At(p.clone()),
-                None => crate::formats::SharedIndex::Auto,
-            },
-            verify: match self.verify.as_str() {
-                "full" => crate::formats::Verify::Full,
-                _ => crate::formats::Verify::Lazy,
-            },
-            views: self.probe_jpegs,
-            tables_only: false,
-        })
+            verify_full: self.verify == "full",
+            shared_index: self.shared_index.clone(),
+            index_dir: self.index_dir.clone(),
+            chunk_cache: self.chunk_cache,
+            remote: self.remote.config(),
+            probe_jpegs: self.probe_jpegs,
+        }
     }
 }
 

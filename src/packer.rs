@@ -32,7 +32,7 @@ pub struct PackOptions {
     /// How progress is shown.
     pub progress: Progress,
     /// How a source in another packed format is read.
-    pub source: crate::options::SourceArgs,
+    pub source: crate::open::OpenOptions,
 }
 
 /// What `pack` did.
@@ -322,7 +322,7 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
     let t0 = Instant::now();
     let out_dir = out_dir_of(out, opts.force)?;
     // A dataset of another format is walked as a mount opens it; a tree or zip as it is.
-    let source = if Source::is_foreign(src, &opts.source)? {
+    let source = if Source::is_foreign(src, opts.source.format)? {
         let s = foreign::walk(src, &opts.source)?;
         s.check_reserved()?;
         s

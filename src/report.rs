@@ -84,7 +84,7 @@ pub struct Report {
     pub latency_us: BTreeMap<String, Latency>,
 }
 
-/// The `changes` section of a loose directory mount (`crate::loose::changes`).
+/// The `changes` section of a loose directory mount (`crate::fs::changes`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangesReport {
     /// Directories watched (inotify).

@@ -5,7 +5,6 @@
 //! Zip member names are taken only through the zip crate's `enclosed_name`: a name that is
 //! absolute or climbs out with `..` refuses the whole archive, naming the member.
 
-use crate::options::SourceArgs;
 use crate::pack::writer::EntryMeta;
 use anyhow::{Context, Result, bail};
 use memmap2::Mmap;
@@ -127,7 +126,7 @@ impl Source {
     /// MDS/LitData `index.json`, GulpIO `.gmeta` files, or only `.tar`/TFRecord files and no
     /// subdirectory), or a file that is neither a directory nor a zip archive (the packer
     /// opens those as datasets). Errors: `src` missing or unreadable.
-    pub fn is_foreign(src: &Path, args: &SourceArgs) -> Result<bool> {
+    pub fn is_foreign(src: &Path, format: Option<crate::formats::Format>) -> Result<bool> {
         if src.to_str().is_some_and(crate::storage::object::is_url) {
             return Ok(true);
         }
@@ -136,9 +135,7 @@ impl Source {
         let is_zip = meta.is_file()
             && crate::formats::read_at(src, 0, 4)
                 .is_ok_and(|h| h == b"PK\x03\x04" || h == b"PK\x05\x06");
-        Ok(args.format.is_some()
-            || (meta.is_dir() && foreign_dir(src))
-            || (meta.is_file() && !is_zip))
+        Ok(format.is_some() || (meta.is_dir() && foreign_dir(src)) || (meta.is_file() && !is_zip))
     }
 
     /// A walked dataset of another format: its `root`, its `items` in pack order, and where

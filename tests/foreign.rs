@@ -47,12 +47,12 @@ fn server(src: &Path, index: &Path) -> Fs {
 
 /// [`server`] with `--verify` `verify` (lazy or full).
 fn server_verifying(src: &Path, index: &Path, verify: &str) -> Fs {
-    let args = loosefs::options::SourceArgs {
+    let args = loosefs::open::OpenOptions {
         index_dir: Some(index.to_path_buf()),
-        verify: verify.into(),
+        verify_full: verify == "full",
         ..Default::default()
     };
-    let ds = loosefs::dataset::Dataset::open(src, &args, false).unwrap();
+    let ds = loosefs::open::Dataset::open(src, &args, false).unwrap();
     ds.server(Views::default(), server_options(), 64 << 20)
         .unwrap()
 }
@@ -274,7 +274,7 @@ fn an_index_is_built_once_and_rebuilt_when_a_file_changes() {
         let e = e.unwrap();
         std::fs::copy(e.path(), src.join(e.file_name())).unwrap();
     }
-    let args = loosefs::options::SourceArgs::default();
+    let args = loosefs::open::OpenOptions::default();
     let opts = args.scan_options().unwrap();
     let index = d.path().join("index");
     let first = open(&src, &opts, Some(&index), false).unwrap();
@@ -373,13 +373,13 @@ fn fields_all_shows_every_member_beside_the_image() {
     let Some(dir) = formats_dir() else { return };
     let (classes, sources) = manifest(&dir);
     let d = tempfile::tempdir().unwrap();
-    let args = loosefs::options::SourceArgs {
+    let args = loosefs::open::OpenOptions {
         index_dir: Some(d.path().to_path_buf()),
-        fields: "all".into(),
+        fields_all: true,
         ..Default::default()
     };
-    let ds = loosefs::dataset::Dataset::open(&dir.join("webdataset"), &args, false).unwrap();
-    let loosefs::dataset::Dataset::Foreign(f) = &ds else {
+    let ds = loosefs::open::Dataset::open(&dir.join("webdataset"), &args, false).unwrap();
+    let loosefs::open::Dataset::Foreign(f) = &ds else {
         panic!("a foreign dataset")
     };
     assert_eq!(
@@ -458,12 +458,12 @@ fn a_lazy_index_learns_each_crc_at_the_first_read_and_refuses_other_bytes_later(
     let (_, sources) = manifest(&dir);
     let d = tempfile::tempdir().unwrap();
     let src = dir.join("webdataset");
-    let args = loosefs::options::SourceArgs {
+    let args = loosefs::open::OpenOptions {
         index_dir: Some(d.path().join("index")),
         ..Default::default()
     };
-    let loosefs::dataset::Dataset::Foreign(f) =
-        loosefs::dataset::Dataset::open(&src, &args, false).unwrap()
+    let loosefs::open::Dataset::Foreign(f) =
+        loosefs::open::Dataset::open(&src, &args, false).unwrap()
     else {
         panic!("a foreign dataset")
     };
@@ -475,7 +475,7 @@ fn a_lazy_index_learns_each_crc_at_the_first_read_and_refuses_other_bytes_later(
         "tar stores no checksum"
     );
     let storage = std::sync::Arc::new(Flipping {
-        inner: loosefs::dataset::storage_of(&f, 1 << 20).unwrap(),
+        inner: loosefs::open::foreign::storage_of(&f, 1 << 20).unwrap(),
         flip: false.into(),
     });
     let cat = std::sync::Arc::new(
@@ -545,7 +545,7 @@ fn a_shared_index_mounts_the_dataset_elsewhere_without_a_scan_and_a_changed_shar
     let d = tempfile::tempdir().unwrap();
     let src = d.path().join("node1/wds");
     copy_keeping_mtimes(&dir.join("webdataset"), &src);
-    let args = |index: &str| loosefs::options::SourceArgs {
+    let args = |index: &str| loosefs::open::OpenOptions {
         index_dir: Some(d.path().join(index)),
         ..Default::default()
     };
@@ -562,10 +562,10 @@ fn a_shared_index_mounts_the_dataset_elsewhere_without_a_scan_and_a_changed_shar
     let other = d.path().join("node2/wds");
     copy_keeping_mtimes(&src, &other);
     std::fs::copy(shared::default_path(&src), shared::default_path(&other)).unwrap();
-    let open = |src: &Path, a: &loosefs::options::SourceArgs| match loosefs::dataset::Dataset::open(
+    let open = |src: &Path, a: &loosefs::open::OpenOptions| match loosefs::open::Dataset::open(
         src, a, false,
     ) {
-        Ok(loosefs::dataset::Dataset::Foreign(f)) => Ok(f),
+        Ok(loosefs::open::Dataset::Foreign(f)) => Ok(f),
         Ok(_) => panic!("a foreign dataset"),
         Err(e) => Err(format!("{e:#}")),
     };
@@ -581,7 +581,7 @@ fn a_shared_index_mounts_the_dataset_elsewhere_without_a_scan_and_a_changed_shar
     );
     // Its tree serves the second node's files, byte for byte as the first node's.
     let serve = |f| {
-        loosefs::dataset::Dataset::Foreign(f)
+        loosefs::open::Dataset::Foreign(f)
             .server(Views::default(), server_options(), 64 << 20)
             .unwrap()
     };
@@ -601,7 +601,7 @@ fn a_shared_index_mounts_the_dataset_elsewhere_without_a_scan_and_a_changed_shar
     assert!(e.contains("stale") && e.contains("shard-000001.tar"), "{e}");
     assert!(e.contains("loosefs index"), "{e}");
     // Named with --index and built with other options (another label field): refused.
-    let named = loosefs::options::SourceArgs {
+    let named = loosefs::open::OpenOptions {
         shared_index: Some(shared::default_path(&src)),
         label: Some("txt".into()),
         ..args("ix3")

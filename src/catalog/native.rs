@@ -114,7 +114,7 @@ impl NativeCatalog {
     }
 
     /// The same catalog with no CRC-32 to check: its records address the original files
-    /// themselves (a loose directory, [`crate::loose`]), which have no other copy to match.
+    /// themselves (a loose directory, [`crate::open::dir`]), which have no other copy to match.
     pub fn without_checksums(mut self) -> NativeCatalog {
         self.checks = false;
         self

@@ -226,7 +226,7 @@ pub struct ScanOptions {
     /// Index from the format's own tables alone, reading no sample (a zip's central
     /// directory, an FFCV file's metadata and allocation tables): JPEG dimensions stay
     /// unknown, so no decoded view. Set by the index build of a dataset at a URL
-    /// ([`crate::remote_dataset`]), which has fetched only those tables; other formats scan
+    /// ([`crate::open::remote_dataset`]), which has fetched only those tables; other formats scan
     /// as usual.
     pub tables_only: bool,
 }

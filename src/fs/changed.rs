@@ -4,7 +4,7 @@
 
 use super::{Entry, Fs};
 use crate::catalog::{DirEntry, FsError};
-use crate::loose::changes::Changes;
+use crate::fs::changes::Changes;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 

@@ -9,17 +9,19 @@
 
 mod announce;
 mod changed;
+pub mod changes;
 mod control;
 mod data;
 mod local;
+mod options;
 mod passthrough;
 mod report;
+pub mod watch;
 
 use crate::catalog::{Attr, Catalog, DirEntry, FsError, FsStats};
 use crate::decode::Decoder;
+use crate::fs::changes::Changes;
 use crate::ino::{Node, ROOT_INO};
-use crate::loose::changes::Changes;
-pub use crate::options::FsOptions;
 use crate::readahead::ReadAhead;
 use crate::readahead::push::Store;
 use crate::samples::Samples;
@@ -27,6 +29,7 @@ use crate::stats::{Op, Stats};
 use crate::storage::Storage;
 use control::Control;
 use data::Data;
+pub use options::FsOptions;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};

@@ -31,7 +31,7 @@ pub(super) struct Parts<'a> {
     pub(super) opts: &'a FsOptions,
     pub(super) started: Instant,
     pub(super) passthrough: bool,
-    pub(super) changes: Option<&'a crate::loose::changes::Changes>,
+    pub(super) changes: Option<&'a crate::fs::changes::Changes>,
 }
 
 impl Parts<'_> {

@@ -3,8 +3,9 @@
 //! pack's items, each file read from the dataset's own stored bytes (checked as a mount checks
 //! them). The packer decides which sources take this way ([`Source::is_foreign`]).
 
-use crate::dataset::{Dataset, storage_of};
-use crate::options::SourceArgs;
+use crate::open::Dataset;
+use crate::open::OpenOptions;
+use crate::open::foreign::storage_of;
 use crate::pack::writer::EntryMeta;
 use crate::source::{Item, ItemKind, Loc, Source};
 use anyhow::{Context, Result, bail};
@@ -15,7 +16,7 @@ use std::path::{Path, PathBuf};
 ///
 /// Errors: those of [`Dataset::open`]; `src` a loosefs pack or a plain directory (nothing
 /// foreign to convert).
-pub(super) fn walk(src: &Path, args: &SourceArgs) -> Result<Source> {
+pub(super) fn walk(src: &Path, args: &OpenOptions) -> Result<Source> {
     let (f, storage): (_, std::sync::Arc<dyn crate::storage::Storage>) =
         match Dataset::open(src, args, true)? {
             Dataset::Foreign(f) => {

@@ -8,6 +8,8 @@
 pub mod block_cache;
 pub mod chunks;
 mod endpoints;
+#[cfg(test)]
+pub mod fake_object;
 pub mod files;
 pub mod local;
 pub mod object;

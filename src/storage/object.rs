@@ -150,7 +150,7 @@ impl ObjectClient {
         &self.url
     }
 
-    /// What the object is pinned to (after [`ObjectClient::open_tail`]).
+    /// What the object is pinned to (after [`ObjectClient::open_tail_async`]).
     pub fn pin(&self) -> Option<&Pin> {
         self.pin.get()
     }
@@ -187,11 +187,6 @@ impl ObjectClient {
     ///
     /// Errors: 404 (no such object), 403 (credentials refused), no ETag in the answer (the
     /// object could not be pinned), a network failure after the retries.
-    pub fn open_tail(&self, n: u64) -> Result<Bytes> {
-        self.rt.block_on(self.open_tail_async(n))
-    }
-
-    /// [`ObjectClient::open_tail`] as a future (to open many objects concurrently).
     pub async fn open_tail_async(&self, n: u64) -> Result<Bytes> {
         let opts = GetOptions {
             range: Some(GetRange::Suffix(n)),
@@ -501,5 +496,66 @@ impl super::object_source::ObjectSource for ObjectClient {
 
     fn max_requests(&self) -> usize {
         self.max_requests
+    }
+
+    fn open_tail(&self, n: u64) -> futures::future::BoxFuture<'_, Result<Bytes>> {
+        Box::pin(self.open_tail_async(n))
+    }
+
+    fn set_pin(&self, pin: Pin) {
+        ObjectClient::set_pin(self, pin)
+    }
+
+    fn fetch_to(&self, dest: &std::path::Path) -> Result<u64> {
+        ObjectClient::fetch_to(self, dest)
+    }
+}
+
+/// The S3 buckets and HTTPS hosts one [`RemoteConfig`] reaches, as an
+/// [`ObjectStore`](super::object_source::ObjectStore): the openers' way to the network.
+/// Objects on the bucket or host of the first one asked for share its runtime, connection
+/// pool, request limit and outage state ([`ObjectClient::sibling`]); others get their own
+/// client.
+#[derive(Debug)]
+pub struct Remote {
+    config: RemoteConfig,
+    first: std::sync::Mutex<Option<Arc<ObjectClient>>>,
+}
+
+impl Remote {
+    /// The store reached with `config`. Nothing is requested yet.
+    pub fn new(config: RemoteConfig) -> Arc<Remote> {
+        Arc::new(Remote {
+            config,
+            first: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// A client of `url`: a sibling of the first client when on its bucket or host.
+    fn client(&self, url: &str) -> Result<ObjectClient> {
+        let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = first.as_ref() {
+            if let Ok(c) = f.sibling(url) {
+                return Ok(c);
+            }
+            return ObjectClient::new(url, &self.config);
+        }
+        let c = Arc::new(ObjectClient::new(url, &self.config)?);
+        *first = Some(c.clone());
+        c.sibling(url)
+    }
+}
+
+impl super::object_source::ObjectStore for Remote {
+    fn object(&self, url: &str) -> Result<Arc<dyn super::object_source::ObjectSource>> {
+        Ok(Arc::new(self.client(url)?))
+    }
+
+    fn list(&self, url: &str) -> Result<Vec<(String, Option<Pin>)>> {
+        self.client(url)?.list()
+    }
+
+    fn upload(&self, url: &str, src: &std::path::Path) -> Result<()> {
+        self.client(url)?.upload(src)
     }
 }

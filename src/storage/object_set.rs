@@ -138,7 +138,8 @@ impl Storage for ObjectSet {
 mod tests {
     use super::*;
     use crate::storage::block_cache::{BLOCK, CacheDir, check_root};
-    use crate::storage::object_source::{FakeObject, ObjectSource};
+    use crate::storage::fake_object::FakeObject;
+    use crate::storage::object_source::ObjectSource;
 
     /// Three objects of different bytes and sizes, each in its own block cache.
     fn set(tmp: &std::path::Path) -> (ObjectSet, Vec<Vec<u8>>, Vec<Arc<FakeObject>>) {

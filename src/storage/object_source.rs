@@ -1,6 +1,6 @@
 //! The seam between the block cache and the network: an [`ObjectSource`] is one remote object
 //! pinned to one version, read by ranged GETs. [`super::object::ObjectClient`] (object_store
-//! over S3 and HTTPS) is the real one; [`FakeObject`] holds the bytes in memory and can fail,
+//! over S3 and HTTPS) is the real one; [`super::fake_object::FakeObject`] holds the bytes in memory and can fail,
 //! stall, flip bytes or be replaced, so the block cache's claim, hold, check and evict logic is
 //! tested in plain `cargo test` (as mountpoint-s3 tests its prefetcher over a mock client and a
 //! failure-injecting wrapper).
@@ -9,6 +9,8 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use std::io;
 use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 /// What a remote object is pinned to.
@@ -130,6 +132,54 @@ pub trait ObjectSource: Send + Sync + std::fmt::Debug {
     fn get_blocking(&self, r: Range<u64>) -> io::Result<Bytes> {
         self.runtime().block_on(self.get(r))
     }
+
+    /// Opens the object: one GET of its last `n` bytes (fewer when it is smaller), which also
+    /// gives its size and ETag; both are pinned for the life of this handle (unless it was
+    /// pinned already). Returns the tail.
+    ///
+    /// Errors: no such object (404, kind `NotFound`), access refused (403), no ETag in the
+    /// answer (the object could not be pinned), a network failure after the retries.
+    fn open_tail(&self, n: u64) -> BoxFuture<'_, anyhow::Result<Bytes>>;
+
+    /// [`ObjectSource::open_tail`], waiting for it.
+    fn open_tail_blocking(&self, n: u64) -> anyhow::Result<Bytes> {
+        self.runtime().block_on(self.open_tail(n))
+    }
+
+    /// Pins the object to `pin` (what a listing or an index said of it) without a request:
+    /// every later GET carries its ETag. No effect when already pinned.
+    fn set_pin(&self, pin: Pin);
+
+    /// Downloads the whole object into a new file `dest` with one GET (carrying the pin when
+    /// pinned, else pinning the object to what the answer says); `dest` is written to a
+    /// temporary file beside it and renamed, never left half-written. Returns its bytes.
+    ///
+    /// Errors: 404 and 403 (their `io::ErrorKind` inside the error), the object replaced since
+    /// it was pinned, a network failure, `dest`'s directory cannot be written.
+    fn fetch_to(&self, dest: &Path) -> anyhow::Result<u64>;
+}
+
+/// Where a source's objects are: the buckets and hosts one set of remote options reaches
+/// (endpoint, credentials, TLS, request limits). The openers of remote sources take one, so
+/// they run over [`super::object::Remote`] (S3 and HTTPS) and over the in-memory fake store
+/// of the tests alike.
+pub trait ObjectStore: Send + Sync + std::fmt::Debug {
+    /// A handle on the object at `url`, not yet pinned (nothing is requested). Handles of
+    /// objects on one bucket or host share their connections and the request limit.
+    ///
+    /// Errors: a malformed URL, plain http where it is not allowed, no credentials.
+    fn object(&self, url: &str) -> anyhow::Result<Arc<dyn ObjectSource>>;
+
+    /// Every object under the prefix `url` (`s3://bucket/prefix/`), as (key relative to the
+    /// prefix, what the listing says of it: size, ETag, version), sorted by key.
+    ///
+    /// Errors: the listing is refused (403), or the store cannot list (HTTP).
+    fn list(&self, url: &str) -> anyhow::Result<Vec<(String, Option<Pin>)>>;
+
+    /// Writes the local file `src` as the object `url`, replacing any object there.
+    ///
+    /// Errors: the file cannot be read, or the store refuses the upload.
+    fn upload(&self, url: &str, src: &Path) -> anyhow::Result<()>;
 }
 
 /// A remote object that is not reached (`--offline`): pinned to the size and ETag a block
@@ -193,140 +243,15 @@ impl ObjectSource for OfflineObject {
     fn offline(&self) -> bool {
         true
     }
-}
 
-/// An in-memory object for tests: the bytes of one version, and faults to inject. Every
-/// successful GET is counted in [`ObjectSource::stats`], as the real client counts them.
-#[cfg(test)]
-#[derive(Debug)]
-pub struct FakeObject {
-    rt: tokio::runtime::Runtime,
-    url: String,
-    pin: Pin,
-    data: std::sync::Mutex<Bytes>,
-    stats: ObjectStats,
-    /// The next this many GETs fail (a 503 after the retries).
-    pub fail_next: std::sync::atomic::AtomicU32,
-    /// Every GET fails with "connection refused" while set (an outage).
-    pub down: std::sync::atomic::AtomicBool,
-    /// Every GET waits this long before answering, ms.
-    pub stall_ms: std::sync::atomic::AtomicU64,
-    /// Every answer has its first byte flipped while set (a corrupting proxy).
-    pub flip: std::sync::atomic::AtomicBool,
-    replaced: std::sync::atomic::AtomicBool,
-}
-
-#[cfg(test)]
-impl FakeObject {
-    /// An object at `url` holding `data`, pinned to ETag `"v1"`.
-    pub fn new(url: &str, data: Vec<u8>) -> FakeObject {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
-        FakeObject {
-            rt,
-            url: url.to_string(),
-            pin: Pin {
-                size: data.len() as u64,
-                etag: "\"v1\"".into(),
-                version: None,
-            },
-            data: std::sync::Mutex::new(Bytes::from(data)),
-            stats: ObjectStats::default(),
-            fail_next: Default::default(),
-            down: Default::default(),
-            stall_ms: Default::default(),
-            flip: Default::default(),
-            replaced: Default::default(),
-        }
+    fn open_tail(&self, _n: u64) -> BoxFuture<'_, anyhow::Result<Bytes>> {
+        let why = format!("{}: the mount is --offline: no request is made", self.url);
+        Box::pin(async move { Err(anyhow::anyhow!(why)) })
     }
 
-    /// Replaces the object with `data` (a new version): GETs pinned to the old ETag fail.
-    pub fn replace(&self, data: Vec<u8>) {
-        if let Ok(mut d) = self.data.lock() {
-            *d = Bytes::from(data);
-        }
-        self.replaced
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-}
+    fn set_pin(&self, _pin: Pin) {}
 
-#[cfg(test)]
-impl ObjectSource for FakeObject {
-    fn url(&self) -> &str {
-        &self.url
-    }
-
-    fn pin(&self) -> Option<&Pin> {
-        Some(&self.pin)
-    }
-
-    fn get(&self, r: Range<u64>) -> BoxFuture<'_, io::Result<Bytes>> {
-        use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-        Box::pin(async move {
-            let stall = self.stall_ms.load(Relaxed);
-            if stall > 0 {
-                tokio::time::sleep(std::time::Duration::from_millis(stall)).await;
-            }
-            let fail = |why: &str| {
-                self.stats.failed.fetch_add(1, Relaxed);
-                Err(ObjectError::Network {
-                    url: self.url.clone(),
-                    why: why.into(),
-                }
-                .into())
-            };
-            if self.down.load(SeqCst) {
-                return fail("connection refused");
-            }
-            if self
-                .fail_next
-                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-            {
-                return fail("503 Slow Down (after the retries)");
-            }
-            if self.replaced.load(SeqCst) {
-                self.stats.failed.fetch_add(1, Relaxed);
-                return Err(ObjectError::Replaced {
-                    url: self.url.clone(),
-                    etag: self.pin.etag.clone(),
-                    why: "412 Precondition Failed".into(),
-                }
-                .into());
-            }
-            let data = self
-                .data
-                .lock()
-                .map_err(|_| io::Error::other("poisoned"))?
-                .clone();
-            let end = r.end.min(data.len() as u64);
-            if r.start >= end {
-                return fail("range not satisfiable (416)");
-            }
-            let mut b = data.slice(r.start as usize..end as usize);
-            if self.flip.load(SeqCst) {
-                let mut v = b.to_vec();
-                v[0] ^= 0xff;
-                b = Bytes::from(v);
-            }
-            self.stats.gets.fetch_add(1, Relaxed);
-            self.stats.bytes.fetch_add(b.len() as u64, Relaxed);
-            Ok(b)
-        })
-    }
-
-    fn runtime(&self) -> &tokio::runtime::Runtime {
-        &self.rt
-    }
-
-    fn stats(&self) -> &ObjectStats {
-        &self.stats
-    }
-
-    fn max_requests(&self) -> usize {
-        4
+    fn fetch_to(&self, _dest: &Path) -> anyhow::Result<u64> {
+        anyhow::bail!("{}: the mount is --offline: no request is made", self.url)
     }
 }

@@ -9,7 +9,7 @@ fn main() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("i.loosefs-index");
         std::fs::write(&path, data).expect("write the index");
-        let args = loosefs::options::SourceArgs {
+        let args = loosefs::open::OpenOptions {
             shared_index: Some(path.clone()),
             ..Default::default()
         };
@@ -34,7 +34,7 @@ fn main() {
         let at = (path.to_str().expect("utf-8"), true);
         let url = "s3://b/d/";
         for listed in [Some((&names[..], &pins[..])), None] {
-            let checked = loosefs::remote_dataset::shared::check(&path, at, url, &args, listed);
+            let checked = loosefs::open::remote_dataset::shared::check(&path, at, url, &args, listed);
             if let Ok(Some((n, p, f))) = checked {
                 assert_eq!(n.len(), p.len());
                 let walked = loosefs_fuzz::walk(&f.view());

@@ -5,7 +5,7 @@
 mod exact;
 
 use super::*;
-use crate::storage::object_source::FakeObject;
+use crate::storage::fake_object::FakeObject;
 use std::sync::Barrier;
 use std::sync::atomic::Ordering::SeqCst;
 

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::catalog::DirEntry;
-use crate::loose::LooseDir;
+use crate::open::dir::LooseDir;
 use crate::view::Views;
 use std::time::Duration;
 
@@ -234,8 +234,8 @@ fn the_watcher_notes_changes_and_watches_new_directories() {
     tree(root);
     let (ch, _) = changes_of(root);
     let d = ino(&ch, "d").unwrap();
-    let (forget, rx) = crate::loose::watch::forget_to_channel();
-    crate::loose::watch::start(ch.clone(), forget).unwrap();
+    let (forget, rx) = crate::fs::watch::forget_to_channel();
+    crate::fs::watch::start(ch.clone(), forget).unwrap();
     assert_eq!(ch.stats.watched.load(Relaxed), 3, "the root, d and e");
     // Waits for the note of `name` (events of other names, or the same name twice, may come).
     let noted = |name: &str| loop {

@@ -19,10 +19,10 @@
 
 use crate::catalog::native::NativeCatalog;
 use crate::formats::index::{self, Foreign, Header, ObjectEntry, RemoteEntry};
-use crate::options::SourceArgs;
+use crate::open::OpenOptions;
 use crate::storage::block_cache as cache;
-use crate::storage::object::{ObjectClient, Pin};
 use crate::storage::object_set::ObjectSet;
+use crate::storage::object_source::{ObjectSource, ObjectStore, Pin};
 use crate::view::Views;
 use anyhow::{Context, Result, anyhow, bail};
 use futures::StreamExt;
@@ -30,9 +30,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod build;
-mod caches;
 mod offline;
-use caches::open_caches;
+use super::caches::LockedCaches;
 pub mod shared;
 use build::build;
 
@@ -54,8 +53,8 @@ pub struct RemoteDataset {
     root: PathBuf,
     /// Every object of the dataset with its pin, in the order found.
     pub objects: Vec<RemoteEntry>,
-    /// The remote options it was opened with (credentials, endpoint, TLS).
-    remote_args: crate::storage::remote_config::RemoteConfig,
+    /// Where its objects are (a shared index is uploaded through it too).
+    store: Arc<dyn ObjectStore>,
     /// GETs made to open it: one per object, and the downloads when the index was built
     /// (the S3 listing or the `index.json` read that found the objects not counted).
     pub open_requests: u64,
@@ -114,7 +113,7 @@ fn check_safe(names: &[String], from: &str) -> Result<()> {
 
 /// The objects `url` names (see [`Names`]), and for an S3 prefix what its listing says of the
 /// default shared index (`.loosefs-index` at the top of the prefix), if there is one.
-fn object_names(url: &str, args: &SourceArgs) -> Result<(Names, Option<Pin>)> {
+fn object_names(url: &str, store: &dyn ObjectStore) -> Result<(Names, Option<Pin>)> {
     let dir = dir_of(url).to_string();
     if url.contains('{') {
         let urls = crate::formats::expand_braces(url);
@@ -128,8 +127,7 @@ fn object_names(url: &str, args: &SourceArgs) -> Result<(Names, Option<Pin>)> {
         return Ok(((dir, vec![name], vec![None]), None));
     }
     if is_s3_prefix(url) {
-        let lister = ObjectClient::new(url, &args.remote.config())?;
-        let listed = lister.list()?;
+        let listed = store.list(url)?;
         let index_pin = (listed.iter())
             .find(|(k, _)| k == index::shared::SUFFIX)
             .and_then(|(_, p)| p.clone());
@@ -146,8 +144,8 @@ fn object_names(url: &str, args: &SourceArgs) -> Result<(Names, Option<Pin>)> {
         return Ok(((dir, names, pins), index_pin));
     }
     let index_url = format!("{url}index.json");
-    let c = ObjectClient::new(&index_url, &args.remote.config())?;
-    let bytes = c.open_tail(INDEX_JSON_MAX).with_context(|| {
+    let c = store.object(&index_url)?;
+    let bytes = c.open_tail_blocking(INDEX_JSON_MAX).with_context(|| {
         format!("{url}: an HTTP directory cannot be listed: it needs an index.json (MDS, LitData), or give the shards as a brace pattern (https://host/dir/shard-{{000000..000099}}.tar)")
     })?;
     let v: serde_json::Value =
@@ -175,20 +173,21 @@ fn object_names(url: &str, args: &SourceArgs) -> Result<(Names, Option<Pin>)> {
 /// prefix finds it in its listing.
 fn locate(
     url: &str,
-    args: &SourceArgs,
+    args: &OpenOptions,
+    store: &dyn ObjectStore,
     use_shared: bool,
     index_dir: &Path,
 ) -> Result<(Names, Option<shared::Found>)> {
     if use_shared && !is_s3_prefix(url) {
-        if let Some(mut f) = shared::find(url, dir_of(url), args, None, index_dir)? {
+        if let Some(mut f) = shared::find(url, dir_of(url), args, store, None, index_dir)? {
             return Ok((std::mem::take(&mut f.names), Some(f)));
         }
     }
-    let ((dir, names, pins), listed_index) = object_names(url, args)?;
+    let ((dir, names, pins), listed_index) = object_names(url, store)?;
     let mut found = None;
     if use_shared && is_s3_prefix(url) {
         let listed = (names.as_slice(), pins.as_slice(), listed_index.as_ref());
-        found = shared::find(url, &dir, args, Some(listed), index_dir)?;
+        found = shared::find(url, &dir, args, store, Some(listed), index_dir)?;
     }
     Ok(((dir, names, pins), found))
 }
@@ -212,14 +211,13 @@ fn open_objects(
     dir: &str,
     names: &[String],
     pins: Vec<Option<Pin>>,
-    args: &SourceArgs,
-) -> Result<Vec<Arc<ObjectClient>>> {
-    let first = ObjectClient::new(&format!("{dir}{}", names[0]), &args.remote.config())?;
+    args: &OpenOptions,
+    store: &dyn ObjectStore,
+) -> Result<Vec<Arc<dyn ObjectSource>>> {
     let mut clients = Vec::with_capacity(names.len());
-    for n in &names[1..] {
-        clients.push(Arc::new(first.sibling(&format!("{dir}{n}"))?));
+    for n in names {
+        clients.push(store.object(&format!("{dir}{n}"))?);
     }
-    clients.insert(0, Arc::new(first));
     for (c, p) in clients.iter().zip(pins) {
         if let Some(p) = p {
             c.set_pin(p);
@@ -232,7 +230,7 @@ fn open_objects(
             clients
                 .iter()
                 .filter(|c| c.pin().is_none())
-                .map(|c| async move { c.open_tail_async(1).await.map(|_| ()) }),
+                .map(|c| async move { c.open_tail(1).await.map(|_| ()) }),
         )
         .buffered(max)
         .collect(),
@@ -245,10 +243,15 @@ fn open_objects(
 
 /// The URL and what the scan is asked to show: the part of a kept index's key (and the whole
 /// key of the `--offline` record) that needs no request.
-fn options_key(url: &str, args: &SourceArgs) -> String {
+fn options_key(url: &str, args: &OpenOptions) -> String {
+    // The command line's spellings of --fields and --verify (kept indexes stay valid).
     format!(
         "{url}\u{0}{:?}\u{0}{:?}\u{0}{}\u{0}{:?}\u{0}{}",
-        args.format, args.label, args.fields, args.class_names, args.verify
+        args.format,
+        args.label,
+        if args.fields_all { "all" } else { "image" },
+        args.class_names,
+        if args.verify_full { "full" } else { "lazy" }
     )
 }
 
@@ -263,10 +266,9 @@ fn pin_of(e: &RemoteEntry) -> Pin {
 
 /// The kept index's key: the URL, every object's name, ETag, version and size, and what the
 /// scan is asked to show.
-fn key_of(url: &str, names: &[String], clients: &[Arc<ObjectClient>], args: &SourceArgs) -> u64 {
+fn key_of(url: &str, names: &[String], pins: &[Pin], args: &OpenOptions) -> u64 {
     let mut k = options_key(url, args);
-    for (n, c) in names.iter().zip(clients) {
-        let p = c.pin().expect("opened");
+    for (n, p) in names.iter().zip(pins) {
         k.push_str(&format!(
             "\u{0}{n}\u{1}{}\u{1}{:?}\u{1}{}",
             p.etag, p.version, p.size
@@ -278,11 +280,38 @@ fn key_of(url: &str, names: &[String], clients: &[Arc<ObjectClient>], args: &Sou
 /// Whether the kept index `f` serves a mount with `args`: one built from the tables alone has
 /// no JPEG dimensions, which decoded views need (such a mount builds it again, reading every
 /// sample's head).
-fn fits(f: &Foreign, args: &SourceArgs) -> Result<bool> {
+fn fits(f: &Foreign, args: &OpenOptions) -> Result<bool> {
     let opts = args.scan_options()?;
     Ok(index::verify_accepted(&opts)
         .iter()
         .any(|v| f.header.options.ends_with(&format!("verify={v}"))))
+}
+
+/// The block caches the index `f`'s objects read, once each (`cache(i)`: that of `names[i]`),
+/// and per object of the index its cache among them. Errors: the index names an object the
+/// dataset does not hold, or `cache` fails (its message).
+fn files_of(
+    f: &Foreign,
+    names: &[String],
+    mut cache: impl FnMut(usize) -> Result<Arc<cache::BlockCache>>,
+) -> Result<(Vec<Arc<cache::BlockCache>>, Vec<u32>)> {
+    let (mut files, mut file_of) = (Vec::new(), Vec::with_capacity(f.header.objects.len()));
+    let mut seen = std::collections::HashMap::new();
+    for o in &f.header.objects {
+        let i = object_name(&f.header, o)
+            .and_then(|n| names.iter().position(|m| *m == n))
+            .ok_or_else(|| anyhow!("names {} which the dataset does not hold", o.path.display()))?;
+        let k = match seen.get(&i) {
+            Some(&k) => k,
+            None => {
+                files.push(cache(i)?);
+                seen.insert(i, files.len() as u32 - 1);
+                files.len() as u32 - 1
+            }
+        };
+        file_of.push(k);
+    }
+    Ok((files, file_of))
 }
 
 impl RemoteDataset {
@@ -294,29 +323,47 @@ impl RemoteDataset {
     /// index is built, the dataset is damaged or compressed (the local parser's message).
     /// A shared index ([`shared`]) is used when there is one whose options fit: nothing is
     /// downloaded or scanned then.
-    pub fn open(url: &str, args: &SourceArgs, progress: bool) -> Result<RemoteDataset> {
-        Self::open_with(url, args, progress, true)
+    pub fn open(
+        url: &str,
+        args: &OpenOptions,
+        progress: bool,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<RemoteDataset> {
+        Self::open_with(url, args, progress, true, store)
     }
 
     /// [`RemoteDataset::open`] without looking for a shared index (what `loosefs index` does:
     /// it indexes the dataset as it is now).
-    pub fn open_unshared(url: &str, args: &SourceArgs, progress: bool) -> Result<RemoteDataset> {
-        Self::open_with(url, args, progress, false)
+    pub fn open_unshared(
+        url: &str,
+        args: &OpenOptions,
+        progress: bool,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<RemoteDataset> {
+        Self::open_with(url, args, progress, false, store)
     }
 
     fn open_with(
         url: &str,
-        args: &SourceArgs,
+        args: &OpenOptions,
         progress: bool,
         use_shared: bool,
+        store: Arc<dyn ObjectStore>,
     ) -> Result<RemoteDataset> {
         if args.remote.offline {
-            return offline::open(url, args);
+            return offline::open(url, args, store);
         }
         let index_dir = index::cache_dir(args.index_dir.as_deref());
-        let ((dir, names, pins), found) = locate(url, args, use_shared, &index_dir)?;
-        let clients = open_objects(&dir, &names, pins, args)?;
-        let key = key_of(url, &names, &clients, args);
+        let ((dir, names, pins), found) = locate(url, args, &*store, use_shared, &index_dir)?;
+        let clients = open_objects(&dir, &names, pins, args, &*store)?;
+        let pins = (clients.iter())
+            .map(|c| {
+                c.pin()
+                    .cloned()
+                    .ok_or_else(|| anyhow!("{}: not pinned by its open", c.url()))
+            })
+            .collect::<Result<Vec<Pin>>>()?;
+        let key = key_of(url, &names, &pins, args);
         let root = args
             .remote
             .cache_dir
@@ -324,7 +371,7 @@ impl RemoteDataset {
             .unwrap_or_else(cache::default_root);
         cache::check_root(&root)
             .with_context(|| format!("cannot use the cache root {}", root.display()))?;
-        let caches = open_caches(&root, &clients, args.remote.cache_size)?;
+        let caches = LockedCaches::lock(&root, clients.clone())?.open(args.remote.cache_size)?;
         let view = root.join(format!(".view-{key:016x}"));
         let kept = index_dir.join(format!("remote-{key:016x}.lfx"));
         let (mut shared_gets, mut shared_bytes) = (0, 0);
@@ -353,32 +400,29 @@ impl RemoteDataset {
                 "{url}: a .tar.gz is inflated into a local file; it is not served from a URL: mount a local copy"
             );
         }
-        let (files, file_of) = caches::files_of(&foreign, &names, |i| Ok(caches[i].clone()))
+        let (files, file_of) = files_of(&foreign, &names, |i| Ok(caches[i].clone()))
             .map_err(|e| anyhow!("{}: {e}", kept.display()))?;
         let (open_requests, open_bytes) =
             clients
                 .iter()
                 .fold((shared_gets, shared_bytes), |(g, b), c| {
                     (
-                        g + c.stats.gets.load(std::sync::atomic::Ordering::Relaxed),
-                        b + c.stats.bytes.load(std::sync::atomic::Ordering::Relaxed),
+                        g + c.stats().gets.load(std::sync::atomic::Ordering::Relaxed),
+                        b + c.stats().bytes.load(std::sync::atomic::Ordering::Relaxed),
                     )
                 });
-        let objects = (names.iter().zip(&clients))
-            .map(|(n, c)| {
-                let p = c.pin().expect("opened");
-                RemoteEntry {
-                    name: n.clone(),
-                    size: p.size,
-                    etag: p.etag.clone(),
-                    version: p.version.clone(),
-                }
+        let objects = (names.iter().zip(&pins))
+            .map(|(n, p)| RemoteEntry {
+                name: n.clone(),
+                size: p.size,
+                etag: p.etag.clone(),
+                version: p.version.clone(),
             })
             .collect();
         let ds = RemoteDataset {
             url: url.to_string(),
             objects,
-            remote_args: args.remote.config(),
+            store,
             foreign,
             files,
             file_of,
@@ -505,18 +549,20 @@ mod tests {
         ] {
             assert!(!safe_name(bad), "{bad:?}");
         }
-        let e = object_names("https://h/d/{../x,y}.tar", &SourceArgs::default()).unwrap_err();
+        let store = crate::storage::fake_object::FakeStore::new();
+        let e = object_names("https://h/d/{../x,y}.tar", &*store).unwrap_err();
         assert!(format!("{e:#}").contains("outside the dataset"), "{e:#}");
     }
 
     #[test]
     fn brace_patterns_and_single_urls_name_their_objects_without_a_request() {
-        let args = SourceArgs::default();
-        let ((dir, names, _), _) = object_names("https://h/d/shard-{000..002}.tar", &args).unwrap();
+        let args = crate::storage::fake_object::FakeStore::new();
+        let args = &*args;
+        let ((dir, names, _), _) = object_names("https://h/d/shard-{000..002}.tar", args).unwrap();
         assert_eq!(dir, "https://h/d/");
         assert_eq!(names, ["shard-000.tar", "shard-001.tar", "shard-002.tar"]);
         let ((dir, names, _), _) =
-            object_names("s3://b/x/{train,val}/part-{0..1}.tar", &args).unwrap();
+            object_names("s3://b/x/{train,val}/part-{0..1}.tar", args).unwrap();
         assert_eq!(dir, "s3://b/x/");
         assert_eq!(
             names,
@@ -527,7 +573,7 @@ mod tests {
                 "val/part-1.tar"
             ]
         );
-        let ((dir, names, pins), _) = object_names("s3://b/ffcv/jpg.beton", &args).unwrap();
+        let ((dir, names, pins), _) = object_names("s3://b/ffcv/jpg.beton", args).unwrap();
         assert_eq!(pins, [None]);
         assert_eq!(
             (dir.as_str(), names),

@@ -213,7 +213,7 @@ mod tests {
     fn watcher(root: &Path) -> (Watcher, mpsc::Receiver<Noted>) {
         std::fs::create_dir_all(root.join("d/sub")).unwrap();
         std::fs::write(root.join("d/a"), b"a").unwrap();
-        let (ch, _) = crate::loose::changes::tests::changes_with(root, Views::default());
+        let (ch, _) = crate::fs::changes::tests::changes_with(root, Views::default());
         let (forget, rx) = forget_to_channel();
         (Watcher::new(ch, forget).unwrap(), rx)
     }

@@ -7,7 +7,7 @@
 
 use super::{RemoteDataset, object_name};
 use crate::formats::index::{self, RemoteEntry};
-use crate::options::SourceArgs;
+use crate::open::OpenOptions;
 use crate::storage::block_cache::{self as cache, BlockCache, CacheDir};
 use crate::storage::object_source::OfflineObject;
 use anyhow::{Context, Result, anyhow, bail};
@@ -28,14 +28,14 @@ struct Record {
 }
 
 /// The record's path: one per URL and scan options.
-fn record_path(url: &str, args: &SourceArgs, index_dir: &Path) -> PathBuf {
+fn record_path(url: &str, args: &OpenOptions, index_dir: &Path) -> PathBuf {
     let h = xxhash_rust::xxh3::xxh3_64(super::options_key(url, args).as_bytes());
     index_dir.join(format!("remote-{h:016x}.last.json"))
 }
 
 /// Records the opened dataset `ds` (objects named from `dir`) for a later offline open.
 /// Best effort: a failure is logged, the mount goes on.
-pub(super) fn record(ds: &RemoteDataset, dir: &str, args: &SourceArgs, index_dir: &Path) {
+pub(super) fn record(ds: &RemoteDataset, dir: &str, args: &OpenOptions, index_dir: &Path) {
     let rec = Record {
         url: ds.url.clone(),
         dir: dir.to_string(),
@@ -63,7 +63,11 @@ pub(super) fn record(ds: &RemoteDataset, dir: &str, args: &SourceArgs, index_dir
 /// Errors: this node never opened the URL online with these options; the kept index is gone
 /// or damaged; an object's cache is missing, locked (mounted now), incomplete or was not closed
 /// cleanly (each named, with what to do).
-pub(super) fn open(url: &str, args: &SourceArgs) -> Result<RemoteDataset> {
+pub(super) fn open(
+    url: &str,
+    args: &OpenOptions,
+    store: Arc<dyn crate::storage::object_source::ObjectStore>,
+) -> Result<RemoteDataset> {
     let index_dir = index::cache_dir(args.index_dir.as_deref());
     let path = record_path(url, args, &index_dir);
     let bytes = std::fs::read(&path).map_err(|_| {
@@ -117,7 +121,7 @@ pub(super) fn open(url: &str, args: &SourceArgs) -> Result<RemoteDataset> {
             why.join("\n  ")
         );
     }
-    let (files, file_of) = super::caches::files_of(&foreign, &names, |i| {
+    let (files, file_of) = super::files_of(&foreign, &names, |i| {
         whole.get(&i).cloned().context("an object opened twice")
     })
     .map_err(|e| anyhow!("{}: {e:#}", kept.display()))?;
@@ -129,7 +133,7 @@ pub(super) fn open(url: &str, args: &SourceArgs) -> Result<RemoteDataset> {
         file_of,
         root,
         objects: rec.objects,
-        remote_args: args.remote.config(),
+        store,
         open_requests: 0,
         open_bytes: 0,
     })

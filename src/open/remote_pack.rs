@@ -6,14 +6,15 @@
 //! and kept in the object's cache directory (temp + rename), so a remount of the same object
 //! costs the one tail GET. The samples are then served through [`BlockCache`].
 
+use super::OpenError;
+use super::caches::LockedCaches;
 use crate::catalog::ObjectInfo;
 use crate::catalog::native::NativeCatalog;
 use crate::pack::FormatError;
 use crate::pack::index::{IndexView, Totals};
 use crate::pack::trailer::Trailer;
-use crate::storage::block_cache::{self as remote, BlockCache, CacheDir};
-use crate::storage::object::{ObjectClient, Pin};
-use crate::storage::object_source::OfflineObject;
+use crate::storage::block_cache::{self as cache, BlockCache, CacheDir};
+use crate::storage::object_source::{ObjectSource, ObjectStore, OfflineObject, Pin};
 use crate::storage::remote_config::RemoteConfig;
 use crate::view::Views;
 use anyhow::{Context, Result, anyhow, bail};
@@ -41,28 +42,63 @@ pub struct RemotePack {
 }
 
 impl RemotePack {
-    /// Opens the pack at `url`.
+    /// Opens the pack at `url` on `store` (`args`: its block cache; `--offline`: from the
+    /// cache alone, no request made).
     ///
-    /// Errors: the URL or options are wrong, the object cannot be read (404, 403, network,
-    /// with the server's reason), it is not a loosefs pack (no trailer), or its index fails
-    /// its checks.
-    pub fn open(url: &str, args: &RemoteConfig) -> Result<RemotePack> {
+    /// Errors: [`OpenError::NotAPack`] for an object without a pack's trailer (another format
+    /// may read it); else the URL or options are wrong, the object cannot be read (404, 403,
+    /// network, with the server's reason), or its index fails its checks.
+    pub fn open(
+        url: &str,
+        store: &dyn ObjectStore,
+        args: &RemoteConfig,
+    ) -> Result<RemotePack, OpenError> {
         if args.offline {
-            return RemotePack::open_offline(url, args);
+            return Ok(RemotePack::open_offline(url, args)?);
         }
-        let client = Arc::new(ObjectClient::new(url, args)?);
-        let tail = client.open_tail(TAIL)?;
-        let pin = client.pin().cloned().expect("pinned by open_tail");
+        let client = store.object(url)?;
+        let tail = client.open_tail_blocking(TAIL)?;
+        let pin = client
+            .pin()
+            .cloned()
+            .ok_or_else(|| anyhow!("{url}: not pinned by its first GET"))?;
         let size = pin.size;
-        let (trailer, index_range) = index_range(url, &tail, size)?;
-        let root = args.cache_dir.clone().unwrap_or_else(remote::default_root);
-        remote::check_root(&root)
-            .with_context(|| format!("cannot use the cache root {}", root.display()))?;
-        let dir = remote::cache_dir(&root, url, &pin.etag, pin.version.as_deref());
-        let cache_dir = CacheDir::lock(&dir)
-            .with_context(|| format!("cannot use the block cache {}", dir.display()))?;
+        let trailer = Trailer::parse_tail(&tail).map_err(|e| match e {
+            FormatError::NotAPack(why) => OpenError::NotAPack {
+                src: url.to_string(),
+                why,
+            },
+            e => anyhow!("{url}: {e}").into(),
+        })?;
+        let index_range = trailer
+            .index_range(size)
+            .map_err(|e| anyhow!("{url}: {e}"))?;
+        Ok(RemotePack::open_pinned(
+            url,
+            client,
+            args,
+            &tail,
+            trailer,
+            index_range,
+        )?)
+    }
+
+    /// The rest of [`RemotePack::open`] once the tail located the index: the index from the
+    /// cache directory or fetched, checked; the block cache opened within its budget.
+    fn open_pinned(
+        url: &str,
+        client: Arc<dyn ObjectSource>,
+        args: &RemoteConfig,
+        tail: &[u8],
+        trailer: Trailer,
+        index_range: std::ops::Range<u64>,
+    ) -> Result<RemotePack> {
+        let size = client.pin().context("not pinned")?.size;
+        let root = args.cache_dir.clone().unwrap_or_else(cache::default_root);
+        let locked = LockedCaches::lock(&root, vec![client.clone()])?;
+        let dir = locked.dir(0).path().to_path_buf();
         let mut requests = 1;
-        let (map, totals, fetched) = match kept_index(&cache_dir, trailer.index_len) {
+        let (map, totals, fetched) = match kept_index(locked.dir(0), trailer.index_len) {
             Some((m, totals)) => (m, totals, false),
             None => {
                 let mut anon = memmap2::MmapMut::map_anon(trailer.index_len as usize)?;
@@ -72,7 +108,7 @@ impl RemotePack {
                     anon.copy_from_slice(&tail[s..s + trailer.index_len as usize]);
                 } else {
                     requests += trailer.index_len.div_ceil(INDEX_PART);
-                    fetch_parts(&client, index_range.clone(), &mut anon)?;
+                    fetch_parts(&*client, index_range.clone(), &mut anon)?;
                 }
                 let map = anon.make_read_only()?;
                 let totals = IndexView::parse(&map)
@@ -90,26 +126,18 @@ impl RemotePack {
             .map_err(|e| anyhow!("{url}: {e}"))?;
         let index = Arc::new(map);
         let writer = fetched.then(|| keep_index(index.clone(), dir.clone()));
-        let (budget, share) = remote::cache_budget(&root, size, args.cache_size);
-        remote::prune(&root, &dir, budget, share);
         // Mounts of other objects running now keep their shares: this one takes what is left.
-        let limit = share.min(budget.saturating_sub(remote::live_shares(&root, &dir)));
-        remote::record_share(&cache_dir, limit.max(remote::MIN_CACHE));
-        if limit < size {
-            log::warn!(
-                "{url}: the block cache keeps {limit} of the pack's {size} bytes (--cache-size, or the free space of {}): blocks will be fetched more than once, and --pin/--warm of the whole pack cannot complete",
-                root.display()
-            );
-        }
-        let storage = BlockCache::open(client, cache_dir, limit)
-            .with_context(|| format!("cannot open the block cache {}", dir.display()))?;
+        let storage = locked
+            .open(args.cache_size)?
+            .pop()
+            .context("no block cache")?;
         if let Some(w) = writer {
             // Joined when the storage closes (a mount ends) or by `finish`.
             storage.join_on_close(w);
         }
         Ok(RemotePack {
             url: url.to_string(),
-            storage: Arc::new(storage),
+            storage,
             index,
             totals,
             dir,
@@ -125,10 +153,10 @@ impl RemotePack {
     /// Errors: no cache of the URL, or none complete and clean (each candidate's reason
     /// given), or its index fails its checks.
     pub fn open_offline(url: &str, args: &RemoteConfig) -> Result<RemotePack> {
-        let root = args.cache_dir.clone().unwrap_or_else(remote::default_root);
-        remote::check_root(&root)
+        let root = args.cache_dir.clone().unwrap_or_else(cache::default_root);
+        cache::check_root(&root)
             .with_context(|| format!("cannot use the cache root {}", root.display()))?;
-        let prefix = remote::url_prefix(url);
+        let prefix = cache::url_prefix(url);
         let mut dirs: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(&root)
             .with_context(|| format!("cannot list the cache root {}", root.display()))?
             .filter_map(|e| e.ok())
@@ -144,7 +172,7 @@ impl RemotePack {
             match offline_candidate(url, &dir) {
                 Ok((cache_dir, pin, map, totals)) => {
                     // Room for every block: nothing cached may be evicted.
-                    let limit = pin.size.div_ceil(remote::BLOCK) * remote::BLOCK;
+                    let limit = pin.size.div_ceil(cache::BLOCK) * cache::BLOCK;
                     let source = Arc::new(OfflineObject::new(url, pin)?);
                     let storage =
                         BlockCache::open(source, cache_dir, limit).with_context(|| {
@@ -242,10 +270,10 @@ impl RemotePack {
             );
         }
         self.storage.will_need(0, &(0..size));
-        let mut buf = vec![0u8; remote::MERGE as usize];
+        let mut buf = vec![0u8; cache::MERGE as usize];
         let mut off = 0;
         while off < size {
-            let n = (size - off).min(remote::MERGE);
+            let n = (size - off).min(cache::MERGE);
             self.storage
                 .read_at(0, off, &mut buf[..n as usize])
                 .with_context(|| format!("{}: download failed", self.url))?;
@@ -271,7 +299,7 @@ fn offline_candidate(url: &str, dir: &Path) -> Result<(CacheDir, Pin, Mmap, Tota
         etag: meta["etag"].as_str().unwrap_or_default().to_string(),
         version: meta["version"].as_str().map(str::to_string),
     };
-    if meta["block"].as_u64() != Some(remote::BLOCK) {
+    if meta["block"].as_u64() != Some(cache::BLOCK) {
         bail!("blocks of another size");
     }
     let len = cache_dir
@@ -287,24 +315,10 @@ fn offline_candidate(url: &str, dir: &Path) -> Result<(CacheDir, Pin, Mmap, Tota
     if totals.data_end > pin.size {
         bail!("its index runs past the object's {} bytes", pin.size);
     }
-    if !remote::complete_on_disk(&cache_dir, pin.size, &(0..totals.data_end))? {
+    if !cache::complete_on_disk(&cache_dir, pin.size, &(0..totals.data_end))? {
         bail!("not complete or not closed cleanly");
     }
     Ok((cache_dir, pin, map, totals))
-}
-
-/// The trailer in the last bytes `tail` of the object at `url` (`size` bytes) and the byte
-/// range of the index it locates. Errors: no trailer, another index version, an index that
-/// runs past the archive data.
-fn index_range(url: &str, tail: &[u8], size: u64) -> Result<(Trailer, std::ops::Range<u64>)> {
-    let trailer = Trailer::parse_tail(tail).map_err(|e| match e {
-        FormatError::NotAPack(why) => anyhow!("{url}: not a loosefs pack ({why})"),
-        e => anyhow!("{url}: {e}"),
-    })?;
-    let r = trailer
-        .index_range(size)
-        .map_err(|e| anyhow!("{url}: {e}"))?;
-    Ok((trailer, r))
 }
 
 /// The index kept in the cache directory by an earlier open, when it has the expected length
@@ -338,7 +352,7 @@ fn keep_index(index: Arc<Mmap>, dir: PathBuf) -> std::thread::JoinHandle<()> {
 }
 
 /// GETs `r` in [`INDEX_PART`] parts concurrently into `out` (`r`'s length).
-fn fetch_parts(client: &ObjectClient, r: std::ops::Range<u64>, out: &mut [u8]) -> Result<()> {
+fn fetch_parts(client: &dyn ObjectSource, r: std::ops::Range<u64>, out: &mut [u8]) -> Result<()> {
     let mut parts = Vec::new();
     let mut off = r.start;
     while off < r.end {

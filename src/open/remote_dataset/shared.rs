@@ -14,14 +14,16 @@
 
 use super::{Names, object_name};
 use crate::formats::index::{self, Foreign, RemoteEntry, shared::SUFFIX};
-use crate::options::SourceArgs;
-use crate::storage::object::{ObjectClient, Pin, error_kind, is_url};
+use crate::open::OpenOptions;
+use crate::storage::object::{error_kind, is_url};
+use crate::storage::object_source::{ObjectStore, Pin};
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Where a shared index of `url` is: `--index` (a URL or a local path) when given (`true`:
 /// named, so it must exist and fit), else `<url>.loosefs-index`.
-fn location(url: &str, args: &SourceArgs) -> (String, bool) {
+fn location(url: &str, args: &OpenOptions) -> (String, bool) {
     match &args.shared_index {
         Some(p) => (p.to_string_lossy().into_owned(), true),
         None => (format!("{url}{SUFFIX}"), false),
@@ -53,7 +55,8 @@ pub(super) struct Found {
 pub(super) fn find(
     url: &str,
     dir: &str,
-    args: &SourceArgs,
+    args: &OpenOptions,
+    store: &dyn ObjectStore,
     listed: Option<Listed<'_>>,
     index_dir: &Path,
 ) -> Result<Option<Found>> {
@@ -75,7 +78,7 @@ pub(super) fn find(
             "remote-shared-{:016x}.lfx",
             xxhash_rust::xxh3::xxh3_64(at.as_bytes())
         ));
-        let client = ObjectClient::new(&at, &args.remote.config())?;
+        let client = store.object(&at)?;
         if let Some(p) = pin {
             client.set_pin(p);
         }
@@ -133,7 +136,7 @@ pub fn check(
     path: &Path,
     (at, named): (&str, bool),
     url: &str,
-    args: &SourceArgs,
+    args: &OpenOptions,
     listed: Option<(&[String], &[Option<Pin>])>,
 ) -> Result<Option<Checked>> {
     let mut f = index::load(path).with_context(|| format!("cannot use the shared index {at}"))?;
@@ -266,8 +269,7 @@ pub fn write(ds: &super::RemoteDataset, out: Option<&Path>, index_dir: &Path) ->
     };
     index::shared::write_remote(f, url, &names, ds.objects.clone(), &local)?;
     if is_url(&dest) {
-        let up = ObjectClient::new(&dest, &ds.remote_args)
-            .and_then(|c| c.upload(&local))
+        let up = (ds.store.upload(&dest, &local))
             .with_context(|| format!("cannot upload the index to {dest}"));
         let _ = std::fs::remove_file(&local);
         up?;
@@ -278,8 +280,13 @@ pub fn write(ds: &super::RemoteDataset, out: Option<&Path>, index_dir: &Path) ->
 /// `loosefs index URL [--out DEST]`: the dataset indexed as it is now (downloaded once into
 /// the block cache and scanned, or its kept index reused) and written as a shared index
 /// ([`write`]). Returns the line to print: where it went and what it holds.
-pub fn index(url: &str, out: Option<&Path>, args: &SourceArgs) -> Result<String> {
-    let ds = super::RemoteDataset::open_unshared(url, args, true)?;
+pub fn index(
+    url: &str,
+    out: Option<&Path>,
+    args: &OpenOptions,
+    store: Arc<dyn ObjectStore>,
+) -> Result<String> {
+    let ds = super::RemoteDataset::open_unshared(url, args, true, store)?;
     let dir = index::cache_dir(args.index_dir.as_deref());
     let dest = write(&ds, out, &dir)?;
     let i = ds.info();
@@ -353,7 +360,7 @@ mod tests {
 
     #[test]
     fn the_default_index_sits_beside_the_dataset_and_index_names_another() {
-        let args = SourceArgs::default();
+        let args = OpenOptions::default();
         assert_eq!(
             location("s3://b/mds/", &args),
             ("s3://b/mds/.loosefs-index".to_string(), false)
@@ -362,9 +369,9 @@ mod tests {
             location("https://h/a.zip", &args).0,
             "https://h/a.zip.loosefs-index"
         );
-        let args = SourceArgs {
+        let args = OpenOptions {
             shared_index: Some(PathBuf::from("/nfs/i.loosefs-index")),
-            ..SourceArgs::default()
+            ..OpenOptions::default()
         };
         assert_eq!(
             location("s3://b/mds/", &args),

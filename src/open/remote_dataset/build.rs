@@ -8,7 +8,7 @@
 
 use crate::formats::index::{self, Foreign};
 use crate::formats::{Format, ScanOptions, Verify};
-use crate::options::SourceArgs;
+use crate::open::OpenOptions;
 use crate::storage::Storage;
 use crate::storage::block_cache::BlockCache;
 use anyhow::{Context, Result, anyhow, bail};
@@ -26,7 +26,7 @@ pub(super) fn build(
     caches: &[Arc<BlockCache>],
     (view, src): (&Path, &Path),
     kept: &Path,
-    args: &SourceArgs,
+    args: &OpenOptions,
     progress: bool,
 ) -> Result<Foreign> {
     let _ = std::fs::remove_dir_all(view);
@@ -143,7 +143,7 @@ fn tables(cache: &BlockCache, src: &Path, opts: &ScanOptions) -> Result<Format, 
 fn download_all(
     url: &str,
     caches: &[Arc<BlockCache>],
-    args: &SourceArgs,
+    args: &OpenOptions,
     progress: bool,
 ) -> Result<()> {
     let total: u64 = caches.iter().map(|c| c.len(0)).sum();

@@ -13,9 +13,6 @@
 //! new ones). While mounted, a watcher ([`watch`]) notices changes and [`changes`] serves each
 //! name that changed as the disk has it now.
 
-pub mod changes;
-pub mod watch;
-
 use crate::catalog::ObjectInfo;
 use crate::catalog::native::NativeCatalog;
 use crate::pack::index::{self, Node};
@@ -158,6 +155,23 @@ impl LooseDir {
         )
         .map_err(|e| anyhow::anyhow!("{}: {e}", self.root.display()))?;
         Ok(cat.without_checksums())
+    }
+
+    /// The catalog (showing `views`), storage and live changes the filesystem serves the
+    /// directory with: names changed while mounted are answered from the disk
+    /// ([`crate::fs::changes`]). Errors: those of [`LooseDir::catalog`].
+    pub fn opened(&self, views: Views) -> Result<super::Opened> {
+        let cat: Arc<dyn crate::catalog::Catalog> = Arc::new(self.catalog(views)?);
+        let raw = Arc::new(self.catalog(Views::default())?);
+        let changes =
+            crate::fs::changes::Changes::new(self.root.clone(), cat.clone(), raw, self.storage());
+        Ok(super::Opened {
+            catalog: cat,
+            storage: self.storage(),
+            changes: Some(Arc::new(changes)),
+            owner: super::metadata(&self.root)?,
+            lease: None,
+        })
     }
 
     /// The files, as one storage object.

@@ -5,7 +5,8 @@
 
 use super::*;
 use crate::storage::block_cache::{CacheDir, check_root};
-use crate::storage::object_source::{FakeObject, ObjectSource};
+use crate::storage::fake_object::FakeObject;
+use crate::storage::object_source::ObjectSource;
 use std::io::Write;
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -91,11 +92,9 @@ impl World {
         let view = self.tmp.path().join("cache/.view-1");
         let src = view.join(&self.name);
         std::fs::create_dir_all(self.kept().parent().unwrap()).unwrap();
-        let args = SourceArgs {
-            verify: "lazy".into(),
-            fields: "image".into(),
+        let args = OpenOptions {
             index_dir: Some(self.tmp.path().join("index")),
-            ..SourceArgs::default()
+            ..OpenOptions::default()
         };
         let url = self.fake.url().to_string();
         build(
@@ -116,10 +115,8 @@ impl World {
         std::fs::write(&p, &self.data).unwrap();
         let opts = ScanOptions {
             shared_index: crate::formats::SharedIndex::Off,
-            ..SourceArgs {
-                verify: "lazy".into(),
-                fields: "image".into(),
-                ..SourceArgs::default()
+            ..OpenOptions {
+                ..OpenOptions::default()
             }
             .scan_options()
             .unwrap()

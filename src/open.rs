@@ -1,0 +1,319 @@
+//! Where every source is opened, one file per kind, behind one dispatch ([`Dataset::open`]):
+//!
+//! | source | file |
+//! |---|---|
+//! | a native pack (a local file) | `open/pack.rs` |
+//! | a dataset in another packed format (local) | `open/foreign.rs` (scanned by [`crate::formats`]) |
+//! | a plain directory, served in place | `open/dir.rs` (its live changes: [`crate::fs::changes`]) |
+//! | a native pack at an `s3://` or `https://` URL | `open/remote_pack.rs` |
+//! | a foreign dataset at a URL (prefix, brace pattern, `index.json`) | `open/remote_dataset.rs`, `open/remote_dataset/` |
+//!
+//! Remote openers reach objects through an [`ObjectStore`] (the network's
+//! [`crate::storage::object::Remote`], or the tests' in-memory store) and share one rule for
+//! their block caches' budget (`open/caches.rs`). Every kind ends as the same [`Opened`]
+//! value (catalog, storage, live changes, owner, lease), from which the daemon builds one
+//! [`Fs`]: the read path (read-ahead, warm, pin, views, stats) does not know which it serves.
+//! Options come as the plain [`OpenOptions`]: the command line's types stay in
+//! [`crate::options`].
+
+use crate::catalog::Catalog;
+use crate::formats::index::Foreign;
+use crate::formats::{Format, ScanOptions};
+use crate::fs::changes::Changes;
+use crate::fs::{Fs, FsOptions};
+use crate::pack::reader::Pack;
+use crate::storage::Storage;
+use crate::storage::object_source::ObjectStore;
+use crate::storage::remote_config::RemoteConfig;
+use crate::view::Views;
+use anyhow::{Context, Result};
+use dir::LooseDir;
+use remote_dataset::RemoteDataset;
+use remote_pack::RemotePack;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+mod caches;
+pub mod dir;
+pub mod foreign;
+pub mod pack;
+pub mod remote_dataset;
+pub mod remote_pack;
+
+/// Why a source could not be opened, where the kind decides what the caller does next.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The file or object has no loosefs pack trailer: another format may read it.
+    #[error("{src}: not a loosefs pack ({why})")]
+    NotAPack {
+        /// The file or URL.
+        src: String,
+        /// What was missing or wrong.
+        why: String,
+    },
+    /// Any other failure, with its message (the file or URL named in it).
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+impl From<std::io::Error> for OpenError {
+    fn from(e: std::io::Error) -> OpenError {
+        OpenError::Other(e.into())
+    }
+}
+
+/// How a source is opened: the plain form of the command line's source options
+/// (`crate::options::SourceArgs` converts into it once).
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Read the source as this format instead of detecting it.
+    pub format: Option<Format>,
+    /// A file of class directory names, one per line (line i names the i-th smallest label).
+    pub class_names: Option<PathBuf>,
+    /// The field holding the label, instead of the format's usual one.
+    pub label: Option<String>,
+    /// Every field of a sample is a file (`--fields all`), not only the image.
+    pub fields_all: bool,
+    /// Every sample read and checked once at indexing (`--verify full`), not lazily.
+    pub verify_full: bool,
+    /// A shared index written by `loosefs index` (default: beside the dataset when there).
+    pub shared_index: Option<PathBuf>,
+    /// Where kept indexes live (default: `$LOOSEFS_CACHE_DIR`, else `~/.cache/loosefs/index`).
+    pub index_dir: Option<PathBuf>,
+    /// Memory for decompressed chunks of a compressed source, bytes.
+    pub chunk_cache: u64,
+    /// How URLs are reached and cached.
+    pub remote: RemoteConfig,
+    /// Read every JPEG header of a loose directory when it is opened (decoded views need the
+    /// dimensions).
+    pub probe_jpegs: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> OpenOptions {
+        OpenOptions {
+            format: None,
+            class_names: None,
+            label: None,
+            fields_all: false,
+            verify_full: false,
+            shared_index: None,
+            index_dir: None,
+            chunk_cache: 1 << 30,
+            remote: RemoteConfig::default(),
+            probe_jpegs: false,
+        }
+    }
+}
+
+impl OpenOptions {
+    /// These options as `loosefs info SRC` uses them: a local source shows its JPEGs'
+    /// dimensions (every JPEG header read); a URL is opened as a mount opens it (a zip or FFCV
+    /// object from its tables alone, not downloaded for its JPEG headers).
+    pub fn for_info(&self, src: &Path) -> OpenOptions {
+        let url = src.to_str().is_some_and(crate::storage::object::is_url);
+        OpenOptions {
+            probe_jpegs: !url || self.probe_jpegs,
+            ..self.clone()
+        }
+    }
+
+    /// The scan options these give. Errors: the class-names file cannot be read.
+    pub fn scan_options(&self) -> Result<ScanOptions> {
+        let class_names = match &self.class_names {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("cannot read class names {}", p.display()))?
+                    .lines()
+                    .map(|l| l.trim().to_string())
+                    .filter(|l| !l.is_empty())
+                    .collect(),
+            ),
+            None => None,
+        };
+        Ok(ScanOptions {
+            format: self.format,
+            class_names,
+            label: self.label.clone(),
+            fields_all: self.fields_all,
+            inflate_dir: crate::formats::index::cache_dir(self.index_dir.as_deref()),
+            shared_index: match &self.shared_index {
+                Some(p) => crate::formats::SharedIndex::At(p.clone()),
+                None => crate::formats::SharedIndex::Auto,
+            },
+            verify: match self.verify_full {
+                true => crate::formats::Verify::Full,
+                false => crate::formats::Verify::Lazy,
+            },
+            views: self.probe_jpegs,
+            tables_only: false,
+        })
+    }
+}
+
+/// An opened source.
+#[derive(Debug)]
+pub enum Dataset {
+    /// A native pack.
+    Pack(Pack),
+    /// Another format, through its index.
+    Foreign(Foreign),
+    /// A native pack at an `s3://` or `https://` URL, through its block cache.
+    Remote(RemotePack),
+    /// A loose dataset directory, served in place.
+    Dir(LooseDir),
+    /// A foreign dataset at an `s3://` or `https://` URL, one block cache per object.
+    RemoteSet(Box<RemoteDataset>),
+}
+
+/// What an opened source gives the filesystem: everything [`Fs`] needs, whatever the kind.
+pub struct Opened {
+    /// What files exist and where their bytes are.
+    pub catalog: Arc<dyn Catalog>,
+    /// The bytes.
+    pub storage: Arc<dyn Storage>,
+    /// A directory mount's names changed since its walk (served as the disk has them now).
+    pub changes: Option<Arc<Changes>>,
+    /// The source's metadata (a remote source's: its cache directory's): the mount shows
+    /// its files as owned by its owner.
+    pub owner: std::fs::Metadata,
+    /// A native pack's file, leased while mounted (a writer opening it is noticed).
+    pub lease: Option<std::fs::File>,
+}
+
+impl Opened {
+    /// The filesystem serving it.
+    pub fn into_fs(self, opts: FsOptions) -> Fs {
+        let fs = Fs::new(self.catalog, self.storage, opts);
+        if let Some(c) = self.changes {
+            fs.set_changes(c);
+        }
+        fs
+    }
+}
+
+/// The metadata of `path` (the owner a mount shows). Errors: it cannot be read (names it).
+fn metadata(path: &Path) -> Result<std::fs::Metadata> {
+    std::fs::metadata(path)
+        .with_context(|| format!("cannot read the metadata of {}", path.display()))
+}
+
+impl Dataset {
+    /// Opens `src`: a URL through the network ([`Dataset::open_on`] with
+    /// [`crate::storage::object::Remote`]); else a native pack unless `--format` names another
+    /// format or `src` is a directory or not a pack; then the format is detected and the kept
+    /// index loaded or built (`progress`: say so on stderr).
+    ///
+    /// Errors: a damaged native pack (its own message); a source in no known format (the
+    /// message lists what was tried); a damaged foreign source (names the file).
+    pub fn open(src: &Path, opts: &OpenOptions, progress: bool) -> Result<Dataset> {
+        let store = crate::storage::object::Remote::new(opts.remote.clone());
+        Dataset::open_on(src, opts, progress, store)
+    }
+
+    /// [`Dataset::open`] with URLs reached through `store`.
+    pub fn open_on(
+        src: &Path,
+        opts: &OpenOptions,
+        progress: bool,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<Dataset> {
+        if let Some(url) = src.to_str().filter(|s| crate::storage::object::is_url(s)) {
+            return Dataset::open_url(url, opts, progress, store);
+        }
+        let scan = opts.scan_options()?;
+        if scan.format.is_none() && src.is_file() {
+            return pack::open(src, opts, &scan, progress);
+        }
+        if scan.format.is_none() && src.is_dir() && !crate::source::foreign_dir(src) {
+            return LooseDir::open(src, opts.probe_jpegs).map(Dataset::Dir);
+        }
+        crate::formats::index::open(src, &scan, opts.index_dir.as_deref(), progress)
+            .map(Dataset::Foreign)
+    }
+
+    /// A URL: a dataset when it names many objects or `--format` is given; else a native
+    /// pack, or (its trailer missing) one object in another format (a zip, a `.beton`, a
+    /// Parquet file, a tar). Offline, no GET tells a pack from a dataset: a recorded dataset
+    /// is tried too.
+    fn open_url(
+        url: &str,
+        opts: &OpenOptions,
+        progress: bool,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<Dataset> {
+        let dataset = |store| {
+            RemoteDataset::open(url, opts, progress, store)
+                .with_context(|| format!("cannot open {url}"))
+                .map(|r| Dataset::RemoteSet(Box::new(r)))
+        };
+        if opts.format.is_some() || remote_dataset::names_many(url) {
+            return dataset(store);
+        }
+        match RemotePack::open(url, &*store, &opts.remote) {
+            Ok(r) => Ok(Dataset::Remote(r)),
+            Err(e @ OpenError::NotAPack { .. }) => {
+                dataset(store).map_err(|d| anyhow::anyhow!("{d:#}\n  loosefs pack: {e:#}"))
+            }
+            Err(e) if opts.remote.offline => {
+                dataset(store).map_err(|d| anyhow::anyhow!("{d:#}\n  loosefs pack: {e:#}"))
+            }
+            Err(e) => Err(anyhow::Error::new(e).context(format!("cannot open {url}"))),
+        }
+    }
+
+    /// The source's path (a foreign source's canonical path).
+    pub fn path(&self) -> &Path {
+        match self {
+            Dataset::Pack(p) => p.path(),
+            Dataset::Foreign(f) => &f.header.source,
+            Dataset::Remote(r) => Path::new(r.url()),
+            Dataset::Dir(d) => &d.root,
+            Dataset::RemoteSet(r) => Path::new(r.url()),
+        }
+    }
+
+    /// Bytes of every file the samples are read from.
+    pub fn stored_bytes(&self) -> u64 {
+        match self {
+            Dataset::Pack(p) => p.file_len(),
+            Dataset::Foreign(f) => f.header.objects.iter().map(|o| o.len).sum(),
+            Dataset::Remote(r) => r.size(),
+            Dataset::Dir(d) => d.bytes(),
+            Dataset::RemoteSet(r) => r.size(),
+        }
+    }
+
+    /// What the filesystem needs to serve this source, showing decoded `views`; compressed
+    /// chunks are kept decompressed within `chunk_cache` bytes.
+    ///
+    /// Errors: a file cannot be opened, mapped or read for its metadata; the index does not
+    /// fit the storage.
+    pub fn opened(self, views: Views, chunk_cache: u64) -> Result<Opened> {
+        match self {
+            Dataset::Pack(p) => pack::opened(p, views),
+            Dataset::Foreign(f) => foreign::opened(&f, views, chunk_cache),
+            Dataset::Dir(d) => d.opened(views),
+            Dataset::Remote(r) => Ok(Opened {
+                catalog: Arc::new(r.catalog(views)?),
+                storage: r.storage().clone(),
+                changes: None,
+                owner: metadata(r.cache_dir())?,
+                lease: None,
+            }),
+            Dataset::RemoteSet(r) => Ok(Opened {
+                catalog: Arc::new(r.catalog(views)?),
+                storage: r.storage(chunk_cache),
+                changes: None,
+                owner: metadata(r.cache_root())?,
+                lease: None,
+            }),
+        }
+    }
+
+    /// The filesystem serving this source (see [`Dataset::opened`]), for tests and tools that
+    /// serve it in process.
+    pub fn server(self, views: Views, opts: FsOptions, chunk_cache: u64) -> Result<Fs> {
+        Ok(self.opened(views, chunk_cache)?.into_fs(opts))
+    }
+}
