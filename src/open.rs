@@ -39,6 +39,8 @@ pub mod foreign;
 pub mod pack;
 pub mod remote_dataset;
 pub mod remote_pack;
+#[cfg(test)]
+mod tests;
 
 /// Why a source could not be opened, where the kind decides what the caller does next.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,545 @@
+//! The remote openers over the in-memory [`FakeStore`], in plain `cargo test` (no server): a
+//! pack's tail and index GETs, the kept index, a damaged or foreign object, a replaced object
+//! (ESTALE) against an outage (EIO), `--offline` from a complete cache, the cache budget; a
+//! dataset under a prefix listed once, its kept and shared indexes, hostile names, a brace
+//! pattern, an outage of the listing. Every tree served is compared byte for byte with the
+//! files it was made from. The same cases run end to end over SeaweedFS and nginx in
+//! `tests/e2e/test_remote*.py`.
+
+use super::*;
+use crate::catalog::{FsError, Kind};
+use crate::storage::fake_object::FakeStore;
+use crate::testutil::noise;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+
+/// The files of a test tree: `n` files of `size` bytes in three class directories, names
+/// padded to `name_len` characters (long names make a large index).
+fn tree(dir: &Path, n: usize, size: usize, name_len: usize) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    for k in 0..n {
+        let name = format!("c{}/f{k:0>width$}.bin", k % 3, width = name_len);
+        let data = noise(k as u64 + 1, size + k % 7);
+        let p = dir.join(&name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, &data).unwrap();
+        files.insert(name, data);
+    }
+    files
+}
+
+/// A pack of `files` written under `tmp` (the packer's own bytes).
+fn pack_bytes(
+    tmp: &Path,
+    n: usize,
+    size: usize,
+    name_len: usize,
+) -> (Vec<u8>, BTreeMap<String, Vec<u8>>) {
+    let src = tmp.join("src");
+    let files = tree(&src, n, size, name_len);
+    let out = tmp.join("p.pack");
+    let opts = crate::packer::PackOptions {
+        jobs: 1,
+        align: 1,
+        follow_links: false,
+        force: true,
+        progress: crate::packer::Progress::None,
+        source: OpenOptions::default(),
+    };
+    crate::packer::pack_dir(&src, &out, &opts).unwrap();
+    (std::fs::read(&out).unwrap(), files)
+}
+
+/// Open options whose caches and indexes live under `tmp/node` (another node: another name).
+fn options(tmp: &Path, node: &str) -> OpenOptions {
+    OpenOptions {
+        index_dir: Some(tmp.join(node).join("index")),
+        remote: RemoteConfig {
+            cache_dir: Some(tmp.join(node).join("cache")),
+            cache_size: Some(1 << 30),
+            ..RemoteConfig::default()
+        },
+        ..OpenOptions::default()
+    }
+}
+
+/// Options of an in-process filesystem: no push, small caches, one thread.
+fn fs_options() -> FsOptions {
+    FsOptions {
+        readahead: crate::readahead::ReadAheadOptions {
+            window_max: 1 << 20,
+            push_ahead: 0,
+            keep_cache: false,
+            pin: None,
+            order_window: 4096,
+        },
+        warm: false,
+        mountpoint: "/m".into(),
+        log: "-".into(),
+        threads: 1,
+        owner: 0,
+        decode: crate::decode::DecodeOptions {
+            cache_bytes: 1 << 20,
+            threads: 1,
+            ahead: 0,
+            accept_damaged: false,
+        },
+        passthrough: false,
+    }
+}
+
+fn open(src: &str, opts: &OpenOptions, store: &Arc<FakeStore>) -> Result<Dataset> {
+    Dataset::open_on(Path::new(src), opts, false, store.clone())
+}
+
+fn serve(ds: Dataset) -> Fs {
+    ds.server(Views::default(), fs_options(), 64 << 20).unwrap()
+}
+
+/// The inode of `path` (`/`-separated, relative to the root).
+fn ino_of(fs: &Fs, path: &str) -> Result<u64, FsError> {
+    let mut ino = 1;
+    for c in path.split('/') {
+        ino = fs.lookup(ino, c.as_bytes())?.attr.ino;
+    }
+    Ok(ino)
+}
+
+/// The whole file at `path`, read in 64 KiB READs.
+fn read(fs: &Fs, path: &str) -> Result<Vec<u8>, FsError> {
+    let ino = ino_of(fs, path)?;
+    let size = fs.getattr(ino)?.attr.size;
+    let mut out = Vec::new();
+    while (out.len() as u64) < size {
+        let (tx, rx) = std::sync::mpsc::channel();
+        fs.read(ino, out.len() as u64, 64 << 10, move |r| {
+            let _ = tx.send(r.map(<[u8]>::to_vec));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap()?;
+        assert!(!got.is_empty(), "{path}: short read at {}", out.len());
+        out.extend(got);
+    }
+    Ok(out)
+}
+
+/// Every file of the tree with its bytes.
+fn walk(fs: &Fs) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut dirs = vec![(1u64, String::new())];
+    while let Some((ino, dir)) = dirs.pop() {
+        let mut entries = Vec::new();
+        fs.readdir(ino, 0, |e| {
+            entries.push((e.ino, e.kind, String::from_utf8_lossy(&e.name).into_owned()));
+            false // not full: go on
+        })
+        .unwrap();
+        for (ino, kind, name) in entries {
+            if name == "." || name == ".." || name == ".loosefs" {
+                continue;
+            }
+            let path = if dir.is_empty() {
+                name
+            } else {
+                format!("{dir}/{name}")
+            };
+            match kind {
+                Kind::Dir => dirs.push((ino, path)),
+                _ => {
+                    let data = read(fs, &path).unwrap();
+                    out.insert(path, data);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn remote_pack(ds: &Dataset) -> &RemotePack {
+    match ds {
+        Dataset::Remote(r) => r,
+        other => panic!("a remote pack, not {other:?}"),
+    }
+}
+
+fn remote_set(ds: &Dataset) -> &RemoteDataset {
+    match ds {
+        Dataset::RemoteSet(r) => r,
+        other => panic!("a remote dataset, not {other:?}"),
+    }
+}
+
+#[test]
+fn a_remote_pack_opens_with_one_get_and_serves_the_packed_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (pack, files) = pack_bytes(tmp.path(), 40, 3000, 1);
+    let store = FakeStore::new();
+    store.put("s3://b/p.pack", pack);
+    let ds = open("s3://b/p.pack", &options(tmp.path(), "n1"), &store).unwrap();
+    assert_eq!(remote_pack(&ds).open_requests, 1);
+    assert_eq!(
+        store.gets(),
+        1,
+        "one suffix GET: the tail holds the trailer and the index"
+    );
+    assert_eq!(walk(&serve(ds)), files);
+}
+
+#[test]
+fn a_large_index_is_fetched_in_parts_then_kept_so_a_remount_makes_one_get() {
+    let tmp = tempfile::tempdir().unwrap();
+    // ~4,000 names of ~200 bytes: an index larger than the 1 MiB tail.
+    let (pack, files) = pack_bytes(tmp.path(), 4000, 10, 200);
+    let store = FakeStore::new();
+    store.put("s3://b/big.pack", pack);
+    let opts = options(tmp.path(), "n1");
+    let mut first = open("s3://b/big.pack", &opts, &store).unwrap();
+    let n = remote_pack(&first).open_requests;
+    assert!(n >= 2, "the tail, then the index in parts: {n}");
+    assert_eq!(store.gets(), n);
+    if let Dataset::Remote(r) = &mut first {
+        r.finish();
+    }
+    drop(first);
+    let again = open("s3://b/big.pack", &opts, &store).unwrap();
+    assert_eq!(remote_pack(&again).open_requests, 1, "the kept index");
+    assert_eq!(store.gets(), n + 1);
+    let fs = serve(again);
+    for name in files.keys().step_by(397) {
+        assert_eq!(&read(&fs, name).unwrap(), &files[name], "{name}");
+    }
+}
+
+#[test]
+fn an_object_without_a_pack_trailer_is_the_typed_not_a_pack_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    store.put("s3://b/x.bin", noise(3, 100_000));
+    let r = RemotePack::open("s3://b/x.bin", &*store, &options(tmp.path(), "n1").remote);
+    assert!(matches!(r, Err(OpenError::NotAPack { .. })), "{r:?}");
+    // Through the dispatch: tried as a dataset too, both reasons given.
+    let e = open("s3://b/x.bin", &options(tmp.path(), "n1"), &store).unwrap_err();
+    let e = format!("{e:#}");
+    assert!(e.contains("not a loosefs pack"), "{e}");
+}
+
+#[test]
+fn a_missing_object_is_refused_naming_the_url() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    let r = RemotePack::open(
+        "s3://b/none.pack",
+        &*store,
+        &options(tmp.path(), "n1").remote,
+    );
+    let e = format!("{:#}", r.unwrap_err());
+    assert!(e.contains("s3://b/none.pack") && e.contains("404"), "{e}");
+}
+
+#[test]
+fn a_damaged_index_is_refused_at_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut pack, _) = pack_bytes(tmp.path(), 40, 3000, 1);
+    let trailer = crate::pack::trailer::Trailer::parse_tail(&pack).unwrap();
+    let r = trailer.index_range(pack.len() as u64).unwrap();
+    let at = (r.start + (r.end - r.start) / 2) as usize;
+    pack[at] ^= 0x5a;
+    let store = FakeStore::new();
+    store.put("s3://b/p.pack", pack);
+    let e = format!(
+        "{:#}",
+        open("s3://b/p.pack", &options(tmp.path(), "n1"), &store).unwrap_err()
+    );
+    assert!(e.contains("damaged index"), "{e}");
+}
+
+#[test]
+fn an_outage_during_open_fails_with_the_network_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (pack, _) = pack_bytes(tmp.path(), 10, 3000, 1);
+    let store = FakeStore::new();
+    store.put("s3://b/p.pack", pack).down.store(true, SeqCst);
+    let e = format!(
+        "{:#}",
+        open("s3://b/p.pack", &options(tmp.path(), "n1"), &store).unwrap_err()
+    );
+    assert!(e.contains("connection refused"), "{e}");
+}
+
+#[test]
+fn a_pack_replaced_while_served_answers_estale_and_an_outage_eio() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 6 MB: the last file lies blocks away from the first.
+    let (pack, files) = pack_bytes(tmp.path(), 60, 100_000, 1);
+    let store = FakeStore::new();
+    let obj = store.put("s3://b/p.pack", pack.clone());
+    let fs = serve(open("s3://b/p.pack", &options(tmp.path(), "n1"), &store).unwrap());
+    let (a, b) = {
+        let mut names = files.keys();
+        (names.next().unwrap().clone(), names.last().unwrap().clone())
+    };
+    assert_eq!(read(&fs, &a).unwrap(), files[&a]);
+    obj.down.store(true, SeqCst);
+    let e = read(&fs, &b).unwrap_err();
+    assert!(matches!(e, FsError::Io(_)), "an outage is EIO: {e:?}");
+    obj.down.store(false, SeqCst);
+    let mut v2 = pack;
+    let last = v2.len() - 100;
+    v2[last] ^= 1;
+    store.put("s3://b/p.pack", v2);
+    let e = read(&fs, &b).unwrap_err();
+    assert!(
+        matches!(e, FsError::Stale(_)),
+        "a replaced object is ESTALE: {e:?}"
+    );
+    assert!(fs.stats.stale.load(Relaxed) >= 1);
+    // Cached bytes are still the pinned version's.
+    assert_eq!(read(&fs, &a).unwrap(), files[&a]);
+}
+
+#[test]
+fn offline_serves_a_complete_cache_with_no_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (pack, files) = pack_bytes(tmp.path(), 40, 3000, 1);
+    let store = FakeStore::new();
+    store.put("s3://b/p.pack", pack);
+    let opts = options(tmp.path(), "n1");
+    let mut ds = open("s3://b/p.pack", &opts, &store).unwrap();
+    if let Dataset::Remote(r) = &mut ds {
+        r.download().unwrap();
+        r.finish();
+    }
+    // Unmounted: the block cache closed cleanly.
+    serve(ds).close();
+    let offline = OpenOptions {
+        remote: RemoteConfig {
+            offline: true,
+            ..opts.remote.clone()
+        },
+        ..opts
+    };
+    let nowhere = FakeStore::new();
+    let ds = open("s3://b/p.pack", &offline, &nowhere).unwrap();
+    assert_eq!(remote_pack(&ds).open_requests, 0);
+    assert_eq!(walk(&serve(ds)), files);
+    assert_eq!(nowhere.gets(), 0);
+}
+
+#[test]
+fn offline_refuses_an_incomplete_cache_or_none_saying_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (pack, _) = pack_bytes(tmp.path(), 40, 3000, 1);
+    let store = FakeStore::new();
+    store.put("s3://b/p.pack", pack);
+    let opts = options(tmp.path(), "n1");
+    let offline = |o: &OpenOptions| OpenOptions {
+        remote: RemoteConfig {
+            offline: true,
+            ..o.remote.clone()
+        },
+        ..o.clone()
+    };
+    std::fs::create_dir_all(opts.remote.cache_dir.as_ref().unwrap()).unwrap();
+    let e = format!(
+        "{:#}",
+        open("s3://b/p.pack", &offline(&opts), &store).unwrap_err()
+    );
+    assert!(e.contains("mount it online first"), "{e}");
+    let mut ds = open("s3://b/p.pack", &opts, &store).unwrap();
+    if let Dataset::Remote(r) = &mut ds {
+        r.finish();
+    }
+    drop(ds);
+    let e = format!(
+        "{:#}",
+        open("s3://b/p.pack", &offline(&opts), &store).unwrap_err()
+    );
+    assert!(e.contains("not complete"), "{e}");
+}
+
+#[test]
+fn a_cache_smaller_than_the_pack_bounds_its_blocks_and_refuses_a_download() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (pack, files) = pack_bytes(tmp.path(), 60, 700_000, 1);
+    let size = pack.len() as u64;
+    let store = FakeStore::new();
+    store.put("s3://b/p.pack", pack);
+    let mut opts = options(tmp.path(), "n1");
+    opts.remote.cache_size = Some(crate::storage::block_cache::MIN_CACHE);
+    let ds = open("s3://b/p.pack", &opts, &store).unwrap();
+    let r = remote_pack(&ds);
+    assert!(
+        r.storage().limit() < size,
+        "{} of {size}",
+        r.storage().limit()
+    );
+    let e = format!("{:#}", r.download().unwrap_err());
+    assert!(e.contains("less than the pack"), "{e}");
+    // Still served whole, byte for byte, fetching again what it could not keep.
+    assert_eq!(walk(&serve(ds)), files);
+}
+
+/// A WebDataset shard of `n` samples (`.jpg` noise and `.cls`), and the files a mount shows.
+fn shard(first: usize, n: usize) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for i in first..first + n {
+        for (ext, data) in [
+            ("jpg", noise(i as u64 + 9, 20_000 + i)),
+            ("cls", (i % 3).to_string().into_bytes()),
+        ] {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, format!("s{i:04}.{ext}"), &data[..])
+                .unwrap();
+        }
+    }
+    b.into_inner().unwrap()
+}
+
+/// Two shards under `prefix` in `store`, and the same shards in a local directory, opened
+/// locally: the tree a remote mount must match.
+fn shards(tmp: &Path, store: &FakeStore, prefix: &str) -> BTreeMap<String, Vec<u8>> {
+    let local = tmp.join("local-wds");
+    std::fs::create_dir_all(&local).unwrap();
+    for (k, data) in [shard(0, 12), shard(12, 9)].into_iter().enumerate() {
+        let name = format!("shard-{k}.tar");
+        std::fs::write(local.join(&name), &data).unwrap();
+        store.put(&format!("{prefix}{name}"), data);
+    }
+    let ds = Dataset::open(&local, &options(tmp, "local"), false).unwrap();
+    walk(&serve(ds))
+}
+
+#[test]
+fn a_prefix_of_shards_is_listed_once_and_served_as_the_local_scan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    let want = shards(tmp.path(), &store, "s3://b/wds/");
+    assert_eq!(want.len(), 21);
+    let ds = open("s3://b/wds/", &options(tmp.path(), "n1"), &store).unwrap();
+    assert_eq!(store.lists.load(SeqCst), 1);
+    assert_eq!(remote_set(&ds).objects.len(), 2);
+    assert_eq!(walk(&serve(ds)), want);
+}
+
+#[test]
+fn a_remount_of_an_unchanged_prefix_reads_no_sample_and_a_changed_one_indexes_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    let want = shards(tmp.path(), &store, "s3://b/wds/");
+    let opts = options(tmp.path(), "n1");
+    drop(open("s3://b/wds/", &opts, &store).unwrap());
+    let gets = store.gets();
+    let ds = open("s3://b/wds/", &opts, &store).unwrap();
+    assert_eq!(
+        store.gets(),
+        gets,
+        "the listing pins; the kept index names the samples"
+    );
+    assert_eq!(remote_set(&ds).open_requests, 0);
+    drop(ds);
+    store.put(
+        "s3://b/wds/shard-1.tar",
+        shard(12, 9).into_iter().rev().collect(),
+    );
+    store.put("s3://b/wds/shard-1.tar", shard(12, 9));
+    let ds = open("s3://b/wds/", &opts, &store).unwrap();
+    assert!(store.gets() > gets, "a new ETag: indexed again");
+    assert_eq!(walk(&serve(ds)), want);
+}
+
+#[test]
+fn a_shared_index_spares_another_node_the_download() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    let want = shards(tmp.path(), &store, "s3://b/wds/");
+    let line = remote_dataset::shared::index(
+        "s3://b/wds/",
+        None,
+        &options(tmp.path(), "n1"),
+        store.clone(),
+    )
+    .unwrap();
+    assert!(line.starts_with("s3://b/wds/.loosefs-index"), "{line}");
+    assert_eq!(store.uploads.load(SeqCst), 1);
+    let gets = store.gets();
+    let ds = open("s3://b/wds/", &options(tmp.path(), "n2"), &store).unwrap();
+    assert_eq!(store.gets(), gets + 1, "one GET: the shared index");
+    assert_eq!(walk(&serve(ds)), want);
+}
+
+#[test]
+fn a_listing_naming_a_path_outside_the_prefix_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    // An empty segment: `a//x.tar` would be written outside the object's cache name.
+    store.put("s3://b/bad/a//x.tar", shard(0, 2));
+    let e = format!(
+        "{:#}",
+        open("s3://b/bad/", &options(tmp.path(), "n1"), &store).unwrap_err()
+    );
+    assert!(e.contains("outside the dataset"), "{e}");
+    assert_eq!(store.gets(), 0, "refused before any GET");
+}
+
+#[test]
+fn an_empty_prefix_and_a_listing_outage_are_refused_naming_the_prefix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    let e = format!(
+        "{:#}",
+        open("s3://b/empty/", &options(tmp.path(), "n1"), &store).unwrap_err()
+    );
+    assert!(e.contains("no objects under this prefix"), "{e}");
+    store.put("s3://b/wds/shard-0.tar", shard(0, 2));
+    store.list_down.store(true, SeqCst);
+    let e = format!(
+        "{:#}",
+        open("s3://b/wds/", &options(tmp.path(), "n1"), &store).unwrap_err()
+    );
+    assert!(
+        e.contains("s3://b/wds/") && e.contains("connection refused"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_brace_pattern_pins_each_object_by_one_get_and_serves_the_local_scan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    let want = shards(tmp.path(), &store, "https://h/d/");
+    let ds = open(
+        "https://h/d/shard-{0..1}.tar",
+        &options(tmp.path(), "n1"),
+        &store,
+    )
+    .unwrap();
+    assert_eq!(store.lists.load(SeqCst), 0, "HTTP has no listing");
+    // A 1-byte GET pins each, then each is downloaded once to be indexed.
+    assert_eq!(store.gets(), 4);
+    assert_eq!(walk(&serve(ds)), want);
+}
+
+#[test]
+fn an_offline_dataset_is_served_from_its_complete_caches_with_no_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    let want = shards(tmp.path(), &store, "s3://b/wds/");
+    let opts = options(tmp.path(), "n1");
+    // Indexing downloads every object; unmounted, their caches close cleanly.
+    serve(open("s3://b/wds/", &opts, &store).unwrap()).close();
+    let offline = OpenOptions {
+        remote: RemoteConfig {
+            offline: true,
+            ..opts.remote.clone()
+        },
+        ..opts
+    };
+    let nowhere = FakeStore::new();
+    let ds = open("s3://b/wds/", &offline, &nowhere).unwrap();
+    assert_eq!(walk(&serve(ds)), want);
+    assert_eq!(nowhere.gets() + nowhere.lists.load(SeqCst), 0);
+}
