@@ -1,24 +1,26 @@
 //! loosefs: mount a packed machine-learning dataset so unmodified loaders see ordinary files.
 //!
-//! The read path, top down (`docs/DESIGN.md` walks it from a FUSE READ to bytes):
-//! [`fuse`] (a thin fuser adaptor) → [`server`] (the router over backends: catalog, stored
-//! samples, decoded views, control files) → [`catalog`] (what files exist and where their bytes
-//! come from, an [`catalog::Extent`] per file) → [`readahead`] and [`samples`] (read-ahead in
-//! storage order, checked reads) over [`storage`] (byte ranges of objects and their page
-//! cache: local files, compressed chunks in `storage/chunks/`, remote objects through the
-//! block cache in `storage/block_cache/`) → [`decode`] for decoded views.
-//!
-//! What is served: [`dataset`] opens any source: a native pack ([`format`], the pack format;
-//! `pack/index/` its tree check, `pack/writer/` its zip records), a pack at a URL ([`remote`]), or a dataset in another
-//! packed format ([`formats`]: one scanner per format, their fixture tests in `formats/mds/`,
-//! `formats/litdata/`, `formats/ffcv/`, `formats/parquet/`, and the kept index in
-//! `formats/index/`).
-//!
-//! Beside it: [`ino`] (inode spaces), [`view`] (view geometry), [`stats`] and [`report`]
-//! (counters and the typed reports), [`memory`] (budgets), [`options`] and [`mount`] (the
-//! daemon's options and lifecycle; `mount/` the FUSE session), [`client`] (the `stats`,
-//! `warm`, `drop-cache` commands), [`packer`] (`pack`, reading a [`source`] tree or zip;
-//! `source/` the zip walk and the tests) and [`verify`] (`verify`, `info`).
+//! The folders say where things live (`docs/DESIGN.md` lists every file and walks a FUSE READ
+//! down to bytes):
+//! - [`fuse`]: the FUSE transports, translation only: the fuser adaptor (`/dev/fuse`) and
+//!   `fuse/uring/` (FUSE over io_uring), side by side, both calling one [`fs::Fs`].
+//! - [`fs`]: the filesystem, free of FUSE types: the router over backends (catalog files,
+//!   decoded views, the `.loosefs/` control files, a directory mount's live changes).
+//! - [`open`]: where every source is opened, one file per kind (a pack, a foreign dataset, a
+//!   directory, a pack or a dataset at a URL), each ending in one [`open::Opened`].
+//! - [`catalog`]: what files exist and where their bytes come from (an [`catalog::Extent`]
+//!   per file); [`samples`]: checked reads; [`readahead`]: read-ahead, push, pin, warm and
+//!   announced orders; [`decode`]: decoded views.
+//! - [`storage`]: where bytes are read and cached: local files, compressed chunks, remote
+//!   objects through the block cache, behind the [`storage::object_source::ObjectSource`] and
+//!   [`storage::object_source::ObjectStore`] seams.
+//! - [`pack`]: the native pack format; [`formats`]: every other packed format (one scanner
+//!   each, a registry, the kept index).
+//! - Commands: [`mount`] (the daemon's lifecycle), [`packer`] with [`source`] (`pack`),
+//!   [`verify`] (`verify`, `info`), [`client`] (`stats`, `warm`, `drop-cache`); [`options`]
+//!   holds the command line's clap types, converted once into plain options.
+//! - Shared leaves: [`ino`] (inode spaces), [`view`] (view geometry), [`stats`], [`report`]
+//!   and [`metrics`] (counters and reports), [`memory`] (budgets).
 
 pub mod catalog;
 pub mod client;

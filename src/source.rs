@@ -362,9 +362,8 @@ fn walk_dir(src: &Path, out: &Path, follow_links: bool) -> Result<Source> {
 /// pack as is: an MDS/LitData `index.json`, GulpIO `.gmeta` files, or only `.tar`/TFRecord
 /// files and no subdirectory.
 pub(crate) fn foreign_dir(src: &Path) -> bool {
-    use crate::formats::Format;
     match crate::formats::detect(src) {
-        Ok(Format::Mds | Format::Litdata | Format::Gulpio) => true,
+        Ok(f) if f.is_directory_dataset() => true,
         Ok(_) => std::fs::read_dir(src).is_ok_and(|rd| {
             rd.filter_map(|e| e.ok())
                 .all(|e| e.file_type().is_ok_and(|t| !t.is_dir()))

@@ -16,6 +16,7 @@ pub mod index;
 pub mod litdata;
 pub mod mds;
 pub mod parquet;
+mod registry;
 pub mod tar;
 pub mod tfrecord;
 pub mod zip;
@@ -63,25 +64,29 @@ impl Format {
 
     /// The name `--format` takes and `info` prints.
     pub fn name(self) -> &'static str {
-        match self {
-            Format::Tar => "tar",
-            Format::Zip => "zip",
-            Format::Tfrecord => "tfrecord",
-            Format::Mds => "mds",
-            Format::Litdata => "litdata",
-            Format::Gulpio => "gulpio",
-            Format::Ffcv => "ffcv",
-            Format::Parquet => "parquet",
-        }
+        self.entry().name
     }
 
-    /// Parses a `--format` value (`webdataset` is an alias of `tar`).
+    /// Parses a `--format` value: a name or an alias (`webdataset` is `tar`).
     pub fn parse(s: &str) -> Option<Format> {
-        match s {
-            "webdataset" | "wds" => Some(Format::Tar),
-            "hf-parquet" | "huggingface" => Some(Format::Parquet),
-            _ => Format::ALL.into_iter().find(|f| f.name() == s),
-        }
+        registry::REGISTRY
+            .iter()
+            .find(|e| e.name == s || e.aliases.contains(&s))
+            .map(|e| e.format)
+    }
+
+    /// The format's entry in the registry.
+    fn entry(self) -> &'static registry::Entry {
+        registry::REGISTRY
+            .iter()
+            .find(|e| e.format == self)
+            .expect("every format has an entry (checked by a test)")
+    }
+
+    /// Whether a dataset of this format is a directory of its own (an `index.json` or
+    /// metadata files beside the shards), never a tree to pack as it is.
+    pub fn is_directory_dataset(self) -> bool {
+        self.entry().directory
     }
 }
 
@@ -290,44 +295,20 @@ pub fn detect(src: &Path) -> Result<Format> {
 }
 
 fn sniff(f: Format, src: &Path) -> std::result::Result<(), String> {
-    match f {
-        Format::Ffcv => ffcv::sniff(src),
-        Format::Parquet => parquet::sniff(src),
-        Format::Mds => mds::sniff(src),
-        Format::Litdata => litdata::sniff(src),
-        Format::Gulpio => gulpio::sniff(src),
-        Format::Tfrecord => tfrecord::sniff(src),
-        Format::Tar => tar::sniff(src),
-        Format::Zip => zip::sniff(src),
-    }
+    (f.entry().sniff)(src)
 }
 
 /// Scans `src` as `format`. Errors: the source is damaged or uses a feature loosefs does not
 /// serve (compressed chunks); the message names the file and what is wrong.
 pub fn scan(src: &Path, format: Format, opts: &ScanOptions) -> Result<Scan> {
     let label = opts.label.as_deref();
-    if label.is_some()
-        && !matches!(
-            format,
-            Format::Tar | Format::Tfrecord | Format::Mds | Format::Parquet
-        )
-    {
+    if label.is_some() && !format.entry().takes_label {
         bail!(
             "--label: {} has one label field; it takes no other",
             format.name()
         );
     }
-    let mut s = match format {
-        Format::Ffcv => ffcv::scan(src)?,
-        Format::Parquet => parquet::scan(src, label)?,
-        Format::Mds => mds::scan(src, label)?,
-        Format::Litdata => litdata::scan(src)?,
-        Format::Gulpio => gulpio::scan(src)?,
-        Format::Tfrecord => tfrecord::scan(src, label)?,
-        Format::Tar => tar::scan(src, label, &opts.inflate_dir)?,
-        Format::Zip if opts.tables_only => zip::table::scan(src)?,
-        Format::Zip => zip::scan(src)?,
-    };
+    let mut s = (format.entry().scan)(src, opts)?;
     // Every other field as a file beside the image: `<stem>.<field>`.
     if opts.fields_all {
         let mut out = Vec::with_capacity(s.samples.len() * 2);
