@@ -24,7 +24,7 @@ pub enum Join {
     Lead,
 }
 
-struct State {
+struct DecodedLru {
     lru: LruCache<u32, Arc<Rgb>>,
     bytes: u64,
     evictions: u64,
@@ -36,7 +36,7 @@ pub use crate::report::CacheFigures;
 /// Decoded images bounded by `budget` bytes of pixels.
 pub struct DecodedCache {
     budget: u64,
-    state: Mutex<State>,
+    state: Mutex<DecodedLru>,
 }
 
 impl DecodedCache {
@@ -44,7 +44,7 @@ impl DecodedCache {
     pub fn new(budget: u64) -> DecodedCache {
         DecodedCache {
             budget,
-            state: Mutex::new(State {
+            state: Mutex::new(DecodedLru {
                 lru: LruCache::unbounded(),
                 bytes: 0,
                 evictions: 0,
@@ -53,7 +53,7 @@ impl DecodedCache {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DecodedLru> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 

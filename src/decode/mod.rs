@@ -103,7 +103,7 @@ impl ViewTarget {
     }
 }
 
-struct Inner {
+struct PoolShared {
     samples: Arc<Samples>,
     readahead: Arc<ReadAhead>,
     cache: DecodedCache,
@@ -119,7 +119,7 @@ struct Inner {
 
 /// The decode service of a mount.
 pub struct Decoder {
-    inner: Arc<Inner>,
+    inner: Arc<PoolShared>,
     pool: rayon::ThreadPool,
     opts: DecodeOptions,
 }
@@ -145,7 +145,7 @@ impl Decoder {
             .build()
             .map_err(std::io::Error::other)?;
         Ok(Decoder {
-            inner: Arc::new(Inner {
+            inner: Arc::new(PoolShared {
                 samples,
                 readahead,
                 cache: DecodedCache::new(opts.cache_bytes),
@@ -305,7 +305,7 @@ fn view_of(catalog: &dyn Catalog, kind: ViewKind, ino: u64) -> Option<ViewTarget
     ViewTarget::new(ino, catalog.extent(ino).ok()?)
 }
 
-impl Inner {
+impl PoolShared {
     /// Reads (and checks) the JPEG bytes of `t` into `buf`, then releases their pack pages.
     fn read_jpeg(&self, t: &ViewTarget, buf: &mut Vec<u8>) -> Result<(), FsError> {
         let len = u32::try_from(t.jpeg.len())

@@ -57,7 +57,7 @@ struct Late {
 }
 
 #[derive(Debug, Default)]
-struct State {
+struct ChangeSet {
     /// Names changed since the mount, per catalog directory inode.
     changed: HashMap<u64, HashSet<Vec<u8>>>,
     /// Late nodes by number.
@@ -82,7 +82,7 @@ pub struct Changes {
     hide_jpegs: bool,
     /// Any name changed yet (until then every answer is the catalog's, without a lock).
     any: AtomicBool,
-    state: RwLock<State>,
+    state: RwLock<ChangeSet>,
     /// What was noticed.
     pub stats: ChangeStats,
     /// With `--allow-other`: the tree's owner and group; a late file or directory owned by
@@ -127,7 +127,7 @@ impl Changes {
         raw: Arc<dyn Catalog>,
         files: Arc<FileSet>,
     ) -> Changes {
-        let mut state = State::default();
+        let mut state = ChangeSet::default();
         state.dirs.insert(crate::ino::ROOT_INO, PathBuf::new());
         Changes {
             root,
@@ -154,11 +154,11 @@ impl Changes {
         &self.root
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, State> {
+    fn read(&self) -> RwLockReadGuard<'_, ChangeSet> {
         self.state.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, State> {
+    fn write(&self) -> RwLockWriteGuard<'_, ChangeSet> {
         self.state.write().unwrap_or_else(|p| p.into_inner())
     }
 

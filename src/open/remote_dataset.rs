@@ -21,6 +21,7 @@ use crate::catalog::native::NativeCatalog;
 use crate::formats::index::{self, Foreign, Header, ObjectEntry, RemoteEntry};
 use crate::open::OpenOptions;
 use crate::storage::block_cache as cache;
+use crate::storage::chunks::{MixedStorage, Part};
 use crate::storage::object_set::ObjectSet;
 use crate::storage::object_source::{ObjectSource, ObjectStore, Pin};
 use crate::view::Views;
@@ -462,11 +463,11 @@ impl RemoteDataset {
         let set = Arc::new(ObjectSet::new(&self.url, &root, self.files.clone()));
         let parts = (objects.iter().zip(&self.file_of))
             .map(|(o, &i)| match &o.chunk {
-                Some(spec) => Err(spec.with_stored(&o.path, set.clone(), i)),
-                None => Ok(i),
+                Some(spec) => Part::Chunk(spec.with_stored(&o.path, set.clone(), i)),
+                None => Part::Plain(i),
             })
             .collect();
-        crate::storage::chunks::MixedStorage::with_plain(set, parts, chunk_cache)
+        MixedStorage::with_plain(set, parts, chunk_cache)
     }
 
     /// What `info` prints: the index's summary, with the URL as the source.

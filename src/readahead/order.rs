@@ -133,7 +133,7 @@ impl Order {
 }
 
 #[derive(Debug, Default)]
-struct State {
+struct OrderState {
     orders: Vec<Order>,
     /// Per record: `id << 32 | position` of the order holding it, or [`NONE`].
     owner: Vec<u64>,
@@ -143,7 +143,7 @@ struct State {
     seen: u32,
 }
 
-impl State {
+impl OrderState {
     fn find(&mut self, id: u32) -> Option<&mut Order> {
         self.orders.iter_mut().find(|o| o.id == id)
     }
@@ -167,12 +167,12 @@ impl State {
 
 /// The announced orders of a mount and the thread reading ahead along them.
 pub struct Orders {
-    inner: Arc<Inner>,
+    inner: Arc<OrderShared>,
     wake: SyncSender<()>,
 }
 
-struct Inner {
-    state: Mutex<State>,
+struct OrderShared {
+    state: Mutex<OrderState>,
     /// Records the kernel holds whole.
     held: Arc<Bitset>,
     /// Any order live (the read path's fast check).
@@ -189,15 +189,15 @@ struct Inner {
     stats: OrderStats,
 }
 
-impl Inner {
+impl OrderShared {
     /// Whether the live orders of `s` are sparse: together they name fewer than half the
     /// catalog's files (a rank's 1/N; ranks sharing the mount add up).
-    fn sparse(&self, s: &State) -> bool {
+    fn sparse(&self, s: &OrderState) -> bool {
         let named: u64 = s.orders.iter().map(|o| o.records.len() as u64).sum();
         named.saturating_mul(2) < self.files
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, OrderState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -212,7 +212,7 @@ impl Orders {
         window: u64,
         held: Arc<Bitset>,
     ) -> Orders {
-        let inner = Arc::new(Inner {
+        let inner = Arc::new(OrderShared {
             held,
             state: Mutex::default(),
             live: AtomicBool::new(false),
@@ -272,7 +272,7 @@ impl Orders {
     /// these are the order's first records.
     pub fn extend(&self, id: u32, records: &[u32]) -> bool {
         let mut s = self.inner.lock();
-        let State { orders, owner, .. } = &mut *s;
+        let OrderState { orders, owner, .. } = &mut *s;
         let Some(o) = orders.iter_mut().find(|o| o.id == id) else {
             return false;
         };

@@ -163,13 +163,13 @@ impl Runs {
 /// Stream detector over the offsets of one storage object.
 #[derive(Debug)]
 pub struct Streams {
-    inner: Mutex<Inner>,
+    inner: Mutex<StreamTable>,
     max_window: u64,
     limit: u64,
 }
 
 #[derive(Debug)]
-struct Inner {
+struct StreamTable {
     streams: Vec<Stream>,
     tick: u64,
     runs: Runs,
@@ -180,7 +180,7 @@ impl Streams {
     /// `max_window` bytes (0 disables read-ahead; streams are still detected).
     pub fn new(limit: u64, max_window: u64) -> Streams {
         Streams {
-            inner: Mutex::new(Inner {
+            inner: Mutex::new(StreamTable {
                 streams: vec![Stream::default(); STREAMS],
                 tick: 0,
                 runs: Runs::new(),
@@ -203,7 +203,7 @@ impl Streams {
         let Ok(mut g) = self.inner.lock() else {
             return Advice::default();
         };
-        let Inner {
+        let StreamTable {
             streams,
             tick,
             runs,

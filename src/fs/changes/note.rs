@@ -2,7 +2,7 @@
 //! on the disk nor in the snapshot), its late node superseded when the file is gone, and the
 //! inodes the kernel holds for it named for invalidation.
 
-use super::{Changes, Noted, State};
+use super::{ChangeSet, Changes, Noted};
 use crate::ino::Node;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -68,7 +68,7 @@ impl Changes {
 
     /// The inodes last answered for `name` in catalog directory `dir`: its late node's, or
     /// its record's and that record's `.npy` view's.
-    fn current(&self, st: &State, dir: u64, name: &[u8]) -> Vec<u64> {
+    fn current(&self, st: &ChangeSet, dir: u64, name: &[u8]) -> Vec<u64> {
         let is_changed = st.changed.get(&dir).is_some_and(|n| n.contains(name));
         let late =
             (st.dirs.get(&dir)).and_then(|d| st.by_path.get(&d.join(OsStr::from_bytes(name))));

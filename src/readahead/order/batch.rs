@@ -2,7 +2,7 @@
 //! sorted into storage order and merged, and asks the storage for it (whole units for dense
 //! orders, exact ranges for sparse ones).
 
-use super::{Inner, Order, PAGE};
+use super::{Order, OrderShared, PAGE};
 use crate::catalog::ObjectId;
 use crate::ino::record_ino;
 use crate::readahead::ledger::Ledger;
@@ -24,7 +24,7 @@ struct Batch {
 /// quarter of what it may hold free, the next unserved positions up to what it may hold, as
 /// storage ranges sorted into storage order and merged where they share a page. Orders served
 /// in full (by the kernel's cache) are dropped.
-fn next_batch(inner: &Inner, samples: &Samples) -> Batch {
+fn next_batch(inner: &OrderShared, samples: &Samples) -> Batch {
     let catalog = samples.catalog();
     let stats = &inner.stats;
     let (mut out, mut bytes) = (Vec::new(), 0u64);
@@ -85,7 +85,7 @@ pub(super) fn merge(mut ranges: Vec<(ObjectId, Range<u64>)>) -> Vec<(ObjectId, R
 }
 
 /// The order thread: on each wake, reads ahead batches until every order's window is full.
-pub(super) fn run(inner: &Inner, samples: &Samples, ledgers: &[Ledger], wake: &Receiver<()>) {
+pub(super) fn run(inner: &OrderShared, samples: &Samples, ledgers: &[Ledger], wake: &Receiver<()>) {
     while wake.recv().is_ok() {
         let ticket = inner.ticket.load(Relaxed);
         issue(inner, samples, ledgers);
@@ -96,7 +96,7 @@ pub(super) fn run(inner: &Inner, samples: &Samples, ledgers: &[Ledger], wake: &R
 }
 
 /// Reads ahead batches until every order's window is full (nothing with a window of 0).
-fn issue(inner: &Inner, samples: &Samples, ledgers: &[Ledger]) {
+fn issue(inner: &OrderShared, samples: &Samples, ledgers: &[Ledger]) {
     if inner.window == 0 {
         return;
     }

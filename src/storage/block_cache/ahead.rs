@@ -3,7 +3,7 @@
 //! `--pin`, and the refetch of a sample's blocks that failed its CRC.
 
 use super::blocks::State;
-use super::{Inner, MERGE};
+use super::{BlockCacheShared, MERGE};
 use crate::storage::Storage;
 use std::io;
 use std::ops::Range;
@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
-impl Inner {
+impl BlockCacheShared {
     /// Fetches the blocks of `r` again and writes them over the cached ones, unless another
     /// reader did so since generation `seen`. Bumps the generation: every sample is checked
     /// again.
@@ -67,7 +67,7 @@ impl Inner {
     /// Starts fetching the missing blocks of `r` without waiting, unless an exact range holds
     /// its bytes; blocks kept from an earlier mount are asked of the kernel (large asynchronous reads) and checked ahead of the
     /// reader.
-    pub(super) fn will_need(me: &Arc<Inner>, r: &Range<u64>) {
+    pub(super) fn will_need(me: &Arc<BlockCacheShared>, r: &Range<u64>) {
         // Bytes held as an exact range (or being fetched as one) need no block.
         if me.exact.covers(r) {
             return;
@@ -111,7 +111,7 @@ impl Inner {
     /// Starts fetching `ranges` (sorted, disjoint) alone into memory, neighbours sharing a
     /// GET; ranges whose blocks are all cached are asked of the kernel instead, and those the
     /// memory bound leaves out are fetched as blocks.
-    pub(super) fn will_need_exact(me: &Arc<Inner>, ranges: &[Range<u64>]) {
+    pub(super) fn will_need_exact(me: &Arc<BlockCacheShared>, ranges: &[Range<u64>]) {
         let mut wanted = Vec::with_capacity(ranges.len());
         for r in ranges {
             let r = r.start.min(me.len)..r.end.min(me.len);
@@ -130,7 +130,7 @@ impl Inner {
         }
         let (claimed, left) = me.exact.claim(&wanted, MERGE);
         for r in left {
-            Inner::will_need(me, &r);
+            BlockCacheShared::will_need(me, &r);
         }
         for run in claimed {
             let me2 = me.clone();

@@ -38,12 +38,12 @@ struct Entry {
     data: Option<Bytes>,
     /// Bytes asked for and not read yet (sorted, disjoint).
     unread: Vec<Range<u64>>,
-    /// When it was last read (a tick of [`State::tick`]).
+    /// When it was last read (a tick of [`ExactRanges::tick`]).
     used: u64,
 }
 
 #[derive(Debug, Default)]
-struct State {
+struct ExactRanges {
     /// By start offset; entries never overlap.
     entries: BTreeMap<u64, Entry>,
     held: u64,
@@ -53,7 +53,7 @@ struct State {
 /// Exact ranges held in memory for one object; see the module note.
 #[derive(Debug)]
 pub(super) struct Exact {
-    state: Mutex<State>,
+    state: Mutex<ExactRanges>,
     filled: Condvar,
     cap: AtomicU64,
     /// Entries now (a read skips the lock when there are none).
@@ -123,7 +123,7 @@ impl Exact {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, ExactRanges> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -134,7 +134,7 @@ impl Exact {
 
     /// The start of an entry holding all of `r`. Entries may overlap by the pages neighbours
     /// share, so a few entries starting before `r` are looked at.
-    fn covering(s: &State, r: &Range<u64>) -> Option<u64> {
+    fn covering(s: &ExactRanges, r: &Range<u64>) -> Option<u64> {
         s.entries
             .range(..=r.start)
             .rev()
@@ -150,7 +150,7 @@ impl Exact {
 
     /// Takes room for `n` more bytes, dropping entries whose bytes were all read (least
     /// recently read first), then others not in flight; false when there is no such room.
-    fn make_room(&self, s: &mut State, n: u64) -> bool {
+    fn make_room(&self, s: &mut ExactRanges, n: u64) -> bool {
         while s.held + n > self.cap.load(Relaxed) {
             let victim = s
                 .entries

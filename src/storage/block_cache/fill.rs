@@ -3,7 +3,7 @@
 //! their blocks against eviction, and the fallback to memory when the disk is full.
 
 use super::blocks::State;
-use super::{BLOCK, Inner};
+use super::{BLOCK, BlockCacheShared};
 use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
@@ -27,7 +27,7 @@ fn disk_full(e: &io::Error) -> bool {
     )
 }
 
-impl Inner {
+impl BlockCacheShared {
     /// Fetches the claimed run `run` and stores it. Returns the bytes when they could not be
     /// stored (a full disk: the blocks go back to missing and the caller serves them from
     /// memory). On a failed GET every block of the run goes back to missing.

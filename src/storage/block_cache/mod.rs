@@ -57,10 +57,10 @@ const CLEAN: &str = "clean";
 
 /// The block cache of one remote object, and the object's source.
 pub struct BlockCache {
-    c: Arc<Inner>,
+    c: Arc<BlockCacheShared>,
 }
 
-struct Inner {
+struct BlockCacheShared {
     source: Arc<dyn ObjectSource>,
     len: u64,
     data: File,
@@ -186,7 +186,7 @@ impl BlockCache {
         // (the directory is locked); bytes of a block are read only once it is complete.
         let map = unsafe { memmap2::Mmap::map(&data)? };
         let local = LocalStorage::new(vec![LocalObject::new(data.try_clone()?, Arc::new(map))]);
-        let c = Inner {
+        let c = BlockCacheShared {
             source,
             len,
             data,
@@ -312,7 +312,7 @@ impl BlockCache {
     }
 }
 
-impl Inner {
+impl BlockCacheShared {
     fn limit(&self) -> u64 {
         self.blocks.limit.load(Relaxed) * BLOCK
     }
@@ -431,14 +431,14 @@ impl Storage for BlockCache {
 
     fn will_need(&self, obj: ObjectId, r: &Range<u64>) {
         if obj == 0 {
-            Inner::will_need(&self.c, r);
+            BlockCacheShared::will_need(&self.c, r);
         }
     }
 
     /// Fetches the ranges not cached as blocks alone, into memory (module `exact`).
     fn will_need_exact(&self, obj: ObjectId, ranges: &[Range<u64>]) {
         if obj == 0 {
-            Inner::will_need_exact(&self.c, ranges);
+            BlockCacheShared::will_need_exact(&self.c, ranges);
         }
     }
 

@@ -32,13 +32,23 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
 
-/// A plain local file or a compressed chunk.
+/// A plain object or a compressed chunk: `P` a local file read through the page cache
+/// ([`MixedStorage::new`]) or an object of another storage ([`MixedStorage::with_plain`]).
 #[derive(Debug)]
-pub enum Part {
-    /// A file read through the page cache.
-    Plain(LocalObject),
+pub enum Part<P = LocalObject> {
+    /// A plain object, read as it is.
+    Plain(P),
     /// A compressed chunk, decompressed into the chunk cache.
     Chunk(Chunk),
+}
+
+/// Where the bytes of one of the storage's objects are.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    /// Object k of the plain storage.
+    Plain(ObjectId),
+    /// Chunk k of the chunks.
+    Chunk(usize),
 }
 
 struct Cache {
@@ -67,8 +77,8 @@ struct Flight {
 /// Storage over plain files and compressed chunks (object ids as the catalog numbers them).
 pub struct MixedStorage {
     plain: Arc<dyn Storage>,
-    /// Per object: `Ok(k)` = plain object k of `plain`; `Err(k)` = chunk k of `chunks`.
-    map: Vec<Result<u32, usize>>,
+    /// Per object: where its bytes are.
+    map: Vec<Slot>,
     chunks: Vec<Chunk>,
     cache: Mutex<Cache>,
     /// Signalled when a decompression ends (room may have been made).
@@ -106,29 +116,30 @@ impl MixedStorage {
             .map(|p| match p {
                 Part::Plain(o) => {
                     plain.push(o);
-                    Ok(plain.len() as u32 - 1)
+                    Part::Plain(plain.len() as u32 - 1)
                 }
-                Part::Chunk(c) => Err(c),
+                Part::Chunk(c) => Part::Chunk(c),
             })
             .collect();
         Self::with_plain(Arc::new(LocalStorage::new(plain)), parts, budget)
     }
 
-    /// Storage over `parts` (object k = part k): `Ok(i)` = object i of `plain` (a remote
-    /// dataset's objects through their block caches), `Err(chunk)` = a compressed chunk (whose
-    /// bytes may come from `plain` too: [`ChunkFile::Stored`]). The budget as [`MixedStorage::new`].
+    /// Storage over `parts` (object k = part k): `Part::Plain(i)` = object i of `plain` (a
+    /// remote dataset's objects through their block caches), `Part::Chunk` = a compressed
+    /// chunk (whose bytes may come from `plain` too: [`ChunkFile::Stored`]). The budget as
+    /// [`MixedStorage::new`].
     pub fn with_plain(
         plain: Arc<dyn Storage>,
-        parts: Vec<Result<ObjectId, Chunk>>,
+        parts: Vec<Part<ObjectId>>,
         budget: u64,
     ) -> Arc<MixedStorage> {
         let mut chunks = Vec::new();
         let mut map = Vec::new();
         for p in parts {
             match p {
-                Ok(k) => map.push(Ok(k)),
-                Err(c) => {
-                    map.push(Err(chunks.len()));
+                Part::Plain(k) => map.push(Slot::Plain(k)),
+                Part::Chunk(c) => {
+                    map.push(Slot::Chunk(chunks.len()));
                     chunks.push(c);
                 }
             }
@@ -153,7 +164,7 @@ impl MixedStorage {
         })
     }
 
-    fn part(&self, obj: ObjectId) -> io::Result<Result<u32, usize>> {
+    fn part(&self, obj: ObjectId) -> io::Result<Slot> {
         self.map.get(obj as usize).copied().ok_or_else(|| {
             io::Error::new(io::ErrorKind::NotFound, format!("no storage object {obj}"))
         })
@@ -293,7 +304,9 @@ impl MixedStorage {
     /// Decompresses object `obj` on a background thread if it is a chunk not yet cached
     /// (at most [`BACKGROUND`] at a time; further requests are dropped).
     fn ahead(&self, obj: ObjectId) {
-        let Ok(Err(k)) = self.part(obj) else { return };
+        let Ok(Slot::Chunk(k)) = self.part(obj) else {
+            return;
+        };
         let wanted = self.cache.lock().is_ok_and(|c| {
             !c.busy.contains_key(&obj) && !c.pinned.contains_key(&obj) && !c.lru.contains(&obj)
         });
@@ -325,16 +338,16 @@ impl MixedStorage {
 impl Storage for MixedStorage {
     fn len(&self, obj: ObjectId) -> u64 {
         match self.part(obj) {
-            Ok(Ok(k)) => self.plain.len(k),
-            Ok(Err(k)) => self.chunks[k].len,
+            Ok(Slot::Plain(k)) => self.plain.len(k),
+            Ok(Slot::Chunk(k)) => self.chunks[k].len,
             Err(_) => 0,
         }
     }
 
     fn read_at(&self, obj: ObjectId, off: u64, buf: &mut [u8]) -> io::Result<()> {
         match self.part(obj)? {
-            Ok(k) => self.plain.read_at(k, off, buf),
-            Err(k) => {
+            Slot::Plain(k) => self.plain.read_at(k, off, buf),
+            Slot::Chunk(k) => {
                 let d = self.chunk(obj, k)?;
                 let end = off
                     .checked_add(buf.len() as u64)
@@ -366,16 +379,16 @@ impl Storage for MixedStorage {
 
     fn will_need(&self, obj: ObjectId, r: &Range<u64>) {
         match self.part(obj) {
-            Ok(Ok(k)) => self.plain.will_need(k, r),
-            Ok(Err(_)) => self.ahead(obj),
+            Ok(Slot::Plain(k)) => self.plain.will_need(k, r),
+            Ok(Slot::Chunk(_)) => self.ahead(obj),
             Err(_) => {}
         }
     }
 
     fn resident_bytes(&self, obj: ObjectId, r: &Range<u64>) -> u64 {
         match self.part(obj) {
-            Ok(Ok(k)) => self.plain.resident_bytes(k, r),
-            Ok(Err(k)) if self.cached(obj).is_some() => {
+            Ok(Slot::Plain(k)) => self.plain.resident_bytes(k, r),
+            Ok(Slot::Chunk(k)) if self.cached(obj).is_some() => {
                 r.end.min(self.chunks[k].len).saturating_sub(r.start)
             }
             _ => 0,
@@ -384,24 +397,24 @@ impl Storage for MixedStorage {
 
     fn resident(&self, obj: ObjectId, r: &Range<u64>) -> bool {
         match self.part(obj) {
-            Ok(Ok(k)) => self.plain.resident(k, r),
-            Ok(Err(_)) => self.cached(obj).is_some(),
+            Ok(Slot::Plain(k)) => self.plain.resident(k, r),
+            Ok(Slot::Chunk(_)) => self.cached(obj).is_some(),
             Err(_) => false,
         }
     }
 
     fn release(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()> {
         match self.part(obj)? {
-            Ok(k) => self.plain.release(k, r),
+            Slot::Plain(k) => self.plain.release(k, r),
             // Decompressed chunks serve many samples: the LRU budget bounds them.
-            Err(_) => Ok(()),
+            Slot::Chunk(_) => Ok(()),
         }
     }
 
     fn evict(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()> {
         match self.part(obj)? {
-            Ok(k) => self.plain.evict(k, r),
-            Err(k) => {
+            Slot::Plain(k) => self.plain.evict(k, r),
+            Slot::Chunk(k) => {
                 if let Ok(mut c) = self.cache.lock() {
                     if let Some(d) = c.lru.pop(&obj) {
                         c.bytes -= d.len() as u64;
@@ -416,8 +429,8 @@ impl Storage for MixedStorage {
 
     fn pin(&self, obj: ObjectId, r: &Range<u64>) -> io::Result<()> {
         match self.part(obj)? {
-            Ok(k) => self.plain.pin(k, r),
-            Err(k) => {
+            Slot::Plain(k) => self.plain.pin(k, r),
+            Slot::Chunk(k) => {
                 let d = self.chunk(obj, k)?;
                 if let Ok(mut c) = self.cache.lock() {
                     c.pinned.insert(obj, d);
@@ -431,7 +444,7 @@ impl Storage for MixedStorage {
     // generations, refetches, clean close, counters and warm figures).
     fn will_need_exact(&self, obj: ObjectId, ranges: &[Range<u64>]) {
         match self.part(obj) {
-            Ok(Ok(k)) => self.plain.will_need_exact(k, ranges),
+            Ok(Slot::Plain(k)) => self.plain.will_need_exact(k, ranges),
             _ => ranges.iter().for_each(|r| self.will_need(obj, r)),
         }
     }
@@ -441,7 +454,7 @@ impl Storage for MixedStorage {
     }
 
     fn refetch(&self, obj: ObjectId, r: &Range<u64>, seen: u64) -> bool {
-        matches!(self.part(obj), Ok(Ok(k)) if self.plain.refetch(k, r, seen))
+        matches!(self.part(obj), Ok(Slot::Plain(k)) if self.plain.refetch(k, r, seen))
     }
 
     fn close(&self) {

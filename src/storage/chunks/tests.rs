@@ -262,13 +262,13 @@ fn chunks_stored_in_another_storage_are_read_through_it() {
     let plain: Arc<dyn Storage> = Arc::new(LocalStorage::new(vec![LocalObject::new(file, map)]));
     let stored = |p: &Part| {
         let Part::Chunk(c) = p else { panic!() };
-        Err(Chunk {
+        Part::Chunk(Chunk {
             file: ChunkFile::Stored(plain.clone(), 0),
             ..c.clone()
         })
     };
-    let mut over: Vec<Result<ObjectId, Chunk>> = parts.iter().map(stored).collect();
-    over.push(Ok(0));
+    let mut over: Vec<Part<ObjectId>> = parts.iter().map(stored).collect();
+    over.push(Part::Plain(0));
     let whole = std::fs::read(f.path()).unwrap();
     let s = MixedStorage::with_plain(plain.clone(), over, 1 << 20);
     for (k, d) in data.iter().enumerate() {
@@ -277,12 +277,14 @@ fn chunks_stored_in_another_storage_are_read_through_it() {
     assert_eq!(read(&s, 2, 0, whole.len()).unwrap(), whole);
     assert_eq!(s.len(2), whole.len() as u64);
     // A chunk whose range runs past its object's end fails its reads.
-    let Err(c) = stored(&parts[1]) else { panic!() };
+    let Part::Chunk(c) = stored(&parts[1]) else {
+        panic!()
+    };
     let past = Chunk {
         range: c.range.start..whole.len() as u64 + 10,
         ..c
     };
-    let s = MixedStorage::with_plain(plain, vec![Err(past)], 1 << 20);
+    let s = MixedStorage::with_plain(plain, vec![Part::Chunk(past)], 1 << 20);
     let e = read(&s, 0, 0, 10).unwrap_err();
     assert!(e.to_string().contains("past the end"), "{e}");
 }
