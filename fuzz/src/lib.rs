@@ -1,9 +1,11 @@
 //! Shared pieces of the fuzz targets: a walk over everything an index view exposes, so a
 //! target exercises every accessor the daemon uses on a pack that passed validation.
 
-use loosefs::pack::index::IndexView;
 use loosefs::fs::{Fs, FsOptions};
+use loosefs::pack::index::IndexView;
 use std::sync::{Arc, OnceLock};
+
+pub mod targets;
 
 /// Visits every record of `ix` depth first through `children`, looks each name up again
 /// through `find_child` and `lower_bound`, as lookups and listings do. Bounded by the record

@@ -1,6 +1,4 @@
 //! Fuzz target: a ffcv dataset (scan, then the index build), from one input.
 fn main() {
-    afl::fuzz!(|data: &[u8]| {
-        loosefs_fuzz::scan_dataset(loosefs::formats::Format::Ffcv, data, &["data.beton"], true);
-    });
+    afl::fuzz!(|data: &[u8]| loosefs_fuzz::targets::ffcv(data));
 }

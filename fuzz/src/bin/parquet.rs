@@ -1,11 +1,4 @@
 //! Fuzz target: a parquet dataset (scan, then the index build), from one input.
 fn main() {
-    afl::fuzz!(|data: &[u8]| {
-        loosefs_fuzz::scan_dataset(
-            loosefs::formats::Format::Parquet,
-            data,
-            &["train.parquet"],
-            true,
-        );
-    });
+    afl::fuzz!(|data: &[u8]| loosefs_fuzz::targets::parquet(data));
 }
