@@ -14,6 +14,7 @@ use crate::options::{MountArgs, Transport};
 use anyhow::{Context, Result, bail};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -433,9 +434,44 @@ fn redirect_stderr(log: &Path, explicit: bool) -> Result<()> {
 /// (a remote pack's block cache is made durable and marked clean on the way out), so a mount
 /// of the same pack right after finds everything in place.
 pub fn unmount_and_wait(mnt: &Path, lazy_if_busy: bool) -> Result<()> {
-    let pid = crate::client::read_control::<crate::report::Report>(mnt, "stats")
-        .ok()
-        .map(|r| r.daemon.pid);
+    let abs = std::path::absolute(mnt)?;
+    // The daemon's pid is in its stats; a daemon that does not answer (stopped, hung, its
+    // process frozen) would leave this read, and then any access to the mount, waiting for
+    // ever: it gets a few seconds, then its FUSE connection is aborted (every request waiting
+    // on it fails with ENOTCONN) and the mount taken down.
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let mnt = abs.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(crate::client::read_control::<crate::report::Report>(
+                &mnt, "stats",
+            ));
+        });
+    }
+    let pid = match rx.recv_timeout(Duration::from_secs(ANSWER_SECS)) {
+        Ok(r) => r.ok().map(|r| r.daemon.pid),
+        Err(_) if mount_fstype(&abs).is_some() => {
+            abort_connection(&abs)?;
+            // The aborted stats read ends (ENOTCONN) and lets go of the mount. Over FUSE over
+            // io_uring (Linux 6.18) a request already handed to a ring entry ends only when
+            // the daemon's rings close: a daemon still holding it is killed (it serves
+            // nothing any more), else this command could not exit.
+            if rx.recv_timeout(Duration::from_secs(ANSWER_SECS)).is_err() {
+                if let Some(pid) = daemon_of(&abs) {
+                    log::warn!("{}: killing its daemon (pid {pid})", abs.display());
+                    eprintln!("loosefs: {}: killing its daemon (pid {pid})", abs.display());
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                    let _ = rx.recv_timeout(Duration::from_secs(ANSWER_SECS));
+                }
+            }
+            // What is left serves nothing: detached even when a reader still holds it.
+            return unmount(mnt, true);
+        }
+        Err(_) => None,
+    };
     unmount(mnt, lazy_if_busy)?;
     if let Some(pid) = pid {
         let stat = format!("/proc/{pid}/stat");
@@ -456,6 +492,74 @@ pub fn unmount_and_wait(mnt: &Path, lazy_if_busy: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Seconds `loosefs umount` waits for the daemon to answer its stats before it aborts the
+/// mount's FUSE connection.
+const ANSWER_SECS: u64 = 5;
+
+/// The pid of the loosefs daemon serving the mount at `abs`: a `loosefs mount` process whose
+/// command line names it (a relative name taken from that process's working directory). No
+/// request reaches the mount.
+fn daemon_of(abs: &Path) -> Option<i32> {
+    let me = std::process::id() as i32;
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        if pid == me {
+            return None;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let exe = Path::new(std::ffi::OsStr::from_bytes(args.first()?));
+        if exe.file_name()? != "loosefs" || !args.iter().any(|a| *a == b"mount") {
+            return None;
+        }
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+        args.iter()
+            .any(|a| cwd.join(std::ffi::OsStr::from_bytes(a)) == abs)
+            .then_some(pid)
+    })
+}
+
+/// Aborts the FUSE connection of the mount at `abs` (found in /proc/self/mountinfo, so no
+/// request reaches the daemon): `/sys/fs/fuse/connections/N/abort`, as `fusectl` documents it.
+/// Every request waiting on the daemon fails (ENOTCONN), and the mount can be taken down.
+///
+/// Errors: the mount's device is unknown, or the connection cannot be aborted (not root, no
+/// fusectl mounted): the message says how to do it by hand.
+fn abort_connection(abs: &Path) -> Result<()> {
+    let dev = mount_device(abs).context("the mount's device is not in /proc/self/mountinfo")?;
+    let minor = dev.rsplit(':').next().unwrap_or("");
+    let connections = Path::new("/sys/fs/fuse/connections");
+    if !connections.join(minor).exists() {
+        // fusectl is not mounted everywhere (a container, a minimal VM): root mounts it.
+        let _ = nix::mount::mount(
+            Some("fusectl"),
+            connections,
+            Some("fusectl"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        );
+    }
+    let ctl = connections.join(minor).join("abort");
+    log::warn!(
+        "{}: the daemon does not answer within {ANSWER_SECS} s; aborting its FUSE connection ({})",
+        abs.display(),
+        ctl.display()
+    );
+    eprintln!(
+        "loosefs: {}: the daemon does not answer; aborting its FUSE connection",
+        abs.display()
+    );
+    std::fs::write(&ctl, b"1").with_context(|| {
+        format!(
+            "{}: the daemon does not answer, and its connection cannot be aborted through {} (as root: `echo 1 > {}`, then `umount -l {}`)",
+            abs.display(),
+            ctl.display(),
+            ctl.display(),
+            abs.display()
+        )
+    })
 }
 
 /// Unmounts `mnt`. A busy mount (open files, a cwd inside) is refused unless `lazy_if_busy`,

@@ -323,6 +323,62 @@ fn every_way_of_unmounting_leaves_nothing_behind() {
 
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
+fn loosefs_umount_of_a_daemon_that_does_not_answer_aborts_its_connection() {
+    let _timeout = require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, pack) = packed(tmp.path());
+    let names = files(&src);
+    // Over /dev/fuse the abort ends every request, the ones the daemon took too; over io_uring
+    // (Linux 6.18) a request already handed to a ring entry ends only when the daemon's rings
+    // close, so `loosefs umount` then kills the daemon it found by its command line.
+    for transport in ["classic", "uring"] {
+        let m = mount(&pack, &tmp.path().join("mnt"), &["--transport", transport]);
+        // A reader waits on the stopped daemon (a file never looked up).
+        let pid = nix::unistd::Pid::from_raw(m.pid);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        let waiting = with_timeout(
+            {
+                let p = m.mnt.join(&names[0]);
+                move || std::fs::read(p).map_err(|e| e.raw_os_error())
+            },
+            Duration::from_secs(120),
+        );
+        // `loosefs umount` neither hangs on the stats it reads first nor leaves the mount.
+        let umount = with_timeout(
+            {
+                let mnt = m.mnt.clone();
+                move || loosefs(&[&"umount", &mnt])
+            },
+            Duration::from_secs(120),
+        )
+        .recv()
+        .unwrap_or_else(|_| panic!("{transport}: loosefs umount hung on a stopped daemon"));
+        let err = String::from_utf8_lossy(&umount.stderr);
+        assert!(umount.status.success(), "{transport}: {err}");
+        assert!(err.contains("does not answer"), "{transport}: {err}");
+        assert!(!is_mounted(&m.mnt), "{transport}: the mount is left");
+        let r = waiting
+            .recv()
+            .unwrap_or_else(|_| panic!("{transport}: the waiting reader was not released"));
+        assert!(
+            matches!(
+                r,
+                Err(Some(libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED))
+            ),
+            "{transport}: {r:?}"
+        );
+        // Let go (or killed), the daemon finds its connection gone and exits.
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
+        assert!(wait_exit(m.pid, 30), "{transport}: the daemon kept running");
+        assert!(
+            std::fs::metadata(&m.mnt).is_ok(),
+            "{transport}: mountpoint unusable"
+        );
+    }
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
 fn remounting_right_after_an_unmount_stays_mounted() {
     let _timeout = require_mount();
     let tmp = tempfile::tempdir().unwrap();
