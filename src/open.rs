@@ -8,8 +8,8 @@
 //! | a native pack at an `s3://` or `https://` URL | `open/remote_pack.rs` |
 //! | a foreign dataset at a URL (prefix, brace pattern, `index.json`) | `open/remote_dataset.rs`, `open/remote_dataset/` |
 //!
-//! Remote openers reach objects through an [`ObjectStore`] (the network's
-//! [`crate::storage::object::Remote`], or the tests' in-memory store) and share one rule for
+//! Remote openers reach objects through an [`ObjectStore`] (the network's, from
+//! [`crate::storage::connect`], or the tests' in-memory store) and share one rule for
 //! their block caches' budget (`open/caches.rs`). Every kind ends as the same [`Opened`]
 //! value (catalog, storage, live changes, owner, lease), from which the daemon builds one
 //! [`Fs`]: the read path (read-ahead, warm, pin, views, stats) does not know which it serves.
@@ -201,15 +201,15 @@ fn metadata(path: &Path) -> Result<std::fs::Metadata> {
 }
 
 impl Dataset {
-    /// Opens `src`: a URL through the network ([`Dataset::open_on`] with
-    /// [`crate::storage::object::Remote`]); else a native pack unless `--format` names another
+    /// Opens `src`: a URL through the network ([`Dataset::open_on`] with the store of
+    /// [`crate::storage::connect`]); else a native pack unless `--format` names another
     /// format or `src` is a directory or not a pack; then the format is detected and the kept
     /// index loaded or built (`progress`: say so on stderr).
     ///
     /// Errors: a damaged native pack (its own message); a source in no known format (the
     /// message lists what was tried); a damaged foreign source (names the file).
     pub fn open(src: &Path, opts: &OpenOptions, progress: bool) -> Result<Dataset> {
-        let store = crate::storage::object::Remote::new(opts.remote.clone());
+        let store = crate::storage::connect(opts.remote.clone());
         Dataset::open_on(src, opts, progress, store)
     }
 

@@ -81,7 +81,7 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
             let t = loosefs::pack::trailer::Trailer::parse_tail(&p).unwrap();
             out.push(p[t.index_offset as usize..(t.index_offset + t.index_len) as usize].to_vec());
         }
-        "jpeg" => {
+        "jpeg" | "decode" => {
             out.push(common::encode_jpeg(64, 48, false, 1));
             out.push(common::encode_jpeg(17, 9, true, 2));
             if let Some(dir) = common::shared_sample() {
@@ -288,5 +288,6 @@ targets!(
     order,
     uring,
     shared,
-    remote_shared
+    remote_shared,
+    decode
 );

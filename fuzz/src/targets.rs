@@ -298,6 +298,43 @@ pub fn remote_shared(data: &[u8]) {
     }
 }
 
+/// A JPEG decoded for a view, as `--decode` serves it: the header probed as the index probes
+/// it, a scale picked, the pixels decoded under the daemon's policy (damaged images refused,
+/// then accepted), and the `.npy` and `.ppm` files built from them and read in pieces.
+pub fn decode(data: &[u8]) {
+    use loosefs::decode::codec::{Policy, decode_checked};
+    use loosefs::view::{ViewKind, header, pick_denom, scaled_dims, slice_into};
+    let Some(info) = loosefs::pack::jpeg::probe(data) else {
+        return;
+    };
+    for (max_side, accept_damaged) in [(None, false), (Some(64), true)] {
+        let denom = pick_denom(info.width, info.height, max_side);
+        let (w, h) = scaled_dims(info.width, info.height, denom);
+        let policy = Policy {
+            accept_damaged,
+            max_bytes: 64 << 20,
+        };
+        let Ok(rgb) = decode_checked(data, denom, w, h, policy) else {
+            continue;
+        };
+        assert_eq!(
+            rgb.pixels.len(),
+            rgb.width as usize * rgb.height as usize * 3
+        );
+        for kind in [ViewKind::Npy, ViewKind::Ppm] {
+            let head = header(kind, rgb.width, rgb.height);
+            let size = (head.len() + rgb.pixels.len()) as u64;
+            let (mut whole, mut piece) = (Vec::new(), Vec::new());
+            while (whole.len() as u64) < size {
+                slice_into(&head, &rgb.pixels, whole.len() as u64, 4093, &mut piece);
+                assert!(!piece.is_empty(), "no bytes at {} of {size}", whole.len());
+                whole.extend_from_slice(&piece);
+            }
+            assert_eq!(&whole[head.len()..], &rgb.pixels[..]);
+        }
+    }
+}
+
 /// Runs the target named `name` (as `scripts/fuzz` names it) on `data`. Panics on an unknown
 /// name.
 pub fn run(name: &str, data: &[u8]) {
@@ -319,6 +356,7 @@ pub fn run(name: &str, data: &[u8]) {
         "uring" => uring(data),
         "shared" => shared(data),
         "remote_shared" => remote_shared(data),
+        "decode" => decode(data),
         other => panic!("no fuzz target {other}"),
     }
 }

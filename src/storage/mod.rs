@@ -133,3 +133,12 @@ pub trait Storage: Send + Sync {
         None
     }
 }
+
+/// The object store that `config` reaches (S3 buckets and HTTPS hosts, through
+/// [`object::Remote`]): what the openers of remote sources get, as the trait they take.
+/// Nothing is requested yet.
+pub fn connect(
+    config: remote_config::RemoteConfig,
+) -> std::sync::Arc<dyn object_source::ObjectStore> {
+    object::Remote::new(config)
+}
