@@ -50,6 +50,30 @@ pub fn noise(seed: u64, n: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A WebDataset shard (an uncompressed GNU tar) of samples `ids`: per sample `s{i:04}.jpg`
+/// (`noise` of `jpg_len(i)` bytes) and `s{i:04}.cls` (the label `i % classes` as text).
+pub fn wds_shard(
+    ids: std::ops::Range<usize>,
+    jpg_len: impl Fn(usize) -> usize,
+    classes: usize,
+) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for i in ids {
+        for (ext, data) in [
+            ("jpg", noise(i as u64 + 9, jpg_len(i))),
+            ("cls", (i % classes).to_string().into_bytes()),
+        ] {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, format!("s{i:04}.{ext}"), &data[..])
+                .expect("a tar member in memory");
+        }
+    }
+    b.into_inner().expect("a tar in memory")
+}
+
 /// A test's prerequisite (`what`) is missing: under `CI=true` the test fails saying so;
 /// elsewhere it prints `SKIPPED: what` (shown by `--nocapture` or a failure's output) and the
 /// caller returns.

@@ -157,9 +157,10 @@ impl LooseDir {
         Ok(cat.without_checksums())
     }
 
-    /// The catalog (showing `views`), storage and live changes the filesystem serves the
-    /// directory with: names changed while mounted are answered from the disk
-    /// ([`crate::fs::changes`]). Errors: those of [`LooseDir::catalog`].
+    /// What the filesystem needs to serve the directory, showing `views`: its catalog and
+    /// files, and the live changes that answer names changed while mounted from the disk
+    /// ([`crate::fs::changes`]); the owner is the directory's. Errors: those of
+    /// [`LooseDir::catalog`], or the directory's metadata cannot be read.
     pub fn opened(&self, views: Views) -> Result<super::Opened> {
         let cat: Arc<dyn crate::catalog::Catalog> = Arc::new(self.catalog(views)?);
         let raw = Arc::new(self.catalog(Views::default())?);

@@ -92,6 +92,11 @@ fn open(src: &str, opts: &OpenOptions, store: &Arc<FakeStore>) -> Result<Dataset
     Dataset::open_on(Path::new(src), opts, false, store.clone())
 }
 
+/// The whole message of the error opening `src` fails with.
+fn open_err(src: &str, opts: &OpenOptions, store: &Arc<FakeStore>) -> String {
+    format!("{:#}", open(src, opts, store).unwrap_err())
+}
+
 fn serve(ds: Dataset) -> Fs {
     ds.server(Views::default(), fs_options(), 64 << 20).unwrap()
 }
@@ -247,10 +252,7 @@ fn a_damaged_index_is_refused_at_open() {
     pack[at] ^= 0x5a;
     let store = FakeStore::new();
     store.put("s3://b/p.pack", pack);
-    let e = format!(
-        "{:#}",
-        open("s3://b/p.pack", &options(tmp.path(), "n1"), &store).unwrap_err()
-    );
+    let e = open_err("s3://b/p.pack", &options(tmp.path(), "n1"), &store);
     assert!(e.contains("damaged index"), "{e}");
 }
 
@@ -260,10 +262,7 @@ fn an_outage_during_open_fails_with_the_network_reason() {
     let (pack, _) = pack_bytes(tmp.path(), 10, 3000, 1);
     let store = FakeStore::new();
     store.put("s3://b/p.pack", pack).down.store(true, SeqCst);
-    let e = format!(
-        "{:#}",
-        open("s3://b/p.pack", &options(tmp.path(), "n1"), &store).unwrap_err()
-    );
+    let e = open_err("s3://b/p.pack", &options(tmp.path(), "n1"), &store);
     assert!(e.contains("connection refused"), "{e}");
 }
 
@@ -341,20 +340,14 @@ fn offline_refuses_an_incomplete_cache_or_none_saying_why() {
         ..o.clone()
     };
     std::fs::create_dir_all(opts.remote.cache_dir.as_ref().unwrap()).unwrap();
-    let e = format!(
-        "{:#}",
-        open("s3://b/p.pack", &offline(&opts), &store).unwrap_err()
-    );
+    let e = open_err("s3://b/p.pack", &offline(&opts), &store);
     assert!(e.contains("mount it online first"), "{e}");
     let mut ds = open("s3://b/p.pack", &opts, &store).unwrap();
     if let Dataset::Remote(r) = &mut ds {
         r.finish();
     }
     drop(ds);
-    let e = format!(
-        "{:#}",
-        open("s3://b/p.pack", &offline(&opts), &store).unwrap_err()
-    );
+    let e = open_err("s3://b/p.pack", &offline(&opts), &store);
     assert!(e.contains("not complete"), "{e}");
 }
 
@@ -380,23 +373,9 @@ fn a_cache_smaller_than_the_pack_bounds_its_blocks_and_refuses_a_download() {
     assert_eq!(walk(&serve(ds)), files);
 }
 
-/// A WebDataset shard of `n` samples (`.jpg` noise and `.cls`), and the files a mount shows.
+/// A WebDataset shard of samples `first..first + n` (`.jpg` noise and `.cls`).
 fn shard(first: usize, n: usize) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for i in first..first + n {
-        for (ext, data) in [
-            ("jpg", noise(i as u64 + 9, 20_000 + i)),
-            ("cls", (i % 3).to_string().into_bytes()),
-        ] {
-            let mut h = tar::Header::new_gnu();
-            h.set_size(data.len() as u64);
-            h.set_mode(0o644);
-            h.set_cksum();
-            b.append_data(&mut h, format!("s{i:04}.{ext}"), &data[..])
-                .unwrap();
-        }
-    }
-    b.into_inner().unwrap()
+    crate::testutil::wds_shard(first..first + n, |i| 20_000 + i, 3)
 }
 
 /// Two shards under `prefix` in `store`, and the same shards in a local directory, opened
@@ -477,10 +456,7 @@ fn a_listing_naming_a_path_outside_the_prefix_is_refused() {
     let store = FakeStore::new();
     // An empty segment: `a//x.tar` would be written outside the object's cache name.
     store.put("s3://b/bad/a//x.tar", shard(0, 2));
-    let e = format!(
-        "{:#}",
-        open("s3://b/bad/", &options(tmp.path(), "n1"), &store).unwrap_err()
-    );
+    let e = open_err("s3://b/bad/", &options(tmp.path(), "n1"), &store);
     assert!(e.contains("outside the dataset"), "{e}");
     assert_eq!(store.gets(), 0, "refused before any GET");
 }
@@ -489,17 +465,11 @@ fn a_listing_naming_a_path_outside_the_prefix_is_refused() {
 fn an_empty_prefix_and_a_listing_outage_are_refused_naming_the_prefix() {
     let tmp = tempfile::tempdir().unwrap();
     let store = FakeStore::new();
-    let e = format!(
-        "{:#}",
-        open("s3://b/empty/", &options(tmp.path(), "n1"), &store).unwrap_err()
-    );
+    let e = open_err("s3://b/empty/", &options(tmp.path(), "n1"), &store);
     assert!(e.contains("no objects under this prefix"), "{e}");
     store.put("s3://b/wds/shard-0.tar", shard(0, 2));
     store.list_down.store(true, SeqCst);
-    let e = format!(
-        "{:#}",
-        open("s3://b/wds/", &options(tmp.path(), "n1"), &store).unwrap_err()
-    );
+    let e = open_err("s3://b/wds/", &options(tmp.path(), "n1"), &store);
     assert!(
         e.contains("s3://b/wds/") && e.contains("connection refused"),
         "{e}"

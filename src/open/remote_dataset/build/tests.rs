@@ -40,21 +40,7 @@ fn zip_bytes(n: usize, stream: bool) -> Vec<u8> {
 
 /// A tar (WebDataset shard) of `n` samples: `.jpg` and `.cls`.
 fn tar_bytes(n: usize) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for i in 0..n {
-        for (ext, data) in [
-            ("jpg", noise(i as u64 + 9, 50_000)),
-            ("cls", (i % 4).to_string().into_bytes()),
-        ] {
-            let mut h = tar::Header::new_gnu();
-            h.set_size(data.len() as u64);
-            h.set_mode(0o644);
-            h.set_cksum();
-            b.append_data(&mut h, format!("s{i:04}.{ext}"), &data[..])
-                .unwrap();
-        }
-    }
-    b.into_inner().unwrap()
+    crate::testutil::wds_shard(0..n, |_| 50_000, 4)
 }
 
 /// One object at a fake URL, its block cache, and where the build puts things.
