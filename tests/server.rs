@@ -1084,9 +1084,11 @@ fn at_most_16_orders_live_and_64_announcements_written_at_once() {
     let (s, _storage, files) = order_server(tmp.path(), 1 << 30);
     let ino = order_ino(&s);
     let one = format!("{}\n", files[0].0);
-    // 20 processes, one order each: the oldest go, 16 stay live.
+    // 20 processes, one order of one sample each (its own: a sample another order read
+    // ahead is left to that order): the oldest go, 16 stay live.
     for pid in 100..120u32 {
-        s.write(ino, 0, one.as_bytes(), pid).unwrap();
+        let own = format!("{}\n", files[pid as usize - 99].0);
+        s.write(ino, 0, own.as_bytes(), pid).unwrap();
     }
     let r = order_report(&s);
     assert_eq!((r.live, r.announced, r.samples), (16, 20, 16), "{r:?}");
@@ -1105,4 +1107,42 @@ fn at_most_16_orders_live_and_64_announcements_written_at_once() {
         one.len()
     );
     assert!(order_report(&s).live <= 16);
+}
+
+#[test]
+fn an_order_with_repeated_samples_is_read_ahead_once_per_sample_and_finishes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let window = 4 << 20;
+    let (s, _storage, files) = order_server(tmp.path(), window);
+    let n = files.len();
+    // 2n draws with replacement, as `RandomSampler(replacement=True)` announces them.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let draws: Vec<usize> = (0..2 * n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        })
+        .collect();
+    let refs: Vec<&str> = draws.iter().map(|&k| files[k].0.as_str()).collect();
+    announce(&s, 7, &refs, 128 << 10);
+    let mut seen = std::collections::HashSet::new();
+    for &k in &draws {
+        if seen.insert(k) {
+            // Each sample's first draw was read ahead before it is asked for: repeats never
+            // hold the window.
+            let want = seen.len() as u64;
+            wait_for("the next new sample read ahead", || {
+                order_report(&s).read_ahead >= want
+            });
+        }
+        read_all(&s, files[k].1);
+    }
+    let r = order_report(&s);
+    assert_eq!(
+        (r.read_ahead, r.left, r.abandoned, r.live, r.window_bytes),
+        (seen.len() as u64, 0, 0, 0, 0),
+        "{r:?}"
+    );
 }

@@ -273,15 +273,28 @@ impl Orders {
     pub fn extend(&self, id: u32, records: &[u32]) -> bool {
         let mut s = self.inner.lock();
         let OrderState { orders, owner, .. } = &mut *s;
+        let issued: Vec<(u32, usize)> = orders.iter().map(|o| (o.id, o.issued)).collect();
         let Some(o) = orders.iter_mut().find(|o| o.id == id) else {
             return false;
         };
         let first = o.records.is_empty() && !records.is_empty();
         for &r in records {
-            if let Some(slot) = owner.get_mut(r as usize) {
+            let Some(slot) = owner.get_mut(r as usize) else {
+                continue;
+            };
+            // A record read ahead for once is owned by that position until it is served:
+            // an earlier position of this order (a sampler with replacement repeats
+            // samples), or one another order has issued already, keeps it, and this
+            // position is skipped by the read-ahead. Otherwise the position issued would
+            // never be served and would hold its window forever.
+            let (held_by, at) = ((*slot >> 32) as u32, (*slot & u64::from(u32::MAX)) as usize);
+            let keep = *slot != NONE
+                && *slot != FINISHED
+                && (held_by == id || issued.iter().any(|&(i, n)| i == held_by && at < n));
+            if !keep {
                 *slot = u64::from(id) << 32 | o.records.len() as u64;
-                o.records.push(r);
             }
+            o.records.push(r);
         }
         o.served.resize(o.records.len().div_ceil(64), 0);
         drop(s);

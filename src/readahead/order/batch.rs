@@ -29,7 +29,8 @@ fn next_batch(inner: &OrderShared, samples: &Samples) -> Batch {
     let stats = &inner.stats;
     let (mut out, mut bytes) = (Vec::new(), 0u64);
     let mut s = inner.lock();
-    for o in &mut s.orders {
+    let super::OrderState { orders, owner, .. } = &mut *s;
+    for o in orders.iter_mut() {
         let allowed = o.allowed(inner.window);
         if o.outstanding_n > 0 && allowed - o.outstanding.min(allowed) < allowed / 4 {
             continue;
@@ -44,6 +45,12 @@ fn next_batch(inner: &OrderShared, samples: &Samples) -> Batch {
                 continue;
             }
             if o.is_served(p) {
+                continue;
+            }
+            // A position that does not own its record (a repeat, or a sample another order
+            // read ahead) is left to the owner: served here as far as this order goes.
+            if owner.get(r as usize) != Some(&(u64::from(o.id) << 32 | p as u64)) {
+                o.serve(p);
                 continue;
             }
             let Ok(ext) = catalog.extent(record_ino(r)) else {
