@@ -284,28 +284,71 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         signal_hook::consts::SIGHUP,
         signal_hook::consts::SIGIO,
     ])?;
-    let uring = wants_uring(opts)?;
-    let fs = LooseFs::new(server.clone(), meta.uid(), meta.gid()).with_uring(uring);
+    // Descriptors are counted, not run out of: fuser's threads end silently when they cannot
+    // clone `/dev/fuse`, and a ring short of entries would hold its queue's requests.
+    let free = free_descriptors();
+    let threads = opts.threads.max(1) as u64;
+    if free < threads + FD_SLACK {
+        anyhow::bail!(
+            "too few file descriptors: {free} free under RLIMIT_NOFILE, and --threads {threads} \
+             needs {} (one /dev/fuse descriptor per thread, {FD_SLACK} for the source and logs); \
+             raise the limit (ulimit -n) or lower --threads",
+            threads + FD_SLACK
+        );
+    }
+    let entries = crate::fuse::uring::entries(opts.threads) as u64;
+    // The ring's entries are made before INIT can accept the ring: all or none.
+    let ring = if !wants_uring(opts)? {
+        None
+    } else if free < threads + FD_SLACK + entries {
+        let e = format!(
+            "{free} file descriptors free under RLIMIT_NOFILE; the ring needs {entries} more \
+             than /dev/fuse's {}",
+            threads + FD_SLACK
+        );
+        if opts.transport == Transport::Uring {
+            anyhow::bail!("--transport uring: {e}");
+        }
+        log::warn!("FUSE over io_uring not used ({e}); requests go through /dev/fuse");
+        None
+    } else {
+        let handler = crate::fuse::uring::Handler::new(server.clone(), meta.uid(), meta.gid());
+        match crate::fuse::uring::Prepared::new(opts.threads, handler) {
+            Ok(p) => Some(p),
+            Err(e) if opts.transport == Transport::Uring => anyhow::bail!("--transport uring: {e}"),
+            Err(e) => {
+                log::warn!("FUSE over io_uring not used ({e}); requests go through /dev/fuse");
+                None
+            }
+        }
+    };
+    let fs = LooseFs::new(server.clone(), meta.uid(), meta.gid()).with_uring(ring.is_some());
     let session = open_session(fs, mnt, &name, opts)?;
     let dev = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned()?;
     // Push-ahead stores go through loosefs's own notify (fuser's reports ENOENT as success).
     let push_dev = dev.try_clone()?;
     let bg = session.spawn()?;
-    if uring {
-        let handler = crate::fuse::uring::Handler::new(server.clone(), meta.uid(), meta.gid());
+    if let Some(ring) = ring {
+        use crate::fuse::uring::StartError;
         let t = &server.stats.transport;
-        match crate::fuse::uring::start(dev, mnt, handler, opts.threads, t) {
+        match crate::fuse::uring::start(ring, dev, mnt, t) {
             Ok(()) => log::info!(
                 "requests over io_uring: {} queues, {} entries",
                 t.queues.load(std::sync::atomic::Ordering::Relaxed),
                 t.threads.load(std::sync::atomic::Ordering::Relaxed)
             ),
-            Err(e) if opts.transport == Transport::Uring => {
-                let _ = unmount(mnt, true);
-                anyhow::bail!("--transport uring: {e}");
-            }
-            Err(e) => {
+            Err(StartError::NotOffered(e)) if opts.transport != Transport::Uring => {
                 log::warn!("FUSE over io_uring not used ({e}); requests go through /dev/fuse")
+            }
+            // The kernel holds every request until each queue has an entry: a ring accepted
+            // and not registered in full serves nothing, so the mount goes.
+            Err(e) => {
+                let _ = unmount(mnt, true);
+                anyhow::bail!(
+                    "FUSE over io_uring: {e}; nothing is mounted at {} (--transport classic \
+                     serves through /dev/fuse)",
+                    mnt.display()
+                );
             }
         }
     }
@@ -367,6 +410,22 @@ fn watch_changes(server: &crate::fs::Fs, bg: &fuser::BackgroundSession, dir: &Pa
             );
         }
     }
+}
+
+/// Descriptors a mount needs besides one `/dev/fuse` descriptor per thread (fuser's
+/// `clone_fd`) and its ring's: the source's files, logs, sockets and the control files.
+const FD_SLACK: u64 = 64;
+
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (as most daemons do) and
+/// returns how many more descriptors it may open.
+fn free_descriptors() -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (mut soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap_or((1024, 1024));
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        soft = hard;
+    }
+    let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
+    soft.saturating_sub(open)
 }
 
 /// Whether to ask for FUSE over io_uring (`--transport`); `uring` where the kernel cannot

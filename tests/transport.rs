@@ -264,3 +264,83 @@ fn ring_completions(pid: i32) -> u64 {
     }
     total
 }
+
+/// `loosefs mount PACK MNT --threads 2 --transport KIND` run with `RLIMIT_NOFILE` set to
+/// `limit` (soft and hard).
+fn mount_with_nofile(pack: &Path, mnt: &Path, kind: &str, limit: u64) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut c = std::process::Command::new(common::bin());
+    c.arg("mount")
+        .arg(pack)
+        .arg(mnt)
+        .args(["--threads", "2", "--transport", kind]);
+    // SAFETY: setrlimit is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        c.pre_exec(move || {
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, limit, limit)
+                .map_err(std::io::Error::from)
+        });
+    }
+    c.output().unwrap()
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn a_ring_that_cannot_have_every_entry_is_not_asked_for_and_uring_refuses_leaving_nothing_mounted()
+{
+    let _timeout = require_mount();
+    if !Path::new("/sys/module/fuse/parameters/enable_uring").exists() {
+        return common::missing_prerequisite("this kernel has no FUSE over io_uring");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, pack) = packed(tmp.path());
+    let names = files(&src);
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    // Far too few descriptors: refused before anything is mounted, saying why.
+    for kind in ["auto", "uring", "classic"] {
+        let o = mount_with_nofile(&pack, &mnt, kind, 24);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{kind}: {err}");
+        assert!(err.contains("too few file descriptors"), "{kind}: {err}");
+        assert!(!common::is_mounted(&mnt), "{kind} left a mount");
+    }
+    // Raising the limit two at a time: enough for /dev/fuse but not the ring's every entry
+    // comes first. There `auto` serves every file through /dev/fuse (no ring was asked for, so
+    // no queue holds requests) and `uring` refuses with nothing mounted.
+    let mut fell_back = 0;
+    for limit in (60..140).step_by(2) {
+        let o = mount_with_nofile(&pack, &mnt, "auto", limit);
+        if !o.status.success() {
+            assert!(!common::is_mounted(&mnt));
+            continue;
+        }
+        let kind = report(&mnt).daemon.transport.kind;
+        if kind == "uring" {
+            assert!(loosefs(&[&"umount", &mnt]).status.success());
+            break;
+        }
+        assert_eq!(kind, "classic");
+        let log = String::from_utf8_lossy(&o.stderr).into_owned();
+        for n in &names {
+            assert!(
+                std::fs::read(mnt.join(n)).unwrap() == std::fs::read(src.join(n)).unwrap(),
+                "{n} differs at RLIMIT_NOFILE {limit}"
+            );
+        }
+        assert!(loosefs(&[&"umount", &mnt]).status.success());
+        let o = mount_with_nofile(&pack, &mnt, "uring", limit);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "uring at {limit}: {err} (auto: {log})");
+        assert!(
+            err.contains("--transport uring") && err.contains("descriptors"),
+            "{err}"
+        );
+        assert!(!common::is_mounted(&mnt), "a refused uring mount stayed");
+        fell_back += 1;
+    }
+    assert!(
+        fell_back > 0,
+        "no limit between /dev/fuse's and the ring's needs"
+    );
+}

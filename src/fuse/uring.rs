@@ -18,7 +18,7 @@ use fuser::FileAttr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-pub use ring::{PAYLOAD, enable, start};
+pub use ring::{MIN_PER_QUEUE, PAYLOAD, Prepared, StartError, enable, entries, start};
 
 /// Answers requests taken from ring entries: the fuser adaptor's answers, written in the
 /// kernel's layout.

@@ -217,7 +217,8 @@ class FaultProxy:
     `corrupt` (the next N response bodies of at least 4 KiB get one byte flipped), `down`
     (connections are refused and open ones dropped), `strip_if_match` (requests go on with
     their `If-Match` header renamed, as to a server that ignores it: Python's http.server and
-    many static servers). `requests` counts requests that went on;
+    many static servers), `hold` (requests wait before going on until it is cleared; `held`
+    counts those waiting now). `requests` counts requests that went on;
     `max_active` the most forwarded at once before their answers came back.
     """
 
@@ -232,6 +233,7 @@ class FaultProxy:
         self.corrupted = 0
         self.down = False
         self.strip_if_match = False
+        self.hold, self.held = False, 0
         self._tokens, self._last = 0.0, time.monotonic()
         self._conns = set()
         self._ready = threading.Event()
@@ -250,7 +252,7 @@ class FaultProxy:
     def reset(self) -> None:
         """No fault: full speed, no latency, nothing cut, failed or corrupted, up."""
         self.set(rate=0, latency=0, cut_after=0, cuts=0, fail_503=0, corrupt=0, down=False, max_active=0,
-                 strip_if_match=False)
+                 strip_if_match=False, hold=False)
 
     def set(self, **kw) -> None:
         for k, v in kw.items():
@@ -322,6 +324,11 @@ class FaultProxy:
                     return
                 if n and self.latency:
                     await asyncio.sleep(self.latency)
+                if n and self.hold:
+                    self.held += n
+                    while self.hold:
+                        await asyncio.sleep(0.01)
+                    self.held -= n
                 self.requests += n
                 pending[0] += n
                 self.active += n

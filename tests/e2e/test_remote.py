@@ -575,3 +575,44 @@ def test_a_rank_announcing_an_eighth_of_the_samples_receives_about_an_eighth_of_
     got = remote["bytes_received"] - before
     assert remote["exact_gets"] > 0, remote
     assert got <= 1.3 * own, (got, own, remote)
+
+
+@pytest.mark.parametrize("transport", ["uring", "classic"])
+def test_a_read_waiting_for_the_network_stalls_no_other_request_from_its_cpu(world, source, transport):
+    """The kernel queues a request on its caller's CPU's ring queue until one of that queue's
+    entries is free: with one entry per queue (`--threads 2` on two CPUs did that) one READ
+    waiting for a GET held every other request from that CPU. Both readers run on CPU 0; the
+    second is answered while the first's GET is still held at the proxy."""
+    if transport == "uring" and not pathlib.Path("/sys/module/fuse/parameters/enable_uring").exists():
+        pytest.fail("this kernel has no FUSE over io_uring") if os.environ.get("CI") == "true" else pytest.skip(
+            "no FUSE over io_uring")
+    proxy = world["http_proxy"]
+    url = f"http://127.0.0.1:{proxy.port}/data.pack"
+    files = sorted(files_of(source), key=lambda rel: (source / rel).stat().st_size)
+    small, other = files[0], files[1]
+    with Mount(url, world["work"], "--allow-http", "--transport", transport, "--threads", "2",
+               "--prefetch-max-mb", "0", "--push-ahead", "0", "--cache-size", "1G",
+               "--cache-dir", str(world["work"] / f"cache-slow-{transport}")) as mnt:
+        assert stats_of(mnt)["daemon"]["transport"]["kind"] == transport
+        proxy.set(hold=True)
+        slow = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c",
+                                 f"import sys; sys.exit(open({str(mnt / small)!r}, 'rb').read() != "
+                                 f"open({str(source / small)!r}, 'rb').read())"])
+        try:
+            deadline = time.monotonic() + 60
+            while proxy.held == 0 and time.monotonic() < deadline and slow.poll() is None:
+                time.sleep(0.01)
+            assert proxy.held >= 1, "the slow read never reached the server"
+            # From the same CPU: the stats, a listing and the attributes of another file, all
+            # answered by the daemon from memory.
+            quick = subprocess.run(
+                ["taskset", "-c", "0", sys.executable, "-c",
+                 f"import os; open({str(mnt / '.loosefs/stats')!r}, 'rb').read(); "
+                 f"os.listdir({str(mnt / other.parent)!r}); os.stat({str(mnt / other)!r})"],
+                timeout=120)
+            assert quick.returncode == 0
+            assert proxy.held >= 1, "the slow read finished first: nothing was shown"
+        finally:
+            proxy.set(hold=False)
+            assert slow.wait(120) == 0
+        assert (mnt / other).read_bytes() == (source / other).read_bytes()

@@ -3,7 +3,9 @@
 //! buffer and a payload buffer registered with `FUSE_IO_URING_CMD_REGISTER`, then a loop of
 //! answer, `COMMIT_AND_FETCH`, wait. A thread waiting for the disk holds its entry only: the
 //! kernel gives the next request of that queue to another entry, as fuser's threads share
-//! `/dev/fuse` (so `--threads` keeps its meaning, split over the queues).
+//! `/dev/fuse` (so `--threads` keeps its meaning, split over the queues, at least
+//! [`MIN_PER_QUEUE`] each). Entries are made before INIT and registered all or none
+//! ([`Prepared`]).
 
 use super::{Handler, abi};
 use crate::stats::TransportStats;
@@ -51,59 +53,138 @@ fn possible_cpus() -> usize {
     count.max(1)
 }
 
-/// Starts the ring of the mount at `mnt` served through `dev` (a descriptor of its
-/// `/dev/fuse`): waits until INIT is answered, then
-/// `threads` entries over the queues, at least one per queue. Returns once every entry is
-/// registered, with `stats` set; errors (logged by the caller) leave the mount on
-/// `/dev/fuse`, which serves everything until every queue has an entry.
+/// Ring entries each queue has at least, whatever `--threads` asks: the kernel queues a
+/// request on the queue of the CPU its caller runs on and holds it there until one of that
+/// queue's entries is free, so with one entry per queue a single slow READ (a GET being
+/// retried) would stall every other request from that CPU while other queues idle. Each
+/// entry costs a thread and a 1 MiB payload buffer, touched only as far as replies fill it.
+pub const MIN_PER_QUEUE: usize = 4;
+
+/// Ring entries made ready before the mount's INIT is answered: one thread per entry, each
+/// with its io_uring set up, waiting to register. Everything that can fail for lack of
+/// resources (threads, io_uring instances, descriptors: `RLIMIT_NOFILE`, `RLIMIT_MEMLOCK`)
+/// fails here, while the mount can still go through `/dev/fuse`: once INIT accepts FUSE over
+/// io_uring, the kernel holds every request until each queue has an entry
+/// (`fuse_block_alloc` in `fs/fuse/dev.c`), so entries are registered all or none.
+pub struct Prepared {
+    go: Vec<std::sync::mpsc::Sender<i32>>,
+    registered: std::sync::mpsc::Receiver<Result<(), String>>,
+    queues: usize,
+}
+
+/// Ring entries (one thread and one io_uring each) for `threads`: split over the queues, at
+/// least [`MIN_PER_QUEUE`] per queue.
+pub fn entries(threads: usize) -> usize {
+    let queues = possible_cpus();
+    threads.div_ceil(queues).max(MIN_PER_QUEUE) * queues
+}
+
+impl Prepared {
+    /// `threads` entries over the ring's queues (one per possible CPU), at least
+    /// [`MIN_PER_QUEUE`] per queue, answering with `handler`. Errors: why an entry could
+    /// not be made (the threads already started end).
+    pub fn new(threads: usize, handler: Handler) -> Result<Prepared, String> {
+        let queues = possible_cpus();
+        let per_queue = threads.div_ceil(queues).max(MIN_PER_QUEUE);
+        let handler = Arc::new(handler);
+        let (tx, made) = std::sync::mpsc::channel();
+        let (done, registered) = std::sync::mpsc::channel();
+        let mut go = Vec::with_capacity(queues * per_queue);
+        for qid in 0..queues {
+            for k in 0..per_queue {
+                let (handler, tx, done) = (handler.clone(), tx.clone(), done.clone());
+                let (go_tx, go_rx) = std::sync::mpsc::channel();
+                std::thread::Builder::new()
+                    .name(format!("uring-{qid}.{k}"))
+                    .spawn(move || Entry::run(qid as u16, &handler, &tx, &go_rx, &done))
+                    .map_err(|e| format!("cannot start a ring thread: {e}"))?;
+                go.push(go_tx);
+            }
+        }
+        drop(tx);
+        for _ in 0..go.len() {
+            match made.recv() {
+                Ok(Ok(())) => {}
+                // Dropping `go` ends every thread still waiting.
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err("a ring thread ended before it was ready".into()),
+            }
+        }
+        Ok(Prepared {
+            go,
+            registered,
+            queues,
+        })
+    }
+}
+
+/// Starts the prepared ring of the mount at `mnt` served through `dev` (a descriptor of its
+/// `/dev/fuse`): waits until INIT is answered, then registers every entry. Returns once every
+/// entry is registered, with `stats` set. Errors: INIT did not offer the ring (requests go
+/// through `/dev/fuse`), or an entry was refused after INIT accepted the ring: the mount can
+/// then serve nothing and the caller must take it down.
 pub fn start(
+    prepared: Prepared,
     dev: OwnedFd,
     mnt: &Path,
-    handler: Handler,
-    threads: usize,
     stats: &TransportStats,
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     // INIT is answered by a fuser thread; once it is, every request waits for the ring
     // (`fuse_block_alloc`), so nothing can be asked of the mount to learn it.
     let t0 = std::time::Instant::now();
     while !stats.init_done.load(Relaxed) {
         if t0.elapsed() > Duration::from_secs(30) {
-            return Err(format!(
+            return Err(StartError::Refused(format!(
                 "no INIT from the kernel for {} in 30 s",
                 mnt.display()
-            ));
+            )));
         }
         std::thread::sleep(Duration::from_millis(1));
     }
     if !stats.offered.load(Relaxed) {
-        return Err("the kernel did not offer FUSE_OVER_IO_URING at INIT".into());
+        return Err(StartError::NotOffered(
+            "the kernel did not offer FUSE_OVER_IO_URING at INIT".into(),
+        ));
     }
-    let queues = possible_cpus();
-    let per_queue = threads.div_ceil(queues).max(1);
-    let dev = Arc::new(dev);
-    let handler = Arc::new(handler);
-    let (tx, rx) = std::sync::mpsc::channel();
-    for qid in 0..queues {
-        for k in 0..per_queue {
-            let (dev, handler, tx) = (dev.clone(), handler.clone(), tx.clone());
-            std::thread::Builder::new()
-                .name(format!("uring-{qid}.{k}"))
-                .spawn(move || Entry::run(&dev, qid as u16, &handler, &tx))
-                .map_err(|e| format!("cannot start a ring thread: {e}"))?;
-        }
+    // The descriptor stays open for the life of the process (the threads use its number).
+    let fd = dev.as_raw_fd();
+    std::mem::forget(dev);
+    let entries = prepared.go.len();
+    for go in &prepared.go {
+        let _ = go.send(fd);
     }
-    drop(tx);
-    for _ in 0..queues * per_queue {
-        match rx.recv_timeout(Duration::from_secs(30)) {
+    for _ in 0..entries {
+        match prepared.registered.recv_timeout(Duration::from_secs(30)) {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(e) => return Err(format!("ring entries not registered: {e}")),
+            Ok(Err(e)) => return Err(StartError::Refused(e)),
+            Err(e) => {
+                return Err(StartError::Refused(format!(
+                    "ring entries not registered: {e}"
+                )));
+            }
         }
     }
-    stats.queues.store(queues, Relaxed);
-    stats.threads.store(queues * per_queue, Relaxed);
+    stats.queues.store(prepared.queues, Relaxed);
+    stats.threads.store(entries, Relaxed);
     stats.uring.store(true, Relaxed);
     Ok(())
+}
+
+/// Why the ring did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// INIT did not accept the ring: the mount serves through `/dev/fuse`.
+    NotOffered(String),
+    /// The ring was accepted and then not registered in full: the mount serves nothing.
+    Refused(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::NotOffered(e) | StartError::Refused(e) => f.write_str(e),
+        }
+    }
 }
 
 /// Runs the calling thread on CPU `cpu` only: the kernel queues a request on the queue of the
@@ -203,21 +284,29 @@ impl Entry {
         }
     }
 
-    /// Registers the entry, reports it on `ready`, then serves until the connection ends.
+    /// Sets up the entry's io_uring and reports it on `made`; then, given the mount's
+    /// `/dev/fuse` descriptor on `go` (nothing: the ring is not used and the thread ends),
+    /// registers the entry, reports it on `registered`, and serves until the connection ends.
     fn run(
-        dev: &OwnedFd,
         qid: u16,
         handler: &Handler,
+        made: &std::sync::mpsc::Sender<Result<(), String>>,
+        go: &std::sync::mpsc::Receiver<i32>,
         ready: &std::sync::mpsc::Sender<Result<(), String>>,
     ) {
         pin_to_cpu(qid as usize);
-        let mut e = match Entry::new(dev.as_raw_fd(), qid) {
+        let mut e = match Entry::new(-1, qid) {
             Ok(e) => e,
             Err(err) => {
-                let _ = ready.send(Err(format!("cannot set up an io_uring: {err}")));
+                let _ = made.send(Err(format!("cannot set up an io_uring: {err}")));
                 return;
             }
         };
+        let _ = made.send(Ok(()));
+        let Ok(fd) = go.recv() else {
+            return;
+        };
+        e.fd = fd;
         // Issued at submission: an error completes at once, a registered entry waits.
         // EAGAIN: the kernel has not yet taken the INIT reply (sent just after `init_done`).
         let t0 = std::time::Instant::now();
