@@ -7,12 +7,14 @@
 
 mod common;
 
-use common::{files, loosefs, mount, packed, require_mount};
+use common::{files, is_mounted, loosefs, mount, packed, require_mount, wait_exit, with_timeout};
 use loosefs::fs::Fs;
 use loosefs::fuse::uring::{Handler, abi};
 use loosefs::report::Report;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A ring entry as the kernel fills it: `fuse_in_header` (opcode, unique 7, node), the
 /// operation's header at byte 128, the payload length at byte 272 and the payload.
@@ -343,4 +345,308 @@ fn a_ring_that_cannot_have_every_entry_is_not_asked_for_and_uring_refuses_leavin
         fell_back > 0,
         "no limit between /dev/fuse's and the ring's needs"
     );
+}
+
+/// The transports a mount test runs over here: io_uring where the kernel has it, and
+/// `/dev/fuse` (under `CI=true` a kernel without io_uring fails the test).
+fn transports() -> Vec<&'static str> {
+    if Path::new("/sys/module/fuse/parameters/enable_uring").exists() {
+        vec!["uring", "classic"]
+    } else {
+        common::missing_prerequisite("this kernel has no FUSE over io_uring: classic only");
+        vec!["classic"]
+    }
+}
+
+/// Requests the kernel has sent to the daemon of the mount at `mnt` and not seen answered
+/// (`/sys/fs/fuse/connections/N/waiting`, N the mount's device minor; fusectl is mounted
+/// there if it is not yet).
+fn waiting(mnt: &Path) -> u64 {
+    let conns = Path::new("/sys/fs/fuse/connections");
+    if std::fs::read_dir(conns).is_ok_and(|mut d| d.next().is_none()) {
+        let _ = nix::mount::mount(
+            Some("fusectl"),
+            conns,
+            Some("fusectl"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        );
+    }
+    // From mountinfo (`major:minor` is its third field): a stat of the mount would wait.
+    let abs = std::fs::canonicalize(mnt.parent().unwrap())
+        .unwrap()
+        .join(mnt.file_name().unwrap());
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let n = (info.lines().rev())
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.len() > 4 && Path::new(f[4]) == abs)
+        .and_then(|f| f[2].split_once(':').map(|(_, minor)| minor.to_string()))
+        .unwrap_or_else(|| panic!("{} is not in mountinfo", abs.display()));
+    std::fs::read_to_string(conns.join(n).join("waiting"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Polls `f` until it holds (60 s at most; the test fails then, saying `what`).
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let t = std::time::Instant::now();
+    while !f() {
+        assert!(t.elapsed().as_secs() < 60, "{what}: not after 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Names of the threads and targets of the open descriptors of process `pid`, sorted.
+fn threads_and_fds(pid: i32) -> (Vec<String>, Vec<String>) {
+    let list = |d: String, f: &dyn Fn(std::path::PathBuf) -> String| {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .map(|d| d.flatten().map(|e| f(e.path())).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    (
+        list(format!("/proc/{pid}/task"), &|p| {
+            std::fs::read_to_string(p.join("comm")).unwrap_or_default()
+        }),
+        list(format!("/proc/{pid}/fd"), &|p| {
+            std::fs::read_link(p).map_or(String::new(), |l| l.display().to_string())
+        }),
+    )
+}
+
+fn signal(pid: i32, s: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), s).unwrap();
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn sigterm_with_requests_in_flight_ends_every_reader_and_leaves_no_mount() {
+    use nix::sys::signal::Signal::{SIGCONT, SIGSTOP, SIGTERM};
+    let _timeout = require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, pack) = packed(tmp.path());
+    let names = files(&src);
+    for transport in transports() {
+        let m = mount(&pack, &tmp.path().join("mnt"), &["--transport", transport]);
+        signal(m.pid, SIGSTOP);
+        // Four readers of files never looked up: four requests the daemon holds.
+        let readers: Vec<_> = (names[..4].iter())
+            .map(|n| {
+                let (p, want) = (m.mnt.join(n), std::fs::read(src.join(n)).unwrap());
+                with_timeout(
+                    move || {
+                        std::fs::read(p)
+                            .map(|b| b == want)
+                            .map_err(|e| e.raw_os_error())
+                    },
+                    Duration::from_secs(120),
+                )
+            })
+            .collect();
+        until("four requests in flight", || waiting(&m.mnt) >= 4);
+        signal(m.pid, SIGTERM);
+        signal(m.pid, SIGCONT);
+        for r in readers {
+            let r = r
+                .recv()
+                .unwrap_or_else(|_| panic!("{transport}: a reader hung after SIGTERM"));
+            // Answered in full before the daemon went, or told the connection is gone:
+            // never wrong bytes, never a wait.
+            assert!(
+                matches!(
+                    r,
+                    Ok(true) | Err(Some(libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED))
+                ),
+                "{transport}: {r:?}"
+            );
+        }
+        assert!(wait_exit(m.pid, 30), "{transport}: the daemon kept running");
+        assert!(!is_mounted(&m.mnt), "{transport}: the mount is left");
+        // The mountpoint takes a new mount that serves every file.
+        let m = mount(&pack, &tmp.path().join("mnt"), &["--transport", transport]);
+        for n in &names {
+            assert!(
+                std::fs::read(m.mnt.join(n)).unwrap() == std::fs::read(src.join(n)).unwrap(),
+                "{transport}: {n}"
+            );
+        }
+        assert!(loosefs(&[&"umount", &m.mnt]).status.success());
+    }
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn a_reader_killed_mid_read_leaves_the_mount_serving_and_nothing_leaked() {
+    use nix::sys::signal::Signal::{SIGCONT, SIGKILL, SIGSTOP};
+    use std::io::{BufRead, Write};
+    let _timeout = require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, pack) = packed(tmp.path());
+    let names = files(&src);
+    for transport in transports() {
+        let m = mount(&pack, &tmp.path().join("mnt"), &["--transport", transport]);
+        assert!(
+            std::fs::read(m.mnt.join(&names[0])).unwrap()
+                == std::fs::read(src.join(&names[0])).unwrap()
+        );
+        // The daemon settles after its first reads (fuser names its threads once they run,
+        // the log is opened after "ready"): two looks 100 ms apart agree.
+        let mut before = threads_and_fds(m.pid);
+        until("the daemon settled", || {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = threads_and_fds(m.pid);
+            std::mem::replace(&mut before, now) == before
+        });
+        for round in 0..3 {
+            let n = &names[1 + round];
+            // The reader opens its file, then reads it once told to: its READ is what the
+            // stopped daemon holds when the reader is killed.
+            let mut reader = std::process::Command::new("sh")
+                .args([
+                    "-c",
+                    "exec 3<\"$1\" && echo opened && read go && cat <&3 >/dev/null",
+                    "sh",
+                ])
+                .arg(m.mnt.join(n))
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut line = String::new();
+            std::io::BufReader::new(reader.stdout.as_mut().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            assert_eq!(line, "opened\n", "{transport}");
+            signal(m.pid, SIGSTOP);
+            let at = waiting(&m.mnt);
+            writeln!(reader.stdin.as_mut().unwrap()).unwrap();
+            until("the reader's READ in flight", || waiting(&m.mnt) > at);
+            reader.kill().unwrap();
+            assert_eq!(
+                reader.wait().unwrap().signal(),
+                Some(SIGKILL as i32),
+                "{transport}: the reader was not killed in its READ"
+            );
+            signal(m.pid, SIGCONT);
+        }
+        // Every file reads right through the same mount, and the daemon's threads and
+        // descriptors are what they were (a ring entry whose request died is registered again).
+        for n in &names {
+            assert!(
+                std::fs::read(m.mnt.join(n)).unwrap() == std::fs::read(src.join(n)).unwrap(),
+                "{transport}: {n}"
+            );
+        }
+        let t = std::time::Instant::now();
+        while threads_and_fds(m.pid) != before {
+            assert!(
+                t.elapsed().as_secs() < 60,
+                "{transport}: threads and descriptors {:?}, {before:?} before",
+                threads_and_fds(m.pid)
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(loosefs(&[&"umount", &m.mnt]).status.success());
+    }
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn one_mib_reads_o_direct_and_any_thread_count_serve_the_same_bytes() {
+    let _timeout = require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("big");
+    std::fs::create_dir(&src).unwrap();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let sizes = [(4 << 20) + 1, 1 << 20, (3 << 20) - 7, 5000];
+    for (k, size) in sizes.iter().enumerate() {
+        let bytes: Vec<u8> = (0..*size)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        std::fs::write(src.join(format!("{k}.bin")), bytes).unwrap();
+    }
+    let pack = tmp.path().join("big.pack");
+    let o = loosefs(&[&"pack", &src, &pack]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for transport in transports() {
+        for threads in ["1", "64"] {
+            let m = mount(
+                &pack,
+                &tmp.path().join(format!("mnt-{transport}-{threads}")),
+                &["--transport", transport, "--threads", threads],
+            );
+            let what = format!("{transport} --threads {threads}");
+            let reads0 = report(&m.mnt).requests["read"];
+            // O_DIRECT in 1 MiB reads into a page-aligned buffer: each is one READ of 1 MiB.
+            let mut direct_reads = 0;
+            for k in 0..sizes.len() {
+                let want = std::fs::read(src.join(format!("{k}.bin"))).unwrap();
+                assert!(
+                    o_direct(&m.mnt.join(format!("{k}.bin"))) == want,
+                    "{what}: {k}.bin"
+                );
+                direct_reads += want.len().div_ceil(1 << 20).max(1);
+            }
+            let reads = report(&m.mnt).requests["read"] - reads0;
+            assert!(
+                reads <= direct_reads as u64 + sizes.len() as u64,
+                "{what}: {reads} READs for {direct_reads} reads of 1 MiB"
+            );
+            // Eight readers at once, buffered.
+            let handles: Vec<_> = (0..8)
+                .map(|r| {
+                    let (mnt, src) = (m.mnt.clone(), src.clone());
+                    std::thread::spawn(move || {
+                        for k in (0..sizes.len()).cycle().skip(r).take(sizes.len()) {
+                            let n = format!("{k}.bin");
+                            assert!(
+                                std::fs::read(mnt.join(&n)).unwrap()
+                                    == std::fs::read(src.join(&n)).unwrap()
+                            );
+                        }
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join()
+                    .unwrap_or_else(|_| panic!("{what}: a reader failed"));
+            }
+            assert!(loosefs(&[&"umount", &m.mnt]).status.success());
+        }
+    }
+}
+
+/// The file at `p` read with O_DIRECT in 1 MiB reads into a page-aligned buffer.
+fn o_direct(p: &Path) -> Vec<u8> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(p)
+        .unwrap();
+    let layout = std::alloc::Layout::from_size_align(1 << 20, 4096).unwrap();
+    // SAFETY: the layout is non-zero in size; the buffer is freed below with the same layout.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    assert!(!ptr.is_null());
+    // SAFETY: `ptr` is valid for 1 MiB of initialised bytes until it is freed below.
+    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, 1 << 20) };
+    let mut out = Vec::new();
+    loop {
+        let n = f.read_at(buf, out.len() as u64).unwrap();
+        out.extend_from_slice(&buf[..n]);
+        if n < buf.len() {
+            break;
+        }
+    }
+    // SAFETY: allocated above with this layout, and `buf` is not used after this.
+    unsafe { std::alloc::dealloc(ptr, layout) };
+    out
 }
