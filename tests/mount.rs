@@ -12,6 +12,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+/// Seconds a test waits for a daemon to exit: longer than the daemon's own wait for its
+/// session thread (10 s) plus its shutdown, so the two limits never race.
+const DAEMON_EXIT: u64 = 30;
+
 /// `loosefs umount` as a command line.
 const LOOSEFS_UMOUNT: [&str; 2] = [env!("CARGO_BIN_EXE_loosefs"), "umount"];
 
@@ -238,18 +242,21 @@ fn tree_matches(src: &Path, pack: &Path, mnt: &Path) {
     // and its exec, a copy of a descriptor this test had open under the mount (seen once under
     // load: EBUSY): a reference that goes within milliseconds, so "busy" is retried briefly; a
     // leaked one would still be there after a second.
+    // Busy while a sibling test's child (forked before its exec) still holds a descriptor
+    // of the mount: tried again until it lets go, up to 30 s.
     let mut o = loosefs(&[&"umount", &m.mnt]);
-    for _ in 0..10 {
-        if o.status.success() || !String::from_utf8_lossy(&o.stderr).contains("busy") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    let t = std::time::Instant::now();
+    while !o.status.success()
+        && String::from_utf8_lossy(&o.stderr).contains("busy")
+        && t.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(50));
         o = loosefs(&[&"umount", &m.mnt]);
     }
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(!is_mounted(&m.mnt));
     assert!(
-        wait_exit(m.pid, 10),
+        wait_exit(m.pid, DAEMON_EXIT),
         "daemon {} still running after unmount",
         m.pid
     );
@@ -312,7 +319,10 @@ fn every_way_of_unmounting_leaves_nothing_behind() {
         assert!(is_mounted(&m.mnt), "{name}: not mounted");
         assert!(m.mnt.join(".").read_dir().unwrap().count() > 0);
         how(&m);
-        assert!(wait_exit(m.pid, 10), "{name}: daemon still running");
+        assert!(
+            wait_exit(m.pid, DAEMON_EXIT),
+            "{name}: daemon still running"
+        );
         assert!(!is_mounted(&m.mnt), "{name}: mount left behind");
         assert!(
             std::fs::metadata(&m.mnt).is_ok(),
@@ -400,7 +410,7 @@ fn remounting_right_after_an_unmount_stays_mounted() {
         std::mem::forget(old);
         let new = mount(&pack, &mnt, &[]);
         assert!(
-            wait_exit(old_pid, 10),
+            wait_exit(old_pid, DAEMON_EXIT),
             "{name}: the old daemon is still running"
         );
         // The old daemon has exited: whatever it unmounted on its way out is gone by now.
@@ -452,7 +462,7 @@ fn stale_mount_is_reported_with_the_fix() {
         Duration::from_secs(30),
     );
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
-    assert!(wait_exit(m.pid, 10));
+    assert!(wait_exit(m.pid, DAEMON_EXIT));
     let r = in_flight
         .recv()
         .expect("the read in flight hung after the kill");
@@ -513,7 +523,7 @@ fn stale_mount_is_reported_with_the_fix() {
     let m2 = mount(&pack, &mnt, &[]);
     assert!(std::fs::read_dir(&m2.mnt).unwrap().count() > 0);
     assert!(loosefs(&[&"umount", &mnt]).status.success());
-    assert!(wait_exit(m2.pid, 10));
+    assert!(wait_exit(m2.pid, DAEMON_EXIT));
 }
 
 #[test]
@@ -587,7 +597,7 @@ fn damaged_sample_answers_eio_and_is_logged() {
         loosefs(&[&"drop-cache", &m.mnt]);
     }
     assert!(loosefs(&[&"umount", &m.mnt]).status.success());
-    assert!(wait_exit(m.pid, 10));
+    assert!(wait_exit(m.pid, DAEMON_EXIT));
     let log = std::fs::read_to_string(&m.log).unwrap();
     assert!(
         log.contains(&victim) && log.contains("CRC-32"),
@@ -646,7 +656,7 @@ fn damaged_sample_answers_eio_and_is_logged() {
     let _ = std::fs::read(mnt2.join(&victim));
     let pid = st["daemon"]["pid"].as_u64().unwrap() as i32;
     assert!(loosefs(&[&"umount", &mnt2]).status.success());
-    assert!(wait_exit(pid, 10));
+    assert!(wait_exit(pid, DAEMON_EXIT));
     let log = std::fs::read_to_string(&err).unwrap();
     assert!(log.contains("log on stderr"), "{log}");
     assert!(

@@ -299,7 +299,8 @@ fn read_ahead_serves_what_it_reads_in_pack_order_and_reads_nothing_for_a_shuffle
 
 #[test]
 fn drop_cache_invalidates_every_served_inode_and_reads_go_back_to_storage() {
-    let tmp = tempfile::tempdir().unwrap();
+    // On the disk: a tmpfs `/tmp` (Debian 13) cannot evict the pack's pages.
+    let tmp = common::disk_tempdir();
     let (_src, pack) = packed(tmp.path());
     let pack_path = pack.path().to_path_buf();
     let s = server(pack, Views::default(), 0);

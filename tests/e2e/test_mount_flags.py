@@ -5,6 +5,7 @@ the fix) and `umount --lazy` (detached); and the foreign-source flags `--format`
 `--class-names` (what ImageFolder sees)."""
 import json
 import os
+import shutil
 import pathlib
 import subprocess
 
@@ -194,57 +195,112 @@ def test_stats_prometheus_is_valid_exposition_and_says_what_the_json_says(mount)
     assert s.labels == {"mountpoint": mnt} and s.value == j["pack"]["samples"]
 
 
+class Nobody:
+    """A copy of the pack readable by `nobody` and an empty mountpoint it owns, under a
+    directory it owns; `run(...)` runs a command as `nobody` there."""
+
+    def __init__(self, pack):
+        import pwd
+        import tempfile
+
+        nobody = pwd.getpwnam("nobody")
+        self.work = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-user-", dir="/tmp"))
+        self.work.chmod(0o755)
+        self.pack = self.work / "data.pack"
+        shutil.copyfile(pack, self.pack)
+        self.pack.chmod(0o644)
+        self.mnt = self.work / "mnt"
+        self.mnt.mkdir()
+        os.chown(self.mnt, nobody.pw_uid, nobody.pw_gid)
+        os.chown(self.work, nobody.pw_uid, nobody.pw_gid)
+
+    def run(self, *args):
+        return subprocess.run(["su", "nobody", "-s", "/bin/sh", "-c", " ".join(f"'{a}'" for a in args)],
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(self.work)})
+
+    def reads_right(self, source):
+        """The user sees the tree, a file equal to the source's, and `stats`."""
+        import hashlib
+        files = self.run("find", self.mnt, "-type", "f").stdout.split()
+        assert files, "the user sees the tree"
+        rel = pathlib.Path(files[0]).relative_to(self.mnt)
+        got = self.run("sha256sum", files[0]).stdout.split()[0]
+        assert got == hashlib.sha256((pathlib.Path(source) / rel).read_bytes()).hexdigest(), rel
+        stats = json.loads(self.run(loosefs_bin(), "stats", self.mnt, "--json").stdout)
+        assert stats["bytes_served"] > 0
+        return stats
+
+    def close(self):
+        subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
 def test_a_user_mounts_through_fusermount3_or_is_told_why(pack, source):
     """Non-root use: as `nobody`, with /dev/fuse as this machine has it and then (if it was
     not) with the distribution's 0666, a mount either works (through the setuid fusermount3:
     files read, `stats`, and `loosefs umount` by the user, which falls back to `fusermount3 -u`)
     or is refused naming /dev/fuse and its mode. /dev/fuse's mode is restored."""
     need_mount()
-    import pwd
-    import shutil
     import stat
-    import tempfile
 
     if not shutil.which("fusermount3"):
         missing_prerequisite("fusermount3 is not installed (package fuse3)")
-    nobody = pwd.getpwnam("nobody")
-    work = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-user-", dir="/tmp"))
+    user = Nobody(pack)
     mode = stat.S_IMODE(os.stat("/dev/fuse").st_mode)
     try:
-        work.chmod(0o755)
-        p = work / "data.pack"
-        shutil.copyfile(pack, p)
-        p.chmod(0o644)
-        mnt = work / "mnt"
-        mnt.mkdir()
-        os.chown(mnt, nobody.pw_uid, nobody.pw_gid)
-        os.chown(work, nobody.pw_uid, nobody.pw_gid)
-
-        def as_nobody(*args):
-            return subprocess.run(["su", "nobody", "-s", "/bin/sh", "-c", " ".join(f"'{a}'" for a in args)],
-                                  capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(work)})
-
         for m in ([mode] if mode & 0o006 == 0o006 else [mode, 0o666]):
             os.chmod("/dev/fuse", m)
-            r = as_nobody(loosefs_bin(), "mount", p, mnt)
+            r = user.run(loosefs_bin(), "mount", user.pack, user.mnt)
             if m & 0o006 != 0o006:
                 assert r.returncode == 2, r.stderr
                 assert "/dev/fuse" in r.stderr and f"{m:04o}" in r.stderr, r.stderr
                 continue
             assert r.returncode == 0, r.stderr
             try:
-                files = as_nobody("find", mnt, "-type", "f").stdout.split()
-                assert files, "the user sees the tree"
-                import hashlib
-                rel = pathlib.Path(files[0]).relative_to(mnt)
-                got = as_nobody("sha256sum", files[0]).stdout.split()[0]
-                assert got == hashlib.sha256((pathlib.Path(source) / rel).read_bytes()).hexdigest(), rel
-                assert json.loads(as_nobody(loosefs_bin(), "stats", mnt, "--json").stdout)["bytes_served"] > 0
+                user.reads_right(source)
             finally:
-                r = as_nobody(loosefs_bin(), "umount", mnt)
+                r = user.run(loosefs_bin(), "umount", user.mnt)
             assert r.returncode == 0, r.stderr
-            assert str(mnt) not in open("/proc/self/mounts").read()
+            assert str(user.mnt) not in open("/proc/self/mounts").read()
     finally:
         os.chmod("/dev/fuse", mode)
-        subprocess.run(["umount", "-l", str(work / "mnt")], capture_output=True)
-        shutil.rmtree(work, ignore_errors=True)
+        user.close()
+
+
+def test_without_fuse_over_io_uring_auto_serves_through_dev_fuse_and_uring_refuses(pack, source):
+    """`enable_uring` off and a user who may not turn it on (`nobody`): `--transport auto`
+    mounts over /dev/fuse and reads right, `--transport uring` exits 2 naming the parameter and
+    leaves nothing mounted. With it on, the user's mount (through fusermount3) uses the ring.
+    The parameter and /dev/fuse's mode are restored."""
+    need_mount()
+    import stat
+
+    param = pathlib.Path("/sys/module/fuse/parameters/enable_uring")
+    if not param.exists():
+        missing_prerequisite("this kernel has no FUSE over io_uring (no enable_uring)")
+    if not shutil.which("fusermount3"):
+        missing_prerequisite("fusermount3 is not installed (package fuse3)")
+    was, mode = param.read_text().strip(), stat.S_IMODE(os.stat("/dev/fuse").st_mode)
+    user = Nobody(pack)
+    try:
+        os.chmod("/dev/fuse", 0o666)
+        for on in ("N", "Y"):
+            param.write_text(on)
+            r = user.run(loosefs_bin(), "mount", user.pack, user.mnt, "--transport", "uring")
+            if on == "N":
+                assert r.returncode == 2, r.stderr
+                assert "enable_uring" in r.stderr and "--transport uring" in r.stderr, r.stderr
+                assert str(user.mnt) not in open("/proc/self/mounts").read()
+                r = user.run(loosefs_bin(), "mount", user.pack, user.mnt, "--transport", "auto")
+            assert r.returncode == 0, r.stderr
+            try:
+                kind = user.reads_right(source)["daemon"]["transport"]["kind"]
+                assert kind == ("classic" if on == "N" else "uring"), (on, kind)
+                assert param.read_text().strip() == on, "a user's mount changed enable_uring"
+            finally:
+                r = user.run(loosefs_bin(), "umount", user.mnt)
+            assert r.returncode == 0, r.stderr
+    finally:
+        param.write_text(was)
+        os.chmod("/dev/fuse", mode)
+        user.close()

@@ -41,7 +41,11 @@ pub fn enable() -> Result<(), String> {
 /// Queues of the ring: one per possible CPU (`/sys/devices/system/cpu/possible`, e.g.
 /// `0-3,8-11`), as the kernel makes them.
 fn possible_cpus() -> usize {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default();
+    cpus_in(&std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default())
+}
+
+/// CPUs in a kernel CPU list (`0-3,8-11`: 8); at least 1.
+fn cpus_in(text: &str) -> usize {
     let count: usize = text
         .trim()
         .split(',')
@@ -409,6 +413,16 @@ fn uring_cmd(fd: i32, cmd_op: u32, cmd: [u8; 80], addr: u64) -> squeue::Entry128
 #[cfg(test)]
 mod sqe_tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists_are_counted_as_the_kernel_writes_them() {
+        assert_eq!(cpus_in("0-3,8-11\n"), 8);
+        assert_eq!(cpus_in("0\n"), 1);
+        assert_eq!(cpus_in("0-1"), 2);
+        assert_eq!(cpus_in("0,2,4-5"), 4);
+        assert_eq!(cpus_in(""), 1, "unreadable: one queue");
+        assert_eq!(cpus_in("3-1"), 1, "nonsense: one queue");
+    }
 
     /// The entry's bytes as the kernel reads them: the fields `io-uring` sets where
     /// `struct io_uring_sqe` has them, and the length written by hand at byte 24.
