@@ -304,6 +304,21 @@ fn cmd_info(
         }
         return Ok(());
     }
+    if let loosefs::open::Dataset::RemoteDir(r) = &ds {
+        let i = loosefs::verify::info_of(r.url(), r.size(), r.totals());
+        if json {
+            println!("{}", serde_json::to_string_pretty(&i)?);
+        } else {
+            print!("{}", i.text());
+            println!("served:        loose objects, each a file (nothing packed)");
+            println!("requests:      {} LIST(s), no GET to open", r.open_lists);
+            println!("cache:         {}", r.cache_root().display());
+            for (k, why) in &r.skipped {
+                println!("left out:      {k}: {why}");
+            }
+        }
+        return Ok(());
+    }
     if let loosefs::open::Dataset::RemoteSet(r) = ds {
         let i = r.info();
         match json {

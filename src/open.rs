@@ -29,6 +29,7 @@ use crate::view::Views;
 use anyhow::{Context, Result};
 use dir::LooseDir;
 use remote_dataset::RemoteDataset;
+use remote_dir::RemoteDir;
 use remote_pack::RemotePack;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -38,6 +39,7 @@ pub mod dir;
 pub mod foreign;
 pub mod pack;
 pub mod remote_dataset;
+pub mod remote_dir;
 pub mod remote_pack;
 #[cfg(test)]
 mod tests;
@@ -166,6 +168,8 @@ pub enum Dataset {
     Dir(LooseDir),
     /// A foreign dataset at an `s3://` or `https://` URL, one block cache per object.
     RemoteSet(Box<RemoteDataset>),
+    /// Loose objects under an `s3://` prefix, served as files.
+    RemoteDir(Box<RemoteDir>),
 }
 
 /// What an opened source gives the filesystem: everything [`Fs`] needs, whatever the kind.
@@ -249,6 +253,29 @@ impl Dataset {
                 .with_context(|| format!("cannot open {url}"))
                 .map(|r| Dataset::RemoteSet(Box::new(r)))
         };
+        // An S3 prefix of loose objects (not a packed format) is served as files from its
+        // listing alone.
+        if opts.format.is_none() && remote_dataset::is_s3_prefix(url) && !opts.remote.offline {
+            let listed = store
+                .list(url)
+                .with_context(|| format!("cannot open {url}"))?;
+            let keys: Vec<String> = listed.iter().map(|(k, _)| k.clone()).collect();
+            if keys.is_empty() {
+                anyhow::bail!("cannot open {url}: no objects under this prefix");
+            }
+            if !remote_dir::holds_a_format(&keys) {
+                return RemoteDir::open(url, listed, opts, &*store)
+                    .with_context(|| format!("cannot open {url}"))
+                    .map(|r| Dataset::RemoteDir(Box::new(r)));
+            }
+            // A packed format: its opener lists the prefix again from this listing.
+            let store: Arc<dyn ObjectStore> = Arc::new(ListedOnce {
+                inner: store,
+                url: url.to_string(),
+                listed: std::sync::Mutex::new(Some(listed)),
+            });
+            return dataset(store);
+        }
         if opts.format.is_some() || remote_dataset::names_many(url) {
             return dataset(store);
         }
@@ -272,6 +299,7 @@ impl Dataset {
             Dataset::Remote(r) => Path::new(r.url()),
             Dataset::Dir(d) => &d.root,
             Dataset::RemoteSet(r) => Path::new(r.url()),
+            Dataset::RemoteDir(r) => Path::new(r.url()),
         }
     }
 
@@ -283,6 +311,7 @@ impl Dataset {
             Dataset::Remote(r) => r.size(),
             Dataset::Dir(d) => d.bytes(),
             Dataset::RemoteSet(r) => r.size(),
+            Dataset::RemoteDir(r) => r.size(),
         }
     }
 
@@ -310,6 +339,13 @@ impl Dataset {
                 owner: metadata(r.cache_root())?,
                 lease: None,
             }),
+            Dataset::RemoteDir(r) => Ok(Opened {
+                catalog: Arc::new(r.catalog(views)?),
+                storage: r.storage(),
+                changes: None,
+                owner: metadata(r.cache_root())?,
+                lease: None,
+            }),
         }
     }
 
@@ -317,5 +353,37 @@ impl Dataset {
     /// serve it in process.
     pub fn server(self, views: Views, opts: FsOptions, chunk_cache: u64) -> Result<Fs> {
         Ok(self.opened(views, chunk_cache)?.into_fs(opts))
+    }
+}
+
+/// A store whose first LIST of `url` is answered from a listing made already (one LIST per
+/// open, whichever opener needs it); everything else goes to `inner`.
+#[derive(Debug)]
+struct ListedOnce {
+    inner: Arc<dyn ObjectStore>,
+    url: String,
+    listed: std::sync::Mutex<Option<Listing>>,
+}
+
+/// A prefix's listing: each key below it, with the pin its listing gave.
+type Listing = Vec<(String, Option<crate::storage::object_source::Pin>)>;
+
+impl ObjectStore for ListedOnce {
+    fn object(&self, url: &str) -> Result<Arc<dyn crate::storage::object_source::ObjectSource>> {
+        self.inner.object(url)
+    }
+
+    fn list(&self, url: &str) -> Result<Listing> {
+        let kept = (url == self.url)
+            .then(|| self.listed.lock().ok()?.take())
+            .flatten();
+        match kept {
+            Some(l) => Ok(l),
+            None => self.inner.list(url),
+        }
+    }
+
+    fn upload(&self, url: &str, src: &Path) -> Result<()> {
+        self.inner.upload(url, src)
     }
 }

@@ -85,7 +85,7 @@ fn dir_of(url: &str) -> &str {
 }
 
 /// Whether `url` is an S3 prefix, whose objects (and shared index) a LIST finds.
-fn is_s3_prefix(url: &str) -> bool {
+pub(crate) fn is_s3_prefix(url: &str) -> bool {
     url.ends_with('/') && url.to_ascii_lowercase().starts_with("s3://")
 }
 

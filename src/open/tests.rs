@@ -513,3 +513,110 @@ fn an_offline_dataset_is_served_from_its_complete_caches_with_no_request() {
     assert_eq!(walk(&serve(ds)), want);
     assert_eq!(nowhere.gets() + nowhere.lists.load(SeqCst), 0);
 }
+
+/// Loose objects: `n` files of about `size` bytes in three class directories under `prefix`.
+fn loose(store: &FakeStore, prefix: &str, n: usize, size: usize) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    for k in 0..n {
+        let name = format!("n0{}/img_{k:04}.JPEG", k % 3);
+        let data = noise(k as u64 + 11, size + k * 13);
+        store.put(&format!("{prefix}{name}"), data.clone());
+        files.insert(name, data);
+    }
+    files
+}
+
+#[test]
+fn loose_objects_under_a_prefix_mount_from_one_list_and_no_get_and_serve_every_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    let files = loose(&store, "s3://b/train/", 60, 5000);
+    let ds = open("s3://b/train/", &options(tmp.path(), "n1"), &store).unwrap();
+    assert!(matches!(ds, Dataset::RemoteDir(_)), "{ds:?}");
+    assert_eq!(
+        (store.lists.load(Relaxed), store.gets()),
+        (1, 0),
+        "one LIST, no GET to mount"
+    );
+    let fs = serve(ds);
+    assert_eq!(walk(&fs), files);
+    // Each object fetched whole once (it fits one block): one GET per object.
+    assert_eq!(store.gets(), files.len() as u64);
+    assert_eq!(walk(&fs), files, "served again from the block caches");
+    assert_eq!(store.gets(), files.len() as u64);
+}
+
+#[test]
+fn a_replaced_loose_object_answers_estale_for_itself_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    let files = loose(&store, "s3://b/train/", 12, 3000);
+    let fs = serve(open("s3://b/train/", &options(tmp.path(), "n1"), &store).unwrap());
+    let (first, second) = (files.keys().next().unwrap(), files.keys().nth(1).unwrap());
+    store.put(&format!("s3://b/train/{first}"), noise(999, 3000));
+    assert!(matches!(read(&fs, first), Err(FsError::Stale(_))));
+    assert_eq!(&read(&fs, second).unwrap(), &files[second]);
+}
+
+#[test]
+fn keys_a_file_system_cannot_show_are_left_out_and_a_prefix_of_shards_stays_a_dataset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    for (k, name) in [
+        "ok/a.txt", "x", "x/y", "a//b", "folder/", ".hidden", "sub/./c", "sub/d",
+    ]
+    .iter()
+    .enumerate()
+    {
+        store.put(&format!("s3://b/odd/{name}"), noise(k as u64, 100 + k));
+    }
+    let ds = open("s3://b/odd/", &options(tmp.path(), "n1"), &store).unwrap();
+    let Dataset::RemoteDir(r) = &ds else {
+        panic!("loose objects, not {ds:?}")
+    };
+    let mut skipped: Vec<&str> = r.skipped.iter().map(|(k, _)| k.as_str()).collect();
+    skipped.sort();
+    assert_eq!(skipped, [".hidden", "a//b", "folder/", "sub/./c", "x"]);
+    let served: Vec<String> = walk(&serve(ds)).into_keys().collect();
+    assert_eq!(served, ["ok/a.txt", "sub/d", "x/y"]);
+    // Shards of one format keep today's behaviour: a dataset, indexed.
+    let files = shards(tmp.path(), &store, "s3://b/wds/");
+    let ds = open("s3://b/wds/", &options(tmp.path(), "n2"), &store).unwrap();
+    assert!(matches!(ds, Dataset::RemoteSet(_)), "{ds:?}");
+    assert_eq!(walk(&serve(ds)), files);
+}
+
+#[test]
+fn formats_are_told_from_loose_files_by_their_listing() {
+    let k = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert!(remote_dir::holds_a_format(&k(&[
+        "index.json",
+        "shard.00000.mds"
+    ])));
+    assert!(remote_dir::holds_a_format(&k(&[
+        "a-000.tar",
+        "a-001.tar",
+        ".loosefs-index"
+    ])));
+    assert!(remote_dir::holds_a_format(&k(&["x.parquet"])));
+    assert!(remote_dir::holds_a_format(&k(&[
+        "train-00000-of-00002",
+        "train-00001-of-00002"
+    ])));
+    assert!(remote_dir::holds_a_format(&k(&[
+        "data_1.gulp",
+        "meta_1.gmeta",
+        "label2idx.json"
+    ])));
+    assert!(!remote_dir::holds_a_format(&k(&["a.tar", "b.parquet"])));
+    assert!(!remote_dir::holds_a_format(&k(&[
+        "n01/a.JPEG",
+        "n02/b.JPEG"
+    ])));
+    // A LeRobot dataset: metadata, Parquet and MP4 together are loose files.
+    assert!(!remote_dir::holds_a_format(&k(&[
+        "meta/info.json",
+        "data/chunk-000/file-000.parquet",
+        "videos/cam/chunk-000/file-000.mp4"
+    ])));
+}

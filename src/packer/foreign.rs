@@ -31,6 +31,12 @@ pub(super) fn walk(src: &Path, args: &OpenOptions) -> Result<Source> {
             Dataset::Pack(_) | Dataset::Remote(_) => {
                 bail!("{}: a loosefs pack already; nothing to pack", src.display())
             }
+            Dataset::RemoteDir(_) => {
+                bail!(
+                    "{}: loose objects, not a dataset of another format (mount it to read them)",
+                    src.display()
+                )
+            }
             Dataset::Dir(_) => {
                 bail!(
                     "{}: a plain directory, not a dataset of another format",

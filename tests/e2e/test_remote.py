@@ -616,3 +616,38 @@ def test_a_read_waiting_for_the_network_stalls_no_other_request_from_its_cpu(wor
             proxy.set(hold=False)
             assert slow.wait(120) == 0
         assert (mnt / other).read_bytes() == (source / other).read_bytes()
+
+
+def test_loose_objects_under_an_s3_prefix_mount_from_their_listing_and_read_identical(world, source):
+    """The source tree uploaded as 1,000 loose objects: `info` and `mount` of the prefix make
+    LISTs only (no object is fetched to mount); every file reads identical to the source, each
+    object fetched once; an object replaced while mounted answers ESTALE for itself only."""
+    weed, proxy = world["weed"], world["s3_proxy"]
+    files = files_of(source)
+    c = weed.client()
+    for rel in files:
+        c.upload_file(str(source / rel), weed.bucket, f"loose/{rel.as_posix()}")
+    url = f"s3://{weed.bucket}/loose/"
+    r0 = proxy.requests
+    info = subprocess.run([loosefs_bin(), "info", url, *s3_args(world)], env=s3_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert info.returncode == 0, info.stderr
+    assert "loose objects" in info.stdout and f"samples:       {len(files)} " in info.stdout, info.stdout
+    listed = proxy.requests - r0
+    assert 1 <= listed <= 3, f"{listed} requests to list {len(files)} keys"
+    r0 = proxy.requests
+    with Mount(url, world["work"], *s3_args(world)) as mnt:
+        assert proxy.requests - r0 == listed, "the mount fetched objects"
+        assert files_of(mnt) == files
+        # Replaced while mounted, before it was read: that file answers ESTALE (a file read
+        # before keeps serving the version it was pinned to, from the block cache).
+        victim = files[-1]
+        c.put_object(Bucket=weed.bucket, Key=f"loose/{victim.as_posix()}", Body=b"new bytes")
+        with pytest.raises(OSError) as e:
+            (mnt / victim).read_bytes()
+        assert e.value.errno == errno.ESTALE
+        r1 = proxy.requests
+        for rel in files[:-1]:
+            assert (mnt / rel).read_bytes() == (source / rel).read_bytes(), rel
+        gets = proxy.requests - r1
+        assert gets <= len(files) * 1.05, f"{gets} requests for {len(files)} objects"

@@ -1,0 +1,332 @@
+//! Loose objects under an S3 prefix (`s3://bucket/imagenet/train/`), served as a read-only
+//! tree of ordinary files: the prefix is listed (LISTs only: no object is fetched to mount),
+//! each key below it becomes a file with the size and ETag its listing gave, and its parents
+//! directories. The tree is laid out as a loose directory's is ([`super::dir`]): an index held
+//! in memory whose records address the objects one after the other at page-aligned offsets,
+//! so read-ahead, warm, pin, decoded views, drop-cache and stats are the pack's, unchanged.
+//!
+//! Every GET carries the ETag the listing gave (`If-Match`, and the answer's ETag is compared):
+//! an object replaced since the mount answers ESTALE for that file only, never bytes of two
+//! versions. The bytes are served through one block cache per object (single-flight: one GET
+//! per block however many readers want it).
+//!
+//! Keys a file system cannot show are left out, each logged with the reason: an empty, `.` or
+//! `..` segment (`a//b`, `./x`), a key ending in `/` (a console's "folder" marker), a key that
+//! is also a prefix of others (`x` and `x/y`: the directory is kept), names starting with `.`
+//! (as a prefix's foreign-dataset listing skips them).
+
+use super::caches::LockedCaches;
+use crate::catalog::ObjectInfo;
+use crate::catalog::native::NativeCatalog;
+use crate::open::OpenOptions;
+use crate::pack::index::{self, Node, Record};
+use crate::storage::block_cache::{self as cache, BlockCache};
+use crate::storage::object_set::ObjectSet;
+use crate::storage::object_source::{ObjectSource, ObjectStore, Pin};
+use crate::view::Views;
+use anyhow::{Context, Result, anyhow, bail};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Extensions of the shards of the packed formats a prefix may hold.
+const SHARD_EXTENSIONS: &[&str] = &[
+    ".tar",
+    ".tfrecord",
+    ".tfrecords",
+    ".parquet",
+    ".beton",
+    ".mds",
+    ".zip",
+    ".gulp",
+];
+
+/// The packed format a key's name says it is a shard of: by its extension, or TFRecord's
+/// `NAME-00000-of-00008` naming (TensorFlow's shards carry no extension).
+fn shard_kind(key: &str) -> Option<&'static str> {
+    let k = key.to_ascii_lowercase();
+    if let Some(ext) = SHARD_EXTENSIONS.iter().find(|e| k.ends_with(*e)) {
+        return Some(ext);
+    }
+    let name = k.rsplit('/').next().unwrap_or(&k);
+    let digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
+    let tf = name.rsplit_once("-of-").is_some_and(|(head, total)| {
+        digits(total) && head.rsplit_once('-').is_some_and(|(_, n)| digits(n))
+    });
+    tf.then_some(".tfrecord")
+}
+
+/// Whether the listing `keys` (relative to the prefix) holds a packed format rather than
+/// loose files: an `index.json` at the top (MDS, LitData), a GulpIO `.gmeta`, or every object
+/// (names starting with `.` left out) a shard of one format. A mixed tree (a LeRobot dataset's
+/// `meta/`, `data/*.parquet` and `videos/*.mp4`) is loose files.
+pub fn holds_a_format(keys: &[String]) -> bool {
+    let keys: Vec<&String> = (keys.iter())
+        .filter(|k| !k.split('/').any(|c| c.starts_with('.')))
+        .collect();
+    if (keys.iter()).any(|k| k.as_str() == "index.json" || k.ends_with(".gmeta")) {
+        return true;
+    }
+    let first = keys.first().and_then(|k| shard_kind(k));
+    first.is_some() && keys.iter().all(|k| shard_kind(k) == first)
+}
+
+/// A directory of the tree being built: its subdirectories and files by name.
+#[derive(Default)]
+struct Dir {
+    dirs: BTreeMap<Vec<u8>, Dir>,
+    /// Per file: its object (index into the listing's kept objects).
+    files: BTreeMap<Vec<u8>, usize>,
+}
+
+/// Why a key is left out, if it is.
+fn left_out(key: &str) -> Option<&'static str> {
+    if key.ends_with('/') {
+        Some("a key ending in '/' (a folder marker) is no file")
+    } else if key
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        Some("an empty, '.' or '..' path segment has no place in a file system")
+    } else if key.split('/').any(|c| c.starts_with('.')) {
+        Some("names starting with '.' are left out")
+    } else if key.contains('\0') {
+        Some("a NUL in a name")
+    } else {
+        None
+    }
+}
+
+/// The loose objects under an S3 prefix, listed and laid out as a tree.
+#[derive(Debug)]
+pub struct RemoteDir {
+    url: String,
+    root: PathBuf,
+    /// Kept objects: name below the prefix, and pin.
+    pub objects: Vec<(String, Pin)>,
+    /// Keys left out, each with the reason.
+    pub skipped: Vec<(String, &'static str)>,
+    caches: Vec<Arc<BlockCache>>,
+    bases: Vec<u64>,
+    index: Arc<memmap2::Mmap>,
+    /// LIST requests made to open it.
+    pub open_lists: u64,
+}
+
+impl RemoteDir {
+    /// Opens the loose objects `listed` (name below the prefix, pin) of the S3 prefix `url`:
+    /// the tree built from the names, every object pinned to its listed ETag, a block cache
+    /// per object in the cache root. No object is fetched.
+    ///
+    /// Errors: nothing listed, an object listed without an ETag, the cache root or an
+    /// object's block cache cannot be used.
+    pub fn open(
+        url: &str,
+        listed: Vec<(String, Option<Pin>)>,
+        args: &OpenOptions,
+        store: &dyn ObjectStore,
+    ) -> Result<RemoteDir> {
+        let mut skipped = Vec::new();
+        let mut kept: Vec<(String, Pin)> = Vec::with_capacity(listed.len());
+        for (key, pin) in listed {
+            if key.ends_with(crate::formats::index::shared::SUFFIX) {
+                continue;
+            }
+            match (left_out(&key), pin) {
+                (Some(why), _) => skipped.push((key, why)),
+                (None, Some(p)) => kept.push((key, p)),
+                (None, None) => bail!("{url}{key}: the listing gave no ETag to pin it to"),
+            }
+        }
+        // The tree: a key that is also a prefix of other keys is a directory (its object is
+        // left out).
+        let mut top = Dir::default();
+        let mut dropped = vec![false; kept.len()];
+        for (i, (key, _)) in kept.iter().enumerate() {
+            let parts: Vec<&[u8]> = key.split('/').map(str::as_bytes).collect();
+            let (last, dirs) = parts.split_last().expect("a key has a name");
+            let mut d = &mut top;
+            for p in dirs {
+                if let Some(f) = d.files.remove(*p) {
+                    dropped[f] = true;
+                }
+                d = d.dirs.entry(p.to_vec()).or_default();
+            }
+            if d.dirs.contains_key(*last) {
+                dropped[i] = true;
+            } else {
+                d.files.insert(last.to_vec(), i);
+            }
+        }
+        for (i, (key, _)) in kept.iter().enumerate() {
+            if dropped[i] {
+                skipped.push((
+                    key.clone(),
+                    "a key that is also a prefix of other keys: the directory is shown",
+                ));
+            }
+        }
+        for (key, why) in &skipped {
+            log::warn!("{url}{key}: left out: {why}");
+        }
+        if dropped.iter().all(|&d| d) {
+            bail!("{url}: no objects under this prefix that a file system can show");
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let mut nodes = vec![Node {
+            parent: None,
+            name: Vec::new(),
+            record: dir_record(now),
+        }];
+        // Objects in tree order (depth first, names sorted by bytes at each level), each at
+        // the next page-aligned offset.
+        let mut order: Vec<usize> = Vec::with_capacity(kept.len());
+        let mut bases = Vec::with_capacity(kept.len());
+        let mut at = 0u64;
+        walk(
+            &top,
+            0,
+            &mut nodes,
+            &mut |i, r: &mut Record| {
+                let size = kept[i].1.size;
+                r.data_off = at;
+                r.size = size;
+                bases.push(at);
+                order.push(i);
+                at = (at + size).next_multiple_of(4096);
+            },
+            now,
+        );
+        let objects: Vec<(String, Pin)> = order.iter().map(|&i| kept[i].clone()).collect();
+        let bytes_index =
+            index::build(&nodes, 4096).with_context(|| format!("cannot index {url}"))?;
+        let mut map = memmap2::MmapMut::map_anon(bytes_index.len())?;
+        map.copy_from_slice(&bytes_index);
+        let mut clients: Vec<Arc<dyn ObjectSource>> = Vec::with_capacity(objects.len());
+        for (name, pin) in &objects {
+            let c = store.object(&format!("{url}{name}"))?;
+            c.set_pin(pin.clone());
+            clients.push(c);
+        }
+        let root = args
+            .remote
+            .cache_dir
+            .clone()
+            .unwrap_or_else(cache::default_root);
+        let caches = LockedCaches::lock(&root, clients)?.open(args.remote.cache_size)?;
+        Ok(RemoteDir {
+            url: url.to_string(),
+            root,
+            objects,
+            skipped,
+            caches,
+            bases,
+            index: Arc::new(map.make_read_only()?),
+            open_lists: 1,
+        })
+    }
+
+    /// The prefix's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The cache root holding the objects' block caches.
+    pub fn cache_root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Bytes of every object served.
+    pub fn size(&self) -> u64 {
+        self.objects.iter().map(|(_, p)| p.size).sum()
+    }
+
+    /// The catalog of the tree, showing `views` (their sizes come from each JPEG's header when
+    /// it is first read). Errors: the index does not validate (a bug, reported as such).
+    pub fn catalog(&self, views: Views) -> Result<NativeCatalog> {
+        let infos = (self.objects.iter())
+            .map(|(name, p)| ObjectInfo {
+                path: PathBuf::from(format!("{}{name}", self.url)),
+                len: p.size,
+                data_end: p.size,
+                align: 1,
+            })
+            .collect();
+        let cat = NativeCatalog::with_objects(
+            self.index.clone(),
+            0..self.index.len(),
+            infos,
+            self.bases.clone(),
+            views,
+        )
+        .map_err(|e| anyhow!("{}: {e}", self.url))?;
+        // No CRC-32 to check: each object is pinned to its ETag instead.
+        Ok(cat.without_checksums())
+    }
+
+    /// The storage: each object's block cache.
+    pub fn storage(&self) -> Arc<dyn crate::storage::Storage> {
+        Arc::new(ObjectSet::new(
+            &self.url,
+            &self.root.display().to_string(),
+            self.caches.clone(),
+        ))
+    }
+
+    /// The index's totals (files, directories, bytes).
+    pub fn totals(&self) -> crate::pack::index::Totals {
+        crate::pack::index::IndexView::parse(&self.index[..])
+            .map(|v| v.totals())
+            .unwrap_or_default()
+    }
+}
+
+/// A directory's record (mode 0755, `mtime` seconds).
+fn dir_record(mtime: i64) -> Record {
+    Record {
+        is_dir: true,
+        mode: 0o040_755,
+        mtime_sec: mtime,
+        ..Record::default()
+    }
+}
+
+/// Appends the nodes of `d`'s children (parent node `at`) depth first, names sorted by bytes,
+/// files and directories together; `file(i, record)` lays out object `i`'s record.
+fn walk(
+    d: &Dir,
+    at: usize,
+    nodes: &mut Vec<Node>,
+    file: &mut dyn FnMut(usize, &mut Record),
+    mtime: i64,
+) {
+    let mut names: Vec<(&Vec<u8>, Option<&Dir>, Option<usize>)> = Vec::new();
+    names.extend(d.dirs.iter().map(|(n, sub)| (n, Some(sub), None)));
+    names.extend(d.files.iter().map(|(n, &i)| (n, None, Some(i))));
+    names.sort_by(|a, b| a.0.cmp(b.0));
+    for (name, sub, obj) in names {
+        let k = nodes.len();
+        let record = match obj {
+            Some(i) => {
+                let mut r = Record {
+                    mode: 0o100_644,
+                    mtime_sec: mtime,
+                    ..Record::default()
+                };
+                file(i, &mut r);
+                r
+            }
+            None => dir_record(mtime),
+        };
+        nodes.push(Node {
+            parent: Some(at),
+            name: name.clone(),
+            record,
+        });
+        if let Some(sub) = sub {
+            walk(sub, k, nodes, file, mtime);
+        }
+    }
+}
