@@ -259,7 +259,7 @@ impl Dataset {
             let listed = store
                 .list(url)
                 .with_context(|| format!("cannot open {url}"))?;
-            let keys: Vec<String> = listed.iter().map(|(k, _)| k.clone()).collect();
+            let keys: Vec<String> = listed.iter().map(|l| l.key.clone()).collect();
             if keys.is_empty() {
                 anyhow::bail!("cannot open {url}: no objects under this prefix");
             }
@@ -366,7 +366,7 @@ struct ListedOnce {
 }
 
 /// A prefix's listing: each key below it, with the pin its listing gave.
-type Listing = Vec<(String, Option<crate::storage::object_source::Pin>)>;
+type Listing = Vec<crate::storage::object_source::Listed>;
 
 impl ObjectStore for ListedOnce {
     fn object(&self, url: &str) -> Result<Arc<dyn crate::storage::object_source::ObjectSource>> {

@@ -130,10 +130,11 @@ fn object_names(url: &str, store: &dyn ObjectStore) -> Result<(Names, Option<Pin
     if is_s3_prefix(url) {
         let listed = store.list(url)?;
         let index_pin = (listed.iter())
-            .find(|(k, _)| k == index::shared::SUFFIX)
-            .and_then(|(_, p)| p.clone());
+            .find(|l| l.key == index::shared::SUFFIX)
+            .and_then(|l| l.pin.clone());
         let (names, pins): (Vec<String>, Vec<Option<Pin>>) = listed
             .into_iter()
+            .map(|l| (l.key, l.pin))
             .filter(|(k, _)| {
                 !k.split('/').any(|c| c.starts_with('.')) && !k.ends_with(index::shared::SUFFIX)
             })

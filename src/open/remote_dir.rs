@@ -22,7 +22,7 @@ use crate::open::OpenOptions;
 use crate::pack::index::{self, Node, Record};
 use crate::storage::block_cache::{self as cache, BlockCache};
 use crate::storage::object_set::ObjectSet;
-use crate::storage::object_source::{ObjectSource, ObjectStore, Pin};
+use crate::storage::object_source::{Listed, ObjectSource, ObjectStore, Pin};
 use crate::view::Views;
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::BTreeMap;
@@ -122,19 +122,28 @@ impl RemoteDir {
     /// object's block cache cannot be used.
     pub fn open(
         url: &str,
-        listed: Vec<(String, Option<Pin>)>,
+        listed: Vec<Listed>,
         args: &OpenOptions,
         store: &dyn ObjectStore,
     ) -> Result<RemoteDir> {
         let mut skipped = Vec::new();
         let mut kept: Vec<(String, Pin)> = Vec::with_capacity(listed.len());
-        for (key, pin) in listed {
+        let mut modified = Vec::with_capacity(listed.len());
+        for Listed {
+            key,
+            pin,
+            modified: m,
+        } in listed
+        {
             if key.ends_with(crate::formats::index::shared::SUFFIX) {
                 continue;
             }
             match (left_out(&key), pin) {
                 (Some(why), _) => skipped.push((key, why)),
-                (None, Some(p)) => kept.push((key, p)),
+                (None, Some(p)) => {
+                    kept.push((key, p));
+                    modified.push(m);
+                }
                 (None, None) => bail!("{url}{key}: the listing gave no ETag to pin it to"),
             }
         }
@@ -172,33 +181,37 @@ impl RemoteDir {
         if dropped.iter().all(|&d| d) {
             bail!("{url}: no objects under this prefix that a file system can show");
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
         let mut nodes = vec![Node {
             parent: None,
             name: Vec::new(),
-            record: dir_record(now),
+            record: dir_record(0),
         }];
         // Objects in tree order (depth first, names sorted by bytes at each level), each at
         // the next page-aligned offset.
         let mut order: Vec<usize> = Vec::with_capacity(kept.len());
         let mut bases = Vec::with_capacity(kept.len());
         let mut at = 0u64;
-        walk(
-            &top,
-            0,
-            &mut nodes,
-            &mut |i, r: &mut Record| {
-                let size = kept[i].1.size;
-                r.data_off = at;
-                r.size = size;
-                bases.push(at);
-                order.push(i);
-                at = (at + size).next_multiple_of(4096);
-            },
-            now,
-        );
+        walk(&top, 0, &mut nodes, &mut |i, r: &mut Record| {
+            let size = kept[i].1.size;
+            r.data_off = at;
+            r.size = size;
+            r.mtime_sec = modified[i];
+            bases.push(at);
+            order.push(i);
+            at = (at + size).next_multiple_of(4096);
+        });
+        // A directory's mtime is the newest of what it holds (the same at every mount).
+        for k in (1..nodes.len()).rev() {
+            let (t, p) = (nodes[k].record.mtime_sec, nodes[k].parent.unwrap_or(0));
+            if nodes[k].record.is_dir || t > 0 {
+                let pr = &mut nodes[p].record;
+                pr.mtime_sec = if pr.mtime_sec == 0 {
+                    t
+                } else {
+                    pr.mtime_sec.max(t)
+                };
+            }
+        }
         let objects: Vec<(String, Pin)> = order.iter().map(|&i| kept[i].clone()).collect();
         let bytes_index =
             index::build(&nodes, 4096).with_context(|| format!("cannot index {url}"))?;
@@ -283,7 +296,7 @@ impl RemoteDir {
     }
 }
 
-/// A directory's record (mode 0755, `mtime` seconds).
+/// A directory's record (mode 0755, `mtime` seconds since the epoch).
 fn dir_record(mtime: i64) -> Record {
     Record {
         is_dir: true,
@@ -294,14 +307,8 @@ fn dir_record(mtime: i64) -> Record {
 }
 
 /// Appends the nodes of `d`'s children (parent node `at`) depth first, names sorted by bytes,
-/// files and directories together; `file(i, record)` lays out object `i`'s record.
-fn walk(
-    d: &Dir,
-    at: usize,
-    nodes: &mut Vec<Node>,
-    file: &mut dyn FnMut(usize, &mut Record),
-    mtime: i64,
-) {
+/// files and directories together; `file(i, record)` fills in object `i`'s record.
+fn walk(d: &Dir, at: usize, nodes: &mut Vec<Node>, file: &mut dyn FnMut(usize, &mut Record)) {
     let mut names: Vec<(&Vec<u8>, Option<&Dir>, Option<usize>)> = Vec::new();
     names.extend(d.dirs.iter().map(|(n, sub)| (n, Some(sub), None)));
     names.extend(d.files.iter().map(|(n, &i)| (n, None, Some(i))));
@@ -312,13 +319,12 @@ fn walk(
             Some(i) => {
                 let mut r = Record {
                     mode: 0o100_644,
-                    mtime_sec: mtime,
                     ..Record::default()
                 };
                 file(i, &mut r);
                 r
             }
-            None => dir_record(mtime),
+            None => dir_record(0),
         };
         nodes.push(Node {
             parent: Some(at),
@@ -326,7 +332,7 @@ fn walk(
             record,
         });
         if let Some(sub) = sub {
-            walk(sub, k, nodes, file, mtime);
+            walk(sub, k, nodes, file);
         }
     }
 }

@@ -539,6 +539,12 @@ fn loose_objects_under_a_prefix_mount_from_one_list_and_no_get_and_serve_every_b
         "one LIST, no GET to mount"
     );
     let fs = serve(ds);
+    // Each file shows its listed LastModified; a directory the newest of what it holds.
+    let ino = ino_of(&fs, "n00/img_0000.JPEG").unwrap();
+    let listed = crate::storage::fake_object::FAKE_MODIFIED;
+    assert_eq!(fs.getattr(ino).unwrap().attr.mtime_sec, listed);
+    let dir = ino_of(&fs, "n00").unwrap();
+    assert_eq!(fs.getattr(dir).unwrap().attr.mtime_sec, listed);
     assert_eq!(walk(&fs), files);
     // Each object fetched whole once (it fits one block): one GET per object.
     assert_eq!(store.gets(), files.len() as u64);

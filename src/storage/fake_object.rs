@@ -3,7 +3,7 @@
 //! sources do). Both count what a server would see (GETs, bytes, LISTs), so tests assert the
 //! requests an open or a read costs without a server.
 
-use super::object_source::{ObjectError, ObjectSource, ObjectStats, ObjectStore, Pin};
+use super::object_source::{Listed, ObjectError, ObjectSource, ObjectStats, ObjectStore, Pin};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use std::collections::BTreeMap;
@@ -193,6 +193,9 @@ impl ObjectSource for FakeObject {
     }
 }
 
+/// The `LastModified` every fake object is listed with, seconds (2023-11-14).
+pub const FAKE_MODIFIED: i64 = 1_700_000_000;
+
 /// A bucket of [`FakeObject`]s keyed by URL, as an [`ObjectStore`]: handles pin themselves as
 /// the real client does (by their first GET, or to what a listing said), and LISTs and
 /// uploads are counted.
@@ -270,7 +273,7 @@ impl ObjectStore for FakeStore {
         }))
     }
 
-    fn list(&self, url: &str) -> anyhow::Result<Vec<(String, Option<Pin>)>> {
+    fn list(&self, url: &str) -> anyhow::Result<Vec<Listed>> {
         self.lists.fetch_add(1, Relaxed);
         if self.list_down.load(SeqCst) {
             anyhow::bail!("{url}: cannot list the prefix: connection refused");
@@ -280,9 +283,13 @@ impl ObjectStore for FakeStore {
             .iter()
             .filter_map(|(k, o)| {
                 let rel = k.strip_prefix(url)?;
-                Some((rel.to_string(), Some(o.current())))
+                Some(Listed {
+                    key: rel.to_string(),
+                    pin: Some(o.current()),
+                    modified: FAKE_MODIFIED,
+                })
             })
-            .filter(|(k, _)| !k.is_empty())
+            .filter(|l| !l.key.is_empty())
             .collect())
     }
 

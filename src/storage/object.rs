@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-pub use super::object_source::{ObjectError, ObjectStats, Pin};
+pub use super::object_source::{Listed, ObjectError, ObjectStats, Pin};
 use super::remote_config::RemoteConfig;
 
 /// Whether `src` names a remote object (`s3://`, `https://` or `http://`).
@@ -370,11 +370,11 @@ impl ObjectClient {
     /// (key relative to the prefix, what the listing says it is: size, ETag, version), sorted
     /// by key. One LIST request per 1000 keys. Errors: the listing is refused (403), or the
     /// store cannot list (HTTP).
-    pub fn list(&self) -> Result<Vec<(String, Option<Pin>)>> {
+    pub fn list(&self) -> Result<Vec<Listed>> {
         use futures::TryStreamExt;
         let url = self.url.clone();
         let prefix = self.path.clone();
-        let mut v: Vec<(String, Option<Pin>)> = self
+        let mut v: Vec<Listed> = self
             .rt
             .block_on(self.store.list(Some(&prefix)).try_collect::<Vec<_>>())
             .map_err(|e| anyhow!("{url}: cannot list the prefix: {e}"))?
@@ -390,11 +390,15 @@ impl ObjectClient {
                     etag,
                     version: m.version,
                 });
-                Some((rel.join("/"), pin))
+                Some(Listed {
+                    key: rel.join("/"),
+                    pin,
+                    modified: m.last_modified.timestamp(),
+                })
             })
-            .filter(|(k, _)| !k.is_empty())
+            .filter(|l| !l.key.is_empty())
             .collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(v)
     }
 
@@ -551,7 +555,7 @@ impl super::object_source::ObjectStore for Remote {
         Ok(Arc::new(self.client(url)?))
     }
 
-    fn list(&self, url: &str) -> Result<Vec<(String, Option<Pin>)>> {
+    fn list(&self, url: &str) -> Result<Vec<Listed>> {
         self.client(url)?.list()
     }
 

@@ -13,6 +13,17 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+/// One object of a prefix's listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Its key relative to the prefix.
+    pub key: String,
+    /// What the listing says of it (size, ETag, version); `None` without an ETag.
+    pub pin: Option<Pin>,
+    /// Its `LastModified`, seconds since the Unix epoch (0: not given).
+    pub modified: i64,
+}
+
 /// What a remote object is pinned to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pin {
@@ -170,11 +181,10 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// Errors: a malformed URL, plain http where it is not allowed, no credentials.
     fn object(&self, url: &str) -> anyhow::Result<Arc<dyn ObjectSource>>;
 
-    /// Every object under the prefix `url` (`s3://bucket/prefix/`), as (key relative to the
-    /// prefix, what the listing says of it: size, ETag, version), sorted by key.
+    /// Every object under the prefix `url` (`s3://bucket/prefix/`), sorted by key.
     ///
     /// Errors: the listing is refused (403), or the store cannot list (HTTP).
-    fn list(&self, url: &str) -> anyhow::Result<Vec<(String, Option<Pin>)>>;
+    fn list(&self, url: &str) -> anyhow::Result<Vec<Listed>>;
 
     /// Writes the local file `src` as the object `url`, replacing any object there.
     ///

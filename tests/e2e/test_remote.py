@@ -639,6 +639,9 @@ def test_loose_objects_under_an_s3_prefix_mount_from_their_listing_and_read_iden
     with Mount(url, world["work"], *s3_args(world)) as mnt:
         assert proxy.requests - r0 == listed, "the mount fetched objects"
         assert files_of(mnt) == files
+        # Each file's mtime is its LastModified.
+        head = c.head_object(Bucket=weed.bucket, Key=f"loose/{files[0].as_posix()}")
+        assert abs((mnt / files[0]).stat().st_mtime - head["LastModified"].timestamp()) < 1
         # Replaced while mounted, before it was read: that file answers ESTALE (a file read
         # before keeps serving the version it was pinned to, from the block cache).
         victim = files[-1]
