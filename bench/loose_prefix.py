@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Loose objects under an S3 prefix (issue 44), all servers on 127.0.0.1.
+
+SeaweedFS holds every file of `--data` as its own object under `s3://packs/loose/`, and the
+loosefs pack of the same files; the fault proxy of tests/e2e/servers.py sits between loosefs and
+it with a bandwidth cap (`--cap`, MB/s, shared by all connections) and added latency per request
+(`--latency`, ms). Each pass: a fresh block cache, `loosefs mount` timed (requests counted at
+the proxy), then a cold shuffled epoch read by `--readers` threads (files/s, MB/s against the
+cap, requests). Targets: the prefix mounted as files; the same with the epoch's order announced
+(`.loosefs/order` written before the first read); the remote pack of the same files. Peers
+(rclone, s3fs) are not measured here yet.
+
+Run as root from the repository:
+  python bench/loose_prefix.py --data ../shared/data/imagenet-sample --cap 50 --latency 20
+"""
+import argparse
+import os
+import pathlib
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+import servers  # noqa: E402
+
+BIN = ROOT / "target" / "release" / "loosefs"
+
+
+def epoch(mnt: pathlib.Path, order, readers: int) -> tuple[float, int]:
+    """Reads `order` through `mnt` with `readers` threads; (seconds, bytes)."""
+    it, lock, total = iter(order), threading.Lock(), [0]
+
+    def reader():
+        while True:
+            with lock:
+                rel = next(it, None)
+            if rel is None:
+                return
+            n = len((mnt / rel).read_bytes())
+            with lock:
+                total[0] += n
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=reader) for _ in range(readers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.monotonic() - t0, total[0]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, type=pathlib.Path)
+    ap.add_argument("--cap", type=float, default=50, help="MB/s")
+    ap.add_argument("--latency", type=float, default=20, help="ms per request")
+    ap.add_argument("--readers", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    files = sorted(p.relative_to(a.data) for p in a.data.rglob("*") if p.is_file())
+    work = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-loose-bench-"))
+    weed = servers.Seaweed(work / "weed")
+    weed.start()
+    try:
+        c = weed.client()
+        for rel in files:
+            c.upload_file(str(a.data / rel), weed.bucket, f"loose/{rel.as_posix()}")
+        subprocess.run([BIN, "pack", a.data, work / "d.pack"], check=True, capture_output=True)
+        weed.put("d.pack", work / "d.pack")
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=servers.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=servers.SECRET_KEY,
+                   AWS_EC2_METADATA_DISABLED="true")
+        targets = [("loose prefix", "loose/", False), ("loose prefix, order announced", "loose/", True),
+                   ("remote pack", "d.pack", False)]
+        results = {name: [] for name, _, _ in targets}
+        for rep in range(a.repeat):
+            for name, key, announce in targets:
+                proxy = servers.FaultProxy(weed.port, rate=a.cap * 1e6, latency=a.latency / 1000).start()
+                mnt = work / f"mnt-{rep}-{len(results[name])}-{random.randrange(1 << 20)}"
+                mnt.mkdir()
+                t0 = time.monotonic()
+                r = subprocess.run([BIN, "mount", f"s3://{weed.bucket}/{key}", mnt, "--endpoint-url",
+                                    f"http://127.0.0.1:{proxy.port}", "--allow-http", "--cache-size", "4G",
+                                    "--cache-dir", work / f"cache-{mnt.name}"], env=env, capture_output=True, text=True)
+                if r.returncode != 0:
+                    sys.exit(f"{name}: {r.stderr}")
+                mount_s, mount_req = time.monotonic() - t0, proxy.requests
+                order = list(files)
+                random.Random(rep).shuffle(order)
+                if announce:
+                    (mnt / ".loosefs" / "order").write_text("".join(f"{p.as_posix()}\n" for p in order))
+                dt, n = epoch(mnt, order, a.readers)
+                results[name].append((mount_s, mount_req, len(files) / dt, n / dt / 1e6, proxy.requests - mount_req))
+                subprocess.run([BIN, "umount", mnt], check=True)
+                proxy.stop()
+        print(f"{len(files)} files, cap {a.cap} MB/s + {a.latency} ms per request, {a.readers} readers, "
+              f"cold shuffled epoch, medians of {a.repeat}")
+        print("| target | mount s (requests) | files/s | MB/s (× cap) | requests in the epoch |")
+        print("|---|---|---|---|---|")
+        for name, rs in results.items():
+            med = [statistics.median(x) for x in zip(*rs)]
+            print(f"| {name} | {med[0]:.2f} ({med[1]:.0f}) | {med[2]:.0f} | {med[3]:.1f} ({med[3] / a.cap:.2f}×) "
+                  f"| {med[4]:.0f} |")
+    finally:
+        weed.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
