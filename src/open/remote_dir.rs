@@ -181,6 +181,21 @@ impl RemoteDir {
         if dropped.iter().all(|&d| d) {
             bail!("{url}: no objects under this prefix that a file system can show");
         }
+        let mut clients: Vec<Option<Arc<dyn ObjectSource>>> = Vec::with_capacity(kept.len());
+        for (i, (name, pin)) in kept.iter().enumerate() {
+            if dropped[i] {
+                clients.push(None);
+                continue;
+            }
+            let c = store.object(&format!("{url}{name}"))?;
+            c.set_pin(pin.clone());
+            clients.push(Some(c));
+        }
+        let jpegs = if args.probe_jpegs {
+            probe_jpegs(&kept, &clients, args.remote.max_requests)
+        } else {
+            vec![None; kept.len()]
+        };
         let mut nodes = vec![Node {
             parent: None,
             name: Vec::new(),
@@ -196,6 +211,9 @@ impl RemoteDir {
             r.data_off = at;
             r.size = size;
             r.mtime_sec = modified[i];
+            if let Some(j) = &jpegs[i] {
+                (r.width, r.height, r.components) = (j.width, j.height, j.components);
+            }
             bases.push(at);
             order.push(i);
             at = (at + size).next_multiple_of(4096);
@@ -217,12 +235,8 @@ impl RemoteDir {
             index::build(&nodes, 4096).with_context(|| format!("cannot index {url}"))?;
         let mut map = memmap2::MmapMut::map_anon(bytes_index.len())?;
         map.copy_from_slice(&bytes_index);
-        let mut clients: Vec<Arc<dyn ObjectSource>> = Vec::with_capacity(objects.len());
-        for (name, pin) in &objects {
-            let c = store.object(&format!("{url}{name}"))?;
-            c.set_pin(pin.clone());
-            clients.push(c);
-        }
+        let clients: Vec<Arc<dyn ObjectSource>> =
+            (order.iter()).filter_map(|&i| clients[i].take()).collect();
         let root = args
             .remote
             .cache_dir
@@ -294,6 +308,66 @@ impl RemoteDir {
             .map(|v| v.totals())
             .unwrap_or_default()
     }
+}
+
+/// Bytes of an object's head fetched for its JPEG header (a second GET of up to
+/// [`HEAD_MAX`] when the frame header lies further in): 8 KiB holds the frame header of the
+/// ImageNet JPEGs.
+const HEAD: u64 = 8 << 10;
+/// The most fetched of an object for its JPEG header, bytes.
+const HEAD_MAX: u64 = 256 << 10;
+
+/// Width, height and components of each kept object named as a JPEG (`.jpg`, `.jpeg`, any
+/// case), from a ranged GET of its head (at most `max` GETs in flight, none cached); `None`
+/// for other objects and for those whose head is no JPEG header or cannot be fetched (logged:
+/// they show no decoded views).
+fn probe_jpegs(
+    kept: &[(String, Pin)],
+    clients: &[Option<Arc<dyn ObjectSource>>],
+    max: usize,
+) -> Vec<Option<crate::pack::jpeg::JpegInfo>> {
+    use futures::StreamExt;
+    let is_jpeg = |k: &str| {
+        let k = k.to_ascii_lowercase();
+        k.ends_with(".jpg") || k.ends_with(".jpeg")
+    };
+    let Some(rt) = clients.iter().flatten().next().map(|c| c.runtime()) else {
+        return vec![None; kept.len()];
+    };
+    let probe = |i: usize| {
+        let c = clients[i].clone();
+        let size = kept[i].1.size;
+        async move {
+            let c = c?;
+            let head = c.get(0..size.min(HEAD)).await.ok()?;
+            let info = crate::pack::jpeg::probe(&head);
+            if info.is_some() || size <= HEAD || !head.starts_with(&[0xFF, 0xD8, 0xFF]) {
+                return info;
+            }
+            let head = c.get(0..size.min(HEAD_MAX)).await.ok()?;
+            crate::pack::jpeg::probe(&head)
+        }
+    };
+    let wanted: Vec<usize> = (0..kept.len())
+        .filter(|&i| clients[i].is_some() && is_jpeg(&kept[i].0))
+        .collect();
+    let found: Vec<Option<crate::pack::jpeg::JpegInfo>> = rt.block_on(
+        futures::stream::iter(wanted.iter().map(|&i| probe(i)))
+            .buffered(max.max(1))
+            .collect(),
+    );
+    let mut out = vec![None; kept.len()];
+    let mut missed = 0;
+    for (&i, info) in wanted.iter().zip(found) {
+        missed += usize::from(info.is_none());
+        out[i] = info;
+    }
+    if missed > 0 {
+        log::warn!(
+            "{missed} object(s) named as JPEGs have no JPEG header loosefs can read: no decoded views of them"
+        );
+    }
+    out
 }
 
 /// A directory's record (mode 0755, `mtime` seconds since the epoch).

@@ -618,16 +618,24 @@ def test_a_read_waiting_for_the_network_stalls_no_other_request_from_its_cpu(wor
         assert (mnt / other).read_bytes() == (source / other).read_bytes()
 
 
-def test_loose_objects_under_an_s3_prefix_mount_from_their_listing_and_read_identical(world, source):
+@pytest.fixture(scope="module")
+def loose(world, source):
+    """The source tree uploaded once as loose objects under s3://packs/loose/; its URL."""
+    weed = world["weed"]
+    c = weed.client()
+    for rel in files_of(source):
+        c.upload_file(str(source / rel), weed.bucket, f"loose/{rel.as_posix()}")
+    return f"s3://{weed.bucket}/loose/"
+
+
+def test_loose_objects_under_an_s3_prefix_mount_from_their_listing_and_read_identical(world, source, loose):
     """The source tree uploaded as 1,000 loose objects: `info` and `mount` of the prefix make
     LISTs only (no object is fetched to mount); every file reads identical to the source, each
     object fetched once; an object replaced while mounted answers ESTALE for itself only."""
     weed, proxy = world["weed"], world["s3_proxy"]
     files = files_of(source)
     c = weed.client()
-    for rel in files:
-        c.upload_file(str(source / rel), weed.bucket, f"loose/{rel.as_posix()}")
-    url = f"s3://{weed.bucket}/loose/"
+    url = loose
     r0 = proxy.requests
     info = subprocess.run([loosefs_bin(), "info", url, *s3_args(world)], env=s3_env(), capture_output=True,
                           text=True, timeout=300)
@@ -654,3 +662,26 @@ def test_loose_objects_under_an_s3_prefix_mount_from_their_listing_and_read_iden
             assert (mnt / rel).read_bytes() == (source / rel).read_bytes(), rel
         gets = proxy.requests - r1
         assert gets <= len(files) * 1.05, f"{gets} requests for {len(files)} objects"
+        c.upload_file(str(source / victim), weed.bucket, f"loose/{victim.as_posix()}")
+
+
+def test_loose_jpegs_under_a_prefix_show_decoded_views_from_a_head_range_each(world, source, loose):
+    """`--decode npy` over loose objects: each JPEG's dimensions come from a ranged GET of its
+    head at mount (the objects themselves are not downloaded), and its .npy equals Pillow's
+    decode."""
+    import numpy as np
+    from PIL import Image
+
+    proxy = world["s3_proxy"]
+    files = [f for f in files_of(source) if f.suffix.lower() in (".jpeg", ".jpg")][:40]
+    r0 = proxy.requests
+    with Mount(loose, world["work"], "--decode", "npy", *s3_args(world)) as mnt:
+        # One LIST, a GET of each JPEG's first 8 KiB, and a second of up to 256 KiB where
+        # the frame header lies further in (EXIF thumbnails): no object fetched whole.
+        mounted = proxy.requests - r0
+        assert mounted <= 2 * len(files_of(source)) + 3, f"{mounted} requests to mount"
+        for rel in files:
+            with Image.open(source / rel) as im:
+                ref = np.asarray(im.convert("RGB"))
+            a = np.load(mnt / rel.with_suffix(".npy"))
+            assert a.shape == ref.shape and np.array_equal(a, ref), rel
