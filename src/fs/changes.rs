@@ -242,7 +242,7 @@ impl Changes {
         snap: Option<Attr>,
     ) -> Result<Now, FsError> {
         let rel = rel.join(OsStr::from_bytes(name));
-        let meta = match std::fs::symlink_metadata(self.root.join(&rel)) {
+        let meta = match crate::storage::files::metadata_beneath(&self.root, &rel) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(FsError::NotFound),
             Err(e) => return Err(FsError::Io(format!("{}: {e}", rel.display()))),

@@ -264,6 +264,98 @@ pub fn open_original(path: &Path) -> io::Result<File> {
     Ok(f)
 }
 
+/// Opens `rel` (a relative path of the tree) below the directory `root` without ever leaving
+/// it: `openat2(2)` from `root`'s descriptor with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, so no
+/// component — not only the last, as `O_NOFOLLOW` checks — may be a symbolic link or `..` out
+/// of the tree. A directory of the tree swapped for a link to elsewhere while mounted is then
+/// refused (ELOOP, EXDEV) instead of followed. `flags` are the open flags (`O_PATH | O_NOFOLLOW`
+/// gives a descriptor of a trailing link itself, for its metadata).
+///
+/// Errors: those of the open; ENOSYS on kernels before 5.6 (no `openat2`).
+fn beneath(root: &Path, rel: &Path, flags: nix::fcntl::OFlag) -> io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    let top = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(root)?;
+    let rel = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    nix::fcntl::openat2(&top, rel, how).map_err(io::Error::from)
+}
+
+/// [`open_original`] of `rel` below `root`, never through a symbolic link or out of the tree
+/// (see [`beneath`]). Errors: those of [`open_original`], and ELOOP/EXDEV where a component
+/// is a link.
+pub fn open_original_beneath(root: &Path, rel: &Path) -> io::Result<File> {
+    use nix::fcntl::OFlag;
+    let base = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK;
+    let fd = beneath(root, rel, base | OFlag::O_NOATIME).or_else(|_| beneath(root, rel, base))?;
+    let f = File::from(fd);
+    if !f.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, device or socket stands in its place)",
+        ));
+    }
+    Ok(f)
+}
+
+/// The metadata of `rel` below `root` (of a trailing symbolic link itself), never resolved
+/// through a link or out of the tree (see [`beneath`]): a path through a link is NotFound, as
+/// the walk leaves links out.
+pub fn metadata_beneath(root: &Path, rel: &Path) -> io::Result<std::fs::Metadata> {
+    use nix::fcntl::OFlag;
+    match beneath(root, rel, OFlag::O_PATH | OFlag::O_NOFOLLOW) {
+        Ok(fd) => File::from(fd).metadata(),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::EXDEV)) => {
+            Err(io::Error::new(io::ErrorKind::NotFound, e))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// One entry of a directory listed by [`read_dir_beneath`].
+pub struct DirEntry {
+    /// Its name.
+    pub name: Vec<u8>,
+    /// Its inode number.
+    pub ino: u64,
+    /// Whether it is a directory (`None`: the file system did not say).
+    pub is_dir: Option<bool>,
+}
+
+/// The entries of the directory `rel` below `root` (no `.` and `..`), never listed through a
+/// symbolic link or out of the tree (see [`beneath`]).
+pub fn read_dir_beneath(root: &Path, rel: &Path) -> io::Result<Vec<DirEntry>> {
+    use nix::fcntl::OFlag;
+    let fd = beneath(
+        root,
+        rel,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW,
+    )?;
+    let mut dir = nix::dir::Dir::from_fd(fd).map_err(io::Error::from)?;
+    let mut out = Vec::new();
+    for e in dir.iter() {
+        let e = e.map_err(io::Error::from)?;
+        let name = e.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        out.push(DirEntry {
+            name: name.to_vec(),
+            ino: e.ino(),
+            is_dir: e.file_type().map(|t| t == nix::dir::Type::Directory),
+        });
+    }
+    Ok(out)
+}
+
 /// What differs between two stamps, for messages.
 fn changes(was: &Stamp, now: &Stamp) -> String {
     let mut d = Vec::new();

@@ -9,7 +9,6 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::DirEntryExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -121,8 +120,8 @@ impl Changes {
         };
         let io = |e: std::io::Error| FsError::Io(format!("{}: {e}", rel.display()));
         let mut names = Vec::new();
-        for e in std::fs::read_dir(self.root.join(&rel)).map_err(io)? {
-            names.push(e.map_err(io)?.file_name().as_bytes().to_vec());
+        for e in crate::storage::files::read_dir_beneath(&self.root, &rel).map_err(io)? {
+            names.push(e.name);
         }
         names.sort();
         let mut list = vec![
@@ -155,18 +154,18 @@ impl Changes {
                 }
                 false
             });
-            let Ok(rd) = std::fs::read_dir(self.root.join(&rel)) else {
+            let Ok(rd) = crate::storage::files::read_dir_beneath(&self.root, &rel) else {
                 continue;
             };
             let mut seen = HashSet::new();
-            for e in rd.flatten() {
-                let name = e.file_name().as_bytes().to_vec();
+            for e in rd {
+                let name = e.name;
                 let differs = match snap.get(&name) {
                     Some(&(_, Kind::File)) => {
                         let p = rel.join(OsStr::from_bytes(&name));
-                        self.snapshot_stamp(&p).is_none_or(|s| s.ino != e.ino())
+                        self.snapshot_stamp(&p).is_none_or(|s| s.ino != e.ino)
                     }
-                    Some(&(_, Kind::Dir)) => e.file_type().is_ok_and(|t| !t.is_dir()),
+                    Some(&(_, Kind::Dir)) => e.is_dir == Some(false),
                     None => true,
                 };
                 if differs && !(ino == crate::ino::ROOT_INO && name == crate::ino::CONTROL_DIR_NAME)

@@ -30,7 +30,7 @@ impl Changes {
         let path = self.path_in(dir, name);
         let gone = path
             .as_ref()
-            .is_some_and(|p| std::fs::symlink_metadata(self.root.join(p)).is_err());
+            .is_some_and(|p| crate::storage::files::metadata_beneath(&self.root, p).is_err());
         // Neither on the disk nor in the snapshot (a temporary name come and gone): the
         // catalog's answer is right again, and nothing is kept for it.
         let forgotten = gone && (late_dir || self.raw.lookup(dir, name).is_err());

@@ -4,7 +4,7 @@
 
 use super::Changes;
 use crate::catalog::{FsError, Kind};
-use crate::storage::files::{Stamp, open_original};
+use crate::storage::files::{Stamp, open_original_beneath};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -38,7 +38,7 @@ impl Changes {
                 reported: l.reported.clone(),
             }
         };
-        let f = open_original(&self.root.join(&l.rel))
+        let f = open_original_beneath(&self.root, &l.rel)
             .map_err(|e| self.changed(&l, &format!("cannot be opened ({e})")))?;
         self.check(&l, &f)?;
         Ok((f, l))

@@ -351,3 +351,47 @@ fn names_come_and_gone_are_not_kept() {
     let names: Vec<_> = listing(&ch, &*cat, d).into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["a.bin"]);
 }
+
+#[test]
+fn a_directory_swapped_for_a_symbolic_link_is_never_read_through() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, outside) = (tmp.path().join("tree"), tmp.path().join("outside"));
+    tree(&root);
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("a.bin"), b"secret").unwrap();
+    std::fs::write(outside.join("new.bin"), b"secret too").unwrap();
+    let (ch, _cat) = changes_of(&root);
+    // A directory of the mount held (its inode known), the real one renamed away and a link
+    // to a directory outside the tree put in its place; then names in it change.
+    let d = ino(&ch, "d").unwrap();
+    std::fs::rename(root.join("d"), root.join("d-away")).unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("d")).unwrap();
+    for name in ["a.bin", "new.bin"] {
+        ch.note(d, name.as_bytes());
+    }
+    ch.note(crate::ino::ROOT_INO, b"d");
+    // Through the held directory: nothing outside the tree is found, listed or read.
+    for name in ["a.bin", "new.bin"] {
+        match ch.lookup_any(d, name.as_bytes()) {
+            Err(_) => {}
+            Ok(a) => {
+                let got = ch.read_at(late(a.ino), 0, 100);
+                assert!(
+                    !matches!(&got, Ok(b) if b.starts_with(b"secret")),
+                    "{name} read from outside the tree: {got:?}"
+                );
+            }
+        }
+    }
+    let mut names = Vec::new();
+    let _ = ch.readdir(d, 0, &mut |e| {
+        names.push(e.name.into_owned());
+        false
+    });
+    assert!(
+        !names.iter().any(|n| n == b"new.bin"),
+        "listed from outside"
+    );
+    // From the top: the link is no directory of the tree.
+    assert!(ino(&ch, "d/new.bin").is_err());
+}
