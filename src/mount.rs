@@ -85,29 +85,36 @@ fn stale_message(mnt: &Path) -> String {
 
 /// The filesystem type of the mount at exactly `path`, from /proc/self/mountinfo.
 pub fn mount_fstype(path: &Path) -> Option<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = path.to_str()?;
-    info.lines().rev().find_map(|line| {
-        let f: Vec<&str> = line.split(' ').collect();
-        let sep = f.iter().position(|&x| x == "-")?;
-        (unescape_mountinfo(f.get(4)?) == want).then(|| f.get(sep + 1).map(|s| s.to_string()))?
-    })
+    mountinfo_field(path, |f, sep| f.get(sep + 1).copied())
 }
 
 /// The device (`major:minor`) of the mount at exactly `path`, from /proc/self/mountinfo (no
 /// request reaches the filesystem, so this never waits on a FUSE daemon).
 fn mount_device(path: &Path) -> Option<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = path.to_str()?;
-    info.lines().rev().find_map(|line| {
-        let f: Vec<&str> = line.split(' ').collect();
-        (unescape_mountinfo(f.get(4)?) == want).then(|| f.get(2).map(|s| s.to_string()))?
+    mountinfo_field(path, |f, _| f.get(2).copied())
+}
+
+/// A field (chosen by `pick` from the line's fields and the position of its `-` separator) of
+/// the last line of /proc/self/mountinfo whose mount point is exactly `path`. Compared as
+/// bytes: a mount point that is not UTF-8 is found too (the kernel escapes only space, tab,
+/// newline and backslash), and such a line elsewhere does not hide the others.
+fn mountinfo_field(
+    path: &Path,
+    pick: impl for<'a> Fn(&[&'a [u8]], usize) -> Option<&'a [u8]>,
+) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let info = std::fs::read("/proc/self/mountinfo").ok()?;
+    let want = path.as_os_str().as_bytes();
+    info.split(|&b| b == b'\n').rev().find_map(|line| {
+        let f: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        let sep = f.iter().position(|&x| x == b"-")?;
+        (unescape_mountinfo(f.get(4)?) == want)
+            .then(|| pick(&f, sep).map(|v| String::from_utf8_lossy(v).into_owned()))?
     })
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space, etc.).
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
+fn unescape_mountinfo(b: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
@@ -122,7 +129,7 @@ fn unescape_mountinfo(s: &str) -> String {
             i += 1;
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 /// `loosefs mount`: validates the pack and the mountpoint, then serves in the foreground or

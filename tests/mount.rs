@@ -902,3 +902,26 @@ fn mount_8_and_fstab_mount_a_pack_as_fuse_loosefs_with_cli_options() {
     );
     assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
 }
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn a_mountpoint_whose_name_is_not_utf8_is_found_refused_twice_and_unmounted() {
+    use std::os::unix::ffi::OsStrExt;
+    let _timeout = require_mount();
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, pack) = packed(tmp.path());
+    let mnt = tmp
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"mnt-\xff\xfe latin-1 \xe9"));
+    let m = mount(&pack, &mnt, &[]);
+    assert!(is_mounted(&mnt), "the mount is not found in mountinfo");
+    let name = &files(&src)[0];
+    assert!(std::fs::read(mnt.join(name)).unwrap() == std::fs::read(src.join(name)).unwrap());
+    // A second mount does not stack on the live one.
+    let o = loosefs(&[&"mount", &pack, &mnt]);
+    assert!(!o.status.success(), "a second mount stacked");
+    let o = loosefs(&[&"umount", &mnt]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!is_mounted(&mnt));
+    assert!(wait_exit(m.pid, DAEMON_EXIT));
+}
