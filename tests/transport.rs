@@ -432,7 +432,7 @@ fn sigterm_with_requests_in_flight_ends_every_reader_and_leaves_no_mount() {
     for transport in transports() {
         let m = mount(&pack, &tmp.path().join("mnt"), &["--transport", transport]);
         signal(m.pid, SIGSTOP);
-        // Four readers of files never looked up: four requests the daemon holds.
+        // Four readers of files never looked up: requests the daemon holds.
         let readers: Vec<_> = (names[..4].iter())
             .map(|n| {
                 let (p, want) = (m.mnt.join(n), std::fs::read(src.join(n)).unwrap());
@@ -446,19 +446,27 @@ fn sigterm_with_requests_in_flight_ends_every_reader_and_leaves_no_mount() {
                 )
             })
             .collect();
-        until("four requests in flight", || waiting(&m.mnt) >= 4);
+        // At least one request held (lookups of one directory may wait for one another in
+        // the kernel rather than reach the daemon together).
+        until(&format!("{transport}: a request in flight"), || {
+            waiting(&m.mnt) >= 1
+        });
         signal(m.pid, SIGTERM);
         signal(m.pid, SIGCONT);
         for r in readers {
             let r = r
                 .recv()
                 .unwrap_or_else(|_| panic!("{transport}: a reader hung after SIGTERM"));
-            // Answered in full before the daemon went, or told the connection is gone:
+            // Answered in full before the daemon went, told the connection is gone, or (a
+            // lookup after the mount was detached) that the mountpoint holds no such file:
             // never wrong bytes, never a wait.
             assert!(
                 matches!(
                     r,
-                    Ok(true) | Err(Some(libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED))
+                    Ok(true)
+                        | Err(Some(
+                            libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED | libc::ENOENT
+                        ))
                 ),
                 "{transport}: {r:?}"
             );
