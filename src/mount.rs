@@ -113,6 +113,26 @@ fn mountinfo_field(
     })
 }
 
+/// The fusectl directory of the FUSE connection of the mount at exactly `abs`
+/// (`/sys/fs/fuse/connections/N`, N the mount's device minor, found in mountinfo: nothing is
+/// asked of the mount, so this never waits on its daemon). fusectl is mounted there first if
+/// it is not (a container, a minimal VM; root only). `None`: `abs` is not a mount point.
+pub fn connection_dir(abs: &Path) -> Option<std::path::PathBuf> {
+    let dev = mount_device(abs)?;
+    let minor = dev.rsplit(':').next().unwrap_or("");
+    let connections = Path::new("/sys/fs/fuse/connections");
+    if !connections.join(minor).exists() {
+        let _ = nix::mount::mount(
+            Some("fusectl"),
+            connections,
+            Some("fusectl"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        );
+    }
+    Some(connections.join(minor))
+}
+
 /// Undoes mountinfo's octal escapes (`\040` for a space, etc.).
 fn unescape_mountinfo(b: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len());
@@ -594,20 +614,9 @@ fn daemon_of(abs: &Path) -> Option<i32> {
 /// Errors: the mount's device is unknown, or the connection cannot be aborted (not root, no
 /// fusectl mounted): the message says how to do it by hand.
 fn abort_connection(abs: &Path) -> Result<()> {
-    let dev = mount_device(abs).context("the mount's device is not in /proc/self/mountinfo")?;
-    let minor = dev.rsplit(':').next().unwrap_or("");
-    let connections = Path::new("/sys/fs/fuse/connections");
-    if !connections.join(minor).exists() {
-        // fusectl is not mounted everywhere (a container, a minimal VM): root mounts it.
-        let _ = nix::mount::mount(
-            Some("fusectl"),
-            connections,
-            Some("fusectl"),
-            nix::mount::MsFlags::empty(),
-            None::<&str>,
-        );
-    }
-    let ctl = connections.join(minor).join("abort");
+    let ctl = connection_dir(abs)
+        .context("the mount's device is not in /proc/self/mountinfo")?
+        .join("abort");
     log::warn!(
         "{}: the daemon does not answer within {ANSWER_SECS} s; aborting its FUSE connection ({})",
         abs.display(),

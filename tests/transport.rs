@@ -362,27 +362,12 @@ fn transports() -> Vec<&'static str> {
 /// (`/sys/fs/fuse/connections/N/waiting`, N the mount's device minor; fusectl is mounted
 /// there if it is not yet).
 fn waiting(mnt: &Path) -> u64 {
-    let conns = Path::new("/sys/fs/fuse/connections");
-    if std::fs::read_dir(conns).is_ok_and(|mut d| d.next().is_none()) {
-        let _ = nix::mount::mount(
-            Some("fusectl"),
-            conns,
-            Some("fusectl"),
-            nix::mount::MsFlags::empty(),
-            None::<&str>,
-        );
-    }
-    // From mountinfo (`major:minor` is its third field): a stat of the mount would wait.
     let abs = std::fs::canonicalize(mnt.parent().unwrap())
         .unwrap()
         .join(mnt.file_name().unwrap());
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let n = (info.lines().rev())
-        .map(|l| l.split(' ').collect::<Vec<_>>())
-        .find(|f| f.len() > 4 && Path::new(f[4]) == abs)
-        .and_then(|f| f[2].split_once(':').map(|(_, minor)| minor.to_string()))
+    let dir = loosefs::mount::connection_dir(&abs)
         .unwrap_or_else(|| panic!("{} is not in mountinfo", abs.display()));
-    std::fs::read_to_string(conns.join(n).join("waiting"))
+    std::fs::read_to_string(dir.join("waiting"))
         .unwrap()
         .trim()
         .parse()
