@@ -345,7 +345,7 @@ fn loosefs_umount_of_a_daemon_that_does_not_answer_aborts_its_connection() {
         let m = mount(&pack, &tmp.path().join("mnt"), &["--transport", transport]);
         // A reader waits on the stopped daemon (a file never looked up).
         let pid = nix::unistd::Pid::from_raw(m.pid);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        stop(m.pid);
         let waiting = with_timeout(
             {
                 let p = m.mnt.join(&names[0]);
@@ -453,7 +453,7 @@ fn stale_mount_is_reported_with_the_fix() {
     // A read in flight when the daemon dies: the daemon is stopped, a read of a file never
     // looked up is started (it waits on the daemon), then the daemon is killed.
     let pid = nix::unistd::Pid::from_raw(m.pid);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    stop(m.pid);
     let in_flight = with_timeout(
         {
             let p = m.mnt.join(&unread[0]);

@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::{files, is_mounted, loosefs, mount, packed, require_mount, wait_exit, with_timeout};
+use common::{
+    files, is_mounted, loosefs, mount, packed, require_mount, stop, wait_exit, with_timeout,
+};
 use loosefs::fs::Fs;
 use loosefs::fuse::uring::{Handler, abi};
 use loosefs::report::Report;
@@ -409,14 +411,14 @@ fn signal(pid: i32, s: nix::sys::signal::Signal) {
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn sigterm_with_requests_in_flight_ends_every_reader_and_leaves_no_mount() {
-    use nix::sys::signal::Signal::{SIGCONT, SIGSTOP, SIGTERM};
+    use nix::sys::signal::Signal::{SIGCONT, SIGTERM};
     let _timeout = require_mount();
     let tmp = tempfile::tempdir().unwrap();
     let (src, pack) = packed(tmp.path());
     let names = files(&src);
     for transport in transports() {
         let m = mount(&pack, &tmp.path().join("mnt"), &["--transport", transport]);
-        signal(m.pid, SIGSTOP);
+        stop(m.pid);
         // Four readers of files never looked up: requests the daemon holds.
         let readers: Vec<_> = (names[..4].iter())
             .map(|n| {
@@ -473,7 +475,7 @@ fn sigterm_with_requests_in_flight_ends_every_reader_and_leaves_no_mount() {
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn a_reader_killed_mid_read_leaves_the_mount_serving_and_nothing_leaked() {
-    use nix::sys::signal::Signal::{SIGCONT, SIGKILL, SIGSTOP};
+    use nix::sys::signal::Signal::{SIGCONT, SIGKILL};
     use std::io::{BufRead, Write};
     let _timeout = require_mount();
     let tmp = tempfile::tempdir().unwrap();
@@ -521,7 +523,7 @@ fn a_reader_killed_mid_read_leaves_the_mount_serving_and_nothing_leaked() {
                 .read_line(&mut line)
                 .unwrap();
             assert_eq!(line, "opened\n", "{transport}");
-            signal(m.pid, SIGSTOP);
+            stop(m.pid);
             let at = waiting(&m.mnt);
             writeln!(reader.stdin.as_mut().unwrap()).unwrap();
             // Its READ reaches the stopped daemon, or (rarely, seen over /dev/fuse in CI) the

@@ -106,18 +106,20 @@ impl Watcher {
         }
     }
 
-    /// Watches directory `rel`, just created, and every directory under it.
-    fn watch_new(&mut self, rel: &Path) {
+    /// Watches directory `rel`, just created, and every directory under it; adds their
+    /// inodes to `watched`.
+    fn watch_new(&mut self, rel: &Path, watched: &mut Vec<u64>) {
         let Some(ino) = self.changes.watched(rel) else {
             return;
         };
         self.watch(ino, rel.to_path_buf());
+        watched.push(ino);
         let Ok(rd) = std::fs::read_dir(self.changes.root().join(rel)) else {
             return;
         };
         for e in rd.flatten() {
             if e.file_type().is_ok_and(|t| t.is_dir()) {
-                self.watch_new(&rel.join(e.file_name()));
+                self.watch_new(&rel.join(e.file_name()), watched);
             }
         }
     }
@@ -180,15 +182,26 @@ impl Watcher {
         if dir == crate::ino::ROOT_INO && name == crate::ino::CONTROL_DIR_NAME {
             return;
         }
+        // Once noted, a lookup answers the name as the disk has it, so the kernel forgets
+        // its cached entry and listing at once: a reader never finds the name by lookup and
+        // misses it in the listing for longer than this step.
         let noted = self.changes.note(dir, &name);
-        // A new directory is watched before the kernel hears of it: whoever sees it can
-        // change it and be noticed.
+        (self.forget)(&noted);
         if mask.contains(EventMask::ISDIR)
             && mask.intersects(EventMask::CREATE | EventMask::MOVED_TO)
         {
-            self.watch_new(&rel.join(OsStr::from_bytes(&name)));
+            // A new directory and those under it: the kernel may have listed them before
+            // their watches existed, and a name added in between had no event; with every
+            // watch in place, those listings are forgotten too.
+            let mut watched = Vec::new();
+            self.watch_new(&rel.join(OsStr::from_bytes(&name)), &mut watched);
+            if !watched.is_empty() {
+                (self.forget)(&Noted {
+                    was: watched,
+                    ..noted
+                });
+            }
         }
-        (self.forget)(&noted);
     }
 }
 
@@ -277,5 +290,35 @@ mod tests {
             "the control directory's name"
         );
         assert!(rx.try_iter().next().is_none());
+    }
+
+    /// A directory created with others under it (`mkdir -p`): the kernel is told of its name
+    /// before the new watches are added (a lookup answers it from then on), then of every
+    /// new directory's inode once all of them are watched (listings cached in between).
+    #[test]
+    fn a_new_tree_is_forgotten_when_noted_and_again_once_watched() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut w, rx) = watcher(tmp.path());
+        std::fs::create_dir_all(tmp.path().join("n/m")).unwrap();
+        let root = (w.dirs.iter())
+            .find(|(_, d)| d.0 == crate::ino::ROOT_INO)
+            .map(|(wd, _)| wd.clone())
+            .unwrap();
+        w.event(
+            root,
+            EventMask::CREATE | EventMask::ISDIR,
+            Some(b"n".to_vec()),
+        );
+        let told: Vec<Noted> = rx.try_iter().collect();
+        assert_eq!(told.len(), 2, "{told:?}");
+        assert_eq!(
+            (told[0].dir, &told[0].name[..]),
+            (crate::ino::ROOT_INO, &b"n"[..])
+        );
+        assert!(told[0].was.is_empty(), "nothing was cached for a new name");
+        let n = w.changes.watched(Path::new("n")).unwrap();
+        let m = w.changes.watched(Path::new("n/m")).unwrap();
+        assert_eq!(told[1].was, [n, m], "both new directories, once watched");
+        assert_eq!(w.dirs.len(), 5, "the root, d, d/sub, n and n/m");
     }
 }

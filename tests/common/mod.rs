@@ -265,6 +265,34 @@ pub fn alive(pid: i32) -> bool {
     }
 }
 
+/// Stops process `pid` (SIGSTOP) and returns once every one of its threads is stopped
+/// (state `T` in `/proc/PID/task/*/stat`; io_uring's kernel workers, `iou-*`, take no
+/// signal and are left out). `kill` returns before the threads stop: a request sent right
+/// after it may still be answered. Panics after 30 s.
+pub fn stop(pid: i32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    let stopped = || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return true;
+        };
+        tasks.flatten().all(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            stat.is_empty() || comm.starts_with("iou-") || state.starts_with(['T', 't', 'Z'])
+        })
+    };
+    let t = Instant::now();
+    while !stopped() {
+        assert!(t.elapsed() < Duration::from_secs(30), "{pid} never stopped");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// Waits up to `secs` for `pid` to exit; true if it did.
 pub fn wait_exit(pid: i32, secs: u64) -> bool {
     let t = Instant::now();

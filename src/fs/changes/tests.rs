@@ -255,8 +255,12 @@ fn the_watcher_notes_changes_and_watches_new_directories() {
         b"www"
     );
     std::fs::create_dir(root.join("d/sub")).unwrap();
-    noted("sub");
+    assert!(
+        noted("sub").was.is_empty(),
+        "told at once, before it is watched"
+    );
     let sub = ino(&ch, "d/sub").unwrap();
+    assert_eq!(noted("sub").was, [sub], "told again once watched");
     std::fs::write(root.join("d/sub/z"), b"z").unwrap();
     let n = noted("z");
     assert_eq!(n.dir, sub, "a directory made later is watched");
