@@ -23,13 +23,15 @@ use std::sync::atomic::Ordering::Relaxed;
 /// `inval_inode` of the inode it named).
 pub type Forget = Box<dyn Fn(&Noted) + Send>;
 
-/// Events that change what a name is: created, removed, moved in or out, written and
-/// closed, attributes changed (`touch`, `chmod`).
+/// Events that change what a name is: created, removed, moved in or out, written (each
+/// `write`, so a writer that keeps its descriptor open is seen too; writes through a shared
+/// mapping make no event), closed after writing, attributes changed (`touch`, `chmod`).
 fn mask() -> WatchMask {
     WatchMask::CREATE
         | WatchMask::DELETE
         | WatchMask::MOVED_FROM
         | WatchMask::MOVED_TO
+        | WatchMask::MODIFY
         | WatchMask::CLOSE_WRITE
         | WatchMask::ATTRIB
         | WatchMask::ONLYDIR
@@ -151,7 +153,7 @@ impl Watcher {
                     return;
                 }
             };
-            for (wd, mask, name) in events {
+            for (wd, mask, name) in written_once(events) {
                 self.event(wd, mask, name);
             }
         }
@@ -203,6 +205,24 @@ impl Watcher {
             }
         }
     }
+}
+
+/// One batch of events, each name's writes (`IN_MODIFY`) left out where a later event of the
+/// batch notes the same name: a writer's many `write` calls make one note per batch, not one
+/// per call (the note reads the name as the disk has it, so the last one is enough).
+fn written_once<W: Eq + std::hash::Hash + Clone>(
+    events: Vec<(W, EventMask, Option<Vec<u8>>)>,
+) -> Vec<(W, EventMask, Option<Vec<u8>>)> {
+    let mut later = std::collections::HashSet::new();
+    let mut kept: Vec<_> = (events.into_iter().rev())
+        .filter(|(wd, mask, name)| {
+            let key = (wd.clone(), name.clone());
+            let seen = !later.insert(key);
+            !(seen && *mask == EventMask::MODIFY)
+        })
+        .collect();
+    kept.reverse();
+    kept
 }
 
 /// A [`Forget`] that sends every note to the returned receiver (tests wait on it).
@@ -320,5 +340,25 @@ mod tests {
         let m = w.changes.watched(Path::new("n/m")).unwrap();
         assert_eq!(told[1].was, [n, m], "both new directories, once watched");
         assert_eq!(w.dirs.len(), 5, "the root, d, d/sub, n and n/m");
+    }
+
+    #[test]
+    fn a_writers_many_writes_make_one_note_per_batch() {
+        let (m, c, d) = (EventMask::MODIFY, EventMask::CLOSE_WRITE, EventMask::DELETE);
+        let e = |w: u8, mask, n: &str| (w, mask, Some(n.as_bytes().to_vec()));
+        let got = written_once(vec![
+            e(1, m, "a"),
+            e(1, m, "b"),
+            e(1, m, "a"),
+            e(2, m, "a"),
+            e(1, c, "a"),
+            e(1, d, "b"),
+            e(1, d, "b"),
+        ]);
+        assert_eq!(
+            got,
+            [e(2, m, "a"), e(1, c, "a"), e(1, d, "b"), e(1, d, "b")],
+            "writes before a later event of the same name go; other events all stay"
+        );
     }
 }

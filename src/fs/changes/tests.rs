@@ -264,6 +264,20 @@ fn the_watcher_notes_changes_and_watches_new_directories() {
     std::fs::write(root.join("d/sub/z"), b"z").unwrap();
     let n = noted("z");
     assert_eq!(n.dir, sub, "a directory made later is watched");
+    // A writer that keeps its descriptor open (an appending logger): its writes are seen
+    // before it closes.
+    let mut w = std::fs::File::create(root.join("d/open.bin")).unwrap();
+    noted("open.bin");
+    std::io::Write::write_all(&mut w, b"0123456789").unwrap();
+    let k = loop {
+        noted("open.bin");
+        let k = late(ino(&ch, "d/open.bin").unwrap());
+        if ch.getattr(k).unwrap().size == 10 {
+            break k;
+        }
+    };
+    assert_eq!(ch.read_at(k, 0, 64).unwrap(), b"0123456789");
+    drop(w);
     std::fs::remove_file(root.join("d/a.bin")).unwrap();
     let n = noted("a.bin");
     assert!(!n.was.is_empty());
