@@ -267,7 +267,11 @@ def test_sigterm_or_sighup_inside_the_block_unmounts_then_ends_the_process_by_th
     temporary mountpoint are gone, and the process still ends by the signal."""
     import signal
     need_mount()
-    code = (f"import sys, time; sys.path.insert(0, {str(ROOT / 'python')!r}); import loosefs\n"
+    # The signal's default action, as a job started from a terminal has it (a run under
+    # `nohup` ignores SIGHUP, and loosefs leaves an ignored signal alone).
+    code = (f"import signal, sys, time; sys.path.insert(0, {str(ROOT / 'python')!r})\n"
+            f"signal.signal(signal.{sig}, signal.SIG_DFL)\n"
+            f"import loosefs\n"
             f"with loosefs.mount({str(pack)!r}) as m:\n"
             f"    print(m.path, m.stats().pid, flush=True)\n"
             f"    time.sleep(600)\n")
