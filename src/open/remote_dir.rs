@@ -7,8 +7,12 @@
 //!
 //! Every GET carries the ETag the listing gave (`If-Match`, and the answer's ETag is compared):
 //! an object replaced since the mount answers ESTALE for that file only, never bytes of two
-//! versions. The bytes are served through one block cache per object (single-flight: one GET
-//! per block however many readers want it).
+//! versions. The objects, laid end to end at those offsets ([`EndToEnd`]), share one block
+//! cache: one cache file and one block table for the whole prefix, not a directory of files per
+//! object (single flight: each block fetched once however many readers want it; a block's
+//! objects are fetched by one GET each, together). The cache is that of one listing: its
+//! name is a digest of every kept key, size and ETag, so a prefix whose listing changed is
+//! cached afresh (the old cache is pruned like any unused one).
 //!
 //! Keys a file system cannot show are left out, each logged with the reason: an empty, `.` or
 //! `..` segment (`a//b`, `./x`), a key ending in `/` (a console's "folder" marker), a key that
@@ -21,7 +25,7 @@ use crate::catalog::native::NativeCatalog;
 use crate::open::OpenOptions;
 use crate::pack::index::{self, Node, Record};
 use crate::storage::block_cache::{self as cache, BlockCache};
-use crate::storage::object_set::ObjectSet;
+use crate::storage::end_to_end::{EndToEnd, Member};
 use crate::storage::object_source::{Listed, ObjectSource, ObjectStore, Pin};
 use crate::view::Views;
 use anyhow::{Context, Result, anyhow, bail};
@@ -106,8 +110,9 @@ pub struct RemoteDir {
     pub objects: Vec<(String, Pin)>,
     /// Keys left out, each with the reason.
     pub skipped: Vec<(String, &'static str)>,
-    caches: Vec<Arc<BlockCache>>,
-    bases: Vec<u64>,
+    cache: Arc<BlockCache>,
+    /// Bytes of the objects laid end to end, gaps included.
+    len: u64,
     index: Arc<memmap2::Mmap>,
     /// LIST requests made to open it.
     pub open_lists: u64,
@@ -115,11 +120,11 @@ pub struct RemoteDir {
 
 impl RemoteDir {
     /// Opens the loose objects `listed` (name below the prefix, pin) of the S3 prefix `url`:
-    /// the tree built from the names, every object pinned to its listed ETag, a block cache
-    /// per object in the cache root. No object is fetched.
+    /// the tree built from the names, every object pinned to its listed ETag, one block cache
+    /// for them all in the cache root. No object is fetched.
     ///
-    /// Errors: nothing listed, an object listed without an ETag, the cache root or an
-    /// object's block cache cannot be used.
+    /// Errors: nothing listed, an object listed without an ETag, the cache root or the block
+    /// cache cannot be used (locked by another mount of the same listing, say).
     pub fn open(
         url: &str,
         listed: Vec<Listed>,
@@ -204,7 +209,7 @@ impl RemoteDir {
         // Objects in tree order (depth first, names sorted by bytes at each level), each at
         // the next page-aligned offset.
         let mut order: Vec<usize> = Vec::with_capacity(kept.len());
-        let mut bases = Vec::with_capacity(kept.len());
+        let mut bases: Vec<u64> = Vec::with_capacity(kept.len());
         let mut at = 0u64;
         walk(&top, 0, &mut nodes, &mut |i, r: &mut Record| {
             let size = kept[i].1.size;
@@ -235,21 +240,41 @@ impl RemoteDir {
             index::build(&nodes, 4096).with_context(|| format!("cannot index {url}"))?;
         let mut map = memmap2::MmapMut::map_anon(bytes_index.len())?;
         map.copy_from_slice(&bytes_index);
-        let clients: Vec<Arc<dyn ObjectSource>> =
-            (order.iter()).filter_map(|&i| clients[i].take()).collect();
+        let mut digest = xxhash_rust::xxh3::Xxh3::new();
+        let mut members = Vec::with_capacity(order.len());
+        for (&i, &base) in order.iter().zip(&bases) {
+            let (name, pin) = &kept[i];
+            for part in [name.as_bytes(), pin.etag.as_bytes(), b"\0"] {
+                digest.update(part);
+            }
+            digest.update(pin.version.as_deref().unwrap_or("").as_bytes());
+            digest.update(&base.to_le_bytes());
+            digest.update(&pin.size.to_le_bytes());
+            let source = clients[i].take().expect("a kept object has a client");
+            members.push(Member { source, base });
+        }
+        // At least one byte: a tree of empty files still has a (zero) run to cache.
+        let len = at.max(1);
+        let run = EndToEnd::new(
+            url,
+            members,
+            len,
+            format!("\"{:032x}\"", digest.digest128()),
+        )?;
         let root = args
             .remote
             .cache_dir
             .clone()
             .unwrap_or_else(cache::default_root);
-        let caches = LockedCaches::lock(&root, clients)?.open(args.remote.cache_size)?;
+        let mut caches =
+            LockedCaches::lock(&root, vec![Arc::new(run)])?.open(args.remote.cache_size)?;
         Ok(RemoteDir {
             url: url.to_string(),
             root,
             objects,
             skipped,
-            caches,
-            bases,
+            cache: caches.remove(0),
+            len,
             index: Arc::new(map.make_read_only()?),
             open_lists: 1,
         })
@@ -273,19 +298,17 @@ impl RemoteDir {
     /// The catalog of the tree, showing `views` (their sizes come from each JPEG's header when
     /// it is first read). Errors: the index does not validate (a bug, reported as such).
     pub fn catalog(&self, views: Views) -> Result<NativeCatalog> {
-        let infos = (self.objects.iter())
-            .map(|(name, p)| ObjectInfo {
-                path: PathBuf::from(format!("{}{name}", self.url)),
-                len: p.size,
-                data_end: p.size,
-                align: 1,
-            })
-            .collect();
+        let run = ObjectInfo {
+            path: PathBuf::from(&self.url),
+            len: self.len,
+            data_end: self.len,
+            align: 4096,
+        };
         let cat = NativeCatalog::with_objects(
             self.index.clone(),
             0..self.index.len(),
-            infos,
-            self.bases.clone(),
+            vec![run],
+            vec![0],
             views,
         )
         .map_err(|e| anyhow!("{}: {e}", self.url))?;
@@ -293,13 +316,9 @@ impl RemoteDir {
         Ok(cat.without_checksums())
     }
 
-    /// The storage: each object's block cache.
+    /// The storage: the objects' block cache.
     pub fn storage(&self) -> Arc<dyn crate::storage::Storage> {
-        Arc::new(ObjectSet::new(
-            &self.url,
-            &self.root.display().to_string(),
-            self.caches.clone(),
-        ))
+        self.cache.clone()
     }
 
     /// The index's totals (files, directories, bytes).

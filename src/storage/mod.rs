@@ -7,6 +7,7 @@
 
 pub mod block_cache;
 pub mod chunks;
+pub mod end_to_end;
 mod endpoints;
 #[cfg(test)]
 pub mod fake_object;

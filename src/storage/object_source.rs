@@ -131,6 +131,13 @@ pub trait ObjectSource: Send + Sync + std::fmt::Debug {
     /// Request counters.
     fn stats(&self) -> &ObjectStats;
 
+    /// Whether bytes `r`, as [`ObjectSource::get`] answered them, may be served: the error
+    /// their reads answer where they are not the object's bytes (a run of objects laid end to
+    /// end whose member there was replaced, [`super::end_to_end`]). Default: always.
+    fn check_served(&self, _r: &Range<u64>) -> io::Result<()> {
+        Ok(())
+    }
+
     /// Most GETs in flight at once.
     fn max_requests(&self) -> usize;
 

@@ -411,8 +411,11 @@ impl Storage for BlockCache {
                     ),
                 )
             })?;
-        if buf.is_empty() || self.c.exact.read(off, buf) {
+        if buf.is_empty() {
             return Ok(());
+        }
+        if self.c.exact.read(off, buf) {
+            return self.c.source.check_served(&(off..end));
         }
         let held = self.c.hold(&(off..end))?;
         let res = self.c.data.read_exact_at(buf, off);
@@ -426,7 +429,8 @@ impl Storage for BlockCache {
             }
         }
         self.c.blocks.unhold(held.blocks);
-        res
+        res?;
+        self.c.source.check_served(&(off..end))
     }
 
     fn will_need(&self, obj: ObjectId, r: &Range<u64>) {
