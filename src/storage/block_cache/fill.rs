@@ -29,11 +29,15 @@ fn disk_full(e: &io::Error) -> bool {
 
 impl BlockCacheShared {
     /// Fetches the claimed run `run` and stores it. Returns the bytes when they could not be
-    /// stored (a full disk: the blocks go back to missing and the caller serves them from
-    /// memory). On a failed GET every block of the run goes back to missing.
+    /// stored (a full disk, or bytes not all served: the blocks go back to missing and the
+    /// caller serves them from memory). On a failed GET every block of the run goes back to missing.
     pub(super) async fn fetch(&self, run: Range<usize>) -> io::Result<Option<Unstored>> {
         let r = self.blocks.run_bytes(&run);
         let res = match self.source.get(r.clone()).await {
+            // Bytes that hold a gap for an object gone (one of a run laid end to end) are
+            // served from memory, never stored: a later mount of the same listing must not
+            // find them as that object's bytes.
+            Ok(bytes) if self.source.check_served(&r).is_err() => Ok(Some((r, bytes))),
             Ok(bytes) => match self.store(run.clone(), &bytes) {
                 Ok(()) => Ok(None),
                 Err(e) if disk_full(&e) => Ok(Some((r, bytes))),
