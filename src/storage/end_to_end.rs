@@ -9,8 +9,8 @@
 //! together within the store's request limit. A block therefore gathers several objects, and
 //! a replaced object must not take its neighbours down: an object that answers "replaced",
 //! "refused" or "not what was asked" is marked gone with that error, its bytes are left as
-//! zeros in the block (never served: [`ObjectSource::check_served`] answers its error for
-//! every read that touches it) and its neighbours are served. A network failure after the
+//! zeros (never served: [`ObjectSource::check_served`] answers its error for every read that
+//! touches it, and the block cache never stores such bytes) and its neighbours are served. A network failure after the
 //! retries fails the whole GET, as for any object (nothing is stored; the next read tries
 //! again).
 
