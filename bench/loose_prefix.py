@@ -62,6 +62,7 @@ def main():
     ap.add_argument("--latency", type=float, default=20, help="ms per request")
     ap.add_argument("--readers", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--max-requests", type=int, default=0, help="passed to every mount (0: loosefs's default)")
     a = ap.parse_args()
     files = sorted(p.relative_to(a.data) for p in a.data.rglob("*") if p.is_file())
     work = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-loose-bench-"))
@@ -88,7 +89,9 @@ def main():
                 t0 = time.monotonic()
                 r = subprocess.run([BIN, "mount", f"s3://{weed.bucket}/{key}", mnt, "--endpoint-url",
                                     f"http://127.0.0.1:{proxy.port}", "--allow-http", "--cache-size", "4G",
-                                    "--cache-dir", work / f"cache-{mnt.name}"], env=env, capture_output=True, text=True)
+                                    "--cache-dir", work / f"cache-{mnt.name}",
+                                    *(["--max-requests", str(a.max_requests)] if a.max_requests else [])],
+                                   env=env, capture_output=True, text=True)
                 if r.returncode != 0:
                     sys.exit(f"{name}: {r.stderr}")
                 mount_s, mount_req = time.monotonic() - t0, proxy.requests

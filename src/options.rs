@@ -194,7 +194,8 @@ pub struct RemoteArgs {
     /// the free space of its file system, less 5% of that file system's size).
     #[arg(long, value_parser = parse_bytes)]
     pub cache_size: Option<u64>,
-    /// Concurrent GETs at most.
+    /// Concurrent GETs of 1 MiB or more at most; smaller GETs count for less, down to 1/8 for
+    /// 128 KiB or less (so up to 8× as many small objects are fetched at once).
     #[arg(long, default_value_t = remote_config::DEFAULT_MAX_REQUESTS)]
     pub max_requests: usize,
     /// Most retries of a failed GET (5xx, SlowDown, reset, refused, timeout), with jittered

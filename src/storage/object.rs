@@ -36,6 +36,25 @@ pub fn is_url(src: &str) -> bool {
 #[derive(Debug, Default)]
 struct Outage(AtomicBool);
 
+/// Permits of the request limit one large GET takes: the limit holds `--max-requests` ×
+/// this, so `--max-requests` GETs of [`SMALL_GET`] × this bytes or more are in flight at once,
+/// and up to this many times as many small ones.
+pub const PERMITS_PER_REQUEST: u32 = 8;
+
+/// A GET takes one permit per this many bytes (at least one, at most
+/// [`PERMITS_PER_REQUEST`]). A link's bandwidth-delay product (100 MB/s × 50 ms = 5 MB) is
+/// filled by a few merged 16 MiB GETs, but small objects fetched whole (39 KB ImageNet-sized
+/// JPEGs under a prefix) need ~128 in flight: 16 GETs of them filled 0.27× of such a link,
+/// 128 filled 0.49× shuffled and 0.80× along an announced order (`bench/loose_prefix.py
+/// --data ../shared/data/imagenet-sample --cap 100 --latency 50 --max-requests 16|128`,
+/// 2026-11-27).
+pub const SMALL_GET: u64 = 128 << 10;
+
+/// Permits a GET of `len` bytes takes (see [`SMALL_GET`]).
+pub fn permits(len: u64) -> u32 {
+    len.div_ceil(SMALL_GET).clamp(1, PERMITS_PER_REQUEST as u64) as u32
+}
+
 /// A client of one remote object.
 pub struct ObjectClient {
     rt: Arc<tokio::runtime::Runtime>,
@@ -133,14 +152,17 @@ impl ObjectClient {
             path,
             url: url.to_string(),
             pin: std::sync::OnceLock::new(),
-            limit: Arc::new(tokio::sync::Semaphore::new(args.max_requests.max(1))),
+            limit: Arc::new(tokio::sync::Semaphore::new(
+                args.max_requests.max(1) * PERMITS_PER_REQUEST as usize,
+            )),
             max_requests: args.max_requests.max(1),
             replaced: AtomicBool::new(false),
             stats: ObjectStats::default(),
         })
     }
 
-    /// Most GETs in flight at once (`--max-requests`).
+    /// Most large GETs in flight at once (`--max-requests`; small ones count for less, see
+    /// [`permits`]).
     pub fn max_requests(&self) -> usize {
         self.max_requests
     }
@@ -234,7 +256,7 @@ impl ObjectClient {
             .ok_or_else(|| io::Error::other("remote object not opened"))?;
         let _permit = self
             .limit
-            .acquire()
+            .acquire_many(permits(r.end.saturating_sub(r.start)))
             .await
             .map_err(|_| io::Error::other("client closed"))?;
         let opts = GetOptions {
@@ -423,7 +445,7 @@ impl ObjectClient {
         let got = self.rt.block_on(async {
             let _permit = self
                 .limit
-                .acquire()
+                .acquire_many(PERMITS_PER_REQUEST)
                 .await
                 .map_err(|_| anyhow!("client closed"))?;
             let r = self
@@ -561,5 +583,20 @@ impl super::object_source::ObjectStore for Remote {
 
     fn upload(&self, url: &str, src: &std::path::Path) -> Result<()> {
         self.client(url)?.upload(src)
+    }
+}
+
+#[cfg(test)]
+mod permit_tests {
+    use super::*;
+
+    #[test]
+    fn small_gets_take_fewer_permits_than_large_ones() {
+        assert_eq!(permits(0), 1);
+        assert_eq!(permits(39_000), 1, "an ImageNet-sized object");
+        assert_eq!(permits(SMALL_GET), 1);
+        assert_eq!(permits(SMALL_GET + 1), 2);
+        assert_eq!(permits(1 << 20), PERMITS_PER_REQUEST, "a block");
+        assert_eq!(permits(16 << 20), PERMITS_PER_REQUEST, "a merged GET");
     }
 }

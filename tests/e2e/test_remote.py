@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, loosefs_bin, need_mount
+from conftest import ROOT, loosefs_bin, missing_prerequisite, need_mount
 import servers
 
 
@@ -663,6 +663,45 @@ def test_loose_objects_under_an_s3_prefix_mount_from_their_listing_and_read_iden
         gets = proxy.requests - r1
         assert gets <= len(files) * 1.05, f"{gets} requests for {len(files)} objects"
         c.upload_file(str(source / victim), weed.bucket, f"loose/{victim.as_posix()}")
+
+
+LEROBOT = ROOT.parent / "shared" / "data" / "lerobot" / "so100-av1"
+
+
+def test_a_lerobot_dataset_as_loose_objects_reads_identical_and_its_videos_decode_the_same(world):
+    """A LeRobot v3 dataset (written by lerobot's own writer: `meta/`, `data/*.parquet`, AV1
+    `videos/*.mp4`) uploaded as loose objects: the mount makes LISTs only, every file reads
+    byte-identical, and PyAV decodes every frame of every video through the mount as it does
+    from the local directory (what `LeRobotDataset(root=MNT)`'s pyav backend reads)."""
+    import numpy as np
+    try:
+        import av
+    except ImportError:
+        missing_prerequisite("PyAV (`av`) is not installed (scripts/python-env.sh installs it)")
+    if not LEROBOT.is_dir():
+        missing_prerequisite(f"{LEROBOT} is missing")
+    weed, proxy = world["weed"], world["s3_proxy"]
+    c = weed.client()
+    files = files_of(LEROBOT)
+    for rel in files:
+        c.upload_file(str(LEROBOT / rel), weed.bucket, f"lerobot/{rel.as_posix()}")
+
+    def frames(path):
+        with av.open(str(path)) as v:
+            return [f.to_ndarray(format="rgb24") for f in v.decode(v.streams.video[0])]
+
+    r0 = proxy.requests
+    with Mount(f"s3://{weed.bucket}/lerobot/", world["work"], *s3_args(world)) as mnt:
+        assert proxy.requests - r0 <= 3, "the mount fetched objects"
+        assert files_of(mnt) == files
+        for rel in files:
+            assert (mnt / rel).read_bytes() == (LEROBOT / rel).read_bytes(), rel
+        videos = [f for f in files if f.suffix == ".mp4"]
+        assert len(videos) >= 2, videos
+        for rel in videos:
+            got, want = frames(mnt / rel), frames(LEROBOT / rel)
+            assert len(got) == len(want) > 0, rel
+            assert all(np.array_equal(a, b) for a, b in zip(got, want)), rel
 
 
 def test_loose_jpegs_under_a_prefix_show_decoded_views_from_a_head_range_each(world, source, loose):
