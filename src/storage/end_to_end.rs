@@ -21,7 +21,7 @@ use futures::future::BoxFuture;
 use std::io;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
 /// One object of the run and where it starts, bytes.
@@ -47,6 +47,8 @@ pub struct EndToEnd {
     members: Vec<Member>,
     /// Objects found gone, by index, with the kind of error their reads answer.
     gone: Mutex<std::collections::HashMap<usize, (io::ErrorKind, String)>>,
+    /// Set once `gone` holds an object: until then a read's check takes no lock.
+    any_gone: AtomicBool,
     /// The last ranges answered with a gone object's gap, kept (at most [`HELD`]) because
     /// the block cache never stores them: reading their other objects again asks no GET.
     held: Mutex<std::collections::VecDeque<(Range<u64>, Bytes)>>,
@@ -92,6 +94,7 @@ impl EndToEnd {
             },
             members,
             gone: Mutex::new(Default::default()),
+            any_gone: AtomicBool::new(false),
             held: Mutex::new(Default::default()),
             stats: ObjectStats::default(),
         })
@@ -179,6 +182,7 @@ impl ObjectSource for EndToEnd {
                     Err(e) if its_own(&e) => {
                         self.stats.failed.fetch_add(1, Relaxed);
                         let mut gone = self.gone.lock().unwrap_or_else(|p| p.into_inner());
+                        self.any_gone.store(true, SeqCst);
                         gone.entry(k).or_insert_with(|| {
                             log::error!(
                                 "{}: not served ({e}); the objects beside it are",
@@ -206,10 +210,12 @@ impl ObjectSource for EndToEnd {
     }
 
     fn check_served(&self, r: &Range<u64>) -> io::Result<()> {
-        let gone = self.gone.lock().unwrap_or_else(|p| p.into_inner());
-        if gone.is_empty() {
+        // Set under the lock before the object is recorded: a read that sees it unset
+        // holds bytes fetched before any object went.
+        if !self.any_gone.load(SeqCst) {
             return Ok(());
         }
+        let gone = self.gone.lock().unwrap_or_else(|p| p.into_inner());
         for k in self.overlapping(r) {
             if let Some((kind, why)) = gone.get(&k) {
                 return Err(io::Error::new(*kind, why.clone()));

@@ -254,7 +254,12 @@ pub fn open_original(path: &Path) -> io::Result<File> {
             .custom_flags(flags | libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
     };
-    let f = open(libc::O_NOATIME).or_else(|_| open(0))?;
+    regular_only(open(libc::O_NOATIME).or_else(|_| open(0))?)
+}
+
+/// `f` if it is a regular file; else `InvalidInput` (a FIFO, device or socket opened in a
+/// file's place, without waiting thanks to `O_NONBLOCK`).
+fn regular_only(f: File) -> io::Result<File> {
     if !f.metadata()?.file_type().is_file() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -296,14 +301,7 @@ pub fn open_original_beneath(root: &Path, rel: &Path) -> io::Result<File> {
     use nix::fcntl::OFlag;
     let base = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK;
     let fd = beneath(root, rel, base | OFlag::O_NOATIME).or_else(|_| beneath(root, rel, base))?;
-    let f = File::from(fd);
-    if !f.metadata()?.file_type().is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file (a FIFO, device or socket stands in its place)",
-        ));
-    }
-    Ok(f)
+    regular_only(File::from(fd))
 }
 
 /// The metadata of `rel` below `root` (of a trailing symbolic link itself), never resolved

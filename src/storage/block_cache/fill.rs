@@ -30,7 +30,8 @@ fn disk_full(e: &io::Error) -> bool {
 impl BlockCacheShared {
     /// Fetches the claimed run `run` and stores it. Returns the bytes when they could not be
     /// stored (a full disk, or bytes not all served: the blocks go back to missing and the
-    /// caller serves them from memory). On a failed GET every block of the run goes back to missing.
+    /// caller serves them from memory). On a failed GET every block of the run goes back to
+    /// missing.
     pub(super) async fn fetch(&self, run: Range<usize>) -> io::Result<Option<Unstored>> {
         let r = self.blocks.run_bytes(&run);
         let res = match self.source.get(r.clone()).await {
