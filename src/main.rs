@@ -253,7 +253,7 @@ fn cmd_index(
     if let Some(url) = src.to_str().filter(|s| loosefs::storage::object::is_url(s)) {
         println!(
             "{}",
-            loosefs::open::remote_dataset::shared::index(
+            loosefs::open::index_url(
                 url,
                 out,
                 &args.open_options(),
@@ -311,7 +311,12 @@ fn cmd_info(
         } else {
             print!("{}", i.text());
             println!("served:        loose objects, each a file (nothing packed)");
-            println!("requests:      {} LIST(s), no GET to open", r.open_lists);
+            match &r.shared {
+                Some(at) => println!(
+                    "requests:      a LIST of the first level and a GET of the shared index {at}"
+                ),
+                None => println!("requests:      LISTs only (no GET) to open"),
+            }
             println!("cache:         {}", r.cache_root().display());
             for (k, why) in &r.skipped {
                 println!("left out:      {k}: {why}");

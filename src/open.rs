@@ -204,6 +204,40 @@ fn metadata(path: &Path) -> Result<std::fs::Metadata> {
         .with_context(|| format!("cannot read the metadata of {}", path.display()))
 }
 
+/// `loosefs index URL [--out DEST]`: the shared index of the dataset at `url`, written beside
+/// it (or at `out`). An S3 prefix of loose objects gets its listing
+/// ([`remote_dir::listing`]); a foreign dataset its index ([`remote_dataset::shared`]).
+/// Returns the line to print: where it went and what it holds.
+///
+/// Errors: the listing fails or is empty, the dataset cannot be indexed, the index cannot be
+/// written or uploaded.
+pub fn index_url(
+    url: &str,
+    out: Option<&Path>,
+    args: &OpenOptions,
+    store: Arc<dyn ObjectStore>,
+) -> Result<String> {
+    if args.format.is_none() && remote_dataset::is_s3_prefix(url) {
+        let cannot = || format!("cannot index {url}");
+        let level = store.list_level(url).with_context(cannot)?;
+        let listed = store.list_below(url, level).with_context(cannot)?;
+        let keys: Vec<String> = listed.iter().map(|l| l.key.clone()).collect();
+        if keys.is_empty() {
+            anyhow::bail!("cannot index {url}: no objects under this prefix");
+        }
+        if !remote_dir::holds_a_format(&keys) {
+            return remote_dir::listing::write(url, &listed, out, &*store).with_context(cannot);
+        }
+        let store: Arc<dyn ObjectStore> = Arc::new(ListedOnce {
+            inner: store,
+            url: url.to_string(),
+            listed: std::sync::Mutex::new(Some(listed)),
+        });
+        return remote_dataset::shared::index(url, out, args, store);
+    }
+    remote_dataset::shared::index(url, out, args, store)
+}
+
 impl Dataset {
     /// Opens `src`: a URL through the network ([`Dataset::open_on`] with the store of
     /// [`crate::storage::connect`]); else a native pack unless `--format` names another
@@ -256,16 +290,23 @@ impl Dataset {
         // An S3 prefix of loose objects (not a packed format) is served as files from its
         // listing alone.
         if opts.format.is_none() && remote_dataset::is_s3_prefix(url) && !opts.remote.offline {
-            let listed = store
-                .list(url)
-                .with_context(|| format!("cannot open {url}"))?;
+            let cannot = || format!("cannot open {url}");
+            let level = store.list_level(url).with_context(cannot)?;
+            if let Some((listed, at)) =
+                remote_dir::listing::find(url, &level, opts, &*store).with_context(cannot)?
+            {
+                let mut r = RemoteDir::open(url, listed, opts, &*store).with_context(cannot)?;
+                r.shared = Some(at);
+                return Ok(Dataset::RemoteDir(Box::new(r)));
+            }
+            let listed = store.list_below(url, level).with_context(cannot)?;
             let keys: Vec<String> = listed.iter().map(|l| l.key.clone()).collect();
             if keys.is_empty() {
                 anyhow::bail!("cannot open {url}: no objects under this prefix");
             }
             if !remote_dir::holds_a_format(&keys) {
                 return RemoteDir::open(url, listed, opts, &*store)
-                    .with_context(|| format!("cannot open {url}"))
+                    .with_context(cannot)
                     .map(|r| Dataset::RemoteDir(Box::new(r)));
             }
             // A packed format: its opener lists the prefix again from this listing.

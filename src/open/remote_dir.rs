@@ -33,6 +33,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub mod listing;
+
 /// Extensions of the shards of the packed formats a prefix may hold.
 const SHARD_EXTENSIONS: &[&str] = &[
     ".tar",
@@ -114,8 +116,8 @@ pub struct RemoteDir {
     /// Bytes of the objects laid end to end, gaps included.
     len: u64,
     index: Arc<memmap2::Mmap>,
-    /// LIST requests made to open it.
-    pub open_lists: u64,
+    /// The shared listing it was opened from ([`listing`]), if any (else from a listing).
+    pub shared: Option<String>,
 }
 
 impl RemoteDir {
@@ -282,7 +284,7 @@ impl RemoteDir {
             cache: caches.remove(0),
             len,
             index: Arc::new(map.make_read_only()?),
-            open_lists: 1,
+            shared: None,
         })
     }
 

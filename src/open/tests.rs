@@ -535,8 +535,8 @@ fn loose_objects_under_a_prefix_mount_from_one_list_and_no_get_and_serve_every_b
     assert!(matches!(ds, Dataset::RemoteDir(_)), "{ds:?}");
     assert_eq!(
         (store.lists.load(Relaxed), store.gets()),
-        (1, 0),
-        "one LIST, no GET to mount"
+        (1 + 3, 0),
+        "LISTs only (the first level, then its three subdirectories), no GET to mount"
     );
     let fs = serve(ds);
     // Each file shows its listed LastModified; a directory the newest of what it holds.
@@ -550,6 +550,93 @@ fn loose_objects_under_a_prefix_mount_from_one_list_and_no_get_and_serve_every_b
     assert_eq!(store.gets(), files.len() as u64);
     assert_eq!(walk(&fs), files, "served again from the block caches");
     assert_eq!(store.gets(), files.len() as u64);
+}
+
+#[test]
+fn a_shared_listing_mounts_loose_objects_with_two_requests_and_the_same_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    let files = loose(&store, "s3://b/train/", 60, 5000);
+    let line = super::index_url(
+        "s3://b/train/",
+        None,
+        &options(tmp.path(), "n1"),
+        store.clone(),
+    )
+    .unwrap();
+    assert!(
+        line.starts_with(
+            "s3://b/train/.loosefs-index: shared listing of s3://b/train/ (60 objects"
+        ),
+        "{line}"
+    );
+    assert_eq!(store.uploads.load(SeqCst), 1);
+    let (lists, gets) = (store.lists.load(SeqCst), store.gets());
+    let ds = open("s3://b/train/", &options(tmp.path(), "n2"), &store).unwrap();
+    assert_eq!(
+        (store.lists.load(SeqCst) - lists, store.gets() - gets),
+        (1, 1),
+        "a LIST of the first level and a GET of the index"
+    );
+    let Dataset::RemoteDir(r) = &ds else {
+        panic!("loose objects, not {ds:?}")
+    };
+    assert_eq!(r.shared.as_deref(), Some("s3://b/train/.loosefs-index"));
+    let fs = serve(ds);
+    assert_eq!(walk(&fs), files, "the index itself is no file of the tree");
+    // The same tree as a node that lists: the same block cache (its name is the listing's).
+    drop(fs);
+    let listed = open(
+        "s3://b/train/",
+        &OpenOptions {
+            shared_index: Some(tmp.path().join("none")),
+            ..options(tmp.path(), "n3")
+        },
+        &store,
+    );
+    assert!(listed.is_err(), "a named index must exist");
+}
+
+#[test]
+fn a_stale_shared_listing_is_refused_naming_what_changed_and_a_deeper_change_answers_estale() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    let files = loose(&store, "s3://b/train/", 30, 3000);
+    super::index_url(
+        "s3://b/train/",
+        None,
+        &options(tmp.path(), "n1"),
+        store.clone(),
+    )
+    .unwrap();
+    store.put("s3://b/train/n09/new.JPEG", noise(5, 100));
+    let e = open_err("s3://b/train/", &options(tmp.path(), "n2"), &store);
+    assert!(
+        e.contains(
+            "the shared index s3://b/train/.loosefs-index is stale: s3://b/train/n09/ was added"
+        ) && e.contains("run `loosefs index s3://b/train/` again"),
+        "{e}"
+    );
+    store.remove("s3://b/train/n09/new.JPEG");
+    // Below the first level the index is a snapshot: a replaced object answers ESTALE for
+    // itself at its first read, the others are served.
+    let first = files.keys().next().unwrap();
+    store.put(&format!("s3://b/train/{first}"), noise(999, 3000));
+    let fs = serve(open("s3://b/train/", &options(tmp.path(), "n2"), &store).unwrap());
+    assert!(matches!(read(&fs, first), Err(FsError::Stale(_))));
+    let second = files.keys().nth(1).unwrap();
+    assert_eq!(&read(&fs, second).unwrap(), &files[second]);
+    drop(fs);
+    // Indexed again, the new bytes are served.
+    super::index_url(
+        "s3://b/train/",
+        None,
+        &options(tmp.path(), "n1"),
+        store.clone(),
+    )
+    .unwrap();
+    let fs = serve(open("s3://b/train/", &options(tmp.path(), "n3"), &store).unwrap());
+    assert_eq!(read(&fs, first).unwrap(), noise(999, 3000));
 }
 
 #[test]

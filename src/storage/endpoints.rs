@@ -62,14 +62,15 @@ fn env(name: &str) -> Option<String> {
 }
 
 /// The store and object path of `url` (`s3://bucket/key`, `https://host/path`, or
-/// `http://host/path` with `--allow-http`). Nothing is requested yet.
+/// `http://host/path` with `--allow-http`), and for S3 the same store listing one page per
+/// request. Nothing is requested yet.
 ///
 /// Errors: a malformed URL, plain http without `--allow-http`, an unreadable CA bundle, no
 /// credentials when instance metadata is disabled (`AWS_EC2_METADATA_DISABLED=true`).
 pub(super) fn store_for(
     url: &str,
     args: &RemoteConfig,
-) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+) -> Result<(Arc<dyn ObjectStore>, ObjectPath, Option<Pages>)> {
     let lower = url.to_ascii_lowercase();
     let mut client = ClientOptions::new()
         .with_timeout(Duration::from_secs(args.request_timeout.max(1)))
@@ -97,7 +98,9 @@ pub(super) fn store_for(
         max_retries: args.retries,
         retry_timeout: Duration::from_secs(args.retry_timeout.max(1)),
     };
-    let (store, path): (Arc<dyn ObjectStore>, ObjectPath) = if lower.starts_with("s3://") {
+    let (store, path, pages): (Arc<dyn ObjectStore>, ObjectPath, Option<Pages>) = if lower
+        .starts_with("s3://")
+    {
         let rest = &url[5..];
         let (bucket, key) = rest
             .split_once('/')
@@ -154,7 +157,8 @@ pub(super) fn store_for(
             .with_client_options(client)
             .build()
             .with_context(|| format!("{url}: cannot set up the S3 client"))?;
-        (Arc::new(store), ObjectPath::from(key))
+        let store = Arc::new(store);
+        (store.clone(), ObjectPath::from(key), Some(store))
     } else if lower.starts_with("https://") || lower.starts_with("http://") {
         if lower.starts_with("http://") && !args.allow_http {
             bail!("{url}: plain http needs --allow-http (bytes travel unencrypted)");
@@ -167,12 +171,15 @@ pub(super) fn store_for(
             .with_retry(retry)
             .build()
             .with_context(|| format!("{url}: cannot set up the HTTP client"))?;
-        (Arc::new(store), path)
+        (Arc::new(store), path, None)
     } else {
         bail!("{url}: not an s3://, https:// or http:// URL");
     };
-    Ok((store, path))
+    Ok((store, path, pages))
 }
+
+/// A store that lists one page per request (S3's `ListObjectsV2`).
+pub(super) type Pages = Arc<dyn object_store::list::PaginatedListStore>;
 
 /// Where the store of a URL ends and the object's key begins: (`s3://bucket` or
 /// `https://host:port`, key). Errors: not an s3/http(s) URL, or no key after the host.
@@ -264,9 +271,9 @@ mod tests {
         let e = err("s3://b/k.pack", &a);
         assert!(e.contains("--allow-http"), "{e}");
         a.allow_http = true;
-        let (_, path) = store_for("s3://b/dir/k.pack", &a).unwrap();
+        let (_, path, _) = store_for("s3://b/dir/k.pack", &a).unwrap();
         assert_eq!(path.as_ref(), "dir/k.pack");
-        let (_, path) = store_for("http://127.0.0.1:9/a/b%20c.pack", &a).unwrap();
+        let (_, path, _) = store_for("http://127.0.0.1:9/a/b%20c.pack", &a).unwrap();
         assert_eq!(path.as_ref(), "a/b c.pack");
     }
 

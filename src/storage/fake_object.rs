@@ -3,7 +3,9 @@
 //! sources do). Both count what a server would see (GETs, bytes, LISTs), so tests assert the
 //! requests an open or a read costs without a server.
 
-use super::object_source::{Listed, ObjectError, ObjectSource, ObjectStats, ObjectStore, Pin};
+use super::object_source::{
+    Level, Listed, ObjectError, ObjectSource, ObjectStats, ObjectStore, Pin,
+};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use std::collections::BTreeMap;
@@ -293,11 +295,37 @@ impl ObjectStore for FakeStore {
             .collect())
     }
 
+    /// One LIST per run of subdirectories, as the real store's (up to `LISTS_AT_ONCE`).
+    fn list_below(&self, url: &str, level: Level) -> anyhow::Result<Vec<Listed>> {
+        if level.dirs.is_empty() {
+            return Ok(level.objects);
+        }
+        let all = self.list(url)?;
+        self.lists
+            .fetch_add(fake_runs(level.dirs.len()) - 1, Relaxed);
+        let mut v = level.objects;
+        v.extend(all.into_iter().filter(|l| {
+            (l.key.split_once('/')).is_some_and(|(d, _)| level.dirs.iter().any(|x| x == d))
+        }));
+        v.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(v)
+    }
+
     fn upload(&self, url: &str, src: &Path) -> anyhow::Result<()> {
         self.uploads.fetch_add(1, Relaxed);
         self.put(url, std::fs::read(src)?);
         Ok(())
     }
+}
+
+/// LISTs the real store makes for the runs of `dirs` subdirectories (one for a run of one,
+/// else two; at least one page each).
+fn fake_runs(dirs: usize) -> u64 {
+    let per = dirs.div_ceil(super::object::LISTS_AT_ONCE.min(dirs));
+    (0..dirs)
+        .step_by(per)
+        .map(|i| if i + 1 < dirs && per > 1 { 2 } else { 1 })
+        .sum()
 }
 
 /// One handle on a [`FakeStore`] object: pinned by its first GET or by [`ObjectSource::set_pin`].

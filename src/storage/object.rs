@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-pub use super::object_source::{Listed, ObjectError, ObjectStats, Pin};
+pub use super::object_source::{Level, Listed, ObjectError, ObjectStats, Pin};
 use super::remote_config::RemoteConfig;
 
 /// Whether `src` names a remote object (`s3://`, `https://` or `http://`).
@@ -55,10 +55,33 @@ pub fn permits(len: u64) -> u32 {
     len.div_ceil(SMALL_GET).clamp(1, PERMITS_PER_REQUEST as u64) as u32
 }
 
+/// Runs of a prefix's subdirectories listed at once, each its own sequence of LIST requests.
+pub const LISTS_AT_ONCE: usize = 16;
+
+/// The listing's entry `m` relative to `prefix` (`None`: not below it).
+fn listed(prefix: &ObjectPath, m: object_store::ObjectMeta) -> Option<Listed> {
+    let rel: Vec<String> = (m.location.prefix_match(prefix)?)
+        .map(|p| p.as_ref().to_string())
+        .collect();
+    let pin = m.e_tag.map(|etag| Pin {
+        size: m.size,
+        etag,
+        version: m.version,
+    });
+    Some(Listed {
+        key: rel.join("/"),
+        pin,
+        modified: m.last_modified.timestamp(),
+    })
+    .filter(|l| !l.key.is_empty())
+}
+
 /// A client of one remote object.
 pub struct ObjectClient {
     rt: Arc<tokio::runtime::Runtime>,
     store: Arc<dyn ObjectStore>,
+    /// The same store listing one page per request (S3), if it can.
+    pages: Option<super::endpoints::Pages>,
     /// The same store with no retries: used during an outage.
     quick: Arc<dyn ObjectStore>,
     outage: Arc<Outage>,
@@ -132,12 +155,12 @@ impl ObjectClient {
     /// Errors: a malformed URL, plain http without `--allow-http`, an unreadable CA bundle, no
     /// credentials when instance metadata is disabled (`AWS_EC2_METADATA_DISABLED=true`).
     pub fn new(url: &str, args: &RemoteConfig) -> Result<ObjectClient> {
-        let (store, path) = super::endpoints::store_for(url, args)?;
+        let (store, path, pages) = super::endpoints::store_for(url, args)?;
         let no_retry = RemoteConfig {
             retries: 0,
             ..args.clone()
         };
-        let (quick, _) = super::endpoints::store_for(url, &no_retry)?;
+        let (quick, _, _) = super::endpoints::store_for(url, &no_retry)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("loosefs-net")
@@ -147,6 +170,7 @@ impl ObjectClient {
         Ok(ObjectClient {
             rt: Arc::new(rt),
             store,
+            pages,
             quick,
             outage: Arc::default(),
             path,
@@ -192,6 +216,7 @@ impl ObjectClient {
         Ok(ObjectClient {
             rt: self.rt.clone(),
             store: self.store.clone(),
+            pages: self.pages.clone(),
             quick: self.quick.clone(),
             outage: self.outage.clone(),
             path,
@@ -390,38 +415,181 @@ impl ObjectClient {
 impl ObjectClient {
     /// Every object under this client's key taken as a prefix (`s3://bucket/prefix/`), as
     /// (key relative to the prefix, what the listing says it is: size, ETag, version), sorted
-    /// by key. One LIST request per 1000 keys. Errors: the listing is refused (403), or the
-    /// store cannot list (HTTP).
+    /// by key: its first level, then its subdirectories concurrently ([`Self::list_below`]).
+    /// Errors: the listing is refused (403), or the store cannot list (HTTP).
     pub fn list(&self) -> Result<Vec<Listed>> {
-        use futures::TryStreamExt;
+        self.list_below(self.list_level()?, false)
+    }
+
+    /// The first level under this client's key taken as a prefix: one LIST with
+    /// `delimiter=/`, its first page (up to 1000 entries; [`Level::more`] tells the rest is
+    /// unlisted). Errors: as [`Self::list`].
+    pub fn list_level(&self) -> Result<Level> {
         let url = self.url.clone();
         let prefix = self.path.clone();
-        let mut v: Vec<Listed> = self
-            .rt
-            .block_on(self.store.list(Some(&prefix)).try_collect::<Vec<_>>())
-            .map_err(|e| anyhow!("{url}: cannot list the prefix: {e}"))?
-            .into_iter()
-            .filter_map(|m| {
-                let rel: Vec<String> = m
-                    .location
-                    .prefix_match(&prefix)?
+        let cannot =
+            |e: object_store::Error| anyhow!("{url}: cannot list the prefix: {}", describe(&e));
+        let (r, more) = match &self.pages {
+            Some(pages) => {
+                let opts = object_store::list::PaginatedListOptions {
+                    delimiter: Some("/".into()),
+                    ..Default::default()
+                };
+                let at = match prefix.as_ref() {
+                    "" => String::new(),
+                    p => format!("{p}/"),
+                };
+                let page = (self.rt)
+                    .block_on(pages.list_paginated(Some(&at), opts))
+                    .map_err(cannot)?;
+                (page.result, page.page_token)
+            }
+            None => (
+                (self.rt)
+                    .block_on(self.store.list_with_delimiter(Some(&prefix)))
+                    .map_err(cannot)?,
+                None,
+            ),
+        };
+        let mut objects: Vec<Listed> = (r.objects.into_iter())
+            .filter_map(|m| listed(&prefix, m))
+            .collect();
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        let mut dirs: Vec<String> = (r.common_prefixes.iter())
+            .filter_map(|p| {
+                let rel: Vec<String> = (p.prefix_match(&prefix)?)
                     .map(|p| p.as_ref().to_string())
                     .collect();
-                let pin = m.e_tag.map(|etag| Pin {
-                    size: m.size,
-                    etag,
-                    version: m.version,
-                });
-                Some(Listed {
-                    key: rel.join("/"),
-                    pin,
-                    modified: m.last_modified.timestamp(),
-                })
+                Some(rel.join("/")).filter(|d| !d.is_empty())
             })
-            .filter(|l| !l.key.is_empty())
             .collect();
+        dirs.sort();
+        Ok(Level {
+            objects,
+            dirs,
+            more,
+        })
+    }
+
+    /// Every object under this client's key taken as a prefix whose first level is `level`:
+    /// `level`'s objects and those below its subdirectories, sorted by key. The subdirectories
+    /// are split into up to [`LISTS_AT_ONCE`] runs, contiguous in key order, listed at once:
+    /// a run's first subdirectory by its prefix, then on from its last key (`start-after`) to
+    /// the next run's first: about one LIST per 1000 keys plus two per run, in the time of the
+    /// longest run. With `progress`, a count of the
+    /// keys listed on stderr. Errors: as [`Self::list`].
+    pub fn list_below(&self, level: Level, progress: bool) -> Result<Vec<Listed>> {
+        use futures::{StreamExt, TryStreamExt};
+        let url = self.url.clone();
+        let prefix = self.path.clone();
+        let level = match (&level.more, &self.pages) {
+            (Some(token), Some(pages)) => self.rest_of_level(level.clone(), token, pages)?,
+            _ => level,
+        };
+        if level.dirs.is_empty() {
+            return Ok(level.objects);
+        }
+        let bar = match progress {
+            true => indicatif::ProgressBar::new_spinner(),
+            false => indicatif::ProgressBar::hidden(),
+        };
+        bar.set_message(format!("listing {url}"));
+        let base = match prefix.as_ref() {
+            "" => String::new(),
+            p => format!("{p}/"),
+        };
+        // In key order: `a-b/` lists before `a/`.
+        let mut dirs: Vec<String> = level.dirs.iter().map(|d| format!("{base}{d}/")).collect();
+        dirs.sort();
+        let per = dirs.len().div_ceil(LISTS_AT_ONCE.min(dirs.len()));
+        let runs = (0..dirs.len()).step_by(per).map(|i| {
+            let (first, end) = (dirs[i].clone(), dirs.get(i + per).cloned());
+            let more = i + 1 < dirs.len() && per > 1;
+            let (store, prefix, bar) = (self.store.clone(), prefix.clone(), bar.clone());
+            let skip = base.len();
+            async move {
+                let err = |e: object_store::Error| anyhow!("{}", describe(&e));
+                // The run's first subdirectory by itself (its prefix: right in every store) ...
+                let at = ObjectPath::parse(&first[..first.len() - 1])
+                    .map_err(|e| anyhow!("{first}: {e}"))?;
+                let mut found: Vec<_> = store.list(Some(&at)).try_collect().await.map_err(err)?;
+                bar.inc(found.len() as u64);
+                // ... then on from its last key (`start-after`), to the next run's first.
+                let Some(last) = found.last().map(|m| m.location.clone()).filter(|_| more) else {
+                    return Ok::<_, anyhow::Error>(found);
+                };
+                let mut keys = store.list_with_offset(Some(&prefix), &last);
+                while let Some(m) = keys.try_next().await.map_err(err)? {
+                    let k = m.location.as_ref();
+                    if end.as_deref().is_some_and(|e| k >= e) {
+                        break;
+                    }
+                    if k[skip..].contains('/') {
+                        bar.inc(1);
+                        found.push(m);
+                    }
+                }
+                Ok(found)
+            }
+        });
+        let found: Vec<Vec<_>> = self
+            .rt
+            .block_on(
+                futures::stream::iter(runs)
+                    .buffer_unordered(LISTS_AT_ONCE)
+                    .try_collect(),
+            )
+            .map_err(|e| anyhow!("{url}: cannot list the prefix: {e:#}"))?;
+        bar.finish_and_clear();
+        let mut v = level.objects;
+        v.extend((found.into_iter().flatten()).filter_map(|m| listed(&prefix, m)));
         v.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(v)
+    }
+
+    /// `level` (a first page) with the rest of its pages, from the page token `token`.
+    fn rest_of_level(
+        &self,
+        mut level: Level,
+        token: &str,
+        pages: &super::endpoints::Pages,
+    ) -> Result<Level> {
+        let url = self.url.clone();
+        let at = match self.path.as_ref() {
+            "" => String::new(),
+            p => format!("{p}/"),
+        };
+        let mut token = Some(token.to_string());
+        while let Some(t) = token.take() {
+            let opts = object_store::list::PaginatedListOptions {
+                delimiter: Some("/".into()),
+                page_token: Some(t),
+                ..Default::default()
+            };
+            let page = (self.rt)
+                .block_on(pages.list_paginated(Some(&at), opts))
+                .map_err(|e| anyhow!("{url}: cannot list the prefix: {}", describe(&e)))?;
+            level.objects.extend(
+                page.result
+                    .objects
+                    .into_iter()
+                    .filter_map(|m| listed(&self.path, m)),
+            );
+            level
+                .dirs
+                .extend(page.result.common_prefixes.iter().filter_map(|p| {
+                    let rel: Vec<String> = (p.prefix_match(&self.path)?)
+                        .map(|p| p.as_ref().to_string())
+                        .collect();
+                    Some(rel.join("/")).filter(|d| !d.is_empty())
+                }));
+            token = page.page_token;
+        }
+        level.objects.sort_by(|a, b| a.key.cmp(&b.key));
+        level.dirs.sort();
+        level.dirs.dedup();
+        level.more = None;
+        Ok(level)
     }
 
     /// Downloads the whole object into a new file `dest` with one GET (carrying the pin's
@@ -579,6 +747,18 @@ impl super::object_source::ObjectStore for Remote {
 
     fn list(&self, url: &str) -> Result<Vec<Listed>> {
         self.client(url)?.list()
+    }
+
+    fn list_level(&self, url: &str) -> Result<Level> {
+        self.client(url)?.list_level()
+    }
+
+    fn list_below(&self, url: &str, level: Level) -> Result<Vec<Listed>> {
+        let many = level.dirs.len() > 1;
+        self.client(url)?.list_below(
+            level,
+            many && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        )
     }
 
     fn upload(&self, url: &str, src: &std::path::Path) -> Result<()> {

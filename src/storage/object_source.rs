@@ -24,6 +24,19 @@ pub struct Listed {
     pub modified: i64,
 }
 
+/// One level of a prefix's listing (a LIST with `delimiter=/`): the objects directly under
+/// it and the common prefixes (subdirectories) below it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Level {
+    /// Objects directly under the prefix (keys without a `/`), sorted by key.
+    pub objects: Vec<Listed>,
+    /// Names of the common prefixes directly under it, without their trailing `/`, sorted.
+    pub dirs: Vec<String>,
+    /// The page token of the rest of the level when only its first page (1000 entries) was
+    /// listed; `None`: complete.
+    pub more: Option<String>,
+}
+
 /// What a remote object is pinned to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pin {
@@ -192,6 +205,35 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     ///
     /// Errors: the listing is refused (403), or the store cannot list (HTTP).
     fn list(&self, url: &str) -> anyhow::Result<Vec<Listed>>;
+
+    /// The first level of the prefix `url` (`s3://bucket/prefix/`): one LIST with
+    /// `delimiter=/`, at least its first page of 1000 entries (the rest: [`Level::more`]). The
+    /// default lists everything and groups it.
+    ///
+    /// Errors: as [`ObjectStore::list`].
+    fn list_level(&self, url: &str) -> anyhow::Result<Level> {
+        let mut level = Level::default();
+        for l in self.list(url)? {
+            match l.key.split_once('/') {
+                // Sorted by key: a subdirectory's keys come together.
+                Some((d, _)) if level.dirs.last().is_some_and(|x| x == d) => {}
+                Some((d, _)) => level.dirs.push(d.to_string()),
+                None => level.objects.push(l),
+            }
+        }
+        Ok(level)
+    }
+
+    /// Every object under the prefix `url` whose first level is `level` (from
+    /// [`ObjectStore::list_level`]): `level`'s objects and every object below its
+    /// subdirectories, these listed concurrently. Sorted by key. The default lists the whole
+    /// prefix again.
+    ///
+    /// Errors: as [`ObjectStore::list`].
+    fn list_below(&self, url: &str, level: Level) -> anyhow::Result<Vec<Listed>> {
+        let _ = level;
+        self.list(url)
+    }
 
     /// Writes the local file `src` as the object `url`, replacing any object there.
     ///

@@ -641,8 +641,10 @@ def test_loose_objects_under_an_s3_prefix_mount_from_their_listing_and_read_iden
                           text=True, timeout=300)
     assert info.returncode == 0, info.stderr
     assert "loose objects" in info.stdout and f"samples:       {len(files)} " in info.stdout, info.stdout
+    # A LIST of the first level (1,000 class directories), then 16 runs of them listed at once
+    # (two LISTs each: a run's first directory, then on from its last key).
     listed = proxy.requests - r0
-    assert 1 <= listed <= 3, f"{listed} requests to list {len(files)} keys"
+    assert 2 <= listed <= 1 + 2 * 16 + 2, f"{listed} requests to list {len(files)} keys"
     r0 = proxy.requests
     with Mount(url, world["work"], *s3_args(world)) as mnt:
         assert proxy.requests - r0 == listed, "the mount fetched objects"
@@ -692,7 +694,7 @@ def test_a_lerobot_dataset_as_loose_objects_reads_identical_and_its_videos_decod
 
     r0 = proxy.requests
     with Mount(f"s3://{weed.bucket}/lerobot/", world["work"], *s3_args(world)) as mnt:
-        assert proxy.requests - r0 <= 3, "the mount fetched objects"
+        assert proxy.requests - r0 <= 1 + 2 * 16, "the mount fetched objects"
         assert files_of(mnt) == files
         for rel in files:
             assert (mnt / rel).read_bytes() == (LEROBOT / rel).read_bytes(), rel
@@ -702,6 +704,49 @@ def test_a_lerobot_dataset_as_loose_objects_reads_identical_and_its_videos_decod
             got, want = frames(mnt / rel), frames(LEROBOT / rel)
             assert len(got) == len(want) > 0, rel
             assert all(np.array_equal(a, b) for a, b in zip(got, want)), rel
+
+
+def test_a_shared_listing_mounts_a_prefix_with_two_requests_and_a_stale_one_is_refused(world, source, loose):
+    """`loosefs index` of a prefix of loose objects writes its listing beside the data; a
+    mount then makes two requests (a LIST of the first level, a GET of the index) and serves
+    the same tree byte-identical; an object added at the first level makes the index stale
+    (refused, naming it) until `loosefs index` runs again."""
+    weed, proxy = world["weed"], world["s3_proxy"]
+    c = weed.client()
+    files = files_of(source)
+
+    def run(*args):
+        return subprocess.run([loosefs_bin(), *args, *s3_args(world)], env=s3_env(), capture_output=True,
+                              text=True, timeout=300)
+
+    done = run("index", loose)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{loose}.loosefs-index: shared listing of {loose} ({len(files)} objects"), \
+        done.stdout
+    try:
+        r0 = proxy.requests
+        info = run("info", loose)
+        assert info.returncode == 0, info.stderr
+        assert f"a GET of the shared index {loose}.loosefs-index" in info.stdout, info.stdout
+        assert proxy.requests - r0 == 2, f"{proxy.requests - r0} requests for info"
+        r0 = proxy.requests
+        with Mount(loose, world["work"], *s3_args(world)) as mnt:
+            assert proxy.requests - r0 == 2, f"{proxy.requests - r0} requests to mount"
+            assert files_of(mnt) == files
+            for rel in files[:100]:
+                assert (mnt / rel).read_bytes() == (source / rel).read_bytes(), rel
+        c.put_object(Bucket=weed.bucket, Key="loose/added.txt", Body=b"new")
+        try:
+            never = world["work"] / "never"
+            never.mkdir(exist_ok=True)
+            refused = run("mount", loose, str(never))
+            assert refused.returncode != 0
+            assert f"is stale: {loose}added.txt was added since it was indexed" in refused.stderr, refused.stderr
+            assert f"run `loosefs index {loose}` again" in refused.stderr, refused.stderr
+        finally:
+            c.delete_object(Bucket=weed.bucket, Key="loose/added.txt")
+    finally:
+        c.delete_object(Bucket=weed.bucket, Key="loose/.loosefs-index")
 
 
 def test_loose_jpegs_under_a_prefix_show_decoded_views_from_a_head_range_each(world, source, loose):
