@@ -140,8 +140,8 @@ pub struct SourceArgs {
     #[arg(long, default_value = "lazy", value_parser = ["lazy", "full"])]
     pub verify: String,
     /// A shared index of the dataset written by `loosefs index` (default: `<SRC>.loosefs-index`
-    /// beside the dataset, used when it exists and fits this mount's options): a stale one is
-    /// refused, naming the file that changed.
+    /// beside the dataset, used when it exists and fits this mount's options; for an S3 prefix
+    /// of loose objects, its listing): a stale one is refused, naming the file that changed.
     #[arg(long = "index")]
     pub shared_index: Option<PathBuf>,
     /// Where the index of a foreign source is kept (default: $LOOSEFS_CACHE_DIR, else

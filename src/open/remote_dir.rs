@@ -324,6 +324,12 @@ impl RemoteDir {
         Ok(cat.without_checksums())
     }
 
+    /// The tree's index. Errors: it does not validate (a bug, reported as such).
+    pub fn view(&self) -> Result<crate::pack::index::IndexView<'_>> {
+        crate::pack::index::IndexView::parse(&self.index[..])
+            .map_err(|e| anyhow!("{}: {e}", self.url))
+    }
+
     /// The storage: the objects' block cache.
     pub fn storage(&self) -> Arc<dyn crate::storage::Storage> {
         self.cache.clone()

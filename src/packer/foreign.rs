@@ -31,11 +31,11 @@ pub(super) fn walk(src: &Path, args: &OpenOptions) -> Result<Source> {
             Dataset::Pack(_) | Dataset::Remote(_) => {
                 bail!("{}: a loosefs pack already; nothing to pack", src.display())
             }
-            Dataset::RemoteDir(_) => {
-                bail!(
-                    "{}: loose objects, not a dataset of another format (mount it to read them)",
-                    src.display()
-                )
+            // Loose objects under a prefix: their tree, each file read from its object (pinned
+            // to its listed ETag: the pin is the check, they carry no CRC-32 to compare).
+            Dataset::RemoteDir(r) => {
+                let paths = vec![PathBuf::from(r.url())];
+                return tree(src, &r.view()?, &[0], paths, r.storage(), false);
             }
             Dataset::Dir(_) => {
                 bail!(
@@ -44,9 +44,21 @@ pub(super) fn walk(src: &Path, args: &OpenOptions) -> Result<Source> {
                 )
             }
         };
-    let ix = f.view();
     let paths = f.header.objects.iter().map(|o| o.path.clone()).collect();
-    let bases = &f.header.bases;
+    tree(src, &f.view(), &f.header.bases, paths, storage, true)
+}
+
+/// The tree of index `ix` as items in pack order, each file read from `storage`'s object
+/// (`paths`, starting at `bases` in the records' `data_off` space), checked against its
+/// recorded CRC-32 when `checked`.
+fn tree(
+    src: &Path,
+    ix: &crate::pack::index::IndexView<'_>,
+    bases: &[u64],
+    paths: Vec<PathBuf>,
+    storage: std::sync::Arc<dyn crate::storage::Storage>,
+    checked: bool,
+) -> Result<Source> {
     let meta_of = |r: &crate::pack::index::Record| EntryMeta {
         mode: if r.is_dir {
             libc::S_IFDIR | 0o755
@@ -94,7 +106,7 @@ pub(super) fn walk(src: &Path, args: &OpenOptions) -> Result<Source> {
                 obj: k as u32,
                 off: r.data_off - bases[k],
                 len: r.size,
-                crc: r.crc(),
+                crc: r.crc().filter(|_| checked),
                 header,
             });
             ItemKind::File {

@@ -749,6 +749,41 @@ def test_a_shared_listing_mounts_a_prefix_with_two_requests_and_a_stale_one_is_r
         c.delete_object(Bucket=weed.bucket, Key="loose/.loosefs-index")
 
 
+def test_a_prefix_of_loose_objects_packs_as_its_synced_directory_does(world, source, loose, tmp_path):
+    """`loosefs pack s3://B/P/ OUT` packs straight from the bucket: the pack is byte-identical
+    to the pack of the same objects synced to a local directory (files with their
+    LastModified as mtime, as `aws s3 sync` leaves them; each directory with the newest of what
+    it holds, as the mount shows it)."""
+    weed = world["weed"]
+    c = weed.client()
+    synced = tmp_path / "synced"
+    newest = {}
+    for page in c.get_paginator("list_objects_v2").paginate(Bucket=weed.bucket, Prefix="loose/"):
+        for o in page.get("Contents", []):
+            rel = pathlib.PurePosixPath(o["Key"][len("loose/"):])
+            if rel.name.startswith("."):
+                continue
+            dest = synced / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            c.download_file(weed.bucket, o["Key"], str(dest))
+            t = int(o["LastModified"].timestamp())
+            os.chmod(dest, 0o644)
+            os.utime(dest, (t, t))
+            for d in [*rel.parents]:
+                newest[d] = max(newest.get(d, 0), t)
+    for d, t in sorted(newest.items(), key=lambda x: -len(x[0].parts)):
+        os.chmod(synced / d, 0o755)
+        os.utime(synced / d, (t, t))
+    local = subprocess.run([loosefs_bin(), "pack", str(synced), str(tmp_path / "local.pack")],
+                           capture_output=True, text=True, timeout=300)
+    assert local.returncode == 0, local.stderr
+    remote = subprocess.run([loosefs_bin(), "pack", loose, str(tmp_path / "remote.pack"), *s3_args(world)],
+                            env=s3_env(), capture_output=True, text=True, timeout=300)
+    assert remote.returncode == 0, remote.stderr
+    a, b = (tmp_path / "local.pack").read_bytes(), (tmp_path / "remote.pack").read_bytes()
+    assert len(a) == len(b) and a == b, f"{len(a)} and {len(b)} bytes differ"
+
+
 def test_loose_jpegs_under_a_prefix_show_decoded_views_from_a_head_range_each(world, source, loose):
     """`--decode npy` over loose objects: each JPEG's dimensions come from a ranged GET of its
     head at mount (the objects themselves are not downloaded), and its .npy equals Pillow's
