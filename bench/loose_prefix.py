@@ -7,8 +7,10 @@ it with a bandwidth cap (`--cap`, MB/s, shared by all connections) and added lat
 (`--latency`, ms). Each pass: a fresh block cache, `loosefs mount` timed (requests counted at
 the proxy), then a cold shuffled epoch read by `--readers` threads (files/s, MB/s against the
 cap, requests). Targets: the prefix mounted as files; the same with the epoch's order announced
-(`.loosefs/order` written before the first read); the remote pack of the same files. Peers
-(rclone, s3fs) are not measured here yet.
+(`.loosefs/order` written before the first read); the remote pack of the same files; the same
+prefix mounted by rclone (`--vfs-cache-mode full`, read-ahead and transfers raised) and s3fs-fuse
+on the same link (`--peers`; bench/install-peers.sh installs them). `--orders shuffled,listing`
+adds a cold epoch in listing order.
 
 Run as root from the repository:
   python bench/loose_prefix.py --data ../shared/data/imagenet-sample --cap 50 --latency 20
@@ -55,6 +57,35 @@ def epoch(mnt: pathlib.Path, order, readers: int) -> tuple[float, int]:
     return time.monotonic() - t0, total[0]
 
 
+PEER_BIN = {"rclone": "rclone", "s3fs": "s3fs"}
+
+
+def mount_peer(peer, bucket, prefix, mnt, endpoint, cache, env):
+    """Mounts `s3://bucket/prefix` read-only with `peer` through `endpoint`, its cache in `cache`,
+    with its options for reading many files at their best; returns once the mount answers."""
+    cache.mkdir()
+    if peer == "rclone":
+        # Full VFS cache (what its docs advise for training data), read-ahead and transfers raised.
+        renv = dict(env, RCLONE_CONFIG_W_TYPE="s3", RCLONE_CONFIG_W_PROVIDER="SeaweedFS",
+                    RCLONE_CONFIG_W_ACCESS_KEY_ID=servers.ACCESS_KEY,
+                    RCLONE_CONFIG_W_SECRET_ACCESS_KEY=servers.SECRET_KEY, RCLONE_CONFIG_W_ENDPOINT=endpoint)
+        return subprocess.run(["rclone", "mount", f"W:{bucket}/{prefix}", mnt, "--daemon", "--read-only",
+                               "--vfs-cache-mode", "full", "--cache-dir", cache, "--vfs-read-ahead", "64M",
+                               "--buffer-size", "16M", "--transfers", "32", "--checkers", "32",
+                               "--dir-cache-time", "1h"], env=renv, capture_output=True, text=True, timeout=120)
+    passwd = cache / "passwd"
+    passwd.write_text(f"{servers.ACCESS_KEY}:{servers.SECRET_KEY}\n")
+    passwd.chmod(0o600)
+    r = subprocess.run(["s3fs", f"{bucket}:/{prefix}", mnt, "-o", f"url={endpoint}", "-o", "use_path_request_style",
+                        "-o", f"passwd_file={passwd}", "-o", "ro", "-o", f"use_cache={cache}",
+                        "-o", "parallel_count=32", "-o", "multireq_max=32", "-o", "stat_cache_expire=3600",
+                        "-o", "enable_noobj_cache"], env=env, capture_output=True, text=True, timeout=120)
+    deadline = time.monotonic() + 60  # s3fs forks and returns before its mount answers
+    while r.returncode == 0 and not os.path.ismount(mnt) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return r
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, type=pathlib.Path)
@@ -63,6 +94,8 @@ def main():
     ap.add_argument("--readers", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--max-requests", type=int, default=0, help="passed to every mount (0: loosefs's default)")
+    ap.add_argument("--orders", default="shuffled", help="epoch orders: shuffled, listing (comma-separated)")
+    ap.add_argument("--peers", default="rclone,s3fs", help="peers mounting the same prefix (comma-separated)")
     a = ap.parse_args()
     files = sorted(p.relative_to(a.data) for p in a.data.rglob("*") if p.is_file())
     work = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-loose-bench-"))
@@ -78,33 +111,51 @@ def main():
         weed.put("d.pack", work / "d.pack")
         env = dict(os.environ, AWS_ACCESS_KEY_ID=servers.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=servers.SECRET_KEY,
                    AWS_EC2_METADATA_DISABLED="true")
-        targets = [("loose prefix", "loose/", False), ("loose prefix, order announced", "loose/", True),
-                   ("remote pack", "d.pack", False)]
-        results = {name: [] for name, _, _ in targets}
+        # (name, what is mounted, how, order announced, epoch order)
+        orders = a.orders.split(",")
+        targets = []
+        for order in orders:
+            targets += [(f"loose prefix, {order}", "loose/", "loosefs", False, order)]
+            if order == "shuffled":
+                targets += [("loose prefix, shuffled, order announced", "loose/", "loosefs", True, order)]
+            targets += [(f"remote pack, {order}", "d.pack", "loosefs", False, order)]
+            for peer in [p for p in a.peers.split(",") if p]:
+                if shutil.which(PEER_BIN[peer]) is None:
+                    print(f"{peer}: not installed (bench/install-peers.sh), skipped", file=sys.stderr)
+                    continue
+                targets += [(f"{peer}, {order}", "loose", peer, False, order)]
+        results = {t[0]: [] for t in targets}
         for rep in range(a.repeat):
-            for name, key, announce in targets:
+            for name, key, how, announce, order_kind in targets:
                 proxy = servers.FaultProxy(weed.port, rate=a.cap * 1e6, latency=a.latency / 1000).start()
                 mnt = work / f"mnt-{rep}-{len(results[name])}-{random.randrange(1 << 20)}"
                 mnt.mkdir()
+                endpoint = f"http://127.0.0.1:{proxy.port}"
                 t0 = time.monotonic()
-                r = subprocess.run([BIN, "mount", f"s3://{weed.bucket}/{key}", mnt, "--endpoint-url",
-                                    f"http://127.0.0.1:{proxy.port}", "--allow-http", "--cache-size", "4G",
-                                    "--cache-dir", work / f"cache-{mnt.name}",
-                                    *(["--max-requests", str(a.max_requests)] if a.max_requests else [])],
-                                   env=env, capture_output=True, text=True)
+                if how == "loosefs":
+                    r = subprocess.run([BIN, "mount", f"s3://{weed.bucket}/{key}", mnt, "--endpoint-url", endpoint,
+                                        "--allow-http", "--cache-size", "4G", "--cache-dir", work / f"cache-{mnt.name}",
+                                        *(["--max-requests", str(a.max_requests)] if a.max_requests else [])],
+                                       env=env, capture_output=True, text=True)
+                else:
+                    r = mount_peer(how, weed.bucket, key, mnt, endpoint, work / f"cache-{mnt.name}", env)
                 if r.returncode != 0:
                     sys.exit(f"{name}: {r.stderr}")
                 mount_s, mount_req = time.monotonic() - t0, proxy.requests
                 order = list(files)
-                random.Random(rep).shuffle(order)
+                if order_kind == "shuffled":
+                    random.Random(rep).shuffle(order)
                 if announce:
                     (mnt / ".loosefs" / "order").write_text("".join(f"{p.as_posix()}\n" for p in order))
                 dt, n = epoch(mnt, order, a.readers)
                 results[name].append((mount_s, mount_req, len(files) / dt, n / dt / 1e6, proxy.requests - mount_req))
-                subprocess.run([BIN, "umount", mnt], check=True)
+                if how == "loosefs":
+                    subprocess.run([BIN, "umount", mnt], check=True)
+                else:
+                    subprocess.run(["umount", mnt], check=True)
                 proxy.stop()
         print(f"{len(files)} files, cap {a.cap} MB/s + {a.latency} ms per request, {a.readers} readers, "
-              f"cold shuffled epoch, medians of {a.repeat}")
+              f"cold epochs, medians of {a.repeat}")
         print("| target | mount s (requests) | files/s | MB/s (× cap) | requests in the epoch |")
         print("|---|---|---|---|---|")
         for name, rs in results.items():

@@ -472,11 +472,12 @@ impl ObjectClient {
     }
 
     /// Every object under this client's key taken as a prefix whose first level is `level`:
-    /// `level`'s objects and those below its subdirectories, sorted by key. The subdirectories
-    /// are split into up to [`LISTS_AT_ONCE`] runs, contiguous in key order, listed at once:
-    /// a run's first subdirectory by its prefix, then on from its last key (`start-after`) to
-    /// the next run's first: about one LIST per 1000 keys plus two per run, in the time of the
-    /// longest run. With `progress`, a count of the
+    /// `level`'s objects and those below its subdirectories, sorted by key. One LIST of the
+    /// first 1000 keys, which is all for a prefix that holds no more; past them, the
+    /// subdirectories not reached are split into up to [`LISTS_AT_ONCE`] runs, contiguous in
+    /// key order, listed at once (with the rest of the first page's): a run's first
+    /// subdirectory by its prefix, then on from its last key (`start-after`) to the next run's
+    /// first: about one LIST per 1000 keys plus two per run, in the time of the longest run. With `progress`, a count of the
     /// keys listed on stderr. Errors: as [`Self::list`].
     pub fn list_below(&self, level: Level, progress: bool) -> Result<Vec<Listed>> {
         use futures::{StreamExt, TryStreamExt};
@@ -489,36 +490,76 @@ impl ObjectClient {
         if level.dirs.is_empty() {
             return Ok(level.objects);
         }
+        let base = match prefix.as_ref() {
+            "" => String::new(),
+            p => format!("{p}/"),
+        };
+        let skip = base.len();
+        // The first page of the whole listing: a prefix of up to 1000 keys needs no more.
+        let mut found_first = Vec::new();
+        let mut after: Option<ObjectPath> = None;
+        if let Some(pages) = &self.pages {
+            let opts = object_store::list::PaginatedListOptions::default();
+            let page = (self.rt)
+                .block_on(pages.list_paginated(Some(&base), opts))
+                .map_err(|e| anyhow!("{url}: cannot list the prefix: {}", describe(&e)))?;
+            after = page.result.objects.last().map(|m| m.location.clone());
+            found_first = page.result.objects;
+            found_first.retain(|m| m.location.as_ref()[skip..].contains('/'));
+            if page.page_token.is_none() {
+                let mut v = level.objects;
+                v.extend(found_first.into_iter().filter_map(|m| listed(&prefix, m)));
+                v.sort_by(|a, b| a.key.cmp(&b.key));
+                return Ok(v);
+            }
+        }
         let bar = match progress {
             true => indicatif::ProgressBar::new_spinner(),
             false => indicatif::ProgressBar::hidden(),
         };
         bar.set_message(format!("listing {url}"));
-        let base = match prefix.as_ref() {
-            "" => String::new(),
-            p => format!("{p}/"),
-        };
-        // In key order: `a-b/` lists before `a/`.
-        let mut dirs: Vec<String> = level.dirs.iter().map(|d| format!("{base}{d}/")).collect();
+        bar.inc(found_first.len() as u64);
+        // In key order (`a-b/` lists before `a/`), those the first page did not reach.
+        let mut dirs: Vec<String> = (level.dirs.iter())
+            .map(|d| format!("{base}{d}/"))
+            .filter(|d| after.as_ref().is_none_or(|a| d.as_str() > a.as_ref()))
+            .collect();
         dirs.sort();
-        let per = dirs.len().div_ceil(LISTS_AT_ONCE.min(dirs.len()));
-        let runs = (0..dirs.len()).step_by(per).map(|i| {
-            let (first, end) = (dirs[i].clone(), dirs.get(i + per).cloned());
-            let more = i + 1 < dirs.len() && per > 1;
+        // Runs: (first subdirectory, or none: on from the first page's last key; list on
+        // past the first subdirectory; where the next run starts).
+        let mut runs: Vec<(Option<String>, bool, Option<String>)> = Vec::new();
+        if after.is_some() {
+            runs.push((None, true, dirs.first().cloned()));
+        }
+        if !dirs.is_empty() {
+            let per = dirs.len().div_ceil(LISTS_AT_ONCE.min(dirs.len()));
+            for i in (0..dirs.len()).step_by(per) {
+                let more = i + 1 < dirs.len() && per > 1;
+                runs.push((Some(dirs[i].clone()), more, dirs.get(i + per).cloned()));
+            }
+        }
+        let runs = runs.into_iter().map(|(first, more, end)| {
             let (store, prefix, bar) = (self.store.clone(), prefix.clone(), bar.clone());
-            let skip = base.len();
+            let mut from = after.clone();
             async move {
                 let err = |e: object_store::Error| anyhow!("{}", describe(&e));
+                let mut found = Vec::new();
                 // The run's first subdirectory by itself (its prefix: right in every store) ...
-                let at = ObjectPath::parse(&first[..first.len() - 1])
-                    .map_err(|e| anyhow!("{first}: {e}"))?;
-                let mut found: Vec<_> = store.list(Some(&at)).try_collect().await.map_err(err)?;
-                bar.inc(found.len() as u64);
-                // ... then on from its last key (`start-after`), to the next run's first.
-                let Some(last) = found.last().map(|m| m.location.clone()).filter(|_| more) else {
+                if let Some(first) = first {
+                    let at = ObjectPath::parse(&first[..first.len() - 1])
+                        .map_err(|e| anyhow!("{first}: {e}"))?;
+                    found = store.list(Some(&at)).try_collect().await.map_err(err)?;
+                    bar.inc(found.len() as u64);
+                    from = found
+                        .last()
+                        .map(|m: &object_store::ObjectMeta| m.location.clone());
+                }
+                // ... then on from its last key (`start-after`: a real key, which every store
+                // orders as S3 does), to the next run's first.
+                let Some(from) = from.filter(|_| more) else {
                     return Ok::<_, anyhow::Error>(found);
                 };
-                let mut keys = store.list_with_offset(Some(&prefix), &last);
+                let mut keys = store.list_with_offset(Some(&prefix), &from);
                 while let Some(m) = keys.try_next().await.map_err(err)? {
                     let k = m.location.as_ref();
                     if end.as_deref().is_some_and(|e| k >= e) {
@@ -542,7 +583,10 @@ impl ObjectClient {
             .map_err(|e| anyhow!("{url}: cannot list the prefix: {e:#}"))?;
         bar.finish_and_clear();
         let mut v = level.objects;
-        v.extend((found.into_iter().flatten()).filter_map(|m| listed(&prefix, m)));
+        v.extend(
+            (found_first.into_iter().chain(found.into_iter().flatten()))
+                .filter_map(|m| listed(&prefix, m)),
+        );
         v.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(v)
     }
