@@ -98,19 +98,6 @@ fn same_tree(src: &Path, mnt: &Path) -> usize {
     names.len()
 }
 
-/// Polls `done` until it holds (a change is seen by the mount when the watcher has read its
-/// event: milliseconds, not at once); panics naming `what` after 30 s.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let t0 = std::time::Instant::now();
-    while !done() {
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(30),
-            "never seen: {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-}
-
 /// Changes `src` while mounted at `mnt` — a file rewritten in place, one replaced by a rename,
 /// one removed, one added, a directory added with a file — after every file was read once
 /// (the kernel holds their pages). Once the mount shows each change, the tree is the disk's
@@ -136,9 +123,11 @@ fn changes_are_seen_never_mixed(src: &Path, mnt: &Path) {
     std::fs::write(src.join(deep), encode_jpeg(30, 20, true, 6)).unwrap();
     for f in [rewritten, replaced, added, deep] {
         let want = std::fs::read(src.join(f)).unwrap();
-        wait_until(f, || std::fs::read(mnt.join(f)).is_ok_and(|b| b == want));
+        wait_until(f, 30, || {
+            std::fs::read(mnt.join(f)).is_ok_and(|b| b == want)
+        });
     }
-    wait_until(removed, || {
+    wait_until(removed, 30, || {
         errno_of(std::fs::metadata(mnt.join(removed))) == Some(libc::ENOENT)
     });
     same_tree(src, mnt);
@@ -385,7 +374,7 @@ fn allow_other_never_shows_a_file_of_another_owner_as_the_tree_owners() {
     )
     .unwrap();
     std::fs::rename(&tmp_mine, src.join("class_0/mine.txt")).unwrap();
-    wait_until("the owner's late file served", || {
+    wait_until("the owner's late file served", 30, || {
         std::fs::read(m.mnt.join("class_0/mine.txt")).is_ok_and(|b| b == b"the owner's\n")
     });
     assert_eq!(

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The read-path tests run one at a time: one of them empties every cache of the machine
 /// (`drop_caches`), and the others assert exact cache hits, misses and request counts.
@@ -133,7 +133,7 @@ fn in_order_reads_prefetch_ahead_and_drop_cache_makes_reads_cold() {
     assert!(names.len() >= 16, "the fixture has {} files", names.len());
     let ranges = pack_ranges(&pack, &names);
     read_all_and_compare(&src, &m.mnt, &names[..12]);
-    wait_for("read-ahead of files 12..14", 10, || {
+    wait_until("read-ahead of files 12..14", 10, || {
         ranges[12..14]
             .iter()
             .all(|r| resident_in(&pack, r.clone()) >= pages_of(r.clone()) / 10 * 9)
@@ -254,17 +254,6 @@ fn resident_in(p: &Path, r: std::ops::Range<u64>) -> u64 {
     v.iter().filter(|b| *b & 1 != 0).count() as u64 * 4096
 }
 
-fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(
-            t.elapsed() < Duration::from_secs(secs),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
 fn warm_streams_the_whole_pack_into_the_page_cache() {
@@ -326,7 +315,7 @@ fn warm_streams_the_whole_pack_into_the_page_cache() {
     drop(m);
     // --warm at mount time does the same by itself.
     let m = mount(&pack, &tmp.path().join("mnt2"), &["--warm"]);
-    wait_for("warm at mount", 60, || {
+    wait_until("warm at mount", 60, || {
         stats(&m.mnt)["warm"]["state"] == "done"
     });
 }
@@ -515,7 +504,7 @@ fn push_ahead_serves_the_next_samples_without_a_round_trip() {
     // List first (as loaders do), so the kernel knows the inodes it will be pushed data for.
     let _ = files(&m.mnt);
     read_all_and_compare(&src, &m.mnt, &names[..4]);
-    wait_for("push-ahead", 20, || {
+    wait_until("push-ahead", 20, || {
         n(&stats(&m.mnt), &["push_ahead", "samples"]) >= 3
     });
     // The files pushed are in the mount's page cache (mincore), in pack order after the last

@@ -13,7 +13,7 @@ use loosefs::report::{DropCacheReport, Report, WarmCommandReport, WarmState};
 use loosefs::view::Views;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The ImageNet sample when present, else 1000 files of ~100 KB in 10 directories: the same
 /// count and size, so a shuffled order lands near an earlier read as often as it does there.
@@ -116,14 +116,6 @@ fn shuffled(n: usize) -> Vec<usize> {
     order
 }
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < Duration::from_secs(20), "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn control<T: serde::de::DeserializeOwned>(s: &Fs, name: &str) -> T {
     let dir = s.lookup(ROOT_INO, b".loosefs").unwrap().attr.ino;
     let e = s.lookup(dir, name.as_bytes()).unwrap();
@@ -215,7 +207,7 @@ fn push_ahead_follows_an_in_order_walk_and_seldom_a_shuffled_one() {
         s.report().push_ahead,
         s.report().prefetch
     );
-    wait_for("push-ahead", || stored.lock().unwrap().len() >= 8);
+    common::wait_until("push-ahead", 20, || stored.lock().unwrap().len() >= 8);
     let pushed = stored.lock().unwrap().clone();
     let pos = |ino: u64| files.iter().position(|f| f.1 == ino).unwrap();
     assert!(pos(pushed[0].0) >= 3, "pushed from the third file on");
@@ -381,7 +373,7 @@ fn control_directory_is_hidden_reachable_and_runs_commands_once_per_lookup() {
     // warm runs once per lookup and reaches done; stats counts control reads.
     let w: WarmCommandReport = control(&s, "warm");
     assert!(w.started);
-    wait_for("warm", || s.report().warm.state == WarmState::Done);
+    common::wait_until("warm", 20, || s.report().warm.state == WarmState::Done);
     let r: Report = control(&s, "stats");
     assert_eq!(r.warm.bytes_done, r.warm.bytes_total);
     assert!(r.requests["control"] >= 3);
@@ -652,7 +644,7 @@ fn an_announced_shuffled_order_is_read_ahead_in_storage_order_and_served_from_me
     // The reader waits for its next sample to be asked for (the order thread runs on its own):
     // then every sample read was read ahead first.
     for (k, (path, ino)) in order.iter().enumerate() {
-        wait_for("the next sample read ahead", || {
+        common::wait_until("the next sample read ahead", 20, || {
             order_report(&s).read_ahead > k as u64
         });
         let bytes = read_all(&s, *ino);
@@ -731,7 +723,7 @@ fn an_order_holds_at_most_its_window_unserved_and_moves_on_as_samples_are_served
         .map(|(_, ino)| s.getattr(*ino).unwrap().attr.size)
         .max()
         .unwrap();
-    wait_for("a first window read ahead", || {
+    common::wait_until("a first window read ahead", 20, || {
         order_report(&s).read_ahead > 0
     });
     for (k, (_, ino)) in order.iter().enumerate() {
@@ -743,7 +735,7 @@ fn an_order_holds_at_most_its_window_unserved_and_moves_on_as_samples_are_served
         );
         // Within the window the order is read ahead as it is served: the sample about to be
         // read is read ahead before it is asked for.
-        wait_for("the next sample read ahead within the window", || {
+        common::wait_until("the next sample read ahead within the window", 20, || {
             order_report(&s).read_ahead > k as u64
         });
         read_all(&s, *ino);
@@ -763,7 +755,9 @@ fn reads_off_the_announced_order_abandon_it_and_release_what_it_read_ahead() {
     let (announced, others) = files.split_at(files.len() / 2);
     let refs: Vec<&str> = announced.iter().map(|(p, _)| p.as_str()).collect();
     announce(&s, 7, &refs, 4096);
-    wait_for("the order read ahead", || order_report(&s).read_ahead > 0);
+    common::wait_until("the order read ahead", 20, || {
+        order_report(&s).read_ahead > 0
+    });
     // A stale order: the reader reads the other half.
     for (_, ino) in &others[..64] {
         read_all(&s, *ino);
@@ -884,7 +878,7 @@ fn push_ahead_follows_an_announced_order_from_a_few_samples_past_each_read() {
         if stored.lock().unwrap().iter().any(|p| p.0 == *ino) {
             continue;
         }
-        wait_for("the next sample read ahead", || {
+        common::wait_until("the next sample read ahead", 20, || {
             order_report(&s).read_ahead > k as u64
         });
         at.store(k, std::sync::atomic::Ordering::SeqCst);
@@ -962,7 +956,7 @@ fn a_push_run_overtaken_by_its_reader_leaves_it_the_next_positions() {
     let order: Vec<(String, u64)> = shuffled(n).into_iter().map(|k| files[k].clone()).collect();
     let refs: Vec<&str> = order.iter().map(|(p, _)| p.as_str()).collect();
     announce(&s, 7, &refs, 128 << 10);
-    wait_for("the whole order read ahead", || {
+    common::wait_until("the whole order read ahead", 20, || {
         order_report(&s).read_ahead >= n as u64
     });
     // A READ at position 0: its run starts 8 positions on, at 9, and waits in that store.
@@ -1014,11 +1008,13 @@ fn decode_ahead_follows_an_announced_order_of_views() {
     let refs: Vec<&str> = order.iter().map(|(p, _)| p.as_str()).collect();
     announce(&s, 7, &refs, 128 << 10);
     let n = order.len() as u64;
-    wait_for("the order read ahead", || order_report(&s).read_ahead >= n);
+    common::wait_until("the order read ahead", 20, || {
+        order_report(&s).read_ahead >= n
+    });
     let decode = |s: &Fs| s.report().decode.expect("decode section");
     read_all(&s, order[0].1);
     // The first READ decodes its view and the next 4 of the order.
-    wait_for("decode-ahead", || {
+    common::wait_until("decode-ahead", 20, || {
         let d = decode(&s);
         d.decodes >= 5 && d.decoded_ahead >= 4
     });
@@ -1134,7 +1130,7 @@ fn an_order_with_repeated_samples_is_read_ahead_once_per_sample_and_finishes() {
             // Each sample's first draw was read ahead before it is asked for: repeats never
             // hold the window.
             let want = seen.len() as u64;
-            wait_for("the next new sample read ahead", || {
+            common::wait_until("the next new sample read ahead", 20, || {
                 order_report(&s).read_ahead >= want
             });
         }

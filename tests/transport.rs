@@ -376,15 +376,6 @@ fn waiting(mnt: &Path) -> u64 {
         .unwrap()
 }
 
-/// Polls `f` until it holds (60 s at most; the test fails then, saying `what`).
-fn until(what: &str, mut f: impl FnMut() -> bool) {
-    let t = std::time::Instant::now();
-    while !f() {
-        assert!(t.elapsed().as_secs() < 60, "{what}: not after 60 s");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-}
-
 /// Names of the threads and targets of the open descriptors of process `pid`, sorted.
 fn threads_and_fds(pid: i32) -> (Vec<String>, Vec<String>) {
     let list = |d: String, f: &dyn Fn(std::path::PathBuf) -> String| {
@@ -435,7 +426,7 @@ fn sigterm_with_requests_in_flight_ends_every_reader_and_leaves_no_mount() {
             .collect();
         // At least one request held (lookups of one directory may wait for one another in
         // the kernel rather than reach the daemon together).
-        until(&format!("{transport}: a request in flight"), || {
+        common::wait_until(&format!("{transport}: a request in flight"), 60, || {
             waiting(&m.mnt) >= 1
         });
         signal(m.pid, SIGTERM);
@@ -496,7 +487,7 @@ fn a_reader_killed_mid_read_leaves_the_mount_serving_and_nothing_leaked() {
         // The daemon settles after its first reads (fuser names its threads once they run,
         // the log is opened after "ready"): two looks 100 ms apart agree.
         let mut before = threads_and_fds(m.pid);
-        until("the daemon settled", || {
+        common::wait_until("the daemon settled", 60, || {
             std::thread::sleep(Duration::from_millis(100));
             let now = threads_and_fds(m.pid);
             std::mem::replace(&mut before, now) == before
@@ -530,10 +521,14 @@ fn a_reader_killed_mid_read_leaves_the_mount_serving_and_nothing_leaked() {
             // kernel answers it without one and the reader ends by itself: that round then
             // kills nothing, and is counted.
             let mut ended = None;
-            until(&format!("{transport}: the reader's READ in flight"), || {
-                ended = reader.try_wait().unwrap();
-                ended.is_some() || waiting(&m.mnt) > at
-            });
+            common::wait_until(
+                &format!("{transport}: the reader's READ in flight"),
+                60,
+                || {
+                    ended = reader.try_wait().unwrap();
+                    ended.is_some() || waiting(&m.mnt) > at
+                },
+            );
             if ended.is_none() {
                 reader.kill().unwrap();
                 assert_eq!(

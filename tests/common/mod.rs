@@ -419,3 +419,17 @@ pub fn server_options(push_ahead: usize) -> loosefs::fs::FsOptions {
         passthrough: false,
     }
 }
+
+/// Polls `done` (every 5 ms) until it holds; fails the test naming `what` once `secs` seconds
+/// passed. The one way tests wait for something another thread or process does.
+#[allow(dead_code)]
+pub fn wait_until(what: &str, secs: u64, mut done: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !done() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(secs),
+            "not after {secs} s: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
