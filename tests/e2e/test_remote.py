@@ -770,6 +770,40 @@ def test_ten_thousand_keys_in_a_hundred_prefixes_are_listed_in_runs_at_once(worl
             assert (mnt / rel).read_bytes() == f"many/{rel}".encode(), rel
 
 
+def test_an_outage_mid_epoch_over_loose_objects_gives_no_eio(world, source, loose):
+    """Connections to S3 refused and open ones dropped for 5 s mid-epoch over a prefix of loose
+    objects: readers wait through the retries (default --retry-timeout 120 s) and get every
+    byte; none sees EIO, and no object is taken for gone. The 5 s is the length of the outage
+    under test, not a wait for something to happen."""
+    proxy = world["s3_proxy"]
+    files = files_of(source)
+    errors, done = [], threading.Event()
+    with Mount(loose, world["work"], *s3_args(world)) as mnt:
+        assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
+        proxy.set(down=True)
+
+        def epoch():
+            try:
+                for rel in files[1:]:
+                    if (mnt / rel).read_bytes() != (source / rel).read_bytes():
+                        errors.append(f"{rel}: wrong bytes")
+            except OSError as e:
+                errors.append(f"{e}")
+            finally:
+                done.set()
+
+        t = threading.Thread(target=epoch, daemon=True)
+        t.start()
+        try:
+            assert not done.wait(5), f"the epoch ended during the outage: {errors}"
+        finally:
+            proxy.set(down=False)
+        assert done.wait(300), "the epoch did not finish after the outage"
+        assert errors == [], errors[:5]
+        log = (world["work"] / f"{mnt.name}.log").read_text()
+        assert "answering EIO" not in log and "not served" not in log, log[-2000:]
+
+
 def test_a_prefix_of_loose_objects_packs_as_its_synced_directory_does(world, source, loose, tmp_path):
     """`loosefs pack s3://B/P/ OUT` packs straight from the bucket: the pack is byte-identical
     to the pack of the same objects synced to a local directory (files with their
