@@ -133,47 +133,8 @@ impl RemoteDir {
         args: &OpenOptions,
         store: &dyn ObjectStore,
     ) -> Result<RemoteDir> {
-        let mut skipped = Vec::new();
-        let mut kept: Vec<(String, Pin)> = Vec::with_capacity(listed.len());
-        let mut modified = Vec::with_capacity(listed.len());
-        for Listed {
-            key,
-            pin,
-            modified: m,
-        } in listed
-        {
-            if key.ends_with(crate::formats::index::shared::SUFFIX) {
-                continue;
-            }
-            match (left_out(&key), pin) {
-                (Some(why), _) => skipped.push((key, why)),
-                (None, Some(p)) => {
-                    kept.push((key, p));
-                    modified.push(m);
-                }
-                (None, None) => bail!("{url}{key}: the listing gave no ETag to pin it to"),
-            }
-        }
-        // The tree: a key that is also a prefix of other keys is a directory (its object is
-        // left out).
-        let mut top = Dir::default();
-        let mut dropped = vec![false; kept.len()];
-        for (i, (key, _)) in kept.iter().enumerate() {
-            let parts: Vec<&[u8]> = key.split('/').map(str::as_bytes).collect();
-            let (last, dirs) = parts.split_last().expect("a key has a name");
-            let mut d = &mut top;
-            for p in dirs {
-                if let Some(f) = d.files.remove(*p) {
-                    dropped[f] = true;
-                }
-                d = d.dirs.entry(p.to_vec()).or_default();
-            }
-            if d.dirs.contains_key(*last) {
-                dropped[i] = true;
-            } else {
-                d.files.insert(last.to_vec(), i);
-            }
-        }
+        let (kept, modified, mut skipped) = sort_out(url, listed)?;
+        let (top, dropped) = tree_of(&kept);
         for (i, (key, _)) in kept.iter().enumerate() {
             if dropped[i] {
                 skipped.push((
@@ -203,72 +164,25 @@ impl RemoteDir {
         } else {
             vec![None; kept.len()]
         };
-        let mut nodes = vec![Node {
-            parent: None,
-            name: Vec::new(),
-            record: dir_record(0),
-        }];
-        // Objects in tree order (depth first, names sorted by bytes at each level), each at
-        // the next page-aligned offset.
-        let mut order: Vec<usize> = Vec::with_capacity(kept.len());
-        let mut bases: Vec<u64> = Vec::with_capacity(kept.len());
-        let mut at = 0u64;
-        walk(&top, 0, &mut nodes, &mut |i, r: &mut Record| {
-            let size = kept[i].1.size;
-            r.size = size;
-            r.mtime_sec = modified[i];
-            if let Some(j) = &jpegs[i] {
-                (r.width, r.height, r.components) = (j.width, j.height, j.components);
-            }
-            // An object that fits a block never straddles two, so it is fetched by one GET
-            // (the gap costs cache space, not requests: on average half an object per block).
-            let block = cache::BLOCK;
-            if size <= block && size > 0 && at / block != (at + size - 1) / block {
-                at = at.next_multiple_of(block);
-            }
-            r.data_off = at;
-            bases.push(at);
-            order.push(i);
-            at = (at + size).next_multiple_of(4096);
-        });
-        // A directory's mtime is the newest of what it holds (the same at every mount).
-        for k in (1..nodes.len()).rev() {
-            let (t, p) = (nodes[k].record.mtime_sec, nodes[k].parent.unwrap_or(0));
-            if nodes[k].record.is_dir || t > 0 {
-                let pr = &mut nodes[p].record;
-                pr.mtime_sec = if pr.mtime_sec == 0 {
-                    t
-                } else {
-                    pr.mtime_sec.max(t)
-                };
-            }
-        }
+        let Layout {
+            nodes,
+            order,
+            bases,
+            len,
+        } = lay_out(&top, &kept, &modified, &jpegs);
         let objects: Vec<(String, Pin)> = order.iter().map(|&i| kept[i].clone()).collect();
         let bytes_index =
             index::build(&nodes, 4096).with_context(|| format!("cannot index {url}"))?;
         let mut map = memmap2::MmapMut::map_anon(bytes_index.len())?;
         map.copy_from_slice(&bytes_index);
-        let mut digest = xxhash_rust::xxh3::Xxh3::new();
-        let mut members = Vec::with_capacity(order.len());
-        for (&i, &base) in order.iter().zip(&bases) {
-            let (name, pin) = &kept[i];
-            for part in [name.as_bytes(), pin.etag.as_bytes(), b"\0"] {
-                digest.update(part);
-            }
-            digest.update(pin.version.as_deref().unwrap_or("").as_bytes());
-            digest.update(&base.to_le_bytes());
-            digest.update(&pin.size.to_le_bytes());
-            let source = clients[i].take().expect("a kept object has a client");
-            members.push(Member { source, base });
-        }
-        // At least one byte: a tree of empty files still has a (zero) run to cache.
-        let len = at.max(1);
-        let run = EndToEnd::new(
-            url,
-            members,
-            len,
-            format!("\"{:032x}\"", digest.digest128()),
-        )?;
+        let name = cache_name(&kept, &order, &bases);
+        let members = (order.iter().zip(&bases))
+            .map(|(&i, &base)| Member {
+                source: clients[i].take().expect("a kept object has a client"),
+                base,
+            })
+            .collect();
+        let run = EndToEnd::new(url, members, len, name)?;
         let root = args
             .remote
             .cache_dir
@@ -404,6 +318,145 @@ fn probe_jpegs(
 }
 
 /// A directory's record (mode 0755, `mtime` seconds since the epoch).
+/// The listing sorted out: the objects kept (name below the prefix, pin) with their mtimes,
+/// and the keys left out with the reason (the shared listing itself is neither).
+///
+/// Errors: a kept object listed without an ETag.
+#[allow(clippy::type_complexity)]
+fn sort_out(
+    url: &str,
+    listed: Vec<Listed>,
+) -> Result<(Vec<(String, Pin)>, Vec<i64>, Vec<(String, &'static str)>)> {
+    let mut skipped = Vec::new();
+    let mut kept: Vec<(String, Pin)> = Vec::with_capacity(listed.len());
+    let mut modified = Vec::with_capacity(listed.len());
+    for Listed {
+        key,
+        pin,
+        modified: m,
+    } in listed
+    {
+        if key.ends_with(crate::formats::index::shared::SUFFIX) {
+            continue;
+        }
+        match (left_out(&key), pin) {
+            (Some(why), _) => skipped.push((key, why)),
+            (None, Some(p)) => {
+                kept.push((key, p));
+                modified.push(m);
+            }
+            (None, None) => bail!("{url}{key}: the listing gave no ETag to pin it to"),
+        }
+    }
+    Ok((kept, modified, skipped))
+}
+
+/// The tree of the `kept` objects' names, and per object whether it is dropped: a key that is
+/// also a prefix of other keys is a directory (its object is left out).
+fn tree_of(kept: &[(String, Pin)]) -> (Dir, Vec<bool>) {
+    let mut top = Dir::default();
+    let mut dropped = vec![false; kept.len()];
+    for (i, (key, _)) in kept.iter().enumerate() {
+        let parts: Vec<&[u8]> = key.split('/').map(str::as_bytes).collect();
+        let (last, dirs) = parts.split_last().expect("a key has a name");
+        let mut d = &mut top;
+        for p in dirs {
+            if let Some(f) = d.files.remove(*p) {
+                dropped[f] = true;
+            }
+            d = d.dirs.entry(p.to_vec()).or_default();
+        }
+        if d.dirs.contains_key(*last) {
+            dropped[i] = true;
+        } else {
+            d.files.insert(last.to_vec(), i);
+        }
+    }
+    (top, dropped)
+}
+
+/// Where the objects of a tree go: its index's nodes, the objects in tree order (indexes into
+/// the kept objects) with their offsets in the run laid end to end, and the run's length.
+struct Layout {
+    nodes: Vec<Node>,
+    order: Vec<usize>,
+    bases: Vec<u64>,
+    len: u64,
+}
+
+/// The tree `top` of the `kept` objects laid out: depth first, names sorted by bytes at each
+/// level, each object at the next page-aligned offset (an object that fits a block never
+/// straddling two), each file with its listed size and mtime (and JPEG dimensions when
+/// probed), each directory with the newest mtime of what it holds.
+fn lay_out(
+    top: &Dir,
+    kept: &[(String, Pin)],
+    modified: &[i64],
+    jpegs: &[Option<crate::pack::jpeg::JpegInfo>],
+) -> Layout {
+    let mut nodes = vec![Node {
+        parent: None,
+        name: Vec::new(),
+        record: dir_record(0),
+    }];
+    let mut order: Vec<usize> = Vec::with_capacity(kept.len());
+    let mut bases: Vec<u64> = Vec::with_capacity(kept.len());
+    let mut at = 0u64;
+    walk(top, 0, &mut nodes, &mut |i, r: &mut Record| {
+        let size = kept[i].1.size;
+        r.size = size;
+        r.mtime_sec = modified[i];
+        if let Some(j) = &jpegs[i] {
+            (r.width, r.height, r.components) = (j.width, j.height, j.components);
+        }
+        // An object that fits a block never straddles two, so it is fetched by one GET (the
+        // gap costs cache space, not requests: on average half an object per block).
+        let block = cache::BLOCK;
+        if size <= block && size > 0 && at / block != (at + size - 1) / block {
+            at = at.next_multiple_of(block);
+        }
+        r.data_off = at;
+        bases.push(at);
+        order.push(i);
+        at = (at + size).next_multiple_of(4096);
+    });
+    // A directory's mtime is the newest of what it holds (the same at every mount).
+    for k in (1..nodes.len()).rev() {
+        let (t, p) = (nodes[k].record.mtime_sec, nodes[k].parent.unwrap_or(0));
+        if nodes[k].record.is_dir || t > 0 {
+            let pr = &mut nodes[p].record;
+            pr.mtime_sec = if pr.mtime_sec == 0 {
+                t
+            } else {
+                pr.mtime_sec.max(t)
+            };
+        }
+    }
+    Layout {
+        nodes,
+        order,
+        bases,
+        // At least one byte: a tree of empty files still has a (zero) run to cache.
+        len: at.max(1),
+    }
+}
+
+/// The block cache's name of one listing laid out: a digest (XXH3-128) of every object's key,
+/// ETag, version, offset and size, in tree order, as an ETag-like string.
+fn cache_name(kept: &[(String, Pin)], order: &[usize], bases: &[u64]) -> String {
+    let mut digest = xxhash_rust::xxh3::Xxh3::new();
+    for (&i, &base) in order.iter().zip(bases) {
+        let (name, pin) = &kept[i];
+        for part in [name.as_bytes(), pin.etag.as_bytes(), b"\0"] {
+            digest.update(part);
+        }
+        digest.update(pin.version.as_deref().unwrap_or("").as_bytes());
+        digest.update(&base.to_le_bytes());
+        digest.update(&pin.size.to_le_bytes());
+    }
+    format!("\"{:032x}\"", digest.digest128())
+}
+
 fn dir_record(mtime: i64) -> Record {
     Record {
         is_dir: true,
