@@ -58,22 +58,36 @@ pub fn permits(len: u64) -> u32 {
 /// Runs of a prefix's subdirectories listed at once, each its own sequence of LIST requests.
 pub const LISTS_AT_ONCE: usize = 16;
 
-/// The listing's entry `m` relative to `prefix` (`None`: not below it).
-fn listed(prefix: &ObjectPath, m: object_store::ObjectMeta) -> Option<Listed> {
-    let rel: Vec<String> = (m.location.prefix_match(prefix)?)
+/// `path` relative to `prefix`, its parts joined by `/` (`None`: not below it, or `prefix`
+/// itself).
+fn relative(prefix: &ObjectPath, path: &ObjectPath) -> Option<String> {
+    let rel: Vec<String> = (path.prefix_match(prefix)?)
         .map(|p| p.as_ref().to_string())
         .collect();
+    Some(rel.join("/")).filter(|r| !r.is_empty())
+}
+
+/// `prefix` as the start of its keys: `prefix/`, or nothing for a bucket's root.
+fn as_dir(prefix: &ObjectPath) -> String {
+    match prefix.as_ref() {
+        "" => String::new(),
+        p => format!("{p}/"),
+    }
+}
+
+/// The listing's entry `m` relative to `prefix` (`None`: not below it).
+fn listed(prefix: &ObjectPath, m: object_store::ObjectMeta) -> Option<Listed> {
+    let key = relative(prefix, &m.location)?;
     let pin = m.e_tag.map(|etag| Pin {
         size: m.size,
         etag,
         version: m.version,
     });
     Some(Listed {
-        key: rel.join("/"),
+        key,
         pin,
         modified: m.last_modified.timestamp(),
     })
-    .filter(|l| !l.key.is_empty())
 }
 
 /// A client of one remote object.
@@ -435,12 +449,8 @@ impl ObjectClient {
                     delimiter: Some("/".into()),
                     ..Default::default()
                 };
-                let at = match prefix.as_ref() {
-                    "" => String::new(),
-                    p => format!("{p}/"),
-                };
                 let page = (self.rt)
-                    .block_on(pages.list_paginated(Some(&at), opts))
+                    .block_on(pages.list_paginated(Some(&as_dir(&prefix)), opts))
                     .map_err(cannot)?;
                 (page.result, page.page_token)
             }
@@ -456,12 +466,7 @@ impl ObjectClient {
             .collect();
         objects.sort_by(|a, b| a.key.cmp(&b.key));
         let mut dirs: Vec<String> = (r.common_prefixes.iter())
-            .filter_map(|p| {
-                let rel: Vec<String> = (p.prefix_match(&prefix)?)
-                    .map(|p| p.as_ref().to_string())
-                    .collect();
-                Some(rel.join("/")).filter(|d| !d.is_empty())
-            })
+            .filter_map(|p| relative(&prefix, p))
             .collect();
         dirs.sort();
         Ok(Level {
@@ -490,10 +495,7 @@ impl ObjectClient {
         if level.dirs.is_empty() {
             return Ok(level.objects);
         }
-        let base = match prefix.as_ref() {
-            "" => String::new(),
-            p => format!("{p}/"),
-        };
+        let base = as_dir(&prefix);
         let skip = base.len();
         // The first page of the whole listing: a prefix of up to 1000 keys needs no more.
         let mut found_first = Vec::new();
@@ -599,10 +601,7 @@ impl ObjectClient {
         pages: &super::endpoints::Pages,
     ) -> Result<Level> {
         let url = self.url.clone();
-        let at = match self.path.as_ref() {
-            "" => String::new(),
-            p => format!("{p}/"),
-        };
+        let at = as_dir(&self.path);
         let mut token = Some(token.to_string());
         while let Some(t) = token.take() {
             let opts = object_store::list::PaginatedListOptions {
@@ -619,14 +618,9 @@ impl ObjectClient {
                     .into_iter()
                     .filter_map(|m| listed(&self.path, m)),
             );
-            level
-                .dirs
-                .extend(page.result.common_prefixes.iter().filter_map(|p| {
-                    let rel: Vec<String> = (p.prefix_match(&self.path)?)
-                        .map(|p| p.as_ref().to_string())
-                        .collect();
-                    Some(rel.join("/")).filter(|d| !d.is_empty())
-                }));
+            level.dirs.extend(
+                (page.result.common_prefixes.iter()).filter_map(|p| relative(&self.path, p)),
+            );
             token = page.page_token;
         }
         level.objects.sort_by(|a, b| a.key.cmp(&b.key));

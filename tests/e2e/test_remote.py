@@ -517,6 +517,32 @@ def test_region_is_used_for_signing(world, source):
         assert_same_tree(mnt, source)
 
 
+def epoch_through_outage(mnt, source, files, proxy, secs):
+    """Takes the proxy down, reads `files` through `mnt` in a thread, checks the epoch has not
+    ended after `secs` seconds of outage, brings the proxy back; once the epoch ends, returns
+    the files read wrong and the errors met."""
+    errors, done = [], threading.Event()
+    proxy.set(down=True)
+
+    def epoch():
+        try:
+            for rel in files:
+                if (mnt / rel).read_bytes() != (source / rel).read_bytes():
+                    errors.append(f"{rel}: wrong bytes")
+        except OSError as e:
+            errors.append(f"{e}")
+        finally:
+            done.set()
+
+    threading.Thread(target=epoch, daemon=True).start()
+    try:
+        assert not done.wait(secs), f"the epoch ended during the outage: {errors}"
+    finally:
+        proxy.set(down=False)
+    assert done.wait(300), "the epoch did not finish after the outage"
+    return errors
+
+
 def test_a_20_s_outage_with_default_options_gives_no_eio(world, source):
     # Connections refused and open ones dropped for 20 s mid-epoch: readers wait through the
     # retries (default --retry-timeout 120 s) and get every byte; none sees EIO. The 20 s is
@@ -524,29 +550,10 @@ def test_a_20_s_outage_with_default_options_gives_no_eio(world, source):
     proxy = world["http_proxy"]
     url = f"http://127.0.0.1:{proxy.port}/data.pack"
     files = files_of(source)
-    errors, done = [], threading.Event()
     with Mount(url, world["work"], "--allow-http", "--cache-size", "1G",
                "--cache-dir", str(world["work"] / f"cache-outage{random.randrange(1 << 30)}")) as mnt:
         assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
-        proxy.set(down=True)
-
-        def epoch():
-            try:
-                for rel in files[1:]:
-                    if (mnt / rel).read_bytes() != (source / rel).read_bytes():
-                        errors.append(f"{rel}: wrong bytes")
-            except OSError as e:
-                errors.append(f"{e}")
-            finally:
-                done.set()
-
-        t = threading.Thread(target=epoch, daemon=True)
-        t.start()
-        try:
-            assert not done.wait(20), f"the epoch ended during the outage: {errors}"
-        finally:
-            proxy.set(down=False)
-        assert done.wait(300), "the epoch did not finish after the outage"
+        errors = epoch_through_outage(mnt, source, files[1:], proxy, 20)
         assert errors == [], errors[:5]
         log = (world["work"] / f"{mnt.name}.log").read_text()
         assert "answering EIO" not in log, log[-2000:]
@@ -777,28 +784,9 @@ def test_an_outage_mid_epoch_over_loose_objects_gives_no_eio(world, source, loos
     under test, not a wait for something to happen."""
     proxy = world["s3_proxy"]
     files = files_of(source)
-    errors, done = [], threading.Event()
     with Mount(loose, world["work"], *s3_args(world)) as mnt:
         assert (mnt / files[0]).read_bytes() == (source / files[0]).read_bytes()
-        proxy.set(down=True)
-
-        def epoch():
-            try:
-                for rel in files[1:]:
-                    if (mnt / rel).read_bytes() != (source / rel).read_bytes():
-                        errors.append(f"{rel}: wrong bytes")
-            except OSError as e:
-                errors.append(f"{e}")
-            finally:
-                done.set()
-
-        t = threading.Thread(target=epoch, daemon=True)
-        t.start()
-        try:
-            assert not done.wait(5), f"the epoch ended during the outage: {errors}"
-        finally:
-            proxy.set(down=False)
-        assert done.wait(300), "the epoch did not finish after the outage"
+        errors = epoch_through_outage(mnt, source, files[1:], proxy, 5)
         assert errors == [], errors[:5]
         log = (world["work"] / f"{mnt.name}.log").read_text()
         assert "answering EIO" not in log and "not served" not in log, log[-2000:]
