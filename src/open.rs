@@ -217,7 +217,7 @@ pub fn index_url(
     args: &OpenOptions,
     store: Arc<dyn ObjectStore>,
 ) -> Result<String> {
-    if args.format.is_none() && remote_dataset::is_s3_prefix(url) {
+    if args.format.is_none() && remote_dataset::is_prefix(url) {
         let cannot = || format!("cannot index {url}");
         let level = store.list_level(url).with_context(cannot)?;
         let listed = store.list_below(url, level).with_context(cannot)?;
@@ -287,18 +287,35 @@ impl Dataset {
                 .with_context(|| format!("cannot open {url}"))
                 .map(|r| Dataset::RemoteSet(Box::new(r)))
         };
-        // An S3 prefix of loose objects (not a packed format) is served as files from its
-        // listing alone.
-        if opts.format.is_none() && remote_dataset::is_s3_prefix(url) && !opts.remote.offline {
+        // A prefix of loose objects (not a packed format) on S3, or a directory an HTTP
+        // server lists, is served as files from its listing alone.
+        if opts.format.is_none() && remote_dataset::is_prefix(url) && !opts.remote.offline {
             let cannot = || format!("cannot open {url}");
-            let level = store.list_level(url).with_context(cannot)?;
+            let s3 = remote_dataset::is_s3_prefix(url);
+            // An HTTP directory may have no listing: a shared listing or an `index.json`
+            // may still describe it.
+            let (level, unlisted) = match store.list_level(url) {
+                Ok(l) => (Some(l), None),
+                Err(e) if !s3 => (None, Some(e)),
+                Err(e) => return Err(e.context(cannot())),
+            };
             if let Some((listed, at)) =
-                remote_dir::listing::find(url, &level, opts, &*store).with_context(cannot)?
+                remote_dir::listing::find(url, level.as_ref(), opts, &*store)
+                    .with_context(cannot)?
             {
                 let mut r = RemoteDir::open(url, listed, opts, &*store).with_context(cannot)?;
                 r.shared = Some(at);
                 return Ok(Dataset::RemoteDir(Box::new(r)));
             }
+            let Some(level) = level else {
+                let unlisted = unlisted.map(|e| format!("{e:#}")).unwrap_or_default();
+                return dataset(store).map_err(|d| {
+                    anyhow::anyhow!(
+                        "{d:#}\n  as loose files: {unlisted}\n  and there is no shared listing {url}{}",
+                        crate::formats::index::shared::SUFFIX
+                    )
+                });
+            };
             let listed = store.list_below(url, level).with_context(cannot)?;
             let keys: Vec<String> = listed.iter().map(|l| l.key.clone()).collect();
             if keys.is_empty() {

@@ -162,6 +162,27 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
                 out.push(std::fs::read(tmp.path().join("wds.loosefs-index")).unwrap());
             }
         }
+        "listing" => {
+            out.push(
+                br#"[{"name":"n01","type":"directory","mtime":"Wed, 25 Nov 2026 10:00:00 GMT"},
+{"name":"a b.JPEG","type":"file","mtime":"Wed, 25 Nov 2026 10:00:01 GMT","size":1234},
+{"name":"x.tar","type":"file","mtime":"Thu, 01 Jan 1970 00:00:10 GMT","size":0}]"#
+                    .to_vec(),
+            );
+            let listed = loosefs::storage::http_listing::parse(
+                "https://h/d/",
+                "application/json",
+                &out[out.len() - 1],
+            )
+            .unwrap()
+            .objects;
+            let mut s3 = listed.clone();
+            s3[0].pin.as_mut().unwrap().etag = "\"e\"".into();
+            s3[1].key = "n01/y.jpg".into();
+            for l in [listed, s3] {
+                out.push(loosefs::open::remote_dir::listing::encode("s3://b/d/", &l).unwrap());
+            }
+        }
         "order" => {
             // Write size, writer, restart flag, then the order's lines.
             out.push([&[63u8, 1, 0][..], b"c0/f0.bin\nc1/f1.bin\nc2/f2.bin\n"].concat());
@@ -289,5 +310,6 @@ targets!(
     uring,
     shared,
     remote_shared,
-    decode
+    decode,
+    listing
 );

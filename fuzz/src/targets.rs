@@ -276,6 +276,7 @@ pub fn remote_shared(data: &[u8]) {
                 size: 4,
                 etag: format!("\"{i}\""),
                 version: None,
+                modified: None,
             })
         })
         .collect();
@@ -335,6 +336,47 @@ pub fn decode(data: &[u8]) {
     }
 }
 
+/// a directory listing an HTTP server answers (nginx's JSON) and a shared listing of loose
+/// objects (`LOOSEFSL`, fetched by every node that mounts a prefix): parsed or decoded, then
+/// checked as a mount checks them (a level against the listing recorded), and the names
+/// sorted into files and packed-format shards.
+pub fn listing(data: &[u8]) {
+    use loosefs::open::remote_dir::{holds_a_format, listing};
+    let url = "https://h/d/";
+    let keys = |l: &[loosefs::storage::object_source::Listed]| -> Vec<String> {
+        l.iter().map(|o| o.key.clone()).collect()
+    };
+    if let Ok(level) = loosefs::storage::http_listing::parse(url, "application/json", data) {
+        let _ = holds_a_format(&keys(&level.objects));
+        // A level checked against itself as recorded: always current.
+        let recorded: Vec<_> = (level.objects.iter().cloned())
+            .chain(
+                level
+                    .dirs
+                    .iter()
+                    .map(|d| loosefs::storage::object_source::Listed {
+                        key: format!("{d}/x"),
+                        pin: None,
+                        modified: 0,
+                    }),
+            )
+            .collect();
+        let _ = listing::check_level(&level, &recorded, "I", url);
+    }
+    if let Ok(Some(listed)) = listing::decode(data, "I") {
+        let _ = holds_a_format(&keys(&listed));
+        let level = loosefs::storage::object_source::Level {
+            objects: listed
+                .iter()
+                .filter(|l| !l.key.contains('/'))
+                .cloned()
+                .collect(),
+            ..Default::default()
+        };
+        let _ = listing::check_level(&level, &listed, "I", url);
+    }
+}
+
 /// Runs the target named `name` (as `scripts/fuzz` names it) on `data`. Panics on an unknown
 /// name.
 pub fn run(name: &str, data: &[u8]) {
@@ -357,6 +399,7 @@ pub fn run(name: &str, data: &[u8]) {
         "shared" => shared(data),
         "remote_shared" => remote_shared(data),
         "decode" => decode(data),
+        "listing" => listing(data),
         other => panic!("no fuzz target {other}"),
     }
 }

@@ -84,7 +84,17 @@ fn dir_of(url: &str) -> &str {
     &url[..head.rfind('/').map_or(0, |p| p + 1)]
 }
 
-/// Whether `url` is an S3 prefix, whose objects (and shared index) a LIST finds.
+/// Whether `url` names a prefix (`s3://bucket/dir/`) or a directory (`https://host/dir/`),
+/// whose objects a listing may find.
+pub(crate) fn is_prefix(url: &str) -> bool {
+    let u = url.to_ascii_lowercase();
+    url.ends_with('/')
+        && ["s3://", "https://", "http://"]
+            .iter()
+            .any(|s| u.starts_with(s))
+}
+
+/// Whether `url` names an S3 prefix (`s3://bucket/dir/`).
 pub(crate) fn is_s3_prefix(url: &str) -> bool {
     url.ends_with('/') && url.to_ascii_lowercase().starts_with("s3://")
 }
@@ -127,14 +137,20 @@ fn object_names(url: &str, store: &dyn ObjectStore) -> Result<(Names, Option<Pin
         let name = url[dir.len()..].to_string();
         return Ok(((dir, vec![name], vec![None]), None));
     }
-    if is_s3_prefix(url) {
-        let listed = store.list(url)?;
+    // An HTTP directory its server does not list may still have an `index.json`.
+    let listed = match is_prefix(url) {
+        true if is_s3_prefix(url) => Some(store.list(url)?),
+        true => store.list(url).ok(),
+        false => None,
+    };
+    if let Some(listed) = listed {
         let index_pin = (listed.iter())
             .find(|l| l.key == index::shared::SUFFIX)
             .and_then(|l| l.pin.clone());
         let (names, pins): (Vec<String>, Vec<Option<Pin>>) = listed
             .into_iter()
-            .map(|l| (l.key, l.pin))
+            // An HTTP server's listing gives no ETag: each object is pinned by its first GET.
+            .map(|l| (l.key, l.pin.filter(|p| !p.etag.is_empty())))
             .filter(|(k, _)| {
                 !k.split('/').any(|c| c.starts_with('.')) && !k.ends_with(index::shared::SUFFIX)
             })
@@ -148,7 +164,7 @@ fn object_names(url: &str, store: &dyn ObjectStore) -> Result<(Names, Option<Pin
     let index_url = format!("{url}index.json");
     let c = store.object(&index_url)?;
     let bytes = c.open_tail_blocking(INDEX_JSON_MAX).with_context(|| {
-        format!("{url}: an HTTP directory cannot be listed: it needs an index.json (MDS, LitData), or give the shards as a brace pattern (https://host/dir/shard-{{000000..000099}}.tar)")
+        format!("{url}: as a packed dataset, an HTTP directory needs an index.json (MDS, LitData), or give the shards as a brace pattern (https://host/dir/shard-{{000000..000099}}.tar)")
     })?;
     let v: serde_json::Value =
         serde_json::from_slice(&bytes).with_context(|| format!("{index_url}: not JSON"))?;
@@ -263,6 +279,7 @@ fn pin_of(e: &RemoteEntry) -> Pin {
         size: e.size,
         etag: e.etag.clone(),
         version: e.version.clone(),
+        modified: None,
     }
 }
 

@@ -1,11 +1,13 @@
-//! Loose objects under an S3 prefix (`s3://bucket/imagenet/train/`), served as a read-only
+//! Loose objects under an S3 prefix (`s3://bucket/imagenet/train/`) or in a directory an HTTP
+//! server lists (`https://host/train/`, [`crate::storage::http_listing`]), served as a read-only
 //! tree of ordinary files: the prefix is listed (LISTs only: no object is fetched to mount),
 //! each key below it becomes a file with the size and ETag its listing gave, and its parents
 //! directories. The tree is laid out as a loose directory's is ([`super::dir`]): an index held
 //! in memory whose records address the objects one after the other at page-aligned offsets,
 //! so read-ahead, warm, pin, decoded views, drop-cache and stats are the pack's, unchanged.
 //!
-//! Every GET carries the ETag the listing gave (`If-Match`, and the answer's ETag is compared):
+//! Every GET carries the ETag the listing gave (`If-Match`, and the answer's ETag is compared;
+//! an HTTP listing gives none: its `Last-Modified` and size instead, [`Pin::modified`]):
 //! an object replaced since the mount answers ESTALE for that file only, never bytes of two
 //! versions. The objects, laid end to end at those offsets ([`EndToEnd`]), share one block
 //! cache: one cache file and one block table for the whole prefix, not a directory of files per
@@ -442,7 +444,7 @@ fn lay_out(
 }
 
 /// The block cache's name of one listing laid out: a digest (XXH3-128) of every object's key,
-/// ETag, version, offset and size, in tree order, as an ETag-like string.
+/// ETag, version, date (when pinned to one), offset and size, in tree order, as an ETag-like string.
 fn cache_name(kept: &[(String, Pin)], order: &[usize], bases: &[u64]) -> String {
     let mut digest = xxhash_rust::xxh3::Xxh3::new();
     for (&i, &base) in order.iter().zip(bases) {
@@ -451,6 +453,9 @@ fn cache_name(kept: &[(String, Pin)], order: &[usize], bases: &[u64]) -> String 
             digest.update(part);
         }
         digest.update(pin.version.as_deref().unwrap_or("").as_bytes());
+        if let Some(m) = pin.modified {
+            digest.update(&m.to_le_bytes());
+        }
         digest.update(&base.to_le_bytes());
         digest.update(&pin.size.to_le_bytes());
     }

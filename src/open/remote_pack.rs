@@ -298,6 +298,7 @@ fn offline_candidate(url: &str, dir: &Path) -> Result<(CacheDir, Pin, Mmap, Tota
         size: meta["size"].as_u64().context("object.json: no size")?,
         etag: meta["etag"].as_str().unwrap_or_default().to_string(),
         version: meta["version"].as_str().map(str::to_string),
+        modified: None,
     };
     if meta["block"].as_u64() != Some(cache::BLOCK) {
         bail!("blocks of another size");

@@ -91,6 +91,7 @@ impl EndToEnd {
                 size: len,
                 etag,
                 version: None,
+                modified: None,
             },
             members,
             gone: Mutex::new(Default::default()),

@@ -5,6 +5,7 @@
 use super::remote_config::RemoteConfig;
 use anyhow::{Context, Result, anyhow, bail};
 use object_store::aws::AmazonS3Builder;
+use object_store::client::HttpConnector;
 use object_store::http::HttpBuilder;
 use object_store::path::Path as ObjectPath;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
@@ -70,7 +71,7 @@ fn env(name: &str) -> Option<String> {
 pub(super) fn store_for(
     url: &str,
     args: &RemoteConfig,
-) -> Result<(Arc<dyn ObjectStore>, ObjectPath, Option<Pages>)> {
+) -> Result<(Arc<dyn ObjectStore>, ObjectPath, Lister)> {
     let lower = url.to_ascii_lowercase();
     let mut client = ClientOptions::new()
         .with_timeout(Duration::from_secs(args.request_timeout.max(1)))
@@ -98,7 +99,7 @@ pub(super) fn store_for(
         max_retries: args.retries,
         retry_timeout: Duration::from_secs(args.retry_timeout.max(1)),
     };
-    let (store, path, pages): (Arc<dyn ObjectStore>, ObjectPath, Option<Pages>) = if lower
+    let (store, path, lister): (Arc<dyn ObjectStore>, ObjectPath, Lister) = if lower
         .starts_with("s3://")
     {
         let rest = &url[5..];
@@ -158,28 +159,44 @@ pub(super) fn store_for(
             .build()
             .with_context(|| format!("{url}: cannot set up the S3 client"))?;
         let store = Arc::new(store);
-        (store.clone(), ObjectPath::from(key), Some(store))
+        (store.clone(), ObjectPath::from(key), Lister::Pages(store))
     } else if lower.starts_with("https://") || lower.starts_with("http://") {
         if lower.starts_with("http://") && !args.allow_http {
             bail!("{url}: plain http needs --allow-http (bytes travel unencrypted)");
         }
         let (origin, key) = split_url(url)?;
         let path = key_path(url, key)?;
+        let dirs = super::http_listing::DirLister {
+            client: object_store::client::ReqwestConnector::default()
+                .connect(&client)
+                .with_context(|| format!("{url}: cannot set up the HTTP client"))?,
+            retries: retry.max_retries,
+            retry_timeout: retry.retry_timeout,
+        };
         let store = HttpBuilder::new()
             .with_url(origin)
             .with_client_options(client)
             .with_retry(retry)
             .build()
             .with_context(|| format!("{url}: cannot set up the HTTP client"))?;
-        (Arc::new(store), path, None)
+        (Arc::new(store), path, Lister::Dirs(dirs))
     } else {
         bail!("{url}: not an s3://, https:// or http:// URL");
     };
-    Ok((store, path, pages))
+    Ok((store, path, lister))
 }
 
 /// A store that lists one page per request (S3's `ListObjectsV2`).
 pub(super) type Pages = Arc<dyn object_store::list::PaginatedListStore>;
+
+/// How a store's prefixes are listed.
+#[derive(Clone)]
+pub(super) enum Lister {
+    /// An object store's paginated LIST (S3).
+    Pages(Pages),
+    /// An HTTP server's directory listings, one level per GET.
+    Dirs(super::http_listing::DirLister),
+}
 
 /// Where the store of a URL ends and the object's key begins: (`s3://bucket` or
 /// `https://host:port`, key). Errors: not an s3/http(s) URL, or no key after the host.

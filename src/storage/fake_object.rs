@@ -63,6 +63,7 @@ impl FakeObject {
                 size: data.len() as u64,
                 etag: "\"v1\"".into(),
                 version: None,
+                modified: None,
             },
             data: Mutex::new(Bytes::from(data)),
             version: AtomicU32::new(1),
@@ -90,6 +91,7 @@ impl FakeObject {
             size: data as u64,
             etag: format!("\"v{}\"", self.version.load(SeqCst)),
             version: None,
+            modified: None,
         }
     }
 

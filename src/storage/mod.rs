@@ -12,6 +12,7 @@ mod endpoints;
 #[cfg(test)]
 pub mod fake_object;
 pub mod files;
+pub mod http_listing;
 pub mod local;
 pub mod object;
 pub mod object_set;

@@ -18,6 +18,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
+use super::endpoints::Lister;
 pub use super::object_source::{Level, Listed, ObjectError, ObjectStats, Pin};
 use super::remote_config::RemoteConfig;
 
@@ -82,6 +83,7 @@ fn listed(prefix: &ObjectPath, m: object_store::ObjectMeta) -> Option<Listed> {
         size: m.size,
         etag,
         version: m.version,
+        modified: None,
     });
     Some(Listed {
         key,
@@ -94,8 +96,8 @@ fn listed(prefix: &ObjectPath, m: object_store::ObjectMeta) -> Option<Listed> {
 pub struct ObjectClient {
     rt: Arc<tokio::runtime::Runtime>,
     store: Arc<dyn ObjectStore>,
-    /// The same store listing one page per request (S3), if it can.
-    pages: Option<super::endpoints::Pages>,
+    /// How the store's prefixes are listed (S3's pages, an HTTP server's directories).
+    lister: super::endpoints::Lister,
     /// The same store with no retries: used during an outage.
     quick: Arc<dyn ObjectStore>,
     outage: Arc<Outage>,
@@ -169,7 +171,7 @@ impl ObjectClient {
     /// Errors: a malformed URL, plain http without `--allow-http`, an unreadable CA bundle, no
     /// credentials when instance metadata is disabled (`AWS_EC2_METADATA_DISABLED=true`).
     pub fn new(url: &str, args: &RemoteConfig) -> Result<ObjectClient> {
-        let (store, path, pages) = super::endpoints::store_for(url, args)?;
+        let (store, path, lister) = super::endpoints::store_for(url, args)?;
         let no_retry = RemoteConfig {
             retries: 0,
             ..args.clone()
@@ -184,7 +186,7 @@ impl ObjectClient {
         Ok(ObjectClient {
             rt: Arc::new(rt),
             store,
-            pages,
+            lister,
             quick,
             outage: Arc::default(),
             path,
@@ -230,7 +232,7 @@ impl ObjectClient {
         Ok(ObjectClient {
             rt: self.rt.clone(),
             store: self.store.clone(),
-            pages: self.pages.clone(),
+            lister: self.lister.clone(),
             quick: self.quick.clone(),
             outage: self.outage.clone(),
             path,
@@ -278,6 +280,7 @@ impl ObjectClient {
             size: meta.size,
             etag,
             version: meta.version.clone(),
+            modified: None,
         });
         Ok(bytes)
     }
@@ -300,7 +303,10 @@ impl ObjectClient {
             .map_err(|_| io::Error::other("client closed"))?;
         let opts = GetOptions {
             range: Some(GetRange::Bounded(r.clone())),
-            if_match: Some(pin.etag.clone()),
+            if_match: (!pin.etag.is_empty()).then(|| pin.etag.clone()),
+            if_unmodified_since: pin
+                .modified
+                .and_then(|m| chrono::DateTime::from_timestamp(m, 0)),
             version: pin.version.clone(),
             ..Default::default()
         };
@@ -329,10 +335,24 @@ impl ObjectClient {
         let out = match res {
             // The answer must be the pinned version and the range asked for, whatever the
             // server did with If-Match (many static servers ignore it).
-            Ok((meta, _, _)) if meta.e_tag.as_ref().is_some_and(|e| *e != pin.etag) => {
+            Ok((meta, _, _))
+                if !pin.etag.is_empty() && meta.e_tag.as_ref().is_some_and(|e| *e != pin.etag) =>
+            {
                 Err(replaced(format!(
                     "the answer carries ETag {}",
                     meta.e_tag.unwrap_or_default()
+                )))
+            }
+            Ok((meta, _, _))
+                if pin
+                    .modified
+                    .is_some_and(|m| meta.last_modified.timestamp() != m) =>
+            {
+                Err(replaced(format!(
+                    "the answer says it was last modified {}, not {}",
+                    meta.last_modified,
+                    chrono::DateTime::from_timestamp(pin.modified.unwrap_or(0), 0)
+                        .unwrap_or_default()
                 )))
             }
             Ok((meta, _, _)) if meta.size != pin.size => Err(replaced(format!(
@@ -443,8 +463,9 @@ impl ObjectClient {
         let prefix = self.path.clone();
         let cannot =
             |e: object_store::Error| anyhow!("{url}: cannot list the prefix: {}", describe(&e));
-        let (r, more) = match &self.pages {
-            Some(pages) => {
+        let (r, more) = match &self.lister {
+            Lister::Dirs(dirs) => return self.rt.block_on(dirs.level(&self.url)),
+            Lister::Pages(pages) => {
                 let opts = object_store::list::PaginatedListOptions {
                     delimiter: Some("/".into()),
                     ..Default::default()
@@ -454,12 +475,6 @@ impl ObjectClient {
                     .map_err(cannot)?;
                 (page.result, page.page_token)
             }
-            None => (
-                (self.rt)
-                    .block_on(self.store.list_with_delimiter(Some(&prefix)))
-                    .map_err(cannot)?,
-                None,
-            ),
         };
         let mut objects: Vec<Listed> = (r.objects.into_iter())
             .filter_map(|m| listed(&prefix, m))
@@ -488,9 +503,15 @@ impl ObjectClient {
         use futures::{StreamExt, TryStreamExt};
         let url = self.url.clone();
         let prefix = self.path.clone();
-        let level = match (&level.more, &self.pages) {
-            (Some(token), Some(pages)) => self.rest_of_level(level.clone(), token, pages)?,
-            _ => level,
+        let pages = match &self.lister {
+            Lister::Pages(pages) => pages,
+            Lister::Dirs(dirs) => {
+                return (self.rt).block_on(dirs.below(&self.url, level, LISTS_AT_ONCE));
+            }
+        };
+        let level = match &level.more {
+            Some(token) => self.rest_of_level(level.clone(), token, pages)?,
+            None => level,
         };
         if level.dirs.is_empty() {
             return Ok(level.objects);
@@ -498,22 +519,18 @@ impl ObjectClient {
         let base = as_dir(&prefix);
         let skip = base.len();
         // The first page of the whole listing: a prefix of up to 1000 keys needs no more.
-        let mut found_first = Vec::new();
-        let mut after: Option<ObjectPath> = None;
-        if let Some(pages) = &self.pages {
-            let opts = object_store::list::PaginatedListOptions::default();
-            let page = (self.rt)
-                .block_on(pages.list_paginated(Some(&base), opts))
-                .map_err(|e| anyhow!("{url}: cannot list the prefix: {}", describe(&e)))?;
-            after = page.result.objects.last().map(|m| m.location.clone());
-            found_first = page.result.objects;
-            found_first.retain(|m| m.location.as_ref()[skip..].contains('/'));
-            if page.page_token.is_none() {
-                let mut v = level.objects;
-                v.extend(found_first.into_iter().filter_map(|m| listed(&prefix, m)));
-                v.sort_by(|a, b| a.key.cmp(&b.key));
-                return Ok(v);
-            }
+        let opts = object_store::list::PaginatedListOptions::default();
+        let page = (self.rt)
+            .block_on(pages.list_paginated(Some(&base), opts))
+            .map_err(|e| anyhow!("{url}: cannot list the prefix: {}", describe(&e)))?;
+        let after: Option<ObjectPath> = page.result.objects.last().map(|m| m.location.clone());
+        let mut found_first = page.result.objects;
+        found_first.retain(|m| m.location.as_ref()[skip..].contains('/'));
+        if page.page_token.is_none() {
+            let mut v = level.objects;
+            v.extend(found_first.into_iter().filter_map(|m| listed(&prefix, m)));
+            v.sort_by(|a, b| a.key.cmp(&b.key));
+            return Ok(v);
         }
         let bar = match progress {
             true => indicatif::ProgressBar::new_spinner(),
@@ -644,7 +661,11 @@ impl ObjectClient {
             .with_context(|| format!("cannot write in {}", dir.display()))?;
         let pin = self.pin.get().cloned();
         let opts = GetOptions {
-            if_match: pin.as_ref().map(|p| p.etag.clone()),
+            if_match: (pin.as_ref())
+                .filter(|p| !p.etag.is_empty())
+                .map(|p| p.etag.clone()),
+            if_unmodified_since: (pin.as_ref())
+                .and_then(|p| chrono::DateTime::from_timestamp(p.modified?, 0)),
             version: pin.as_ref().and_then(|p| p.version.clone()),
             ..Default::default()
         };
@@ -677,8 +698,11 @@ impl ObjectClient {
             bail!("{url}: received {n} of its {} bytes", meta.size);
         }
         // A server that ignores If-Match answers the new version: never kept as the old.
-        if let (Some(p), Some(etag)) = (&pin, &meta.e_tag) {
-            if *etag != p.etag || meta.size != p.size {
+        if let Some(p) = &pin {
+            let etag = meta.e_tag.clone().unwrap_or_default();
+            let other_etag = !p.etag.is_empty() && meta.e_tag.is_some() && etag != p.etag;
+            let other_date = (p.modified).is_some_and(|m| m != meta.last_modified.timestamp());
+            if other_etag || other_date || meta.size != p.size {
                 return Err(anyhow::Error::new(io::Error::from(ObjectError::Replaced {
                     url: url.clone(),
                     etag: p.etag.clone(),
@@ -691,6 +715,7 @@ impl ObjectClient {
                 size: meta.size,
                 etag,
                 version: meta.version,
+                modified: None,
             });
         }
         tmp.persist(dest)

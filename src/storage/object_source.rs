@@ -46,6 +46,10 @@ pub struct Pin {
     pub etag: String,
     /// The object version (S3 versioned buckets), if reported.
     pub version: Option<String>,
+    /// For an object listed without an ETag (an HTTP server's directory listing, where
+    /// `etag` is empty): its `Last-Modified`, seconds since the Unix epoch. Every GET then
+    /// carries `If-Unmodified-Since` and its answer must say the same `Last-Modified` and size.
+    pub modified: Option<i64>,
 }
 
 /// Request counters of one client (since it was made).

@@ -135,7 +135,8 @@ class Seaweed:
 
 
 class Nginx:
-    """nginx serving `root` on 127.0.0.1 over HTTP and HTTPS (self-signed certificate `ca`)."""
+    """nginx serving `root` on 127.0.0.1 over HTTP and HTTPS (self-signed certificate `ca`);
+    directories under `root/listed/` answer nginx's JSON listing (`autoindex_format json`)."""
 
     def __init__(self, work: pathlib.Path, root: pathlib.Path):
         self.work, self.root = work, root
@@ -182,6 +183,8 @@ http {{
     ssl_certificate {w}/cert.pem;
     ssl_certificate_key {w}/key.pem;
     root {self.root};
+    # Directories under /listed/ are listed as JSON (loose files over HTTP); others are not.
+    location /listed/ {{ autoindex on; autoindex_format json; }}
   }}
 }}
 """)

@@ -755,6 +755,67 @@ def test_a_shared_listing_mounts_a_prefix_with_two_requests_and_a_stale_one_is_r
         c.delete_object(Bucket=weed.bucket, Key="loose/.loosefs-index")
 
 
+
+def test_an_https_directory_nginx_lists_mounts_as_files_pinned_to_their_dates(world, source, tmp_path):
+    """The source tree in a directory nginx lists (`autoindex_format json`): mounting it over
+    HTTPS makes one GET per directory (and one asking for a shared listing), no object GET;
+    every file reads identical, with its date as mtime; a file rewritten while mounted (same
+    size, a later date) answers ESTALE for itself only. A directory with no listing is refused
+    naming both ways to serve it; with a shared listing published beside it, it mounts from
+    that alone."""
+    nginx, proxy, www = world["nginx"], world["http_proxy"], world["www"]
+    files = files_of(source)
+    tree = www / "listed" / "loose"
+    if not tree.exists():
+        shutil.copytree(source, tree)
+    dirs = {f.parent for f in files} - {pathlib.Path(".")}
+    url = nginx.url("listed/loose/", tls=True)
+    tls = ["--ca-bundle", str(nginx.ca), "--cache-size", "1G"]
+    cache = lambda: ["--cache-dir", str(tmp_path / f"cache{random.randrange(1 << 30)}")]
+    info = subprocess.run([loosefs_bin(), "info", url, *tls, *cache()], capture_output=True, text=True, timeout=300)
+    assert info.returncode == 0, info.stderr
+    assert "loose objects" in info.stdout and f"samples:       {len(files)} " in info.stdout, info.stdout
+    # Through the proxy (plain HTTP) to count the requests of a mount.
+    plain = f"http://127.0.0.1:{proxy.port}/listed/loose/"
+    r0 = proxy.requests
+    with Mount(plain, world["work"], "--allow-http", "--cache-size", "1G", *cache()) as mnt:
+        assert proxy.requests - r0 == 1 + len(dirs) + 1, f"{proxy.requests - r0} requests for {len(dirs)} dirs"
+        assert files_of(mnt) == files
+    with Mount(url, world["work"], *tls, *cache()) as mnt:
+        assert files_of(mnt) == files
+        assert int((mnt / files[0]).stat().st_mtime) == int((tree / files[0]).stat().st_mtime)
+        victim = tree / files[-1]
+        old = victim.read_bytes()
+        try:
+            victim.write_bytes(bytes(len(old)))
+            os.utime(victim, (time.time() + 10, time.time() + 10))
+            with pytest.raises(OSError) as e:
+                (mnt / files[-1]).read_bytes()
+            assert e.value.errno == errno.ESTALE
+            for rel in files[:-1]:
+                assert (mnt / rel).read_bytes() == (source / rel).read_bytes(), rel
+        finally:
+            shutil.copy2(source / files[-1], victim)
+    # A directory nginx does not list (403): refused, saying how to serve it.
+    hidden = www / "unlisted"
+    if not hidden.exists():
+        shutil.copytree(source, hidden)
+    hidden_url = nginx.url("unlisted/", tls=True)
+    r = Mount(hidden_url, world["work"], *tls, *cache(), check=False).r
+    assert r.returncode != 0
+    assert "autoindex_format json" in r.stderr and "loosefs index" in r.stderr, r.stderr
+    # Its shared listing, made where the tree is listed and published beside it: the mount
+    # reads that alone and serves the same tree.
+    made = subprocess.run([loosefs_bin(), "index", url, "--out", str(hidden / ".loosefs-index"), *tls, *cache()],
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    plain = f"http://127.0.0.1:{proxy.port}/unlisted/"
+    r0 = proxy.requests
+    with Mount(plain, world["work"], "--allow-http", "--cache-size", "1G", *cache()) as mnt:
+        assert proxy.requests - r0 == 2, f"{proxy.requests - r0} requests (a refused listing, the index)"
+        assert_same_tree(mnt, source)
+
+
 def test_ten_thousand_keys_in_a_hundred_prefixes_are_listed_in_runs_at_once(world):
     """10,000 keys in 100 subdirectories (and objects between them at the first level): the
     mount lists the first level, the first 1,000 keys, then the rest in 16 runs at once, and

@@ -314,6 +314,7 @@ mod tests {
             size,
             etag: etag.into(),
             version: None,
+            modified: None,
         })
     }
 

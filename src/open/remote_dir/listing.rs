@@ -21,13 +21,15 @@
 
 use crate::formats::index::shared::SUFFIX;
 use crate::open::OpenOptions;
-use crate::storage::object::is_url;
+use crate::storage::object::{error_kind, is_url};
 use crate::storage::object_source::{Level, Listed, ObjectStore, Pin};
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::Path;
 
 const MAGIC: &[u8; 8] = b"LOOSEFSL";
 const VERSION: u32 = 1;
+/// Most bytes of JSON a shared listing may hold per compressed byte.
+const MAX_RATIO: u64 = 100;
 
 /// One object as the shared listing records it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -99,8 +101,17 @@ pub fn decode(bytes: &[u8], at: &str) -> Result<Option<Vec<Listed>>> {
     if version != VERSION {
         bail!("{at}: a shared listing of version {version}; this loosefs reads version {VERSION}");
     }
-    let json = zstd::stream::decode_all(&bytes[16..])
+    // A listing's JSON compresses about 7× (100,000 keys: 2.3 MB): a body claiming far more
+    // is refused before it is held in memory.
+    let most = (bytes.len() as u64 - 16) * MAX_RATIO + (1 << 20);
+    let mut json = Vec::new();
+    let decoder = zstd::stream::read::Decoder::new(&bytes[16..])
         .with_context(|| format!("{at}: damaged (cannot decompress)"))?;
+    std::io::Read::read_to_end(&mut std::io::Read::take(decoder, most + 1), &mut json)
+        .with_context(|| format!("{at}: damaged (cannot decompress)"))?;
+    if json.len() as u64 > most {
+        bail!("{at}: damaged (decompresses to more than {MAX_RATIO}× its size)");
+    }
     let l: Listing =
         serde_json::from_slice(&json).with_context(|| format!("{at}: damaged (bad JSON)"))?;
     let mut v: Vec<Listed> = (l.objects.into_iter())
@@ -108,6 +119,8 @@ pub fn decode(bytes: &[u8], at: &str) -> Result<Option<Vec<Listed>>> {
             key: e.key,
             pin: Some(Pin {
                 size: e.size,
+                // No ETag (an HTTP server's listing): pinned to the date instead.
+                modified: e.etag.is_empty().then_some(e.modified),
                 etag: e.etag,
                 version: e.version,
             }),
@@ -144,7 +157,9 @@ pub fn check_level(level: &Level, listed: &[Listed], at: &str, url: &str) -> Res
         match now.iter().find(|l| l.key == r.key) {
             None => return Err(stale(&r.key, "is gone")),
             Some(l) => {
-                let same = |p: &Pin, q: &Pin| p.etag == q.etag && p.size == q.size;
+                let same = |p: &Pin, q: &Pin| {
+                    p.etag == q.etag && p.size == q.size && p.modified == q.modified
+                };
                 if !(l.pin.as_ref()).is_some_and(|p| r.pin.as_ref().is_some_and(|q| same(p, q))) {
                     return Err(stale(&r.key, "changed"));
                 }
@@ -171,15 +186,17 @@ pub fn check_level(level: &Level, listed: &[Listed], at: &str, url: &str) -> Res
 }
 
 /// The shared listing of the prefix `url` for a mount: `--index` when given, else
-/// `<url>.loosefs-index` when `level` (the prefix's first level, just listed) holds it,
-/// fetched pinned to the ETag that listing gave, and checked against `level`. Returns its
-/// objects and where it was read. `Ok(None)`: none there, or a foreign dataset's shared index
-/// (left to its opener).
+/// `<url>.loosefs-index`, checked against `level` (the prefix's first level, just listed;
+/// `None`: an HTTP directory the server does not list, so nothing to check against). On S3
+/// the index is fetched only when `level` holds it, pinned to the ETag that listing gave;
+/// from an HTTP server (whose listings hide names starting with `.`) it is asked for by name.
+/// Returns its objects and where it was read. `Ok(None)`: none there, or a foreign dataset's
+/// shared index (left to its opener).
 ///
 /// Errors: a named index missing; a fetch that fails; not a loosefs index or damaged; stale.
 pub fn find(
     url: &str,
-    level: &Level,
+    level: Option<&Level>,
     args: &OpenOptions,
     store: &dyn ObjectStore,
 ) -> Result<Option<(Vec<Listed>, String)>> {
@@ -189,17 +206,23 @@ pub fn find(
     };
     // A first level of shards of one packed format (or its `index.json`) is no loose tree:
     // its shared index is a foreign dataset's, fetched by that opener.
-    let keys: Vec<String> = level.objects.iter().map(|l| l.key.clone()).collect();
-    if !named && level.dirs.is_empty() && super::holds_a_format(&keys) {
-        return Ok(None);
+    if let Some(level) = level.filter(|_| !named) {
+        let keys: Vec<String> = level.objects.iter().map(|l| l.key.clone()).collect();
+        if level.dirs.is_empty() && super::holds_a_format(&keys) {
+            return Ok(None);
+        }
     }
+    let s3 = url.to_ascii_lowercase().starts_with("s3://");
     let bytes = if is_url(&at) {
         let client = store.object(&at)?;
         if !named {
-            match level.objects.iter().find(|l| l.key == SUFFIX) {
-                Some(Listed { pin: Some(p), .. }) => client.set_pin(p.clone()),
+            match level.and_then(|l| l.objects.iter().find(|l| l.key == SUFFIX)) {
+                Some(Listed { pin: Some(p), .. }) if !p.etag.is_empty() => {
+                    client.set_pin(p.clone())
+                }
                 Some(_) => {}
-                None => return Ok(None),
+                None if s3 => return Ok(None),
+                None => {}
             }
         }
         let dir = crate::formats::index::cache_dir(args.index_dir.as_deref());
@@ -207,9 +230,12 @@ pub fn find(
             .with_context(|| format!("cannot create the index directory {}", dir.display()))?;
         let tmp = tempfile::NamedTempFile::new_in(&dir)
             .with_context(|| format!("cannot write in {}", dir.display()))?;
-        client
-            .fetch_to(tmp.path())
-            .with_context(|| format!("cannot read the shared index {at}"))?;
+        match client.fetch_to(tmp.path()) {
+            Err(e) if !named && !s3 && error_kind(&e) == Some(std::io::ErrorKind::NotFound) => {
+                return Ok(None);
+            }
+            r => r.with_context(|| format!("cannot read the shared index {at}"))?,
+        };
         std::fs::read(tmp.path())
     } else {
         std::fs::read(&at)
@@ -218,7 +244,12 @@ pub fn find(
     let Some(listed) = decode(&bytes, &at)? else {
         return Ok(None);
     };
-    check_level(level, &listed, &at, url)?;
+    match level {
+        Some(level) => check_level(level, &listed, &at, url)?,
+        None => log::info!(
+            "{at}: {url} is not listed by its server, so the shared index is taken as it is (an object changed since answers ESTALE)"
+        ),
+    }
     Ok(Some((listed, at)))
 }
 
@@ -245,9 +276,9 @@ pub fn write(
             (n + 1, s + l.pin.as_ref().map_or(0, |p| p.size))
         });
     let dir = match is_url(&dest) {
-        true if !dest.to_ascii_lowercase().starts_with("s3://") => {
-            bail!("{dest}: an index is written to an s3:// URL or a local path")
-        }
+        true if !dest.to_ascii_lowercase().starts_with("s3://") => bail!(
+            "{dest}: an index is written to an s3:// URL or a local path (over HTTP: `--out FILE`, then publish FILE as {url}{SUFFIX})"
+        ),
         true => std::env::temp_dir(),
         false => (Path::new(&dest).parent())
             .filter(|p| !p.as_os_str().is_empty())
@@ -288,6 +319,7 @@ mod tests {
                 size,
                 etag: etag.into(),
                 version: None,
+                modified: None,
             }),
             modified: 1_700_000_000,
         }
