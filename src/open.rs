@@ -38,6 +38,7 @@ mod caches;
 pub mod dir;
 pub mod foreign;
 pub mod pack;
+mod probed;
 pub mod remote_dataset;
 pub mod remote_dir;
 pub mod remote_pack;
@@ -205,7 +206,7 @@ fn metadata(path: &Path) -> Result<std::fs::Metadata> {
 }
 
 /// `loosefs index URL [--out DEST]`: the shared index of the dataset at `url`, written beside
-/// it (or at `out`). An S3 prefix of loose objects gets its listing
+/// it (or at `out`). An S3 prefix or listed HTTP directory of loose objects gets its listing
 /// ([`remote_dir::listing`]); a foreign dataset its index ([`remote_dataset::shared`]).
 /// Returns the line to print: where it went and what it holds.
 ///
@@ -219,7 +220,14 @@ pub fn index_url(
 ) -> Result<String> {
     if args.format.is_none() && remote_dataset::is_prefix(url) {
         let cannot = || format!("cannot index {url}");
-        let level = store.list_level(url).with_context(cannot)?;
+        let level = match store.list_level(url) {
+            Ok(level) => level,
+            // An HTTP directory its server does not list: a dataset by its `index.json`.
+            Err(_) if !remote_dataset::is_s3_prefix(url) => {
+                return remote_dataset::shared::index(url, out, args, store);
+            }
+            Err(e) => return Err(e.context(cannot())),
+        };
         let listed = store.list_below(url, level).with_context(cannot)?;
         let keys: Vec<String> = listed.iter().map(|l| l.key.clone()).collect();
         if keys.is_empty() {
@@ -282,18 +290,16 @@ impl Dataset {
         progress: bool,
         store: Arc<dyn ObjectStore>,
     ) -> Result<Dataset> {
-        let dataset = |store| {
-            RemoteDataset::open(url, opts, progress, store)
-                .with_context(|| format!("cannot open {url}"))
-                .map(|r| Dataset::RemoteSet(Box::new(r)))
-        };
+        let dataset = |store| Dataset::open_remote_set(url, opts, progress, store);
         // A prefix of loose objects (not a packed format) on S3, or a directory an HTTP
         // server lists, is served as files from its listing alone.
         if opts.format.is_none() && remote_dataset::is_prefix(url) && !opts.remote.offline {
             let cannot = || format!("cannot open {url}");
             let s3 = remote_dataset::is_s3_prefix(url);
-            // An HTTP directory may have no listing: a shared listing or an `index.json`
-            // may still describe it.
+            if !s3 && opts.shared_index.is_none() {
+                return Dataset::open_http_dir(url, opts, progress, store);
+            }
+            // An HTTP directory may have no listing: a named shared listing may describe it.
             let (level, unlisted) = match store.list_level(url) {
                 Ok(l) => (Some(l), None),
                 Err(e) if !s3 => (None, Some(e)),
@@ -309,30 +315,10 @@ impl Dataset {
             }
             let Some(level) = level else {
                 let unlisted = unlisted.map(|e| format!("{e:#}")).unwrap_or_default();
-                return dataset(store).map_err(|d| {
-                    anyhow::anyhow!(
-                        "{d:#}\n  as loose files: {unlisted}\n  and there is no shared listing {url}{}",
-                        crate::formats::index::shared::SUFFIX
-                    )
-                });
+                return Dataset::open_remote_set(url, opts, progress, store)
+                    .map_err(|d| anyhow::anyhow!("{d:#}\n  as loose files: {unlisted}"));
             };
-            let listed = store.list_below(url, level).with_context(cannot)?;
-            let keys: Vec<String> = listed.iter().map(|l| l.key.clone()).collect();
-            if keys.is_empty() {
-                anyhow::bail!("cannot open {url}: no objects under this prefix");
-            }
-            if !remote_dir::holds_a_format(&keys) {
-                return RemoteDir::open(url, listed, opts, &*store)
-                    .with_context(cannot)
-                    .map(|r| Dataset::RemoteDir(Box::new(r)));
-            }
-            // A packed format: its opener lists the prefix again from this listing.
-            let store: Arc<dyn ObjectStore> = Arc::new(ListedOnce {
-                inner: store,
-                url: url.to_string(),
-                listed: std::sync::Mutex::new(Some(listed)),
-            });
-            return dataset(store);
+            return Dataset::open_listed(url, level, opts, progress, store);
         }
         if opts.format.is_some() || remote_dataset::names_many(url) {
             return dataset(store);
@@ -346,6 +332,113 @@ impl Dataset {
                 dataset(store).map_err(|d| anyhow::anyhow!("{d:#}\n  loosefs pack: {e:#}"))
             }
             Err(e) => Err(anyhow::Error::new(e).context(format!("cannot open {url}"))),
+        }
+    }
+
+    /// A foreign dataset at `url`, through `store`.
+    fn open_remote_set(
+        url: &str,
+        opts: &OpenOptions,
+        progress: bool,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<Dataset> {
+        RemoteDataset::open(url, opts, progress, store)
+            .with_context(|| format!("cannot open {url}"))
+            .map(|r| Dataset::RemoteSet(Box::new(r)))
+    }
+
+    /// The prefix `url` whose first level is `level`: listed whole, then loose files, or a
+    /// packed format handed to its opener with that listing (one listing per open).
+    fn open_listed(
+        url: &str,
+        level: crate::storage::object_source::Level,
+        opts: &OpenOptions,
+        progress: bool,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<Dataset> {
+        let cannot = || format!("cannot open {url}");
+        let listed = store.list_below(url, level).with_context(cannot)?;
+        let keys: Vec<String> = listed.iter().map(|l| l.key.clone()).collect();
+        if keys.is_empty() {
+            anyhow::bail!("cannot open {url}: no objects under this prefix");
+        }
+        if !remote_dir::holds_a_format(&keys) {
+            return RemoteDir::open(url, listed, opts, &*store)
+                .with_context(cannot)
+                .map(|r| Dataset::RemoteDir(Box::new(r)));
+        }
+        let store: Arc<dyn ObjectStore> = Arc::new(ListedOnce {
+            inner: store,
+            url: url.to_string(),
+            listed: std::sync::Mutex::new(Some(listed)),
+        });
+        Dataset::open_remote_set(url, opts, progress, store)
+    }
+
+    /// An `https://host/dir/` directory. Its `.loosefs-index` is asked for first (an HTTP
+    /// listing hides names starting with `.`): a shared listing of loose objects is checked
+    /// against the directory's listing when the server gives one (2 requests); a foreign
+    /// dataset's shared index goes to that opener as fetched (1 request). With none, the
+    /// directory's listing: loose files or a packed format; without a listing, the dataset
+    /// opener (`index.json`, told the index is absent), else refused naming both ways.
+    fn open_http_dir(
+        url: &str,
+        opts: &OpenOptions,
+        progress: bool,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<Dataset> {
+        use probed::{Answer, Probed};
+        let cannot = || format!("cannot open {url}");
+        let at = format!("{url}{}", crate::formats::index::shared::SUFFIX);
+        let client = store.object(&at).with_context(cannot)?;
+        let dir = crate::formats::index::cache_dir(opts.index_dir.as_deref());
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create the index directory {}", dir.display()))?;
+        let tmp = tempfile::NamedTempFile::new_in(&dir)
+            .with_context(|| format!("cannot write in {}", dir.display()))?;
+        let answer = match client.fetch_to(tmp.path()) {
+            Ok(_) => {
+                let bytes = std::fs::read(tmp.path())
+                    .with_context(|| format!("cannot read the shared index {at}"))?;
+                if let Some(listed) = remote_dir::listing::decode(&bytes, &at)? {
+                    match store.list_level(url) {
+                        Ok(level) => remote_dir::listing::check_level(&level, &listed, &at, url)?,
+                        Err(e) => log::info!(
+                            "{at}: taken as it is, with nothing to check it against ({e:#})"
+                        ),
+                    }
+                    let mut r = RemoteDir::open(url, listed, opts, &*store).with_context(cannot)?;
+                    r.shared = Some(at);
+                    return Ok(Dataset::RemoteDir(Box::new(r)));
+                }
+                Answer::Fetched(client, tmp.into_temp_path())
+            }
+            Err(e)
+                if matches!(
+                    crate::storage::object::error_kind(&e),
+                    Some(std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied)
+                ) =>
+            {
+                Answer::Absent
+            }
+            Err(e) => return Err(e.context(format!("cannot read the shared index {at}"))),
+        };
+        let foreign = matches!(answer, Answer::Fetched(..));
+        let store: Arc<dyn ObjectStore> = Arc::new(Probed {
+            inner: store,
+            at: at.clone(),
+            answer: std::sync::Mutex::new(Some(answer)),
+        });
+        if foreign {
+            return Dataset::open_remote_set(url, opts, progress, store);
+        }
+        match store.list_level(url) {
+            Ok(level) => Dataset::open_listed(url, level, opts, progress, store),
+            Err(unlisted) => Dataset::open_remote_set(url, opts, progress, store).map_err(|d| {
+                anyhow::anyhow!(
+                    "{d:#}\n  as loose files: {unlisted:#}\n  and there is no shared listing {at}"
+                )
+            }),
         }
     }
 
