@@ -45,4 +45,5 @@ pub mod storage;
 #[cfg(test)]
 mod testutil;
 pub mod verify;
+pub mod video;
 pub mod view;

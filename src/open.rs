@@ -186,12 +186,19 @@ pub struct Opened {
     pub owner: std::fs::Metadata,
     /// A native pack's file, leased while mounted (a writer opening it is noticed).
     pub lease: Option<std::fs::File>,
+    /// The server of the catalog's made files (a video dataset's frames), if it shows any.
+    pub frames: Option<Arc<crate::video::frames::FrameServer>>,
 }
 
 impl Opened {
     /// The filesystem serving it.
     pub fn into_fs(self, opts: FsOptions) -> Fs {
-        let fs = Fs::new(self.catalog, self.storage, opts);
+        let budget = opts.decode.cache_bytes;
+        let mut fs = Fs::new(self.catalog, self.storage, opts);
+        if let Some(f) = self.frames {
+            f.set_budget(budget);
+            fs.set_frames(f);
+        }
         if let Some(c) = self.changes {
             fs.set_changes(c);
         }
@@ -482,6 +489,7 @@ impl Dataset {
                 changes: None,
                 owner: metadata(r.cache_dir())?,
                 lease: None,
+                frames: None,
             }),
             Dataset::RemoteSet(r) => Ok(Opened {
                 catalog: Arc::new(r.catalog(views)?),
@@ -489,6 +497,7 @@ impl Dataset {
                 changes: None,
                 owner: metadata(r.cache_root())?,
                 lease: None,
+                frames: None,
             }),
             Dataset::RemoteDir(r) => Ok(Opened {
                 catalog: Arc::new(r.catalog(views)?),
@@ -496,6 +505,7 @@ impl Dataset {
                 changes: None,
                 owner: metadata(r.cache_root())?,
                 lease: None,
+                frames: None,
             }),
         }
     }

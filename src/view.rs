@@ -82,6 +82,8 @@ pub struct Views {
     pub decoded_only: bool,
     /// Decode at the smallest DCT scale whose longer side is still ≥ this, pixels.
     pub max_side: Option<u32>,
+    /// Frames of the videos of a LeRobot v3 dataset (`frames/`, `columns/`: [`crate::video`]).
+    pub frames: bool,
 }
 
 impl Views {

@@ -166,6 +166,9 @@ pub enum Transform {
     /// The stored bytes are raw RGB pixels (row-major, `width`×`height`×3); the content is the
     /// view's header (PPM or `.npy`) followed by them, unchanged (`geom.denom` is 1).
     Pixels(ViewGeom),
+    /// Nothing is stored: the content is made file `id` of the mount's frame server (a video
+    /// frame's view, a column's `.npy`: [`crate::video`]).
+    Made(u32),
 }
 
 /// Where the bytes of one file come from.

@@ -98,7 +98,7 @@ impl ViewTarget {
                 jpeg: ext,
                 geom,
             }),
-            Transform::Identity | Transform::Pixels(_) => None,
+            Transform::Identity | Transform::Pixels(_) | Transform::Made(_) => None,
         }
     }
 }

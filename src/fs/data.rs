@@ -26,6 +26,8 @@ pub(super) struct Data {
     pub(super) samples: Arc<Samples>,
     pub(super) readahead: Arc<ReadAhead>,
     pub(super) decoder: Option<Decoder>,
+    /// The server of made files (video frames, columns), when the catalog shows any.
+    pub(super) frames: Option<Arc<crate::video::frames::FrameServer>>,
 }
 
 impl Data {
@@ -57,6 +59,19 @@ impl Data {
         match ext.transform {
             Transform::Identity => self.read_stored(&ext, offset, size, stats, reply),
             Transform::Pixels(geom) => self.read_pixels(&ext, geom, offset, size, stats, reply),
+            Transform::Made(id) => match &self.frames {
+                Some(f) => {
+                    if offset >= f.size(id) {
+                        return reply(Ok(&[]));
+                    }
+                    stats.bytes_served.fetch_add(
+                        f.size(id).saturating_sub(offset).min(u64::from(size)),
+                        Relaxed,
+                    );
+                    f.read(id, offset, size, Box::new(reply))
+                }
+                None => reply(Err(FsError::Internal("no frame server".into()))),
+            },
             Transform::Decode(geom) => match &self.decoder {
                 Some(d) => d.read(
                     ViewTarget {
@@ -153,6 +168,9 @@ impl Data {
     ) -> DropCacheReport {
         let mut r = self.readahead.drop_cache();
         let views = self.decoder.as_ref().map(|d| d.clear()).unwrap_or_default();
+        if let Some(f) = &self.frames {
+            f.drop_cache();
+        }
         if let Some(inv) = invalidate {
             for ino in self.samples.served().map(record_ino).chain(views) {
                 inv(ino);

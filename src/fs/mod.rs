@@ -95,6 +95,7 @@ impl Fs {
                 samples,
                 readahead,
                 decoder: decoder.flatten(),
+                frames: None,
             },
             control: Control::default(),
             announcing: Default::default(),

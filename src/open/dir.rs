@@ -162,7 +162,21 @@ impl LooseDir {
     /// ([`crate::fs::changes`]); the owner is the directory's. Errors: those of
     /// [`LooseDir::catalog`], or the directory's metadata cannot be read.
     pub fn opened(&self, views: Views) -> Result<super::Opened> {
-        let cat: Arc<dyn crate::catalog::Catalog> = Arc::new(self.catalog(views)?);
+        let mut cat: Arc<dyn crate::catalog::Catalog> = Arc::new(self.catalog(views)?);
+        let mut frames = None;
+        if views.frames {
+            if !crate::video::lerobot::detect(&self.root) {
+                anyhow::bail!(
+                    "{}: --decode frames needs a LeRobot v3 dataset (meta/info.json with codebase_version v3.x)",
+                    self.root.display()
+                );
+            }
+            let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+            let (tree, server) = crate::video::lerobot_tree(&self.root, cat, 1 << 30, threads)
+                .with_context(|| format!("cannot serve the frames of {}", self.root.display()))?;
+            cat = Arc::new(tree);
+            frames = Some(server);
+        }
         let raw = Arc::new(self.catalog(Views::default())?);
         let changes =
             crate::fs::changes::Changes::new(self.root.clone(), cat.clone(), raw, self.storage());
@@ -172,6 +186,7 @@ impl LooseDir {
             changes: Some(Arc::new(changes)),
             owner: super::metadata(&self.root)?,
             lease: None,
+            frames,
         })
     }
 

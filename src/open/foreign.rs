@@ -31,6 +31,7 @@ pub(super) fn opened(f: &Foreign, views: Views, chunk_cache: u64) -> Result<supe
         changes: None,
         owner: super::metadata(&f.header.source)?,
         lease: None,
+        frames: None,
     })
 }
 

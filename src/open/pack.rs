@@ -64,6 +64,7 @@ pub(super) fn opened(pack: Pack, views: Views) -> Result<Opened> {
         changes: None,
         owner,
         lease: Some(lease),
+        frames: None,
     })
 }
 

@@ -14,12 +14,16 @@ pub enum ViewArg {
     Npy,
     /// `x.JPEG` itself serves a binary PPM (P6) of its RGB pixels.
     Ppm,
+    /// A LeRobot v3 dataset's video frames: `frames/<camera>/episode_<N>/<frame>.npy|.ppm`,
+    /// and its tabular columns per episode: `columns/episode_<N>/<feature>.npy`.
+    Frames,
 }
 
 /// Decoded views of the JPEG samples.
 #[derive(Args, Debug, Clone)]
 pub struct DecodeArgs {
-    /// Serve decoded views of every JPEG: `npy`, `ppm`, or both (`--decode npy,ppm`).
+    /// Serve decoded views of every JPEG (`npy`, `ppm`, or both: `--decode npy,ppm`) and the
+    /// frames of a LeRobot dataset's videos (`frames`).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub decode: Vec<ViewArg>,
     /// With `--decode npy`: list only the `.npy` views, not the JPEGs.
@@ -53,6 +57,7 @@ impl DecodeArgs {
             ppm: self.decode.contains(&ViewArg::Ppm),
             decoded_only: self.decoded_only,
             max_side: self.decode_max_side,
+            frames: self.decode.contains(&ViewArg::Frames),
         };
         if v.decoded_only && !v.npy {
             anyhow::bail!(

@@ -1,0 +1,329 @@
+//! A frame tree: a catalog that shows another catalog's tree unchanged plus made directories
+//! at its top (`frames/`, `columns/`), whose files are made by a [`super::frames::FrameServer`]
+//! (their extents carry [`Transform::Made`] with the made file's id).
+//!
+//! Its nodes are records after the base catalog's: record `base.records() + k` is node `k`
+//! (inode `record_ino` of it, as for any record), so the inode spaces of [`crate::ino`] are
+//! unchanged. Directory offsets of the made entries at the top start at [`TOP_OFFSET`], past any
+//! the base catalog gives.
+
+use crate::catalog::{
+    Attr, Catalog, DirEntry, Extent, FsError, FsStats, Kind, ObjectInfo, Transform,
+};
+use crate::ino::{ROOT_INO, record_ino, record_of};
+use crate::view::Views;
+use std::borrow::Cow;
+use std::sync::Arc;
+
+/// First directory offset of the made entries at the top.
+pub const TOP_OFFSET: u64 = 1 << 40;
+
+/// A node of the made tree.
+#[derive(Debug, Clone)]
+pub struct MadeNode {
+    /// Parent node (`None`: the base catalog's root).
+    pub parent: Option<u32>,
+    /// Name.
+    pub name: Vec<u8>,
+    /// A directory's children (node numbers, sorted by name), or a file's made id and size.
+    pub what: What,
+}
+
+/// A directory or a made file.
+#[derive(Debug, Clone)]
+pub enum What {
+    /// Children, sorted by name.
+    Dir(Vec<u32>),
+    /// Made file id and size in bytes.
+    File(u32, u64),
+}
+
+/// Builds a made tree: directories by path, files added in the order read-ahead walks them.
+#[derive(Debug, Default)]
+pub struct Builder {
+    nodes: Vec<MadeNode>,
+    dirs: std::collections::HashMap<Vec<Vec<u8>>, u32>,
+}
+
+impl Builder {
+    /// The directory at `path` (from the top), made with its parents as needed.
+    fn dir(&mut self, path: &[Vec<u8>]) -> Option<u32> {
+        if path.is_empty() {
+            return None;
+        }
+        if let Some(&d) = self.dirs.get(path) {
+            return Some(d);
+        }
+        let parent = self.dir(&path[..path.len() - 1]);
+        let n = self.nodes.len() as u32;
+        self.nodes.push(MadeNode {
+            parent,
+            name: path[path.len() - 1].clone(),
+            what: What::Dir(Vec::new()),
+        });
+        if let Some(p) = parent
+            && let What::Dir(kids) = &mut self.nodes[p as usize].what
+        {
+            kids.push(n);
+        }
+        self.dirs.insert(path.to_vec(), n);
+        Some(n)
+    }
+
+    /// Adds the file `path` (at least a directory and a name), made file `id` of `size` bytes.
+    pub fn file(&mut self, path: &[&str], id: u32, size: u64) {
+        let parts: Vec<Vec<u8>> = path.iter().map(|s| s.as_bytes().to_vec()).collect();
+        let parent = self.dir(&parts[..parts.len() - 1]);
+        let n = self.nodes.len() as u32;
+        self.nodes.push(MadeNode {
+            parent,
+            name: parts[parts.len() - 1].clone(),
+            what: What::File(id, size),
+        });
+        if let Some(p) = parent
+            && let What::Dir(kids) = &mut self.nodes[p as usize].what
+        {
+            kids.push(n);
+        }
+    }
+
+    /// The tree over `base`, files after one another in the order added.
+    pub fn build(mut self, base: Arc<dyn Catalog>) -> FrameTree {
+        let names: Vec<Vec<u8>> = self.nodes.iter().map(|n| n.name.clone()).collect();
+        for n in &mut self.nodes {
+            if let What::Dir(kids) = &mut n.what {
+                kids.sort_by(|a, b| names[*a as usize].cmp(&names[*b as usize]));
+            }
+        }
+        let top: Vec<u32> = (0..self.nodes.len() as u32)
+            .filter(|&i| self.nodes[i as usize].parent.is_none())
+            .collect();
+        let files: Vec<u32> = (0..self.nodes.len() as u32)
+            .filter(|&i| matches!(self.nodes[i as usize].what, What::File(..)))
+            .collect();
+        let mut next = vec![None; self.nodes.len()];
+        for w in files.windows(2) {
+            next[w[0] as usize] = Some(w[1]);
+        }
+        FrameTree {
+            first: base.records() as u32,
+            base,
+            nodes: self.nodes,
+            top,
+            next,
+            files: files.len() as u64,
+        }
+    }
+}
+
+/// A catalog with made directories at its top.
+pub struct FrameTree {
+    base: Arc<dyn Catalog>,
+    /// Record number of node 0.
+    first: u32,
+    nodes: Vec<MadeNode>,
+    /// Nodes at the top, in the order added.
+    top: Vec<u32>,
+    /// The file after each file node.
+    next: Vec<Option<u32>>,
+    files: u64,
+}
+
+impl FrameTree {
+    /// The made node inode `ino` names, if it is one.
+    fn node(&self, ino: u64) -> Option<(u32, &MadeNode)> {
+        let r = record_of(ino)?.checked_sub(self.first)?;
+        self.nodes.get(r as usize).map(|n| (r, n))
+    }
+
+    fn ino(&self, k: u32) -> u64 {
+        record_ino(self.first + k)
+    }
+
+    fn attr(&self, k: u32, n: &MadeNode) -> Result<Attr, FsError> {
+        let root = self.base.getattr(ROOT_INO)?;
+        let (kind, size, mode) = match n.what {
+            What::Dir(_) => (Kind::Dir, 0, 0o040_555),
+            What::File(_, size) => (Kind::File, size, 0o100_444),
+        };
+        Ok(Attr::shown(
+            self.ino(k),
+            kind,
+            size,
+            root.mtime_sec,
+            root.mtime_nsec,
+            mode,
+        ))
+    }
+}
+
+impl Catalog for FrameTree {
+    fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
+        match self.node(ino) {
+            Some((k, n)) => self.attr(k, n),
+            None => self.base.getattr(ino),
+        }
+    }
+
+    fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, FsError> {
+        if let Some((k, n)) = self.node(parent) {
+            let What::Dir(kids) = &n.what else {
+                return Err(FsError::NotDir);
+            };
+            return match name {
+                b"." => self.attr(k, n),
+                b".." => match n.parent {
+                    Some(p) => self.attr(p, &self.nodes[p as usize]),
+                    None => self.base.getattr(ROOT_INO),
+                },
+                _ => {
+                    let i = kids
+                        .binary_search_by(|c| self.nodes[*c as usize].name.as_slice().cmp(name))
+                        .map_err(|_| FsError::NotFound)?;
+                    let c = kids[i];
+                    self.attr(c, &self.nodes[c as usize])
+                }
+            };
+        }
+        if parent == ROOT_INO
+            && let Some(&k) = self
+                .top
+                .iter()
+                .find(|&&k| self.nodes[k as usize].name == name)
+        {
+            return self.attr(k, &self.nodes[k as usize]);
+        }
+        self.base.lookup(parent, name)
+    }
+
+    fn readdir(
+        &self,
+        ino: u64,
+        offset: u64,
+        add: &mut dyn FnMut(DirEntry<'_>) -> bool,
+    ) -> Result<(), FsError> {
+        let entry = |k: u32, next: u64| DirEntry {
+            ino: self.ino(k),
+            next_offset: next,
+            kind: match self.nodes[k as usize].what {
+                What::Dir(_) => Kind::Dir,
+                What::File(..) => Kind::File,
+            },
+            name: Cow::Borrowed(self.nodes[k as usize].name.as_slice()),
+        };
+        if let Some((k, n)) = self.node(ino) {
+            let What::Dir(kids) = &n.what else {
+                return Err(FsError::NotDir);
+            };
+            let parent = n.parent.map_or(ROOT_INO, |p| self.ino(p));
+            let dots = [(self.ino(k), &b"."[..]), (parent, &b".."[..])];
+            for (i, (d, name)) in dots.into_iter().enumerate() {
+                let e = DirEntry {
+                    ino: d,
+                    next_offset: i as u64 + 1,
+                    kind: Kind::Dir,
+                    name: Cow::Borrowed(name),
+                };
+                if offset <= i as u64 && add(e) {
+                    return Ok(());
+                }
+            }
+            for (i, &c) in kids
+                .iter()
+                .enumerate()
+                .skip(offset.saturating_sub(2) as usize)
+            {
+                if add(entry(c, i as u64 + 3)) {
+                    return Ok(());
+                }
+            }
+            return Ok(());
+        }
+        if ino != ROOT_INO {
+            return self.base.readdir(ino, offset, add);
+        }
+        if offset < TOP_OFFSET {
+            let mut full = false;
+            self.base.readdir(ino, offset, &mut |e| {
+                full = add(e);
+                full
+            })?;
+            if full {
+                return Ok(());
+            }
+        }
+        let from = offset.saturating_sub(TOP_OFFSET) as usize;
+        for (i, &k) in self.top.iter().enumerate().skip(from) {
+            if add(entry(k, TOP_OFFSET + i as u64 + 1)) {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    fn extent(&self, ino: u64) -> Result<Extent, FsError> {
+        match self.node(ino) {
+            Some((k, n)) => match n.what {
+                What::Dir(_) => Err(FsError::IsDir),
+                What::File(id, _) => Ok(Extent {
+                    record: self.first + k,
+                    object: 0,
+                    range: 0..0,
+                    crc32: None,
+                    transform: Transform::Made(id),
+                }),
+            },
+            None => self.base.extent(ino),
+        }
+    }
+
+    fn next_file(&self, ino: u64) -> Option<u64> {
+        match self.node(ino) {
+            Some((k, _)) => self.next[k as usize].map(|n| self.ino(n)),
+            None => self.base.next_file(ino),
+        }
+    }
+
+    fn path_of(&self, ino: u64) -> String {
+        let Some((_, mut n)) = self.node(ino) else {
+            return self.base.path_of(ino);
+        };
+        let mut parts = vec![String::from_utf8_lossy(&n.name).into_owned()];
+        while let Some(p) = n.parent {
+            n = &self.nodes[p as usize];
+            parts.push(String::from_utf8_lossy(&n.name).into_owned());
+        }
+        parts.reverse();
+        parts.join("/")
+    }
+
+    fn statfs(&self) -> FsStats {
+        let mut s = self.base.statfs();
+        s.files += self.nodes.len() as u64;
+        s
+    }
+
+    fn records(&self) -> u64 {
+        u64::from(self.first) + self.nodes.len() as u64
+    }
+
+    fn files(&self) -> u64 {
+        self.base.files() + self.files
+    }
+
+    fn objects(&self) -> &[ObjectInfo] {
+        self.base.objects()
+    }
+
+    fn views(&self) -> Views {
+        self.base.views()
+    }
+
+    fn checks(&self) -> bool {
+        self.base.checks()
+    }
+
+    fn retire(&self, why: &str) {
+        self.base.retire(why)
+    }
+}
