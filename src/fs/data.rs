@@ -61,9 +61,6 @@ impl Data {
             Transform::Pixels(geom) => self.read_pixels(&ext, geom, offset, size, stats, reply),
             Transform::Made(id) => match &self.frames {
                 Some(f) => {
-                    if offset >= f.size(id) {
-                        return reply(Ok(&[]));
-                    }
                     stats.bytes_served.fetch_add(
                         f.size(id).saturating_sub(offset).min(u64::from(size)),
                         Relaxed,

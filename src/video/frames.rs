@@ -36,8 +36,13 @@ pub enum Made {
     /// Bytes made at mount.
     Bytes(Arc<[u8]>),
     /// A file whose content cannot be made (a row with no frame within the tolerance): its
-    /// reads answer EIO with this reason.
-    Missing(Arc<str>),
+    /// reads answer EIO with `why`; `size` is what it would hold.
+    Missing {
+        /// Why, with the file named.
+        why: Arc<str>,
+        /// Size shown, bytes.
+        size: u64,
+    },
 }
 
 /// Counters of the frame server.
@@ -131,7 +136,8 @@ impl FrameServer {
                 crate::view::size(*kind, ix.width, ix.height)
             }
             Some(Made::Bytes(b)) => b.len() as u64,
-            _ => 0,
+            Some(Made::Missing { size, .. }) => *size,
+            None => 0,
         }
     }
 
@@ -140,7 +146,8 @@ impl FrameServer {
     pub fn read(self: &Arc<Self>, id: u32, offset: u64, size: u32, reply: Reply) {
         let (video, gop) = match self.made.get(id as usize) {
             None => return reply(Err(FsError::NotFound)),
-            Some(Made::Missing(why)) => return reply(Err(FsError::Io(why.to_string()))),
+            Some(Made::Missing { why, .. }) => return reply(Err(FsError::Io(why.to_string()))),
+            Some(_) if offset >= self.size(id) => return reply(Ok(&[])),
             Some(Made::Bytes(b)) => {
                 let s = (offset as usize).min(b.len());
                 let e = (offset as usize).saturating_add(size as usize).min(b.len());

@@ -87,13 +87,13 @@ pub fn lerobot_tree(
                                     log::error!("{why}: its frame files answer EIO");
                                 }
                             }
-                            Made::Missing(why.into())
+                            Made::Missing {
+                                why: why.into(),
+                                size: crate::view::size(kind, ix.width, ix.height),
+                            }
                         }
                     };
-                    let size = match m {
-                        Made::Frame { .. } => crate::view::size(kind, ix.width, ix.height),
-                        _ => 0,
-                    };
+                    let size = crate::view::size(kind, ix.width, ix.height);
                     b.file(
                         &["frames", cam, &ep, &format!("{fi:06}.{ext}")],
                         made.len() as u32,

@@ -1,0 +1,183 @@
+"""Video frames of a LeRobot v3 dataset (`--decode frames`), against PyAV as the oracle: the
+dataset in ../shared/data/lerobot/ was written by lerobot's own writer (AV1 MP4 + Parquet), and a
+row's frame is the decoded frame whose timestamp is nearest `from_timestamp + timestamp`, as
+lerobot's pyav backend picks it."""
+import contextlib
+import errno
+import pathlib
+import shutil
+import subprocess
+import threading
+
+import pytest
+
+from conftest import ROOT, loosefs_bin, missing_prerequisite, need_mount
+
+LEROBOT = ROOT.parent / "shared" / "data" / "lerobot" / "so100-av1"
+
+
+def prerequisites():
+    need_mount()
+    if not LEROBOT.is_dir():
+        missing_prerequisite(f"{LEROBOT} is missing")
+    try:
+        import av  # noqa: F401
+        import pyarrow  # noqa: F401
+    except ImportError:
+        missing_prerequisite("PyAV and pyarrow are not installed (scripts/python-env.sh installs them)")
+
+
+@contextlib.contextmanager
+def mounted(src, work, *args):
+    mnt = work / f"mnt{len(list(work.iterdir()))}"
+    mnt.mkdir()
+    r = subprocess.run([loosefs_bin(), "mount", str(src), str(mnt), "--log", str(work / "daemon.log"), *args],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    try:
+        yield mnt
+    finally:
+        subprocess.run([loosefs_bin(), "umount", str(mnt)], check=True, timeout=60)
+
+
+def oracle(root: pathlib.Path):
+    """Per (camera, episode, frame_index): PyAV's RGB24 pixels of the row's frame; and the
+    episodes' rows, from the dataset's own Parquet files."""
+    import av
+    import numpy as np
+    import pyarrow.parquet as pq
+    eps = {e["episode_index"]: e for f in sorted((root / "meta" / "episodes").rglob("*.parquet"))
+           for e in pq.read_table(f).to_pylist()}
+    rows = [r for f in sorted((root / "data").rglob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    cams = sorted(k[len("videos/"):-len("/from_timestamp")] for k in next(iter(eps.values()))
+                  if k.startswith("videos/") and k.endswith("/from_timestamp"))
+    decoded = {}
+    want = {}
+    for cam in cams:
+        for r in rows:
+            e = eps[r["episode_index"]]
+            rel = f"videos/{cam}/chunk-{e[f'videos/{cam}/chunk_index']:03d}/file-{e[f'videos/{cam}/file_index']:03d}.mp4"
+            if rel not in decoded:
+                with av.open(str(root / rel)) as c:
+                    s = c.streams.video[0]
+                    frames = {float(f.pts * s.time_base): f.to_ndarray(format="rgb24") for f in c.decode(s)}
+                decoded[rel] = (np.array(sorted(frames)), frames)
+            ts, frames = decoded[rel]
+            q = e[f"videos/{cam}/from_timestamp"] + r["timestamp"]
+            i = int(np.argmin(np.abs(ts - q)))
+            assert abs(ts[i] - q) < 1e-4
+            want[(cam, r["episode_index"], r["frame_index"])] = frames[ts[i]]
+    return cams, eps, rows, want
+
+
+def read_ppm(path):
+    import numpy as np
+    b = path.read_bytes()
+    head = b.split(b"\n", 3)
+    w, h = map(int, head[1].split())
+    return np.frombuffer(head[3], np.uint8).reshape(h, w, 3)
+
+
+def test_every_frame_and_column_of_a_lerobot_dataset_equals_pyav_and_parquet(tmp_path):
+    """Every row of every episode and camera: `frames/<cam>/episode_<N>/<frame>.npy` and `.ppm`
+    hold exactly PyAV's pixels of the frame LeRobot picks; each episode directory holds one frame
+    per row; `columns/episode_<N>/<feature>.npy` equal the Parquet values; the dataset's own
+    files are there unchanged."""
+    prerequisites()
+    import numpy as np
+    cams, eps, rows, want = oracle(LEROBOT)
+    with mounted(LEROBOT, tmp_path, "--decode", "frames") as mnt:
+        for rel in ("meta/info.json", "data/chunk-000/file-000.parquet"):
+            assert (mnt / rel).read_bytes() == (LEROBOT / rel).read_bytes()
+        assert sorted(p.name for p in (mnt / "frames").iterdir()) == cams
+        for cam in cams:
+            episodes = sorted(p.name for p in (mnt / "frames" / cam).iterdir())
+            assert episodes == [f"episode_{i:06d}" for i in sorted(eps)]
+            for i, e in eps.items():
+                names = sorted(p.name for p in (mnt / "frames" / cam / f"episode_{i:06d}").iterdir())
+                assert len(names) == 2 * e["length"], (cam, i)
+        for (cam, ep, fi), px in want.items():
+            d = mnt / "frames" / cam / f"episode_{ep:06d}"
+            got = np.load(d / f"{fi:06d}.npy")
+            assert got.dtype == np.uint8 and np.array_equal(got, px), (cam, ep, fi)
+            assert np.array_equal(read_ppm(d / f"{fi:06d}.ppm"), px), (cam, ep, fi)
+        for ep in eps:
+            mine = [r for r in rows if r["episode_index"] == ep]
+            for feat in ("observation.state", "action", "timestamp", "frame_index"):
+                got = np.load(mnt / "columns" / f"episode_{ep:06d}" / f"{feat}.npy")
+                exp = np.array([r[feat] for r in mine]).reshape(len(mine), -1)
+                assert got.shape == exp.shape and np.array_equal(got, exp.astype(got.dtype)), (ep, feat)
+        st = subprocess.run([loosefs_bin(), "stats", str(mnt)], capture_output=True, text=True, timeout=60)
+        assert st.returncode == 0, st.stderr
+
+
+def test_concurrent_readers_of_one_gop_get_the_same_pixels(tmp_path):
+    """Eight threads read the frames of the same GOPs at once, cold: each gets PyAV's pixels."""
+    prerequisites()
+    import numpy as np
+    cams, eps, rows, want = oracle(LEROBOT)
+    cam, ep = cams[0], sorted(eps)[-1]
+    keys = [k for k in want if k[0] == cam and k[1] == ep][:12]
+    with mounted(LEROBOT, tmp_path, "--decode", "frames") as mnt:
+        errors = []
+
+        def reader(seed):
+            order = keys[seed % len(keys):] + keys[:seed % len(keys)]
+            for k in order:
+                got = np.load(mnt / "frames" / cam / f"episode_{ep:06d}" / f"{k[2]:06d}.npy")
+                if not np.array_equal(got, want[k]):
+                    errors.append(k)
+
+        threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads)
+        assert errors == []
+
+
+def test_a_truncated_video_is_refused_at_mount_or_answers_eio_never_wrong_pixels(tmp_path):
+    """The top camera's MP4 cut to its first half: the mount refuses it naming the file, or
+    every frame it serves equals PyAV's pixels of the whole file and the rest answer EIO."""
+    prerequisites()
+    import numpy as np
+    cams, eps, rows, want = oracle(LEROBOT)
+    copy = tmp_path / "ds"
+    shutil.copytree(LEROBOT, copy)
+    video = copy / "videos" / cams[0] / "chunk-000" / "file-000.mp4"
+    video.write_bytes(video.read_bytes()[: video.stat().st_size // 2])
+    work = tmp_path / "work"
+    work.mkdir()
+    mnt = work / "mnt"
+    mnt.mkdir()
+    r = subprocess.run([loosefs_bin(), "mount", str(copy), str(mnt), "--decode", "frames",
+                        "--log", str(work / "daemon.log")], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        assert "file-000.mp4" in r.stderr, r.stderr
+        return
+    try:
+        served = failed = 0
+        for (cam, ep, fi), px in want.items():
+            p = mnt / "frames" / cam / f"episode_{ep:06d}" / f"{fi:06d}.npy"
+            try:
+                got = np.load(p)
+            except OSError as e:
+                assert e.errno == errno.EIO, e
+                failed += 1
+                continue
+            assert np.array_equal(got, px), (cam, ep, fi)
+            served += 1
+        assert failed > 0 and served > 0
+    finally:
+        subprocess.run([loosefs_bin(), "umount", str(mnt)], check=True, timeout=60)
+
+
+def test_frames_need_a_lerobot_dataset(tmp_path, source):
+    """`--decode frames` on a directory that is no LeRobot v3 dataset: refused, saying so."""
+    need_mount()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run([loosefs_bin(), "mount", str(source), str(mnt), "--decode", "frames"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "LeRobot v3" in r.stderr, r.stderr
