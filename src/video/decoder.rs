@@ -134,9 +134,31 @@ impl VideoIndex {
 /// Errors: the file cannot be opened or read, a packet does not decode (a damaged GOP), a
 /// frame of another size than the index says.
 pub fn decode_gop(path: &Path, index: &VideoIndex, gop: usize) -> Result<Vec<(i64, Vec<u8>)>> {
+    let r = (index.gops.get(gop).cloned())
+        .ok_or_else(|| anyhow!("{}: no GOP {gop}", path.display()))?;
+    let wanted: std::collections::HashSet<i64> =
+        index.packets[r.clone()].iter().map(|p| p.pts).collect();
+    let out = decode_from(path, index, gop, r.end, &wanted)?;
+    if out.len() == wanted.len() || gop == 0 {
+        return Ok(out);
+    }
+    // An open GOP (HEVC's CRA): its leading frames reference the GOP before, and a decoder
+    // that starts at its keyframe drops them. Decoded from the GOP before instead.
+    decode_from(path, index, gop - 1, r.end, &wanted)
+}
+
+/// The frames of `wanted` (pts) among the packets from GOP `gop`'s keyframe up to packet
+/// `end` (exclusive, decode order), decoded and converted, in presentation order.
+fn decode_from(
+    path: &Path,
+    index: &VideoIndex,
+    gop: usize,
+    end: usize,
+    wanted: &std::collections::HashSet<i64>,
+) -> Result<Vec<(i64, Vec<u8>)>> {
     init()?;
     let name = path.display();
-    let r = (index.gops.get(gop).cloned()).ok_or_else(|| anyhow!("{name}: no GOP {gop}"))?;
+    let r = index.gops[gop].start..end;
     let mut input = ff::format::input(&path).with_context(|| format!("cannot open {name}"))?;
     let stream = (input.streams().best(ff::media::Type::Video))
         .ok_or_else(|| anyhow!("{name}: no video stream"))?;
@@ -152,8 +174,6 @@ pub fn decode_gop(path: &Path, index: &VideoIndex, gop: usize) -> Result<Vec<(i6
             .seek(us, ..us + 1)
             .with_context(|| format!("{name}: cannot seek to GOP {gop}"))?;
     }
-    let wanted: std::collections::HashSet<i64> =
-        index.packets[r.clone()].iter().map(|p| p.pts).collect();
     let mut scaler = ff::software::scaling::Context::get(
         dec.format(),
         index.width,

@@ -81,6 +81,8 @@ struct Cache {
     flight: HashMap<(u32, u32), Vec<Waiter>>,
     /// GOPs already logged as failed.
     failed: std::collections::HashSet<(u32, u32)>,
+    /// Frames (video, pts) already logged as missing from their decoded GOP.
+    missing: std::collections::HashSet<(u32, i64)>,
 }
 
 /// The frames and made bytes of a mount's frame trees, decoded on demand.
@@ -260,6 +262,11 @@ impl FrameServer {
                 self.videos[*video as usize].0.display(),
                 ix.seconds(*pts)
             );
+            let mut c = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            if c.missing.insert((*video, *pts)) {
+                log::error!("{why}: its views answer EIO");
+            }
+            drop(c);
             return reply(Err(FsError::Io(why)));
         };
         let h = header(*kind, ix.width, ix.height);
