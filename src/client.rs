@@ -106,6 +106,20 @@ pub fn format_stats(r: &Report) -> String {
             );
         }
     }
+    if let Some(f) = &r.frames {
+        out += &format!(
+            "frames      {} GOPs decoded ({} frames, {} failed, {} ahead), {} hits, {} misses, {} joined; {:.1} of {:.1} MB cached\n",
+            f.gops,
+            f.frames,
+            f.failures,
+            f.ahead,
+            f.hits,
+            f.misses,
+            f.joined,
+            mb(f.cached_bytes),
+            mb(f.budget_bytes)
+        );
+    }
     if let Some(d) = &r.decode {
         out += &format!(
             "decode      {} decodes ({} fallback, {} with warnings, {} failed reads, {} damaged refused), {} hits, {} joined, {} ahead; p50 {} µs, p99 {} µs\n",

@@ -80,8 +80,34 @@ pub struct Report {
     /// Changes noticed in a loose directory while mounted (`None` for packs and datasets).
     #[serde(default)]
     pub changes: Option<ChangesReport>,
+    /// Video frames served (`--decode frames`), when served.
+    #[serde(default)]
+    pub frames: Option<FramesReport>,
     /// Latency per operation name.
     pub latency_us: BTreeMap<String, Latency>,
+}
+
+/// The `frames` section: video frames decoded a GOP at a time ([`crate::video::frames`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FramesReport {
+    /// GOPs decoded.
+    pub gops: u64,
+    /// Frames decoded in them.
+    pub frames: u64,
+    /// GOPs that failed to decode.
+    pub failures: u64,
+    /// READs answered from the GOP cache.
+    pub hits: u64,
+    /// READs that started a decode.
+    pub misses: u64,
+    /// READs that waited for a decode under way.
+    pub joined: u64,
+    /// GOPs decoded ahead of a reader.
+    pub ahead: u64,
+    /// Bytes of pixels in the GOP cache now.
+    pub cached_bytes: u64,
+    /// The GOP cache's budget, bytes (`--decode-cache`).
+    pub budget_bytes: u64,
 }
 
 /// The `changes` section of a loose directory mount (`crate::fs::changes`).

@@ -96,6 +96,7 @@ impl Parts<'_> {
             pin,
             warm,
             decode: self.data.decoder.as_ref().map(|d| d.report()),
+            frames: self.data.frames.as_ref().map(|f| f.report()),
             remote: self.data.samples.storage().remote_report(),
             changes: self.changes.map(|c| {
                 let s = &c.stats;

@@ -284,6 +284,22 @@ impl FrameServer {
         reply(Ok(&out))
     }
 
+    /// The `frames` section of the stats report.
+    pub fn report(&self) -> crate::report::FramesReport {
+        let s = &self.stats;
+        crate::report::FramesReport {
+            gops: s.gops.load(Relaxed),
+            frames: s.frames.load(Relaxed),
+            failures: s.failures.load(Relaxed),
+            hits: s.hits.load(Relaxed),
+            misses: s.misses.load(Relaxed),
+            joined: s.joined.load(Relaxed),
+            ahead: s.ahead.load(Relaxed),
+            cached_bytes: s.cached_bytes.load(Relaxed),
+            budget_bytes: self.budget.load(Relaxed),
+        }
+    }
+
     /// Sets the GOP cache's budget, bytes of pixels (`--decode-cache`).
     pub fn set_budget(&self, bytes: u64) {
         self.budget.store(bytes, Relaxed);

@@ -107,8 +107,20 @@ def test_every_frame_and_column_of_a_lerobot_dataset_equals_pyav_and_parquet(tmp
                 got = np.load(mnt / "columns" / f"episode_{ep:06d}" / f"{feat}.npy")
                 exp = np.array([r[feat] for r in mine]).reshape(len(mine), -1)
                 assert got.shape == exp.shape and np.array_equal(got, exp.astype(got.dtype)), (ep, feat)
-        st = subprocess.run([loosefs_bin(), "stats", str(mnt)], capture_output=True, text=True, timeout=60)
+        # Each GOP decoded once (the GOP cache's default budget holds them all).
+        import av
+        import json
+        gops = 0
+        for mp4 in LEROBOT.rglob("*.mp4"):
+            with av.open(str(mp4)) as c:
+                gops += sum(1 for p in c.demux(c.streams.video[0]) if p.is_keyframe)
+        st = subprocess.run([loosefs_bin(), "stats", str(mnt), "--json"], capture_output=True, text=True, timeout=60)
         assert st.returncode == 0, st.stderr
+        f = json.loads(st.stdout)["frames"]
+        assert f["gops"] == gops and f["failures"] == 0, f
+        assert f["hits"] + f["misses"] + f["joined"] >= 2 * len(want), f
+        text = subprocess.run([loosefs_bin(), "stats", str(mnt)], capture_output=True, text=True, timeout=60).stdout
+        assert f"frames      {gops} GOPs decoded" in text, text
 
 
 def test_concurrent_readers_of_one_gop_get_the_same_pixels(tmp_path):
