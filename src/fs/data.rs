@@ -15,6 +15,8 @@ use std::sync::atomic::Ordering::Relaxed;
 /// Largest read buffer a FUSE thread keeps between requests, bytes (a FUSE read is at most
 /// 1 MiB with the default `max_pages`).
 const MAX_KEPT_BUF: usize = 1 << 20;
+/// Made files after the one read, in an announced order, whose GOPs are decoded ahead.
+const FRAMES_AHEAD: usize = 16;
 
 thread_local! {
     /// Per-thread read buffer: at most one request (or one check chunk) per FUSE thread.
@@ -65,7 +67,21 @@ impl Data {
                         f.size(id).saturating_sub(offset).min(u64::from(size)),
                         Relaxed,
                     );
-                    f.read(id, offset, size, Box::new(reply))
+                    f.read(id, offset, size, Box::new(reply));
+                    // A reader following an announced order: the GOPs of the frames after
+                    // this one in it, decoded ahead.
+                    if offset == 0 {
+                        let catalog = self.samples.catalog();
+                        for r in self.readahead.order_ahead(ext.record, FRAMES_AHEAD) {
+                            if let Ok(Extent {
+                                transform: Transform::Made(next),
+                                ..
+                            }) = catalog.extent(record_ino(r))
+                            {
+                                f.prefetch(next);
+                            }
+                        }
+                    }
                 }
                 None => reply(Err(FsError::Internal("no frame server".into()))),
             },

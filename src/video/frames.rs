@@ -179,6 +179,23 @@ impl FrameServer {
         self.decode(video, gop, true);
     }
 
+    /// Decodes the GOP of made file `id` ahead of its reader (an announced order), unless it
+    /// is cached or under way.
+    pub fn prefetch(self: &Arc<Self>, id: u32) {
+        let Some(Made::Frame { video, gop, .. }) = self.made.get(id as usize) else {
+            return;
+        };
+        let key = (*video, *gop);
+        let mut c = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if c.gops.contains_key(&key) || c.flight.contains_key(&key) {
+            return;
+        }
+        c.flight.insert(key, Vec::new());
+        drop(c);
+        self.stats.ahead.fetch_add(1, Relaxed);
+        self.decode(key.0, key.1, false);
+    }
+
     /// Decodes GOP `gop` of `video` on the pool, then answers its waiters; with `ahead`, then
     /// the next GOP of the file too, if not cached or under way.
     fn decode(self: &Arc<Self>, video: u32, gop: u32, ahead: bool) {

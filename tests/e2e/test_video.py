@@ -4,6 +4,7 @@ row's frame is the decoded frame whose timestamp is nearest `from_timestamp + ti
 lerobot's pyav backend picks it."""
 import contextlib
 import errno
+import os
 import pathlib
 import shutil
 import subprocess
@@ -237,3 +238,27 @@ def test_h264_and_hevc_with_b_frames_serve_pyavs_frames(tmp_path, codec):
         for (cam, ep, fi), px in want.items():
             got = np.load(mnt / "frames" / cam / f"episode_{ep:06d}" / f"{fi:06d}.npy")
             assert np.array_equal(got, px), (codec, cam, ep, fi)
+
+
+def test_an_announced_shuffled_order_of_frames_is_decoded_ahead(tmp_path):
+    """A shuffled order of frame files written to `.loosefs/order`, then read one by one: the
+    GOPs of the frames after each read are decoded ahead, so most reads find theirs decoded or
+    under way, and every frame equals PyAV's."""
+    prerequisites()
+    import json
+    import random
+    import numpy as np
+    cams, eps, rows, want = oracle(LEROBOT)
+    keys = sorted(want)
+    random.Random(5).shuffle(keys)
+    paths = [f"frames/{c}/episode_{e:06d}/{f:06d}.npy" for c, e, f in keys]
+    with mounted(LEROBOT, tmp_path, "--decode", "frames") as mnt:
+        fd = os.open(mnt / ".loosefs" / "order", os.O_WRONLY | os.O_TRUNC)
+        os.write(fd, "".join(p + "\n" for p in paths).encode())
+        os.close(fd)
+        for k, p in zip(keys, paths):
+            assert np.array_equal(np.load(mnt / p), want[k]), p
+        st = subprocess.run([loosefs_bin(), "stats", str(mnt), "--json"], capture_output=True, text=True, timeout=60)
+        f = json.loads(st.stdout)["frames"]
+        assert f["ahead"] > len(keys) // 4, f
+        assert f["misses"] < len(keys) // 4, f
