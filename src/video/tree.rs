@@ -327,3 +327,68 @@ impl Catalog for FrameTree {
         self.base.retire(why)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(t: &FrameTree, ino: u64, from: u64) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        t.readdir(ino, from, &mut |e| {
+            out.push((String::from_utf8_lossy(&e.name).into_owned(), e.next_offset));
+            false
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn made_directories_show_beside_the_base_tree_and_resume_and_walk_in_order() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("meta")).unwrap();
+        std::fs::write(d.path().join("meta/info.json"), b"{}").unwrap();
+        let dir = crate::open::dir::LooseDir::open(d.path(), false).unwrap();
+        let base: Arc<dyn Catalog> = Arc::new(dir.catalog(Views::default()).unwrap());
+        let mut b = Builder::default();
+        b.file(&["frames", "cam", "episode_000000", "000001.npy"], 7, 100);
+        b.file(&["frames", "cam", "episode_000000", "000000.npy"], 8, 100);
+        b.file(&["columns", "episode_000000", "action.npy"], 9, 42);
+        let t = b.build(base.clone());
+        assert_eq!(t.records(), base.records() + 8);
+        // The top: the base's entries, then the made directories, resumable past either.
+        let top = names(&t, ROOT_INO, 0);
+        let listed: Vec<&str> = top.iter().map(|e| e.0.as_str()).collect();
+        assert_eq!(listed, [".", "..", "meta", "frames", "columns"]);
+        let after_meta = top[2].1;
+        let rest: Vec<String> = names(&t, ROOT_INO, after_meta)
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
+        assert_eq!(rest, ["frames", "columns"]);
+        assert_eq!(names(&t, ROOT_INO, top[3].1)[0].0, "columns");
+        // Lookups down to a file; its extent is made file 8, its size the given one.
+        let frames = t.lookup(ROOT_INO, b"frames").unwrap();
+        assert_eq!(frames.kind, Kind::Dir);
+        let cam = t.lookup(frames.ino, b"cam").unwrap();
+        let ep = t.lookup(cam.ino, b"episode_000000").unwrap();
+        assert_eq!(t.lookup(ep.ino, b"..").unwrap().ino, cam.ino);
+        let kids: Vec<String> = names(&t, ep.ino, 0).into_iter().map(|e| e.0).collect();
+        assert_eq!(kids, [".", "..", "000000.npy", "000001.npy"]);
+        let f0 = t.lookup(ep.ino, b"000000.npy").unwrap();
+        assert_eq!((f0.kind, f0.size, f0.perm & 0o222), (Kind::File, 100, 0));
+        assert_eq!(t.extent(f0.ino).unwrap().transform, Transform::Made(8));
+        assert_eq!(t.path_of(f0.ino), "frames/cam/episode_000000/000000.npy");
+        assert!(matches!(t.lookup(ep.ino, b"nope"), Err(FsError::NotFound)));
+        assert!(matches!(t.extent(ep.ino), Err(FsError::IsDir)));
+        // Read-ahead walks made files in the order they were added.
+        let f1 = t.lookup(ep.ino, b"000001.npy").unwrap();
+        assert_eq!(t.next_file(f1.ino), Some(f0.ino));
+        let col = t.next_file(f0.ino).unwrap();
+        assert_eq!(t.path_of(col), "columns/episode_000000/action.npy");
+        assert_eq!(t.next_file(col), None);
+        // The base's own files are the base's.
+        let meta = t.lookup(ROOT_INO, b"meta").unwrap();
+        let info = t.lookup(meta.ino, b"info.json").unwrap();
+        assert_eq!(t.extent(info.ino).unwrap(), base.extent(info.ino).unwrap());
+    }
+}
