@@ -162,6 +162,27 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
                 out.push(std::fs::read(tmp.path().join("wds.loosefs-index")).unwrap());
             }
         }
+        "video" => {
+            let l = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/lerobot/so100-av1");
+            if l.is_dir() {
+                out.push(joined(&[
+                    head(&l.join("meta/info.json"), usize::MAX),
+                    head(
+                        &l.join("meta/episodes/chunk-000/file-000.parquet"),
+                        usize::MAX,
+                    ),
+                    head(&l.join("data/chunk-000/file-000.parquet"), usize::MAX),
+                    head(
+                        &l.join("videos/observation.images.top/chunk-000/file-000.mp4"),
+                        usize::MAX,
+                    ),
+                ]));
+            } else {
+                common::missing_prerequisite(
+                    "../shared/data/lerobot/so100-av1 (the video fuzz seed)",
+                );
+            }
+        }
         "listing" => {
             out.push(
                 br#"[{"name":"n01","type":"directory","mtime":"Wed, 25 Nov 2026 10:00:00 GMT"},
@@ -311,5 +332,6 @@ targets!(
     shared,
     remote_shared,
     decode,
-    listing
+    listing,
+    video
 );

@@ -33,6 +33,19 @@ pub fn walk(ix: &IndexView<'_>) -> usize {
 /// Separates the files of a multi-file dataset in one fuzz input: `index SEP data [SEP data…]`.
 pub const SEP: &[u8] = b"\n--8<--loosefs-fuzz--8<--\n";
 
+/// The parts of `input` separated by [`SEP`] (at most `n`: the last holds the rest).
+pub fn split(input: &[u8], n: usize) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut rest = input;
+    while out.len() + 1 < n {
+        let Some(i) = find(rest, SEP) else { break };
+        out.push(&rest[..i]);
+        rest = &rest[i + SEP.len()..];
+    }
+    out.push(rest);
+    out
+}
+
 /// Writes `input` as a dataset of `format` into a fresh temp dir and scans it, then builds its
 /// index (every sample read, chunks decompressed) when the scan accepts it; then the same from
 /// the format's tables alone (`tables_only`). `names`: the

@@ -377,6 +377,46 @@ pub fn listing(data: &[u8]) {
     }
 }
 
+/// a LeRobot v3 dataset's metadata and video (`--decode frames`): `meta/info.json`, the
+/// episodes' and the data's Parquet files and an MP4 (both cameras' file), separated by
+/// [`super::SEP`]: the metadata read, the video indexed by demuxing, every row's frame chosen,
+/// and the first and last GOPs decoded.
+pub fn video(data: &[u8]) {
+    let parts: Vec<&[u8]> = super::split(data, 4);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path();
+    let files = [
+        "meta/info.json",
+        "meta/episodes/chunk-000/file-000.parquet",
+        "data/chunk-000/file-000.parquet",
+        "videos/observation.images.top/chunk-000/file-000.mp4",
+    ];
+    for (name, part) in files
+        .iter()
+        .zip(parts.iter().chain(std::iter::repeat(&&b""[..])))
+    {
+        let p = root.join(name);
+        std::fs::create_dir_all(p.parent().expect("a parent")).expect("dirs");
+        std::fs::write(&p, part).expect("a file");
+    }
+    let wrist = root.join("videos/observation.images.wrist/chunk-000");
+    std::fs::create_dir_all(&wrist).expect("dirs");
+    let _ = std::fs::copy(root.join(files[3]), wrist.join("file-000.mp4"));
+    let _ = loosefs::video::lerobot::LeRobot::open(root);
+    let mp4 = root.join(files[3]);
+    if let Ok(ix) = loosefs::video::decoder::VideoIndex::of(&mp4) {
+        for i in 0..ix.packets.len().min(64) {
+            let _ = ix.nearest(i as f64 / 30.0);
+        }
+        for g in [0, ix.gops.len().saturating_sub(1)] {
+            if let Ok(frames) = loosefs::video::decoder::decode_gop(&mp4, &ix, g) {
+                let want = (ix.width * ix.height * 3) as usize;
+                assert!(frames.iter().all(|f| f.1.len() == want));
+            }
+        }
+    }
+}
+
 /// Runs the target named `name` (as `scripts/fuzz` names it) on `data`. Panics on an unknown
 /// name.
 pub fn run(name: &str, data: &[u8]) {
@@ -400,6 +440,7 @@ pub fn run(name: &str, data: &[u8]) {
         "remote_shared" => remote_shared(data),
         "decode" => decode(data),
         "listing" => listing(data),
+        "video" => video(data),
         other => panic!("no fuzz target {other}"),
     }
 }
