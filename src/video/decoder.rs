@@ -147,6 +147,77 @@ pub fn decode_gop(path: &Path, index: &VideoIndex, gop: usize) -> Result<Vec<(i6
     decode_from(path, index, gop - 1, r.end, &wanted)
 }
 
+/// An open video file: its demuxer, its video stream's decoder and the RGB converter, kept
+/// open by each decode thread for the files it decoded last (opening an MP4 parses its whole
+/// sample table: for a file of 10,000 frames, more than decoding a GOP of 2 frames).
+struct Session {
+    input: ff::format::context::Input,
+    at: usize,
+    dec: ff::decoder::Video,
+    scaler: ff::software::scaling::Context,
+}
+
+/// Open files kept per decode thread.
+const SESSIONS_PER_THREAD: usize = 4;
+
+thread_local! {
+    /// This thread's open files, most recently used last.
+    static SESSIONS: std::cell::RefCell<Vec<(std::path::PathBuf, Session)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Session {
+    fn open(path: &Path, index: &VideoIndex) -> Result<Session> {
+        init()?;
+        let name = path.display();
+        let input = ff::format::input(&path).with_context(|| format!("cannot open {name}"))?;
+        let stream = (input.streams().best(ff::media::Type::Video))
+            .ok_or_else(|| anyhow!("{name}: no video stream"))?;
+        let at = stream.index();
+        let ctx = ff::codec::context::Context::from_parameters(stream.parameters())?;
+        let dec = ctx.decoder().video()?;
+        let scaler = ff::software::scaling::Context::get(
+            dec.format(),
+            index.width,
+            index.height,
+            ff::format::Pixel::RGB24,
+            index.width,
+            index.height,
+            ff::software::scaling::Flags::BILINEAR,
+        )
+        .with_context(|| format!("{name}: cannot convert its pixels to RGB"))?;
+        Ok(Session {
+            input,
+            at,
+            dec,
+            scaler,
+        })
+    }
+}
+
+/// Runs `f` on this thread's open session of `path`, opening it if needed. A session whose
+/// use failed is closed (its state is unknown).
+fn with_session<T>(
+    path: &Path,
+    index: &VideoIndex,
+    f: impl FnOnce(&mut Session) -> Result<T>,
+) -> Result<T> {
+    SESSIONS.with_borrow_mut(|v| {
+        let (p, mut s) = match v.iter().position(|(p, _)| p == path) {
+            Some(i) => v.remove(i),
+            None => (path.to_path_buf(), Session::open(path, index)?),
+        };
+        let r = f(&mut s);
+        if r.is_ok() {
+            v.push((p, s));
+            if v.len() > SESSIONS_PER_THREAD {
+                v.remove(0);
+            }
+        }
+        r
+    })
+}
+
 /// The frames of `wanted` (pts) among the packets from GOP `gop`'s keyframe up to packet
 /// `end` (exclusive, decode order), decoded and converted, in presentation order.
 fn decode_from(
@@ -156,34 +227,36 @@ fn decode_from(
     end: usize,
     wanted: &std::collections::HashSet<i64>,
 ) -> Result<Vec<(i64, Vec<u8>)>> {
-    init()?;
+    with_session(path, index, |s| decode_in(s, path, index, gop, end, wanted))
+}
+
+/// [`decode_from`] in the open session `s`: a seek to the keyframe, the decoder flushed, the
+/// packets sent, the decoder drained and flushed again for the next use.
+fn decode_in(
+    s: &mut Session,
+    path: &Path,
+    index: &VideoIndex,
+    gop: usize,
+    end: usize,
+    wanted: &std::collections::HashSet<i64>,
+) -> Result<Vec<(i64, Vec<u8>)>> {
     let name = path.display();
     let r = index.gops[gop].start..end;
-    let mut input = ff::format::input(&path).with_context(|| format!("cannot open {name}"))?;
-    let stream = (input.streams().best(ff::media::Type::Video))
-        .ok_or_else(|| anyhow!("{name}: no video stream"))?;
-    let at = stream.index();
-    let ctx = ff::codec::context::Context::from_parameters(stream.parameters())?;
-    let mut dec = ctx.decoder().video()?;
+    let Session {
+        input,
+        at,
+        dec,
+        scaler,
+    } = s;
+    let at = *at;
     let key_pts = index.packets[r.start].pts;
     // Rescaled to the seek's unit (AV_TIME_BASE, µs) rounding down, then backward: lands on
-    // this keyframe (or an earlier one: the packets before it are skipped by count below).
-    if gop > 0 {
-        let us = (index.seconds(key_pts) * 1e6).floor() as i64;
-        input
-            .seek(us, ..us + 1)
-            .with_context(|| format!("{name}: cannot seek to GOP {gop}"))?;
-    }
-    let mut scaler = ff::software::scaling::Context::get(
-        dec.format(),
-        index.width,
-        index.height,
-        ff::format::Pixel::RGB24,
-        index.width,
-        index.height,
-        ff::software::scaling::Flags::BILINEAR,
-    )
-    .with_context(|| format!("{name}: cannot convert its pixels to RGB"))?;
+    // this keyframe (or an earlier one: the packets before it are skipped below).
+    let us = (index.seconds(key_pts) * 1e6).floor() as i64;
+    input
+        .seek(us, ..us + 1)
+        .with_context(|| format!("{name}: cannot seek to GOP {gop}"))?;
+    dec.flush();
     let mut out = Vec::with_capacity(r.len());
     let mut frame = ff::frame::Video::empty();
     let mut rgb = ff::frame::Video::empty();
@@ -220,8 +293,8 @@ fn decode_from(
     // pts identifies it.
     let mut started = false;
     let mut sent = 0;
-    for (s, p) in input.packets() {
-        if s.index() != at {
+    for (st, p) in input.packets() {
+        if st.index() != at {
             continue;
         }
         let pts = p.pts().or(p.dts());
@@ -238,13 +311,14 @@ fn decode_from(
         dec.send_packet(&p)
             .with_context(|| format!("{name}: GOP {gop} does not decode"))?;
         sent += 1;
-        take(&mut dec, &mut out)?;
+        take(dec, &mut out)?;
     }
     if !started {
         bail!("{name}: GOP {gop}'s keyframe was not found");
     }
     dec.send_eof()?;
-    take(&mut dec, &mut out)?;
+    take(dec, &mut out)?;
+    dec.flush();
     out.sort_by_key(|f| f.0);
     out.dedup_by_key(|f| f.0);
     Ok(out)

@@ -5,8 +5,11 @@
 //! copy of the slice asked for). Otherwise the read joins the single flight of that GOP: the
 //! first miss hands the decode of the whole GOP ([`decoder::decode_gop`]) to a pool of decode
 //! threads, every read queued on it is answered when it is done, and each GOP is decoded once
-//! however many readers want its frames. The GOP after it in the same file is then decoded
-//! ahead (episode order is file order). The cache holds whole GOPs, least recently used
+//! however many readers want its frames. A miss on the GOP right after one missed lately in
+//! the same file (a reader walking an episode: episode order is file order) has the GOP after
+//! it decoded ahead; a shuffled reader's misses do not (decoding ahead for them doubled the
+//! decode work: a shuffled pass over 4,000 frames of the 20,000-frame set decoded 12,958 frames
+//! for 6,564 GOPs). The cache holds whole GOPs, least recently used
 //! evicted past its budget; a GOP that fails to decode answers EIO to its readers (logged
 //! once per GOP) and is not kept, so a later read tries again.
 
@@ -83,6 +86,9 @@ struct Cache {
     failed: std::collections::HashSet<(u32, u32)>,
     /// Frames (video, pts) already logged as missing from their decoded GOP.
     missing: std::collections::HashSet<(u32, i64)>,
+    /// Per video, the GOPs of its last few misses: a miss on the GOP after one of them is a
+    /// reader walking the file in order, whose next GOP is decoded ahead.
+    recent: HashMap<u32, [u32; 4]>,
 }
 
 /// The frames and made bytes of a mount's frame trees, decoded on demand.
@@ -174,9 +180,15 @@ impl FrameServer {
         }
         c.flight
             .insert((video, gop), vec![(id, offset, size, reply)]);
+        // In order: this GOP follows one missed lately (a shuffled reader's misses do not, and
+        // decoding ahead for it would double the decode work).
+        let recent = c.recent.entry(video).or_insert([u32::MAX; 4]);
+        let in_order = gop > 0 && recent.contains(&(gop - 1));
+        recent.rotate_left(1);
+        recent[3] = gop;
         drop(c);
         self.stats.misses.fetch_add(1, Relaxed);
-        self.decode(video, gop, true);
+        self.decode(video, gop, in_order);
     }
 
     /// Decodes the GOP of made file `id` ahead of its reader (an announced order), unless it
