@@ -120,43 +120,59 @@ def main():
     ap.add_argument("--data", required=True, type=pathlib.Path)
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rows", type=int, default=0, help="the first N rows of the shuffled order only (0: all)")
+    ap.add_argument("--parties", default="pyav,mount,npy,bound",
+                    help="which of pyav (per-frame), mount (epochs 1 and 2), npy (ext4), bound (decode bound)")
     a = ap.parse_args()
+    parties = set(a.parties.split(","))
     root = a.data.resolve()
     items = rows_of(root)
     random.Random(a.seed).shuffle(items)
+    if a.rows:
+        items = items[:a.rows]
     files = sorted({it[3] for it in items})
     print(f"{root}: {len(items)} rows x cameras, {len(files)} video files")
     for w in [int(x) for x in a.workers.split(",")]:
-        res = {"pyav-per-frame": run("pyav", root, items, w)}
-        with tempfile.TemporaryDirectory() as tmp:
-            mnt = pathlib.Path(tmp) / "mnt"
-            mnt.mkdir()
-            log = pathlib.Path(tmp) / "daemon.log"
-            subprocess.run([str(BIN), "mount", str(root), str(mnt), "--decode", "frames", "--log", str(log)],
-                           check=True, capture_output=True)
-            try:
-                res["mount epoch 1"] = run("npy", mnt / "frames", items, w)
-                res["mount epoch 2"] = run("npy", mnt / "frames", items, w)
-                pid = int(subprocess.run(["pgrep", "-f", f"loosefs.*{mnt}"], capture_output=True,
-                                         text=True).stdout.split()[0])
-                rss = peak_rss_kb(pid)
+        res, rss, bound = {}, 0, 0.0
+        if "pyav" in parties:
+            res["pyav-per-frame"] = run("pyav", root, items, w)
+        if parties & {"mount", "npy"}:
+            with tempfile.TemporaryDirectory() as tmp:
+                mnt = pathlib.Path(tmp) / "mnt"
+                mnt.mkdir()
+                log = pathlib.Path(tmp) / "daemon.log"
+                subprocess.run([str(BIN), "mount", str(root), str(mnt), "--decode", "frames", "--log", str(log)],
+                               check=True, capture_output=True)
                 local = pathlib.Path(tmp) / "npy"
-                for it in items:
-                    d = local / it[0] / f"episode_{it[1]:06d}"
-                    d.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(mnt / "frames" / it[0] / f"episode_{it[1]:06d}" / f"{it[2]:06d}.npy",
-                                    d / f"{it[2]:06d}.npy")
-            finally:
-                subprocess.run([str(BIN), "umount", str(mnt)], check=True)
-            run("npy", local, items, w)  # warm the page cache
-            res["npy-ext4 (warm)"] = run("npy", local, items, w)
-        bound = decode_bound(root, files, max(w, os.cpu_count() or 1))
-        base = res["pyav-per-frame"]["fps"]
+                try:
+                    if "mount" in parties:
+                        res["mount epoch 1"] = run("npy", mnt / "frames", items, w)
+                        res["mount epoch 2"] = run("npy", mnt / "frames", items, w)
+                        pid = int(subprocess.run(["pgrep", "-f", f"loosefs.*{mnt}"], capture_output=True,
+                                                 text=True).stdout.split()[0])
+                        rss = peak_rss_kb(pid)
+                        stats = subprocess.run([str(BIN), "stats", str(mnt)], capture_output=True, text=True).stdout
+                        print("".join(l + "\n" for l in stats.splitlines() if l.startswith("frames ")), end="")
+                    if "npy" in parties:
+                        for it in items:
+                            d = local / it[0] / f"episode_{it[1]:06d}"
+                            d.mkdir(parents=True, exist_ok=True)
+                            shutil.copyfile(mnt / "frames" / it[0] / f"episode_{it[1]:06d}" / f"{it[2]:06d}.npy",
+                                            d / f"{it[2]:06d}.npy")
+                finally:
+                    subprocess.run([str(BIN), "umount", str(mnt)], check=True)
+                if "npy" in parties:
+                    run("npy", local, items, w)  # warm the page cache
+                    res["npy-ext4 (warm)"] = run("npy", local, items, w)
+        if "bound" in parties:
+            bound = decode_bound(root, files, max(w, os.cpu_count() or 1))
+        base = res.get("pyav-per-frame", {}).get("fps")
         print(f"\n{w} worker(s); decode bound (PyAV, whole files, all cores): {bound:.0f} frames/s; "
               f"daemon peak RSS {rss / 1024:.0f} MiB")
         print(f"{'party':<18} {'frames/s':>9} {'x pyav':>7} {'first ms':>9} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7}")
         for k, r in res.items():
-            print(f"{k:<18} {r['fps']:>9.0f} {r['fps'] / base:>7.1f} {r['first']:>9.2f} {r['p50']:>7.2f} "
+            x = f"{r['fps'] / base:>7.1f}" if base else f"{'-':>7}"
+            print(f"{k:<18} {r['fps']:>9.0f} {x} {r['first']:>9.2f} {r['p50']:>7.2f} "
                   f"{r['p95']:>7.2f} {r['p99']:>7.2f}")
         sys.stdout.flush()
 
