@@ -111,22 +111,25 @@ pub enum ViewKind {
 pub fn header(kind: ViewKind, width: u32, height: u32) -> Vec<u8> {
     match kind {
         ViewKind::Ppm => format!("P6\n{width} {height}\n255\n").into_bytes(),
-        ViewKind::Npy => {
-            let dict = format!(
-                "{{'descr': '|u1', 'fortran_order': False, 'shape': ({height}, {width}, 3), }}"
-            );
-            // 10 bytes of preamble + dict + padding + '\n', a multiple of 64 in all.
-            let total = (10 + dict.len() + 1).div_ceil(64) * 64;
-            let hlen = (total - 10) as u16;
-            let mut h = Vec::with_capacity(total);
-            h.extend_from_slice(b"\x93NUMPY\x01\x00");
-            h.extend_from_slice(&hlen.to_le_bytes());
-            h.extend_from_slice(dict.as_bytes());
-            h.resize(total - 1, b' ');
-            h.push(b'\n');
-            h
-        }
+        ViewKind::Npy => npy_header("|u1", &format!("({height}, {width}, 3)")),
     }
+}
+
+/// A NumPy format 1.0 header (numpy.lib.format) for C-order data of type `descr` (`|u1`,
+/// `<f4`) and shape `shape` (a Python tuple literal, `(H, W, 3)`): magic, version, u16 header
+/// length, the dict padded with spaces and ended by `\n` so the data starts at a multiple of
+/// 64 bytes, as `np.save` writes it.
+pub fn npy_header(descr: &str, shape: &str) -> Vec<u8> {
+    let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    // 10 bytes of preamble + dict + padding + '\n', a multiple of 64 in all.
+    let total = (10 + dict.len() + 1).div_ceil(64) * 64;
+    let mut h = Vec::with_capacity(total);
+    h.extend_from_slice(b"\x93NUMPY\x01\x00");
+    h.extend_from_slice(&((total - 10) as u16).to_le_bytes());
+    h.extend_from_slice(dict.as_bytes());
+    h.resize(total - 1, b' ');
+    h.push(b'\n');
+    h
 }
 
 /// Size in bytes of a view of a `width`×`height` RGB image.

@@ -340,15 +340,7 @@ impl LeRobot {
 /// A `.npy` file (format 1.0, as `np.save` writes it) of `rows` × `width` values of `descr`
 /// whose little-endian bytes are `data`.
 pub fn npy(descr: &str, rows: usize, width: usize, data: &[u8]) -> Vec<u8> {
-    let dict =
-        format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({rows}, {width}), }}");
-    let total = (10 + dict.len() + 1).div_ceil(64) * 64;
-    let mut h = Vec::with_capacity(total + data.len());
-    h.extend_from_slice(b"\x93NUMPY\x01\x00");
-    h.extend_from_slice(&((total - 10) as u16).to_le_bytes());
-    h.extend_from_slice(dict.as_bytes());
-    h.resize(total - 1, b' ');
-    h.push(b'\n');
+    let mut h = crate::view::npy_header(descr, &format!("({rows}, {width})"));
     h.extend_from_slice(data);
     h
 }
