@@ -193,7 +193,7 @@ pub struct Opened {
 impl Opened {
     /// The filesystem serving it.
     pub fn into_fs(self, opts: FsOptions) -> Fs {
-        let budget = opts.decode.cache_bytes;
+        let budget = opts.decode.frame_cache_bytes;
         let mut fs = Fs::new(self.catalog, self.storage, opts);
         if let Some(f) = self.frames {
             f.set_budget(budget);

@@ -468,7 +468,9 @@ mod tests {
         assert_eq!((m.threads, m.prefetch_max_mb, m.push_ahead), (16, 64, 64));
         assert_eq!(m.pin, None);
         assert_eq!(m.source.chunk_cache, 1 << 30);
-        assert_eq!(m.decode.decode_cache, 1 << 30);
+        assert_eq!(m.decode.decode_cache, None);
+        assert_eq!(m.decode.options().cache_bytes, 1 << 30);
+        assert!(m.decode.options().frame_cache_bytes >= 256 << 20);
         // Retries outlast a short outage: up to 1000 tries within 120 s (README, "Remote").
         let r = &m.source.remote;
         assert_eq!(

@@ -69,6 +69,7 @@ fn server_options() -> FsOptions {
         threads: 2,
         decode: DecodeOptions {
             cache_bytes: 64 << 20,
+            frame_cache_bytes: 64 << 20,
             threads: 1,
             ahead: 0,
             ..base.decode

@@ -145,6 +145,7 @@ pub fn small_server() -> &'static (Arc<Fs>, u64, Vec<u64>) {
             owner: 0,
             decode: loosefs::decode::DecodeOptions {
                 cache_bytes: 1 << 20,
+                frame_cache_bytes: 1 << 20,
                 threads: 1,
                 ahead: 1,
                 accept_damaged: false,

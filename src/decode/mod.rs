@@ -31,6 +31,8 @@ use std::time::Instant;
 pub struct DecodeOptions {
     /// Budget of the decoded cache, bytes of pixels.
     pub cache_bytes: u64,
+    /// Budget of the decoded-GOP cache of video frames, bytes of pixels.
+    pub frame_cache_bytes: u64,
     /// Decode threads.
     pub threads: usize,
     /// Files decoded ahead of an in-order reader.

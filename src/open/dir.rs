@@ -165,14 +165,8 @@ impl LooseDir {
         let mut cat: Arc<dyn crate::catalog::Catalog> = Arc::new(self.catalog(views)?);
         let mut frames = None;
         if views.frames {
-            if !crate::video::lerobot::detect(&self.root) {
-                anyhow::bail!(
-                    "{}: --decode frames needs a LeRobot v3 dataset (meta/info.json with codebase_version v3.x)",
-                    self.root.display()
-                );
-            }
             let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-            let (tree, server) = crate::video::lerobot_tree(&self.root, cat, 1 << 30, threads)
+            let (tree, server) = crate::video::frame_tree(&self.root, cat, 1 << 30, threads)
                 .with_context(|| format!("cannot serve the frames of {}", self.root.display()))?;
             cat = Arc::new(tree);
             frames = Some(server);

@@ -80,6 +80,7 @@ fn fs_options() -> FsOptions {
         owner: 0,
         decode: crate::decode::DecodeOptions {
             cache_bytes: 1 << 20,
+            frame_cache_bytes: 1 << 20,
             threads: 1,
             ahead: 0,
             accept_damaged: false,

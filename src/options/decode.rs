@@ -32,9 +32,10 @@ pub struct DecodeArgs {
     /// Decode at the smallest DCT scale (1/2, 1/4, 1/8) whose longer side is still ≥ N pixels.
     #[arg(long, value_name = "N")]
     pub decode_max_side: Option<u32>,
-    /// Budget of the decoded cache (bytes of pixels, least recently used evicted), e.g. 2G.
-    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_budget)]
-    pub decode_cache: u64,
+    /// Budget of the decoded cache (bytes of pixels, least recently used evicted), e.g. 2G
+    /// [default: 1G; for video frames, half the memory available, at least 256M].
+    #[arg(long, value_name = "SIZE", value_parser = parse_budget)]
+    pub decode_cache: Option<u64>,
     /// Decode threads (default: one per core).
     #[arg(long, value_name = "N")]
     pub decode_threads: Option<usize>,
@@ -76,13 +77,30 @@ impl DecodeArgs {
     /// The decoder's settings (threads default to one per core).
     pub fn options(&self) -> DecodeOptions {
         DecodeOptions {
-            cache_bytes: self.decode_cache,
+            cache_bytes: self.decode_cache.unwrap_or(1 << 30),
+            frame_cache_bytes: self.decode_cache.unwrap_or_else(frame_cache_default),
             threads: self
                 .decode_threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
             ahead: self.decode_ahead,
             accept_damaged: self.decode_accept_damaged,
         }
+    }
+}
+
+/// The decoded-GOP cache's budget when none is given: half the memory available to this
+/// process (the lesser of `MemAvailable` and the room under its cgroup's limit) less
+/// [`crate::memory::MEMORY_MARGIN`], at least 256 MiB (1 GiB where neither can be read).
+/// Decoded frames are 20–100× their compressed size (a 240×320 AV1 frame: ~2 KB in the file,
+/// 230 KB decoded), so the cache, not the page cache, is what makes a second epoch fast.
+pub fn frame_cache_default() -> u64 {
+    let avail = crate::memory::mem_available();
+    let room = crate::memory::cgroup_room().map(|r| r.0);
+    match avail.into_iter().chain(room).min() {
+        Some(m) => (m / 2)
+            .saturating_sub(crate::memory::MEMORY_MARGIN)
+            .max(256 << 20),
+        None => 1 << 30,
     }
 }
 

@@ -106,6 +106,28 @@ impl VideoIndex {
         })
     }
 
+    /// A file known to hold no frames (one that could not be indexed).
+    pub fn empty() -> VideoIndex {
+        VideoIndex {
+            width: 0,
+            height: 0,
+            time_base: (1, 1),
+            packets: Vec::new(),
+            gops: Vec::new(),
+        }
+    }
+
+    /// Every frame as (its GOP, its pts), in presentation order (by pts; a pts given twice
+    /// counts once, in its first GOP).
+    pub fn frames(&self) -> Vec<(usize, i64)> {
+        let mut out: Vec<(usize, i64)> = (self.gops.iter().enumerate())
+            .flat_map(|(g, r)| self.packets[r.clone()].iter().map(move |p| (g, p.pts)))
+            .collect();
+        out.sort_by_key(|&(g, pts)| (pts, g));
+        out.dedup_by_key(|f| f.1);
+        out
+    }
+
     /// Seconds of timestamp `pts`.
     pub fn seconds(&self, pts: i64) -> f64 {
         pts as f64 * f64::from(self.time_base.0) / f64::from(self.time_base.1)

@@ -1,11 +1,12 @@
 //! A frame tree: a catalog that shows another catalog's tree unchanged plus made directories
-//! at its top (`frames/`, `columns/`), whose files are made by a [`super::frames::FrameServer`]
+//! in its directories (`frames/` and `columns/` at the top, `<name>.frames/` beside a video
+//! file), whose files are made by a [`super::frames::FrameServer`]
 //! (their extents carry [`Transform::Made`] with the made file's id).
 //!
 //! Its nodes are records after the base catalog's: record `base.records() + k` is node `k`
 //! (inode `record_ino` of it, as for any record), so the inode spaces of [`crate::ino`] are
 //! unchanged. Directory offsets of the made entries at the top start at [`TOP_OFFSET`], past any
-//! the base catalog gives.
+//! the base catalog gives (in every base directory that holds made entries).
 
 use crate::catalog::{
     Attr, Catalog, DirEntry, Extent, FsError, FsStats, Kind, ObjectInfo, Transform,
@@ -15,14 +16,16 @@ use crate::view::Views;
 use std::borrow::Cow;
 use std::sync::Arc;
 
-/// First directory offset of the made entries at the top.
+/// First directory offset of the made entries in a base directory.
 pub const TOP_OFFSET: u64 = 1 << 40;
 
 /// A node of the made tree.
 #[derive(Debug, Clone)]
 pub struct MadeNode {
-    /// Parent node (`None`: the base catalog's root).
+    /// Parent node (`None`: the base catalog's directory [`Self::at`]).
     pub parent: Option<u32>,
+    /// The base catalog's directory (inode) a node without a made parent is in.
+    pub at: u64,
     /// Name.
     pub name: Vec<u8>,
     /// A directory's children (node numbers, sorted by name), or a file's made id and size.
@@ -42,22 +45,25 @@ pub enum What {
 #[derive(Debug, Default)]
 pub struct Builder {
     nodes: Vec<MadeNode>,
-    dirs: std::collections::HashMap<Vec<Vec<u8>>, u32>,
+    dirs: std::collections::HashMap<(u64, Vec<Vec<u8>>), u32>,
 }
 
 impl Builder {
-    /// The directory at `path` (from the top), made with its parents as needed.
-    fn dir(&mut self, path: &[Vec<u8>]) -> Option<u32> {
+    /// The made directory at `path` below the base directory `at`, made with its parents as
+    /// needed.
+    fn dir(&mut self, at: u64, path: &[Vec<u8>]) -> Option<u32> {
         if path.is_empty() {
             return None;
         }
-        if let Some(&d) = self.dirs.get(path) {
+        let key = (at, path.to_vec());
+        if let Some(&d) = self.dirs.get(&key) {
             return Some(d);
         }
-        let parent = self.dir(&path[..path.len() - 1]);
+        let parent = self.dir(at, &path[..path.len() - 1]);
         let n = self.nodes.len() as u32;
         self.nodes.push(MadeNode {
             parent,
+            at,
             name: path[path.len() - 1].clone(),
             what: What::Dir(Vec::new()),
         });
@@ -66,17 +72,25 @@ impl Builder {
         {
             kids.push(n);
         }
-        self.dirs.insert(path.to_vec(), n);
+        self.dirs.insert(key, n);
         Some(n)
     }
 
-    /// Adds the file `path` (at least a directory and a name), made file `id` of `size` bytes.
+    /// Adds the file `path` below the top (at least a directory and a name), made file `id`
+    /// of `size` bytes.
     pub fn file(&mut self, path: &[&str], id: u32, size: u64) {
+        self.file_in(ROOT_INO, path, id, size)
+    }
+
+    /// Adds the file `path` below the base catalog's directory `at` (inode; at least a made
+    /// directory and a name), made file `id` of `size` bytes.
+    pub fn file_in(&mut self, at: u64, path: &[&str], id: u32, size: u64) {
         let parts: Vec<Vec<u8>> = path.iter().map(|s| s.as_bytes().to_vec()).collect();
-        let parent = self.dir(&parts[..parts.len() - 1]);
+        let parent = self.dir(at, &parts[..parts.len() - 1]);
         let n = self.nodes.len() as u32;
         self.nodes.push(MadeNode {
             parent,
+            at,
             name: parts[parts.len() - 1].clone(),
             what: What::File(id, size),
         });
@@ -95,9 +109,14 @@ impl Builder {
                 kids.sort_by(|a, b| names[*a as usize].cmp(&names[*b as usize]));
             }
         }
-        let top: Vec<u32> = (0..self.nodes.len() as u32)
-            .filter(|&i| self.nodes[i as usize].parent.is_none())
-            .collect();
+        let mut top: std::collections::HashMap<u64, Vec<u32>> = Default::default();
+        let mut top_names = std::collections::HashMap::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.parent.is_none() {
+                top.entry(n.at).or_default().push(i as u32);
+                top_names.insert((n.at, n.name.clone()), i as u32);
+            }
+        }
         let files: Vec<u32> = (0..self.nodes.len() as u32)
             .filter(|&i| matches!(self.nodes[i as usize].what, What::File(..)))
             .collect();
@@ -110,6 +129,7 @@ impl Builder {
             base,
             nodes: self.nodes,
             top,
+            top_names,
             next,
             files: files.len() as u64,
         }
@@ -122,8 +142,10 @@ pub struct FrameTree {
     /// Record number of node 0.
     first: u32,
     nodes: Vec<MadeNode>,
-    /// Nodes at the top, in the order added.
-    top: Vec<u32>,
+    /// Nodes without a made parent, by the base directory they are in, in the order added.
+    top: std::collections::HashMap<u64, Vec<u32>>,
+    /// The same, by (base directory, name).
+    top_names: std::collections::HashMap<(u64, Vec<u8>), u32>,
     /// The file after each file node.
     next: Vec<Option<u32>>,
     files: u64,
@@ -174,7 +196,7 @@ impl Catalog for FrameTree {
                 b"." => self.attr(k, n),
                 b".." => match n.parent {
                     Some(p) => self.attr(p, &self.nodes[p as usize]),
-                    None => self.base.getattr(ROOT_INO),
+                    None => self.base.getattr(n.at),
                 },
                 _ => {
                     let i = kids
@@ -185,11 +207,8 @@ impl Catalog for FrameTree {
                 }
             };
         }
-        if parent == ROOT_INO
-            && let Some(&k) = self
-                .top
-                .iter()
-                .find(|&&k| self.nodes[k as usize].name == name)
+        if !self.top_names.is_empty()
+            && let Some(&k) = self.top_names.get(&(parent, name.to_vec()))
         {
             return self.attr(k, &self.nodes[k as usize]);
         }
@@ -215,7 +234,7 @@ impl Catalog for FrameTree {
             let What::Dir(kids) = &n.what else {
                 return Err(FsError::NotDir);
             };
-            let parent = n.parent.map_or(ROOT_INO, |p| self.ino(p));
+            let parent = n.parent.map_or(n.at, |p| self.ino(p));
             let dots = [(self.ino(k), &b"."[..]), (parent, &b".."[..])];
             for (i, (d, name)) in dots.into_iter().enumerate() {
                 let e = DirEntry {
@@ -239,9 +258,9 @@ impl Catalog for FrameTree {
             }
             return Ok(());
         }
-        if ino != ROOT_INO {
+        let Some(top) = self.top.get(&ino) else {
             return self.base.readdir(ino, offset, add);
-        }
+        };
         if offset < TOP_OFFSET {
             let mut full = false;
             self.base.readdir(ino, offset, &mut |e| {
@@ -253,7 +272,7 @@ impl Catalog for FrameTree {
             }
         }
         let from = offset.saturating_sub(TOP_OFFSET) as usize;
-        for (i, &k) in self.top.iter().enumerate().skip(from) {
+        for (i, &k) in top.iter().enumerate().skip(from) {
             if add(entry(k, TOP_OFFSET + i as u64 + 1)) {
                 return Ok(());
             }
@@ -292,6 +311,9 @@ impl Catalog for FrameTree {
         while let Some(p) = n.parent {
             n = &self.nodes[p as usize];
             parts.push(String::from_utf8_lossy(&n.name).into_owned());
+        }
+        if n.at != ROOT_INO {
+            parts.push(self.base.path_of(n.at));
         }
         parts.reverse();
         parts.join("/")
@@ -390,5 +412,32 @@ mod tests {
         let meta = t.lookup(ROOT_INO, b"meta").unwrap();
         let info = t.lookup(meta.ino, b"info.json").unwrap();
         assert_eq!(t.extent(info.ino).unwrap(), base.extent(info.ino).unwrap());
+    }
+
+    #[test]
+    fn made_directories_show_beside_a_file_in_a_base_subdirectory() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("clips/b")).unwrap();
+        std::fs::write(d.path().join("clips/a.mp4"), b"x").unwrap();
+        let dir = crate::open::dir::LooseDir::open(d.path(), false).unwrap();
+        let base: Arc<dyn Catalog> = Arc::new(dir.catalog(Views::default()).unwrap());
+        let clips = base.lookup(ROOT_INO, b"clips").unwrap().ino;
+        let mut b = Builder::default();
+        b.file_in(clips, &["a.mp4.frames", "000000.npy"], 0, 10);
+        b.file_in(clips, &["a.mp4.frames", "000001.npy"], 1, 10);
+        let t = b.build(base.clone());
+        let listed: Vec<String> = names(&t, clips, 0).into_iter().map(|e| e.0).collect();
+        assert_eq!(listed, [".", "..", "a.mp4", "b", "a.mp4.frames"]);
+        // The root is the base's own: nothing made there.
+        let top: Vec<String> = names(&t, ROOT_INO, 0).into_iter().map(|e| e.0).collect();
+        assert_eq!(top, [".", "..", "clips"]);
+        assert!(matches!(t.lookup(ROOT_INO, b"a.mp4.frames"), Err(FsError::NotFound)));
+        let f = t.lookup(clips, b"a.mp4.frames").unwrap();
+        assert_eq!(t.lookup(f.ino, b"..").unwrap().ino, clips);
+        let f1 = t.lookup(f.ino, b"000001.npy").unwrap();
+        assert_eq!(t.path_of(f1.ino), "clips/a.mp4.frames/000001.npy");
+        assert_eq!(t.extent(f1.ino).unwrap().transform, Transform::Made(1));
+        let b_dir = t.lookup(clips, b"b").unwrap();
+        assert_eq!(b_dir.kind, Kind::Dir);
     }
 }

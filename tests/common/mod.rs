@@ -412,6 +412,7 @@ pub fn server_options(push_ahead: usize) -> loosefs::fs::FsOptions {
         owner: 1000,
         decode: DecodeOptions {
             cache_bytes: 256 << 20,
+            frame_cache_bytes: 256 << 20,
             threads: 2,
             ahead: 8,
             accept_damaged: false,

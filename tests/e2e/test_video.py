@@ -35,6 +35,7 @@ def mounted(src, work, *args):
     r = subprocess.run([loosefs_bin(), "mount", str(src), str(mnt), "--log", str(work / "daemon.log"), *args],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+    (work / "mount.stderr").write_text(r.stderr)
     try:
         yield mnt
     finally:
@@ -186,14 +187,71 @@ def test_a_truncated_video_is_refused_at_mount_or_answers_eio_never_wrong_pixels
         subprocess.run([loosefs_bin(), "umount", str(mnt)], check=True, timeout=60)
 
 
-def test_frames_need_a_lerobot_dataset(tmp_path, source):
-    """`--decode frames` on a directory that is no LeRobot v3 dataset: refused, saying so."""
+def test_frames_need_a_lerobot_dataset_or_video_files(tmp_path, source):
+    """`--decode frames` on a directory that is no LeRobot v3 dataset and holds no video file:
+    refused, saying so."""
     need_mount()
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     r = subprocess.run([loosefs_bin(), "mount", str(source), str(mnt), "--decode", "frames"],
                        capture_output=True, text=True, timeout=300)
-    assert r.returncode != 0 and "LeRobot v3" in r.stderr, r.stderr
+    assert r.returncode != 0 and "LeRobot v3" in r.stderr and ".mp4" in r.stderr, r.stderr
+
+
+def test_plain_video_files_get_their_frames_beside_them(tmp_path):
+    """A directory of plain video files (an AV1 MP4 of the dataset, the same frames re-encoded
+    as H.264 with B-frames in MKV, a damaged `.webm`, a JPEG): each readable video gets
+    `<name>.frames/<n 06d>.npy` and `.ppm`, one per frame in presentation order, equal to
+    PyAV's decode; the damaged one gets none and the mount still serves the rest; the files
+    themselves are unchanged."""
+    prerequisites()
+    import av
+    import numpy as np
+    src = sorted(LEROBOT.rglob("*.mp4"))[0]
+    ds = tmp_path / "ds"
+    (ds / "clips" / "b").mkdir(parents=True)
+    shutil.copy(src, ds / "clips" / "a.mp4")
+    with av.open(str(src)) as c:
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
+    with av.open(str(ds / "clips" / "b" / "c.mkv"), "w") as o:
+        s = o.add_stream("libx264", rate=30)
+        s.width, s.height = frames[0].shape[1], frames[0].shape[0]
+        s.pix_fmt = "yuv420p"
+        s.codec_context.gop_size = 12
+        s.codec_context.max_b_frames = 2
+        for i, px in enumerate(frames[:40]):
+            f = av.VideoFrame.from_ndarray(px, format="rgb24")
+            f.pts = i
+            for p in s.encode(f):
+                o.mux(p)
+        for p in s.encode():
+            o.mux(p)
+    (ds / "broken.webm").write_bytes(b"\x1aE\xdf\xa3 not really a video")
+    jpeg = next((ROOT.parent / "shared" / "data" / "imagenet-sample").rglob("*.JPEG"), None)
+    if jpeg:
+        shutil.copy(jpeg, ds / "x.JPEG")
+
+    def decoded(path):
+        with av.open(str(path)) as c:
+            s = c.streams.video[0]
+            return [f.to_ndarray(format="rgb24") for f in sorted(c.decode(s), key=lambda f: f.pts)]
+
+    work = tmp_path / "work"
+    work.mkdir()
+    with mounted(ds, work, "--decode", "frames") as mnt:
+        for rel in ("clips/a.mp4", "clips/b/c.mkv", "broken.webm"):
+            assert (mnt / rel).read_bytes() == (ds / rel).read_bytes()
+        assert not (mnt / "broken.webm.frames").exists()
+        assert "broken.webm: not a video FFmpeg reads" in (work / "mount.stderr").read_text()
+        for rel in ("clips/a.mp4", "clips/b/c.mkv"):
+            want = decoded(ds / rel)
+            d = mnt / f"{rel}.frames"
+            names = sorted(p.name for p in d.iterdir())
+            assert names == sorted([f"{n:06d}.npy" for n in range(len(want))] + [f"{n:06d}.ppm" for n in range(len(want))]), rel
+            for n, px in enumerate(want):
+                assert np.array_equal(np.load(d / f"{n:06d}.npy"), px), (rel, n)
+            assert np.array_equal(read_ppm(d / f"{len(want) - 1:06d}.ppm"), want[-1]), rel
+        assert sorted(p.name for p in (mnt / "clips").iterdir()) == ["a.mp4", "a.mp4.frames", "b"]
 
 
 def reencode(src: pathlib.Path, out: pathlib.Path, codec: str, gop: int, bframes: int):
