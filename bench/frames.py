@@ -6,6 +6,8 @@ Parties, each over the same shuffled list of (camera, episode, frame_index) rows
 - `pyav-per-frame`: lerobot's pyav backend per frame (`decode_video_frames_torchvision`'s
   steps): open the episode's video, seek back to the keyframe before `from_timestamp +
   timestamp`, decode forward to it, take the nearest frame.
+- `order`: the same through a fresh mount after writing the shuffled list of frame files to
+  `.loosefs/order` (the announced epoch order: the GOPs of the next frames decoded ahead).
 - `mount`: `np.load` of `frames/<camera>/episode_<N>/<frame>.npy` through `loosefs mount DIR
   --decode frames`: epoch 1 on a fresh mount (every GOP decoded), epoch 2 warm.
 - `npy-ext4`: the same frames written as `.npy` files on the local disk, read warm.
@@ -121,8 +123,9 @@ def main():
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rows", type=int, default=0, help="the first N rows of the shuffled order only (0: all)")
-    ap.add_argument("--parties", default="pyav,mount,npy,bound",
-                    help="which of pyav (per-frame), mount (epochs 1 and 2), npy (ext4), bound (decode bound)")
+    ap.add_argument("--parties", default="pyav,order,mount,npy,bound",
+                    help="which of pyav (per-frame), mount (epochs 1 and 2), order (epoch 1, order announced), "
+                         "npy (ext4), bound (decode bound)")
     a = ap.parse_args()
     parties = set(a.parties.split(","))
     root = a.data.resolve()
@@ -136,6 +139,19 @@ def main():
         res, rss, bound = {}, 0, 0.0
         if "pyav" in parties:
             res["pyav-per-frame"] = run("pyav", root, items, w)
+        if "order" in parties:
+            with tempfile.TemporaryDirectory() as tmp:
+                mnt = pathlib.Path(tmp) / "mnt"
+                mnt.mkdir()
+                subprocess.run([str(BIN), "mount", str(root), str(mnt), "--decode", "frames", "--log",
+                                str(pathlib.Path(tmp) / "daemon.log")], check=True, capture_output=True)
+                try:
+                    # Worker k reads items k, k+w, ...: announce them as they are read, interleaved.
+                    names = "".join(f"frames/{it[0]}/episode_{it[1]:06d}/{it[2]:06d}.npy\n" for it in items)
+                    (mnt / ".loosefs" / "order").write_text(names)
+                    res["mount epoch 1, order announced"] = run("npy", mnt / "frames", items, w)
+                finally:
+                    subprocess.run([str(BIN), "umount", str(mnt)], check=True)
         if parties & {"mount", "npy"}:
             with tempfile.TemporaryDirectory() as tmp:
                 mnt = pathlib.Path(tmp) / "mnt"
@@ -169,10 +185,10 @@ def main():
         base = res.get("pyav-per-frame", {}).get("fps")
         print(f"\n{w} worker(s); decode bound (PyAV, whole files, all cores): {bound:.0f} frames/s; "
               f"daemon peak RSS {rss / 1024:.0f} MiB")
-        print(f"{'party':<18} {'frames/s':>9} {'x pyav':>7} {'first ms':>9} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7}")
+        print(f"{'party':<32} {'frames/s':>9} {'x pyav':>7} {'first ms':>9} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7}")
         for k, r in res.items():
             x = f"{r['fps'] / base:>7.1f}" if base else f"{'-':>7}"
-            print(f"{k:<18} {r['fps']:>9.0f} {x} {r['first']:>9.2f} {r['p50']:>7.2f} "
+            print(f"{k:<32} {r['fps']:>9.0f} {x} {r['first']:>9.2f} {r['p50']:>7.2f} "
                   f"{r['p95']:>7.2f} {r['p99']:>7.2f}")
         sys.stdout.flush()
 

@@ -90,6 +90,37 @@ enum Cmd {
         #[arg(long)]
         lazy: bool,
     },
+    /// Mount a FUSE connection at MOUNTPOINT (root) and hand its descriptor to a daemon without
+    /// privileges (`loosefs mount SOURCE /dev/fd/N --foreground`, as another user or in a
+    /// container): to COMMAND as its fd N, or over a Unix socket (`--send`) to a `--receive`
+    /// in another container. Waits for the daemon's side to end and unmounts then.
+    ///
+    /// Example: loosefs fuse-fd /mnt/train --allow-other -- setpriv --reuid=nobody
+    /// --regid=nogroup --clear-groups loosefs mount train.pack /dev/fd/3 --foreground
+    FuseFd {
+        /// Where to mount (not with `--receive`).
+        #[arg(required_unless_present = "receive")]
+        mountpoint: Option<PathBuf>,
+        /// Let users other than the daemon's (root included) use the mount.
+        #[arg(long)]
+        allow_other: bool,
+        /// The descriptor number COMMAND gets (also in its environment as LOOSEFS_FUSE_FD).
+        #[arg(long, default_value_t = 3)]
+        fd: i32,
+        /// Kernel read-ahead of the mount, KiB (0 keeps the kernel's default, as `mount` does).
+        #[arg(long, value_name = "KB", default_value_t = 0)]
+        read_ahead_kb: u32,
+        /// Send the descriptor over the Unix socket at this path instead of running COMMAND.
+        #[arg(long, value_name = "SOCKET", conflicts_with_all = ["receive", "command"])]
+        send: Option<PathBuf>,
+        /// No mount: receive a descriptor at this Unix socket (from `--send`) and run COMMAND
+        /// with it.
+        #[arg(long, value_name = "SOCKET", conflicts_with_all = ["mountpoint", "allow_other"])]
+        receive: Option<PathBuf>,
+        /// The command to run with the descriptor, after `--`.
+        #[arg(last = true)]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Summarise a pack: samples, directories, bytes, alignment, index version, JPEG counts;
     /// or a dataset in another format: format, samples, classes, fields, compression,
     /// zero-copy or not, its files and where its index is kept.
@@ -456,6 +487,26 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Umount { mountpoint, lazy } => loosefs::mount::unmount_and_wait(&mountpoint, lazy)?,
         Cmd::Info { pack, json, source } => cmd_info(&pack, json, &source)?,
+        Cmd::FuseFd {
+            mountpoint,
+            allow_other,
+            fd,
+            read_ahead_kb,
+            send,
+            receive,
+            command,
+        } => {
+            use loosefs::mount::handover;
+            if let Some(socket) = receive {
+                return handover::receive(&socket, fd, &command);
+            }
+            let to = match send {
+                Some(socket) => handover::Handover::Send(socket),
+                None => handover::Handover::Run { fd, command },
+            };
+            let mnt = mountpoint.expect("clap requires it without --receive");
+            return handover::fuse_fd(&mnt, allow_other, read_ahead_kb, &to);
+        }
         Cmd::Index { source, out, args } => cmd_index(&source, out.as_deref(), &args)?,
         Cmd::Verify {
             pack,

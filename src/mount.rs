@@ -7,6 +7,9 @@
 //! Startup errors reach the caller's stderr and exit code. The daemon unmounts on
 //! SIGINT/SIGTERM/SIGHUP and exits when the filesystem is unmounted from outside (`umount`,
 //! `fusermount3 -u`, `loosefs umount`).
+//!
+//! A mountpoint `/dev/fd/N` is a FUSE connection mounted by someone else and handed over as
+//! descriptor N ([`handover`]): the daemon serves it and needs no privilege.
 
 use crate::fuse::LooseFs;
 use crate::open::Dataset;
@@ -19,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod handover;
 mod session;
 use session::{Lease, fs_name, open_session, serve_until_signal, set_read_ahead};
 
@@ -162,7 +166,7 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     if remote && !opts.foreground {
         // The daemon opens a remote pack (two GETs, or one with a cached index) and reports
         // any error on this terminal: opening it here too would double the requests.
-        check_mountpoint(mnt)?;
+        mountpoint_or_fd(mnt)?;
         return launch(pack_path, mnt, opts);
     }
     let source = crate::open::OpenOptions {
@@ -171,7 +175,7 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     };
     let pack = Dataset::open(pack_path, &source, !opts.foreground)
         .with_context(|| format!("cannot mount {}", pack_path.display()))?;
-    let mnt_abs = check_mountpoint(mnt)?;
+    let mnt_abs = mountpoint_or_fd(mnt)?;
     if let Some(bytes) = opts.pin {
         crate::memory::check_pin_budget(bytes.min(pack.stored_bytes()))
             .with_context(|| format!("cannot pin {}", pack_path.display()))?;
@@ -186,6 +190,15 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
         return serve(pack, &mnt_abs, opts, ready);
     }
     launch(pack_path, mnt, opts)
+}
+
+/// The mountpoint made absolute ([`check_mountpoint`]), or `/dev/fd/N` as given once
+/// [`handover::check_handed`] has checked that descriptor N is a `/dev/fuse` one.
+fn mountpoint_or_fd(mnt: &Path) -> Result<PathBuf> {
+    match handover::handed_fd(mnt) {
+        Some(fd) => handover::check_handed(fd).map(|()| mnt.to_path_buf()),
+        None => check_mountpoint(mnt),
+    }
 }
 
 fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
@@ -370,7 +383,9 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
             // The kernel holds every request until each queue has an entry: a ring accepted
             // and not registered in full serves nothing, so the mount goes.
             Err(e) => {
-                let _ = unmount(mnt, true);
+                if handover::handed_fd(mnt).is_none() {
+                    let _ = unmount(mnt, true);
+                }
                 anyhow::bail!(
                     "FUSE over io_uring: {e}; nothing is mounted at {} (--transport classic \
                      serves through /dev/fuse)",
@@ -387,7 +402,8 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
     }));
     watch_changes(&server, &bg, &pack_path);
-    if opts.read_ahead_kb > 0 {
+    let handed = handover::handed_fd(mnt).is_some();
+    if opts.read_ahead_kb > 0 && !handed {
         if let Err(e) = set_read_ahead(mnt, opts.read_ahead_kb) {
             log::warn!("cannot set read_ahead_kb for {}: {e}", mnt.display());
         }
@@ -403,8 +419,9 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     }
     log::info!("serving {} at {}", pack_path.display(), mnt.display());
     serve_until_signal(mnt, signals, &bg, &server, lease.as_ref(), &pack_path);
+    // A handed-over connection is not ours to unmount: the session ends with the process.
     let t0 = std::time::Instant::now();
-    while !bg.guard.is_finished() && t0.elapsed() < Duration::from_secs(10) {
+    while !handed && !bg.guard.is_finished() && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
     }
     // The session is over: the kernel has let go of this mount. Dropping `bg` would unmount

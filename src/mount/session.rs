@@ -33,7 +33,8 @@ pub(super) fn fs_name(path: &Path) -> String {
 /// The FUSE session serving `fs` at `mnt`: writable only where the daemon says so (the
 /// announced order; every other change answers EROFS, see [`crate::fuse`]), noatime, default permissions, the
 /// owner only unless `--allow-other`, `--threads` workers with a cloned fd each. As root the
-/// mount is made here (type `fuse.loosefs`); otherwise through fusermount.
+/// mount is made here (type `fuse.loosefs`); otherwise through fusermount; at `/dev/fd/N`,
+/// descriptor N is served as handed over (the mount options are the mounter's).
 pub(super) fn open_session(
     fs: LooseFs,
     mnt: &Path,
@@ -54,7 +55,18 @@ pub(super) fn open_session(
     };
     cfg.n_threads = Some(opts.threads.max(1));
     cfg.clone_fd = true;
-    let session = if nix::unistd::geteuid().is_root() {
+    let session = if let Some(n) = super::handover::handed_fd(mnt) {
+        // Checked by `mountpoint_or_fd`: an open /dev/fuse descriptor, handed to this process.
+        cfg.clone_fd = super::handover::can_open_dev_fuse();
+        // Who may use the mount is the mounter's choice (`allow_other` or not), enforced by the
+        // kernel before a request reaches this daemon, whose own user is then not the point.
+        cfg.acl = SessionACL::All;
+        // SAFETY: descriptor n was handed to this process to serve, and nothing else in it
+        // owns it.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(n) };
+        let acl = cfg.acl;
+        Session::from_fd(fs, fd, acl, cfg)
+    } else if nix::unistd::geteuid().is_root() {
         let source = format!("loosefs:{name}");
         let fd = mount_fuse(mnt, &source, opts.allow_other)
             .with_context(|| format!("cannot mount at {}", mnt.display()))?;

@@ -431,7 +431,10 @@ mod tests {
         // The root is the base's own: nothing made there.
         let top: Vec<String> = names(&t, ROOT_INO, 0).into_iter().map(|e| e.0).collect();
         assert_eq!(top, [".", "..", "clips"]);
-        assert!(matches!(t.lookup(ROOT_INO, b"a.mp4.frames"), Err(FsError::NotFound)));
+        assert!(matches!(
+            t.lookup(ROOT_INO, b"a.mp4.frames"),
+            Err(FsError::NotFound)
+        ));
         let f = t.lookup(clips, b"a.mp4.frames").unwrap();
         assert_eq!(t.lookup(f.ino, b"..").unwrap().ino, clips);
         let f1 = t.lookup(f.ino, b"000001.npy").unwrap();

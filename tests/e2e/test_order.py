@@ -97,6 +97,34 @@ def test_a_rank_announces_only_its_own_samples(order_mount):
     assert o["read_ahead"] <= len(mine), o
 
 
+def test_a_slurm_task_announces_its_share_from_the_environment(order_mount, monkeypatch):
+    """Under `srun` (SLURM_PROCID/SLURM_NTASKS, no torchrun variables) `for_rank` gives task 2
+    of 3 its DistributedSampler share, and only that share is announced; torchrun's RANK and
+    WORLD_SIZE win over Slurm's; a rank past the world size is refused naming both."""
+    from loosefs.torch import rank_and_world
+    for v in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    monkeypatch.setenv("SLURM_NTASKS", "3")
+    assert rank_and_world() == (2, 3)
+    ds = RawFolder(str(order_mount))
+    sampler = EpochSampler.for_rank(ds, order_mount, seed=7)
+    sampler.set_epoch(2)
+    ref = DistributedSampler(ds, num_replicas=3, rank=2, shuffle=True, seed=7)
+    ref.set_epoch(2)
+    mine = list(ref)
+    got = epoch(ds, sampler, workers=1)
+    assert sorted(i for i, _ in got) == sorted(mine)
+    o = order_stats(order_mount)
+    assert o["served"] == len(mine) and o["left"] == 0, o
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert rank_and_world() == (0, 2)
+    monkeypatch.setenv("RANK", "5")
+    with pytest.raises(ValueError, match="RANK=5 is not below WORLD_SIZE=2"):
+        rank_and_world()
+
+
 def test_announce_order_takes_relative_and_absolute_paths_and_counts_the_rest(order_mount, source):
     rel = sorted(str(p.relative_to(source)) for p in source.rglob("*") if p.is_file())
     paths = [rel[0], str(order_mount / rel[1]), "no/such/file.JPEG", "/elsewhere/x.JPEG"]
