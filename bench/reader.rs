@@ -17,6 +17,8 @@
 //! to RGB with loosefs' own decoder (turbojpeg) on N threads: the in-process decode rate that
 //! the decoded views are measured against.
 //!
+//! `--share R/N` keeps rank R's share of N ranks (files R, R+N, ...), as DistributedSampler does.
+//!
 //!     loosefs-reader --root /mnt/set --threads 4 --order shuffled --seed 1
 
 use clap::{Parser, ValueEnum};
@@ -75,6 +77,23 @@ struct Args {
     announce: bool,
     #[arg(long)]
     announce_seed: Option<u64>,
+    /// Read only rank R's share of N ranks (`R/N`): files R, R+N, R+2N, ... of the order, as
+    /// torch's DistributedSampler splits an epoch (applied before `--limit`).
+    #[arg(long, value_name = "R/N", value_parser = parse_share)]
+    share: Option<(usize, usize)>,
+}
+
+/// `R/N` with R < N.
+fn parse_share(s: &str) -> Result<(usize, usize), String> {
+    let (r, n) = s.split_once('/').ok_or("give R/N, e.g. 3/8")?;
+    let (r, n): (usize, usize) = (
+        r.parse().map_err(|_| "R: not a number")?,
+        n.parse().map_err(|_| "N: not a number")?,
+    );
+    if r >= n {
+        return Err(format!("rank {r} is not below {n}"));
+    }
+    Ok((r, n))
 }
 
 /// Splitmix64 stream: deterministic for a seed.
@@ -159,6 +178,9 @@ fn main() {
             files = runs.into_iter().flatten().collect();
         }
         Order::Inorder | Order::Workers => {}
+    }
+    if let Some((r, n)) = a.share {
+        files = files.into_iter().skip(r).step_by(n).collect();
     }
     if a.limit > 0 {
         files.truncate(a.limit);
