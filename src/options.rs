@@ -471,7 +471,7 @@ mod tests {
         assert_eq!(m.decode.decode_cache, None);
         assert_eq!(m.decode.options().cache_bytes, 1 << 30);
         assert!(m.decode.options().frame_cache_bytes >= 256 << 20);
-        // Retries outlast a short outage: up to 1000 tries within 120 s (README, "Remote").
+        // Retries outlast a short outage: up to 1000 tries within 120 s (docs/REMOTE.md).
         let r = &m.source.remote;
         assert_eq!(
             (

@@ -11,7 +11,7 @@
 //! name and renamed, so a crash never leaves an index that looks valid.
 //!
 //! Layout: `LOOSEFSX` | u32 version (1) | u32 0 | u64 header length | header JSON | zero pad to
-//! 8 bytes | index (`docs/FORMAT.md`).
+//! 8 bytes | index (`docs/PACK-FORMAT.md`).
 
 use super::{Format, ScanOptions};
 use crate::catalog::ObjectInfo;

@@ -137,7 +137,7 @@ pub struct Scan {
     pub fields: Vec<String>,
     /// How the samples are stored, for `info` (e.g. "none", "zstd").
     pub compression: String,
-    /// How the format's labels map to directories, for `info` and the README.
+    /// How the format's labels map to directories, for `info` and docs/FORMATS.md.
     pub labels: String,
     /// Objects made from another file (a `.tar` inflated from a `.tar.gz`): (object, source).
     pub derived: Vec<(PathBuf, PathBuf)>,

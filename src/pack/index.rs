@@ -4,7 +4,7 @@
 //!
 //! Record `i` is inode `i + 1`; record 0 is the root directory. Records are numbered breadth
 //! first, so the children of a directory are consecutive records, sorted by name bytes: a lookup
-//! is a binary search and a readdir is a slice. See `docs/FORMAT.md` (index version 1).
+//! is a binary search and a readdir is a slice. See `docs/PACK-FORMAT.md` (index version 1).
 
 use super::FormatError;
 

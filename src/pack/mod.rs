@@ -7,7 +7,7 @@
 //! index member; the index is a 128-byte header followed by 64-byte records and a names blob
 //! ([`index`]), checked with one xxh3-64 hash and then used in place through a memory map, so
 //! mount time does not grow with the number of samples. Zip tools see an ordinary archive;
-//! loosefs never parses the central directory. The byte layout is documented in `docs/FORMAT.md`.
+//! loosefs never parses the central directory. The byte layout is documented in `docs/PACK-FORMAT.md`.
 
 pub mod index;
 pub mod jpeg;

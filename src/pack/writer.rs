@@ -1,6 +1,6 @@
 //! Writes a pack: a ZIP64 archive with every member STORED and its data aligned, members in
 //! the order they are added (the caller adds them in pack order), then the index member, the
-//! central directory and the trailer comment (`docs/FORMAT.md`, PKWARE APPNOTE 6.3.10 §4.3).
+//! central directory and the trailer comment (`docs/PACK-FORMAT.md`, PKWARE APPNOTE 6.3.10 §4.3).
 //!
 //! The zip layer is written here rather than with the `zip` crate: the crate keeps every
 //! member's alignment padding (its extra field, up to the alignment) in memory until the

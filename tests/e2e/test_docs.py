@@ -1,0 +1,58 @@
+"""The user documentation and the command line agree: every option of every command's `--help`
+is in docs/CONFIGURATION.md, and every `loosefs COMMAND --flag` written in README.md and the
+user pages of docs/ names a real command and flags its `--help` lists. README.md stays a
+two-minute read (≤ 200 lines) with the two set-up commands."""
+import re
+import subprocess
+
+from conftest import ROOT, loosefs_bin
+
+USER_DOCS = ["README.md"] + [f"docs/{p}.md" for p in (
+    "INSTALL", "CONFIGURATION", "PYTHON", "SEMANTICS", "TUNING", "REMOTE", "DIRECTORIES", "FORMATS",
+    "VIEWS", "CLUSTERS", "TROUBLESHOOTING")]
+
+
+def run_help(*args) -> str:
+    r = subprocess.run([loosefs_bin(), *args, "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, (args, r.stderr)
+    return r.stdout
+
+
+def commands() -> dict:
+    top = run_help()
+    subs = re.findall(r"^  ([a-z][a-z-]+)\s", top.split("Commands:")[1].split("Options:")[0], re.M)
+    # The options' own lines (`  -j, --jobs <JOBS>`, `      --warm`), not the examples' words.
+    return {s: set(re.findall(r"^\s+(?:-\w, )?(--[a-z][a-z-]*)", run_help(s), re.M)) for s in subs if s != "help"}
+
+
+def test_every_option_of_every_command_is_in_configuration():
+    conf = (ROOT / "docs" / "CONFIGURATION.md").read_text()
+    missing = sorted({f"{s} {f}" for s, flags in commands().items() for f in flags
+                      if f not in ("--help", "--version") and not re.search(rf"{re.escape(f)}(?![\w-])", conf)})
+    assert missing == [], f"in --help, not in docs/CONFIGURATION.md: {missing}"
+
+
+def test_every_loosefs_command_in_the_user_docs_exists_with_its_flags():
+    cmds = commands()
+    wrong = []
+    for page in USER_DOCS:
+        for n, line in enumerate((ROOT / page).read_text().splitlines(), 1):
+            for m in re.finditer(r"(?<![\w/.$-])loosefs (?:mount|pack|index|stats|warm|drop-cache|umount|info|"
+                                 r"verify|fuse-fd)\b[^`|#;]*", line):
+                words = m.group(0).split()
+                sub = words[1]
+                rest = words[2:words.index("--")] if "--" in words[2:] else words[2:]
+                for w in rest:
+                    f = re.match(r"--[a-z][a-z-]*", w)
+                    if f and f.group(0) not in cmds[sub]:
+                        wrong.append(f"{page}:{n}: loosefs {sub} {f.group(0)}")
+    assert wrong == [], wrong
+
+
+def test_the_readme_is_short_and_keeps_the_two_set_up_commands():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    assert "scripts/demo.sh" in text and "scripts/test.sh" in text
+    for page in USER_DOCS[1:]:
+        assert (ROOT / page).exists(), page
+        assert page.split("/")[1] in text, f"README does not link {page}"
