@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """N nodes reading one S3 dataset (issue 46): what a data-parallel epoch costs the object store.
 
-Each emulated node is its own loosefs mount with its own block cache of one pack on SeaweedFS,
-behind the fault proxy of tests/e2e/servers.py (`--cap` MB/s shared by all nodes, as a storage
+Each emulated node is its own loosefs mount with its own block cache of one S3 dataset on
+SeaweedFS (`--sources`: `pack`, the sample packed; `mds`, the same images written by MDS's own
+writer with the shared index `loosefs index` wrote beside it; `loose`, every file its own object
+under a prefix with the shared listing beside it), behind the fault proxy of tests/e2e/servers.py (`--cap` MB/s shared by all nodes, as a storage
 link is, and `--latency` ms per request). For N in `--nodes` (1, 2, 4, 8):
 
 1. the N mounts are made one after another on fresh caches: each node's mount time and the
@@ -20,7 +22,7 @@ separate caches and no shared state, not separate network namespaces (the figure
 — requests and bytes — do not depend on the network path).
 
 Run as root from the repository:
-  python bench/nodes.py --data ../shared/data/imagenet-sample --cap 100 --latency 20
+  python bench/nodes.py --data ../shared/data/imagenet-sample --cap 100 --latency 20 --sources pack,mds,loose
 """
 import argparse
 import concurrent.futures
@@ -63,6 +65,8 @@ def main():
     ap.add_argument("--cap", type=float, default=100.0, help="MB/s, shared by all nodes")
     ap.add_argument("--latency", type=float, default=20.0, help="ms per request")
     ap.add_argument("--no-order", action="store_true", help="also run the epoch without announcing the shares")
+    ap.add_argument("--sources", default="pack", help="pack, mds (with its shared index), loose (with its listing)")
+    ap.add_argument("--mds", default=str(ROOT.parent / "shared" / "data" / "formats" / "mds"))
     a = ap.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-nodes-"))
     data = pathlib.Path(a.data)
@@ -74,11 +78,34 @@ def main():
            "files": sum(1 for p in data.rglob("*") if p.is_file()), "runs": []}
     mnts = []
     try:
-        weed.put("data.pack", pack)
+        direct = ["--endpoint-url", weed.endpoint(), "--allow-http"]
+        urls, stored = {}, {}
+        for src in a.sources.split(","):
+            if src == "pack":
+                weed.put("data.pack", pack)
+                urls[src] = "s3://packs/data.pack"
+                stored[src] = dataset_bytes
+            elif src == "mds":
+                for f in sorted(pathlib.Path(a.mds).rglob("*")):
+                    if f.is_file():
+                        weed.put("mds/" + str(f.relative_to(a.mds)), f)
+                urls[src] = "s3://packs/mds/"
+                stored[src] = sum(f.stat().st_size for f in pathlib.Path(a.mds).rglob("*") if f.is_file())
+            elif src == "loose":
+                c = weed.client()
+                for f in sorted(data.rglob("*")):
+                    if f.is_file():
+                        c.upload_file(str(f), weed.bucket, "loose/" + str(f.relative_to(data)))
+                urls[src] = "s3://packs/loose/"
+                stored[src] = dataset_bytes
+            else:
+                raise SystemExit(f"--sources: unknown {src}")
+            if src != "pack":  # the shared index, written once, straight to the server
+                subprocess.run([BIN, "index", urls[src], *direct, "--cache-dir", str(work / "index-cache")],
+                               check=True, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         proxy = servers.FaultProxy(weed.port, rate=a.cap * 1e6, latency=a.latency / 1e3).start()
         ep = ["--endpoint-url", f"http://127.0.0.1:{proxy.port}", "--allow-http"]
-        bound_s = dataset_bytes / 1e6 / a.cap
-        for n in [int(x) for x in a.nodes.split(",")]:
+        for src, n in [(src, int(x)) for src in urls for x in a.nodes.split(",")]:
             for announce in [True, False] if a.no_order else [True]:
                 mnts, mounts = [], []
                 for r in range(n):
@@ -86,8 +113,10 @@ def main():
                     m.mkdir(exist_ok=True)
                     cache = work / f"cache{r}"
                     shutil.rmtree(cache, ignore_errors=True)
+                    shutil.rmtree(work / f"index{r}", ignore_errors=True)
                     q0, t = proxy.requests, time.time()
-                    subprocess.run([BIN, "mount", "s3://packs/data.pack", str(m), *ep, "--cache-dir", str(cache)],
+                    subprocess.run([BIN, "mount", urls[src], str(m), *ep, "--cache-dir", str(cache),
+                                    "--index-dir", str(work / f"index{r}")],
                                    check=True, env=env(), stderr=subprocess.DEVNULL)
                     mounts.append(dict(seconds=time.time() - t, requests=proxy.requests - q0))
                     mnts.append(m)
@@ -99,9 +128,10 @@ def main():
                 for m in mnts:
                     subprocess.run([BIN, "umount", str(m)], check=True)
                 mnts = []
-                run = dict(nodes=n, announced=announce, epoch_s=wall, bound_s=bound_s,
+                bound_s = stored[src] / 1e6 / a.cap
+                run = dict(source=src, nodes=n, announced=announce, epoch_s=wall, bound_s=bound_s,
                            ratio_to_bound=bound_s / wall, epoch_requests=reqs,
-                           server_bytes_per_dataset=sum(got) / dataset_bytes,
+                           server_bytes_per_dataset=sum(got) / stored[src],
                            worst_rank_bytes_per_share=max(g / r["bytes"] for g, r in zip(got, res)),
                            files_read=sum(r["files"] for r in res),
                            max_mount_requests=max(m["requests"] for m in mounts),

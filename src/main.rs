@@ -30,7 +30,11 @@ enum Cmd {
     ///
     /// Example: loosefs mount train.pack /mnt/train; loosefs mount shards/ /mnt/train
     Mount {
+        /// The dataset: a pack, a directory, a dataset in another format, or an s3:// or
+        /// https:// URL of one (or of a prefix or directory of loose files).
         pack: PathBuf,
+        /// An empty directory to mount on, or /dev/fd/N: a FUSE connection handed over as
+        /// descriptor N (see `loosefs fuse-fd`).
         mountpoint: PathBuf,
         #[command(flatten)]
         opts: loosefs::options::MountArgs,
@@ -42,6 +46,8 @@ enum Cmd {
     ///
     /// Example: loosefs index /nfs/imagenet-wds; loosefs index s3://bucket/imagenet-mds/
     Index {
+        /// The dataset in another packed format to index: a directory, or an s3:// or https://
+        /// URL of one (or of a prefix or directory of loose files).
         source: PathBuf,
         /// Where to write it (default `<SOURCE>.loosefs-index`): a path or an s3:// URL.
         #[arg(long)]
@@ -54,6 +60,7 @@ enum Cmd {
     ///
     /// Example: loosefs stats /mnt/train --json
     Stats {
+        /// A loosefs mount's mountpoint.
         mountpoint: PathBuf,
         /// `text` (a table), `json` (the report `<mnt>/.loosefs/stats` holds) or `prometheus`
         /// (text exposition, as `<mnt>/.loosefs/metrics` holds: for node_exporter's textfile
@@ -71,6 +78,7 @@ enum Cmd {
     ///
     /// Example: loosefs warm /mnt/train --wait
     Warm {
+        /// A loosefs mount's mountpoint.
         mountpoint: PathBuf,
         /// Wait until the warm is done, printing progress.
         #[arg(long)]
@@ -80,11 +88,15 @@ enum Cmd {
     /// is cold (pair it with `echo 3 > /proc/sys/vm/drop_caches` for the rest of the system).
     ///
     /// Example: loosefs drop-cache /mnt/train
-    DropCache { mountpoint: PathBuf },
+    DropCache {
+        /// A loosefs mount's mountpoint.
+        mountpoint: PathBuf,
+    },
     /// Unmount a loosefs mount (also stale ones left by a killed daemon).
     ///
     /// Example: loosefs umount /mnt/train
     Umount {
+        /// A loosefs mount's mountpoint.
         mountpoint: PathBuf,
         /// Detach a busy mount now; it goes away when the last user leaves.
         #[arg(long)]
@@ -127,6 +139,8 @@ enum Cmd {
     ///
     /// Example: loosefs info train.pack --json; loosefs info shards/ (WebDataset)
     Info {
+        /// The dataset: a pack, a directory, a dataset in another format, or an s3:// or
+        /// https:// URL of one (or of a prefix or directory of loose files).
         pack: PathBuf,
         #[arg(long)]
         json: bool,
@@ -138,6 +152,7 @@ enum Cmd {
     ///
     /// Example: loosefs verify train.pack --against ~/data/imagenet/train
     Verify {
+        /// The pack to check (a path or an s3:// or https:// URL).
         pack: PathBuf,
         #[arg(long)]
         against: Option<PathBuf>,

@@ -418,7 +418,23 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         }
     }
     log::info!("serving {} at {}", pack_path.display(), mnt.display());
+    // Under systemd (a Type=notify unit running `loosefs mount --foreground`): ready now.
+    if std::env::var_os("NOTIFY_SOCKET").is_some() {
+        let status = format!("serving {} at {}", pack_path.display(), mnt.display());
+        if let Err(e) = sd_notify::notify(
+            false,
+            &[
+                sd_notify::NotifyState::Ready,
+                sd_notify::NotifyState::Status(&status),
+            ],
+        ) {
+            log::warn!("cannot tell systemd the mount is ready (NOTIFY_SOCKET): {e}");
+        }
+    }
     serve_until_signal(mnt, signals, &bg, &server, lease.as_ref(), &pack_path);
+    if std::env::var_os("NOTIFY_SOCKET").is_some() {
+        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+    }
     // A handed-over connection is not ours to unmount: the session ends with the process.
     let t0 = std::time::Instant::now();
     while !handed && !bg.guard.is_finished() && t0.elapsed() < Duration::from_secs(10) {
@@ -429,6 +445,14 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     // dropped, and its device fd closes when the process exits.
     log::info!("unmounted {}", mnt.display());
     server.close();
+    // A default log this mount left empty is not kept: temporary mountpoints (the Python
+    // API's) would otherwise leave an empty file each.
+    if opts.log.is_none() && !opts.logs_to_stderr() {
+        let log = opts.log_path(mnt);
+        if std::fs::metadata(&log).is_ok_and(|m| m.is_file() && m.len() == 0) {
+            let _ = std::fs::remove_file(&log);
+        }
+    }
     std::mem::forget(bg);
     Ok(())
 }

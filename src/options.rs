@@ -43,9 +43,8 @@ pub struct MountArgs {
     /// the reads in flight on a cold pack.
     #[arg(long, default_value_t = 16)]
     pub threads: usize,
-    /// Kernel read-ahead for this mount in KiB (0 keeps the kernel default of 128). Measured
-    /// on the ImageNet sample, cold, 1 reader, 5 runs: 1024 gave +33% in order but -25%
-    /// shuffled (one READ per sample instead of two in parallel), so the default is 0.
+    /// Kernel read-ahead for this mount, KiB (0 keeps the kernel's default, 128). Larger
+    /// helps readers in storage order and hurts shuffled ones (docs/TUNING.md).
     #[arg(long, default_value_t = 0)]
     pub read_ahead_kb: u32,
     /// Log file of the background daemon (default: `~/.local/state/loosefs/log/<mountpoint>.log`,

@@ -205,9 +205,11 @@ fn temp_pack(out_dir: &Path, out: &Path) -> Result<tempfile::NamedTempFile> {
         .unwrap_or_default();
     let prefix = format!(".{out_name}.");
     remove_stale_temp_files(out_dir, &prefix);
+    use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::Builder::new()
         .prefix(&prefix)
         .suffix(TEMP_SUFFIX)
+        .permissions(std::fs::Permissions::from_mode(0o666 & !umask()))
         .tempfile_in(out_dir)
         .with_context(|| format!("cannot create a temp file in {}", out_dir.display()))?;
     // Held until the pack is renamed into place or removed: a temp file nobody holds is a
@@ -215,6 +217,19 @@ fn temp_pack(out_dir: &Path, out: &Path) -> Result<tempfile::NamedTempFile> {
     flock(tmp.as_file(), libc::LOCK_EX | libc::LOCK_NB)
         .with_context(|| format!("cannot lock {}", tmp.path().display()))?;
     Ok(tmp)
+}
+
+/// This process's file mode creation mask (`Umask:` of /proc/self/status; 0o022 where it
+/// cannot be read): a pack gets the mode any new file would (0644 under the usual umask),
+/// not the temp file's 0600, so a web server or another user can read it.
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("Umask:"))?;
+            u32::from_str_radix(line.split_whitespace().nth(1)?, 8).ok()
+        })
+        .unwrap_or(0o022)
 }
 
 /// A flag raised by SIGINT, SIGTERM or SIGHUP.

@@ -2,7 +2,8 @@
 //! `pack --jobs` (same pack whatever the thread count), `pack --json` (counts equal to the tree),
 //! decode option conflicts (refused before mounting, exit 2), `info` and `stats` text output
 //! (the same figures as their JSON), `st_blksize`, READDIRPLUS (a listing with attributes costs
-//! no LOOKUP per entry), `isatty` on a file (ENOTTY, one IOCTL forwarded).
+//! no LOOKUP per entry), `isatty` on a file (ENOTTY, one IOCTL forwarded), a pack's mode (the
+//! umask's, not 0600).
 
 mod common;
 
@@ -223,4 +224,25 @@ fn pack_of_a_damaged_dataset_directory_is_refused_not_packed_as_files() {
         "{err}"
     );
     assert!(!out.exists(), "nothing written");
+}
+
+#[test]
+fn a_pack_gets_the_mode_the_umask_gives_a_new_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    make_tree(&src);
+    for (umask, mode) in [("022", 0o644), ("027", 0o640), ("077", 0o600)] {
+        let out = tmp.path().join(format!("u{umask}.pack"));
+        let o = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("umask {umask} && exec \"$0\" pack \"$1\" \"$2\""))
+            .arg(bin())
+            .arg(&src)
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let got = std::fs::metadata(&out).unwrap().mode() & 0o777;
+        assert_eq!(got, mode, "umask {umask}: mode {got:o}");
+    }
 }

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import difflib
+import inspect
 import json
 import os
 import pathlib
@@ -26,6 +28,56 @@ __all__ = ["LoosefsError", "MountError", "Mount", "Info", "PackResult", "Stats",
            "pack", "info", "stats", "unmount"]
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+from ._options import OPTIONS  # noqa: E402  (generated from the CLI's --help)
+
+
+def _checked(command: str, options: Dict[str, Any]) -> Dict[str, Any]:
+    """`options` as `loosefs COMMAND` takes them: True/False for on/off options become
+    "on"/"off". Raises TypeError, before any process starts, for a keyword the command does not
+    take (naming the nearest one) or a value other than True/False for a flag."""
+    known = {o[0]: o for o in OPTIONS[command]}
+    out: Dict[str, Any] = {}
+    for key, value in options.items():
+        o = known.get(key)
+        if o is None:
+            near = difflib.get_close_matches(key, known, 1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise TypeError(f"{command}() got an unexpected keyword argument {key!r}{hint}; "
+                            f"help(loosefs.{command}) lists its options")
+        _, value_name, _, choices, _ = o
+        if isinstance(value, bool) and choices and {"on", "off"} <= set(choices):
+            value = "on" if value else "off"
+        elif value_name is None and value not in (True, False, None):
+            raise TypeError(f"{command}(): {key} is a flag: give True or False, not {value!r}")
+        out[key] = value
+    return out
+
+
+def _document(fn: Any, command: str, leading: List[inspect.Parameter]) -> Any:
+    """Gives `fn` (which takes `**options`) the signature and docstring of every option of
+    `loosefs COMMAND`, keyword-only, default None (the CLI's own default applies)."""
+    params = list(leading)
+    lines = ["", f"Keyword options (those of `loosefs {command}`; None leaves the CLI's default):", ""]
+    for name, value_name, default, choices, text in OPTIONS[command]:
+        if value_name is None:
+            ann = "bool"
+        elif choices and {"on", "off"} <= set(choices):
+            ann = "bool | str"
+        elif choices:
+            ann = "str | list[str]" if name == "decode" else "str"
+        else:
+            ann = "str | int | os.PathLike"
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ann))
+        extra = []
+        if choices:
+            extra.append("one of " + ", ".join(choices))
+        if default:
+            extra.append(f"default {default}")
+        lines.append(f"    {name}: {text}" + (f" ({'; '.join(extra)})" if extra else "") + ".")
+    fn.__signature__ = inspect.Signature(params, return_annotation=inspect.signature(fn).return_annotation)
+    fn.__doc__ = (fn.__doc__ or "") + "\n" + "\n".join(lines)
+    return fn
 
 
 class LoosefsError(RuntimeError):
@@ -131,7 +183,7 @@ class Stats:
 def info(source: PathLike, **options: Any) -> Info:
     """`loosefs info SOURCE --json` with the CLI's options (`format="mds"`, `index_dir=...`,
     remote options). Raises LoosefsError with the CLI's reason."""
-    d = json.loads(_run(["info", os.fspath(source), "--json", *_flags(options)]))
+    d = json.loads(_run(["info", os.fspath(source), "--json", *_flags(_checked("info", options))]))
     return Info(
         source=d.get("source", d.get("pack", os.fspath(source))),
         format=d.get("format", "loosefs"),
@@ -148,6 +200,7 @@ def pack(source: PathLike, out: PathLike, progress: Optional[bool] = None, **opt
     is a tqdm bar when tqdm is installed, else the CLI's own bar on a terminal; `progress=None`
     (the default) shows it when stderr is a terminal, `True` always, `False` never. Raises
     LoosefsError with the CLI's reason; OUT is never left half-written."""
+    options = _checked("pack", options)
     if progress is None:
         progress = sys.stderr.isatty()
     try:
@@ -205,7 +258,7 @@ def index(source: PathLike, out: Optional[PathLike] = None, **options: Any) -> s
     args = ["index", os.fspath(source)]
     if out is not None:
         args += ["--out", os.fspath(out)]
-    line = _run([*args, *_flags(options)]).strip().splitlines()[-1]
+    line = _run([*args, *_flags(_checked("index", options))]).strip().splitlines()[-1]
     return line.split(": shared index of ", 1)[0]
 
 
@@ -364,6 +417,7 @@ def mount(source: PathLike, mountpoint: Optional[PathLike] = None, **options: An
     MountError carrying the CLI's reason. `log="-"` sends the daemon's log to this process's
     stderr (the CLI's own messages then go there too, and the error carries only the exit
     status)."""
+    options = _checked("mount", options)
     made = mountpoint is None
     path = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-")) if made else pathlib.Path(mountpoint)
     # A captured stderr would stay open in the daemon with `--log -`: the call would wait for it.
@@ -419,3 +473,14 @@ def _unmount_all() -> None:
             m.unmount(lazy=True)
         except LoosefsError:
             pass
+
+
+_P = inspect.Parameter
+_document(mount, "mount", [_P("source", _P.POSITIONAL_OR_KEYWORD, annotation="PathLike"),
+                            _P("mountpoint", _P.POSITIONAL_OR_KEYWORD, default=None, annotation="Optional[PathLike]")])
+_document(pack, "pack", [_P("source", _P.POSITIONAL_OR_KEYWORD, annotation="PathLike"),
+                         _P("out", _P.POSITIONAL_OR_KEYWORD, annotation="PathLike"),
+                         _P("progress", _P.POSITIONAL_OR_KEYWORD, default=None, annotation="Optional[bool]")])
+_document(info, "info", [_P("source", _P.POSITIONAL_OR_KEYWORD, annotation="PathLike")])
+_document(index, "index", [_P("source", _P.POSITIONAL_OR_KEYWORD, annotation="PathLike"),
+                           _P("out", _P.POSITIONAL_OR_KEYWORD, default=None, annotation="Optional[PathLike]")])

@@ -2,7 +2,7 @@
 FUSE worker threads in /proc/PID/task), `--decode-threads` (its decode threads there),
 `--read-ahead-kb` (the mount's bdi read_ahead_kb in sysfs), `umount` of a busy mount (refused with
 the fix) and `umount --lazy` (detached); and the foreign-source flags `--format`, `--label`,
-`--class-names` (what ImageFolder sees)."""
+`--class-names` (what ImageFolder sees); readiness on `NOTIFY_SOCKET` (systemd)."""
 import json
 import os
 import shutil
@@ -304,3 +304,57 @@ def test_without_fuse_over_io_uring_auto_serves_through_dev_fuse_and_uring_refus
         param.write_text(was)
         os.chmod("/dev/fuse", mode)
         user.close()
+
+
+def test_a_foreground_daemon_tells_systemd_when_it_is_ready_and_when_it_stops(pack, tmp_path):
+    """`mount --foreground` under a NOTIFY_SOCKET (what a Type=notify unit gives): READY=1 once
+    the mount answers (the files are there when it arrives), STOPPING=1 after the unmount."""
+    import socket
+    need_mount()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.settimeout(120)
+    daemon = subprocess.Popen([loosefs_bin(), "mount", str(pack), str(mnt), "--foreground", "--log",
+                               str(tmp_path / "log")], env=dict(os.environ, NOTIFY_SOCKET=str(path)))
+    try:
+        msg = sock.recv(4096).decode()
+        assert "READY=1" in msg and "STATUS=serving" in msg, msg
+        assert any(mnt.iterdir()), "the mount answers once READY=1 is sent"
+        run("umount", mnt)
+        assert "STOPPING=1" in sock.recv(4096).decode()
+        assert daemon.wait(timeout=60) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            run("umount", "--lazy", mnt, check=False)
+        sock.close()
+
+
+def test_mounts_leave_one_log_per_mountpoint_and_no_empty_ones(pack, tmp_path):
+    """Ten mounts and unmounts of one mountpoint write one log file (reused); mounts at ten
+    fresh mountpoints (as the Python API makes them) leave no empty log behind."""
+    need_mount()
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    logs = tmp_path / "state" / "loosefs" / "log"
+
+    def cycle(mnt):
+        subprocess.run([loosefs_bin(), "mount", str(pack), str(mnt)], check=True, env=env, timeout=120,
+                       capture_output=True)
+        assert any(mnt.iterdir())
+        subprocess.run([loosefs_bin(), "umount", str(mnt)], check=True, env=env, timeout=120)
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    for _ in range(10):
+        cycle(mnt)
+    assert len(list(logs.glob("*"))) <= 1 if logs.exists() else True
+    for i in range(10):
+        m = tmp_path / f"fresh{i}"
+        m.mkdir()
+        cycle(m)
+    left = list(logs.glob("*")) if logs.exists() else []
+    assert [p for p in left if p.stat().st_size == 0] == [], left
+    assert len(left) <= 11, left

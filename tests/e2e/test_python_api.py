@@ -89,6 +89,34 @@ def test_options_reach_the_cli(pack):
         assert npy, "decode=['npy'] gave .npy views"
 
 
+def test_the_python_options_are_the_clis_and_help_lists_every_one(monkeypatch):
+    """python/loosefs/_options.py is what scripts/gen-python-options makes of the CLI's --help
+    now; help(loosefs.mount) names every mount option; a mistyped keyword raises TypeError
+    naming the nearest option before any process starts; booleans work for on/off options."""
+    import inspect
+    import runpy
+    gen = runpy.run_path(str(ROOT / "scripts" / "gen-python-options"))
+    assert gen["render"](loosefs_bin()) == (ROOT / "python" / "loosefs" / "_options.py").read_text(), \
+        "python/loosefs/_options.py is stale: run scripts/gen-python-options"
+    text = subprocess.run([loosefs_bin(), "mount", "--help"], capture_output=True, text=True, timeout=60).stdout
+    flags = {o[0] for o in gen["parse"](text)} - {"foreground"}
+    assert len(flags) > 30
+    params = inspect.signature(loosefs.mount).parameters
+    doc = loosefs.mount.__doc__
+    for f in flags:
+        assert f in params and params[f].kind == inspect.Parameter.KEYWORD_ONLY, f
+        assert f"    {f}: " in doc, f
+    monkeypatch.setenv("LOOSEFS_BIN", "/nonexistent/loosefs")
+    with pytest.raises(TypeError, match="'warmm'.*did you mean 'warm'"):
+        loosefs.mount("x.pack", warmm=True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        loosefs.pack("src", "out.pack", bogus=1)
+    with pytest.raises(TypeError, match="warm is a flag"):
+        loosefs.mount("x.pack", warm="yes")
+    assert loosefs._flags(loosefs._checked("mount", {"passthrough": True})) == ["--passthrough", "on"]
+    assert loosefs._flags(loosefs._checked("mount", {"passthrough": False})) == ["--passthrough", "off"]
+
+
 def test_pack_info_and_stats_return_dataclasses(source, tmp_path):
     out = tmp_path / "p.pack"
     r = loosefs.pack(source, out, align=4096)
