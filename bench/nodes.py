@@ -78,7 +78,7 @@ def main():
            "files": sum(1 for p in data.rglob("*") if p.is_file()), "runs": []}
     mnts = []
     try:
-        direct = ["--endpoint-url", weed.endpoint(), "--allow-http"]
+        direct = ["--endpoint-url", weed.endpoint, "--allow-http"]
         urls, stored = {}, {}
         for src in a.sources.split(","):
             if src == "pack":
