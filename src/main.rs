@@ -147,6 +147,18 @@ enum Cmd {
         #[command(flatten)]
         source: loosefs::options::SourceArgs,
     },
+    /// Print a shell completion script, generated from these definitions.
+    ///
+    /// Example: loosefs completions bash > /etc/bash_completion.d/loosefs
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), generated from these definitions.
+    ///
+    /// Example: loosefs man > /usr/local/share/man/man1/loosefs.1
+    Man,
     /// Check every sample's CRC-32 (and every byte against the source tree when given);
     /// exits 1 naming each mismatch.
     ///
@@ -528,6 +540,15 @@ fn run(cli: Cli) -> Result<i32> {
             against,
             remote,
         } => return cmd_verify(&pack, against.as_deref(), &remote),
+        Cmd::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "loosefs", &mut std::io::stdout());
+        }
+        Cmd::Man => {
+            use clap::CommandFactory;
+            man_page(&Cli::command(), &mut std::io::stdout())?;
+        }
     }
     Ok(0)
 }
@@ -547,6 +568,27 @@ fn panic_hook() {
             eprintln!("{}", std::backtrace::Backtrace::force_capture());
         }
     }));
+}
+
+/// Writes the manual page of `cmd` and a section per subcommand (roff, `man 1 loosefs`).
+fn man_page(cmd: &clap::Command, out: &mut dyn std::io::Write) -> Result<()> {
+    let man = clap_mangen::Man::new(cmd.clone());
+    man.render_title(out)?;
+    man.render_name_section(out)?;
+    man.render_synopsis_section(out)?;
+    man.render_description_section(out)?;
+    man.render_options_section(out)?;
+    man.render_subcommands_section(out)?;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = sub.get_name();
+        writeln!(out, ".SH \"LOOSEFS {}\"", name.to_uppercase())?;
+        let sub_man = clap_mangen::Man::new(sub.clone().bin_name(format!("loosefs {name}")));
+        sub_man.render_synopsis_section(out)?;
+        sub_man.render_description_section(out)?;
+        sub_man.render_options_section(out)?;
+    }
+    man.render_version_section(out)?;
+    Ok(())
 }
 
 fn main() {

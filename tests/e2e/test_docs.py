@@ -56,3 +56,30 @@ def test_the_readme_is_short_and_keeps_the_two_set_up_commands():
     for page in USER_DOCS[1:]:
         assert (ROOT / page).exists(), page
         assert page.split("/")[1] in text, f"README does not link {page}"
+
+
+def test_shell_completions_and_the_man_page_are_generated_from_the_definitions(tmp_path):
+    """`loosefs completions SHELL` for bash, zsh and fish name every command (bash's parses);
+    `loosefs man` renders with man(1) and names every command and every mount option."""
+    cmds = commands()
+    for shell in ("bash", "zsh", "fish"):
+        r = subprocess.run([loosefs_bin(), "completions", shell], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        for c in cmds:
+            assert c in r.stdout, (shell, c)
+        if shell == "bash":
+            script = tmp_path / "loosefs.bash"
+            script.write_text(r.stdout)
+            assert subprocess.run(["bash", "-n", str(script)], timeout=60).returncode == 0
+    page = tmp_path / "loosefs.1"
+    r = subprocess.run([loosefs_bin(), "man"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    page.write_text(r.stdout)
+    text = subprocess.run(["man", "-l", str(page)], capture_output=True, text=True, timeout=60,
+                          env={"MANWIDTH": "200", "PATH": "/usr/bin:/bin"}).stdout
+    if not text:  # man(1) is not installed: the roff itself
+        text = r.stdout.replace("\\-", "-")
+    for c in cmds:
+        assert f"LOOSEFS {c.upper()}" in text, c
+    for f in cmds["mount"] - {"--help"}:
+        assert f in text, f
