@@ -617,6 +617,10 @@ fn main() {
                 std::process::exit(2);
             }
         }
+    } else if let Some(a) = loosefs::options::expand_mount_o(&args) {
+        // `loosefs mount SRC MNT -o ro,warm`: mount(8)'s way of giving options.
+        loosefs::mount::set_command_line(a.clone());
+        Cli::parse_from(a)
     } else {
         Cli::parse()
     };

@@ -350,6 +350,68 @@ const IGNORED_OPTIONS: [&str; 22] = [
     "default_permissions",
 ];
 
+/// The `loosefs mount` flags of a mount(8) `-o` list (`ro,warm,pin=8G,allow_other`): each
+/// option `k[=v]` becomes `--k [v]` (`_` as `-`; `decode=npy+ppm` as `--decode npy,ppm`);
+/// mount(8)'s generic options are left out ([`IGNORED_OPTIONS`], `x-*`, `comment`, `fsname`,
+/// `subtype`).
+pub fn o_flags(list: &str) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::new();
+    for o in list.split(',') {
+        let (k, v) = o.split_once('=').map_or((o, None), |(k, v)| (k, Some(v)));
+        if o.is_empty()
+            || IGNORED_OPTIONS.contains(&k)
+            || k.starts_with("x-")
+            || k == "comment"
+            || k == "fsname"
+            || k == "subtype"
+        {
+            continue;
+        }
+        out.push(format!("--{}", k.replace('_', "-")).into());
+        if let Some(v) = v {
+            let v = if k == "decode" {
+                v.replace(['+', ':'], ",")
+            } else {
+                v.into()
+            };
+            out.push(v.into());
+        }
+    }
+    out
+}
+
+/// `loosefs mount … -o LIST …` as mount(8) users type it: every `-o LIST` (or `-oLIST`)
+/// before a `--` replaced by its flags ([`o_flags`]); `None` when there is none (or the
+/// command is not `mount`).
+pub fn expand_mount_o(args: &[std::ffi::OsString]) -> Option<Vec<std::ffi::OsString>> {
+    if args.get(1).and_then(|a| a.to_str()) != Some("mount") {
+        return None;
+    }
+    let mut out = Vec::with_capacity(args.len());
+    let mut changed = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("--") => {
+                out.push(a.clone());
+                out.extend(it.by_ref().cloned());
+            }
+            Some("-o") => {
+                changed = true;
+                if let Some(list) = it.next() {
+                    out.extend(o_flags(&list.to_string_lossy()));
+                }
+            }
+            Some(x) if x.starts_with("-o") && x.len() > 2 => {
+                changed = true;
+                out.extend(o_flags(&x[2..]));
+            }
+            _ => out.push(a.clone()),
+        }
+    }
+    changed.then_some(out)
+}
+
 /// Turns a mount(8) helper invocation, `mount.fuse.loosefs PACK DIR [-sfnv] [-N NS] [-o OPTS]
 /// [-t TYPE]`, into the equivalent `loosefs mount PACK DIR --option value …` command line.
 /// `-o` options are the long options of `loosefs mount` with `_` or `-` (`warm`,
@@ -364,27 +426,8 @@ pub fn helper_args(args: &[std::ffi::OsString]) -> Result<Vec<std::ffi::OsString
     while let Some(a) = it.next() {
         match a.to_str() {
             Some("-o") => {
-                let opts = it.next().map(|o| o.to_string_lossy().into_owned());
-                for o in opts.iter().flat_map(|o| o.split(',')) {
-                    let (k, v) = o.split_once('=').map_or((o, None), |(k, v)| (k, Some(v)));
-                    if o.is_empty()
-                        || IGNORED_OPTIONS.contains(&k)
-                        || k.starts_with("x-")
-                        || k == "comment"
-                        || k == "fsname"
-                        || k == "subtype"
-                    {
-                        continue;
-                    }
-                    out.push(format!("--{}", k.replace('_', "-")).into());
-                    if let Some(v) = v {
-                        let v = if k == "decode" {
-                            v.replace(['+', ':'], ",")
-                        } else {
-                            v.into()
-                        };
-                        out.push(v.into());
-                    }
+                if let Some(o) = it.next() {
+                    out.extend(o_flags(&o.to_string_lossy()));
                 }
             }
             Some("-t" | "-N") => {
@@ -444,6 +487,39 @@ mod tests {
             ]
         );
         assert!(helper_args(&args[..2]).is_err());
+    }
+
+    #[test]
+    fn mount_dash_o_on_the_command_line_becomes_flags() {
+        let v = |a: &[&str]| -> Vec<std::ffi::OsString> { a.iter().map(Into::into).collect() };
+        let got = expand_mount_o(&v(&[
+            "loosefs",
+            "mount",
+            "p.pack",
+            "/m",
+            "-o",
+            "ro,allow_other,pin=1G",
+            "--warm",
+            "-odecode=npy",
+        ]))
+        .unwrap();
+        let want = v(&[
+            "loosefs",
+            "mount",
+            "p.pack",
+            "/m",
+            "--allow-other",
+            "--pin",
+            "1G",
+            "--warm",
+            "--decode",
+            "npy",
+        ]);
+        assert_eq!(got, want);
+        // Nothing to do without -o, for other commands, and after `--`.
+        assert!(expand_mount_o(&v(&["loosefs", "mount", "p", "/m", "--warm"])).is_none());
+        assert!(expand_mount_o(&v(&["loosefs", "info", "p", "-o", "x"])).is_none());
+        assert!(expand_mount_o(&v(&["loosefs", "mount", "p", "/m", "--", "-o"])).is_none());
     }
 
     /// `loosefs mount` flags as clap parses them (the flattened groups included).
