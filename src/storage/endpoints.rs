@@ -186,6 +186,60 @@ pub(super) fn store_for(
     Ok((store, path, lister))
 }
 
+/// How long [`preflight`] waits for a TCP connection before leaving the verdict to the
+/// requests and their retries.
+const PREFLIGHT_CONNECT: Duration = Duration::from_secs(5);
+
+/// Fails fast where no retry can help: the host of `url` (or of its S3 endpoint, when one is
+/// given: AWS's own endpoints are not probed) does not resolve, or nothing listens at its
+/// address and port (every address refuses the connection). One TCP connection, opened and
+/// closed, no request sent; a timeout or any other outcome passes (the requests' retries
+/// judge a slow network).
+///
+/// Errors: those two, naming the host, the port and the option that sets them.
+pub(super) fn preflight(url: &str, args: &RemoteConfig) -> Result<()> {
+    use std::net::ToSocketAddrs;
+    let lower = url.to_ascii_lowercase();
+    let (target, option) = if lower.starts_with("s3://") {
+        match args
+            .endpoint_url
+            .clone()
+            .or_else(|| env("AWS_ENDPOINT_URL"))
+        {
+            Some(ep) => (ep, "--endpoint-url"),
+            None => return Ok(()),
+        }
+    } else {
+        (url.to_string(), "the URL")
+    };
+    let Ok(u) = url::Url::parse(&target) else {
+        return Ok(());
+    };
+    let (Some(host), Some(port)) = (u.host_str(), u.port_or_known_default()) else {
+        return Ok(());
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<std::net::SocketAddr> = match (host, port).to_socket_addrs() {
+        Ok(a) => a.collect(),
+        Err(e) => bail!("{url}: cannot resolve {host}: {e} (check {option})"),
+    };
+    let mut refused = 0;
+    for a in &addrs {
+        match std::net::TcpStream::connect_timeout(a, PREFLIGHT_CONNECT) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => refused += 1,
+            Err(_) => {}
+        }
+    }
+    if refused > 0 && refused == addrs.len() {
+        bail!(
+            "{url}: nothing listens at {host}:{port} (connection refused; check {option}, its \
+             port, and that the server is running)"
+        );
+    }
+    Ok(())
+}
+
 /// A store that lists one page per request (S3's `ListObjectsV2`).
 pub(super) type Pages = Arc<dyn object_store::list::PaginatedListStore>;
 
@@ -243,6 +297,35 @@ mod tests {
             Ok(_) => panic!("{url}: accepted"),
             Err(e) => format!("{e:#}"),
         }
+    }
+
+    #[test]
+    fn a_refused_port_fails_at_once_naming_it_and_the_option() {
+        let a = RemoteConfig {
+            allow_http: true,
+            ..RemoteConfig::default()
+        };
+        // A port nothing listens on: bound, then closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let e = preflight(&format!("http://127.0.0.1:{port}/x.pack"), &a).unwrap_err();
+        assert!(
+            e.to_string().contains("nothing listens at 127.0.0.1"),
+            "{e}"
+        );
+        let s3 = RemoteConfig {
+            endpoint_url: Some(format!("http://127.0.0.1:{port}")),
+            ..a.clone()
+        };
+        let e = preflight("s3://b/x.pack", &s3).unwrap_err().to_string();
+        assert!(e.contains("--endpoint-url"), "{e}");
+        // A listening port passes (no request is sent).
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ok = format!("http://{}/x.pack", l.local_addr().unwrap());
+        preflight(&ok, &a).unwrap();
     }
 
     #[test]

@@ -132,10 +132,12 @@ pub fn error_kind(e: &anyhow::Error) -> Option<io::ErrorKind> {
 
 impl ObjectClient {
     /// A client of the object at `url` (`s3://bucket/key`, `https://host/path`, or
-    /// `http://host/path` with `--allow-http`). Nothing is requested yet.
+    /// `http://host/path` with `--allow-http`). Nothing is requested yet; the host is
+    /// resolved and connected to once ([`super::endpoints::preflight`]).
     ///
     /// Errors: a malformed URL, plain http without `--allow-http`, an unreadable CA bundle, no
-    /// credentials when instance metadata is disabled (`AWS_EC2_METADATA_DISABLED=true`).
+    /// credentials when instance metadata is disabled (`AWS_EC2_METADATA_DISABLED=true`), a
+    /// host that does not resolve or refuses the connection.
     pub fn new(url: &str, args: &RemoteConfig) -> Result<ObjectClient> {
         let (store, path, lister) = super::endpoints::store_for(url, args)?;
         let no_retry = RemoteConfig {
@@ -143,6 +145,7 @@ impl ObjectClient {
             ..args.clone()
         };
         let (quick, _, _) = super::endpoints::store_for(url, &no_retry)?;
+        super::endpoints::preflight(url, args)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("loosefs-net")
