@@ -363,7 +363,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         }
     };
     let fs = LooseFs::new(server.clone(), meta.uid(), meta.gid()).with_uring(ring.is_some());
-    let session = open_session(fs, mnt, &name, opts)?;
+    let session = open_session(fs, mnt, &name, opts, handover::handed_fd(mnt))?;
     let dev = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned()?;
     // Push-ahead stores go through loosefs's own notify (fuser's reports ENOENT as success).
     let push_dev = dev.try_clone()?;

@@ -62,16 +62,6 @@ fn fcntl_ok(fd: RawFd) -> bool {
     unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
 }
 
-/// Whether this process can open `/dev/fuse` (a descriptor per FUSE thread is cloned from it;
-/// a container without the device shares the handed-over one between threads).
-pub fn can_open_dev_fuse() -> bool {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .is_ok()
-}
-
 /// Where `loosefs fuse-fd` hands the descriptor over.
 #[derive(Debug, Clone)]
 pub enum Handover {

@@ -33,13 +33,15 @@ pub(super) fn fs_name(path: &Path) -> String {
 /// The FUSE session serving `fs` at `mnt`: writable only where the daemon says so (the
 /// announced order; every other change answers EROFS, see [`crate::fuse`]), noatime, default permissions, the
 /// owner only unless `--allow-other`, `--threads` workers with a cloned fd each. As root the
-/// mount is made here (type `fuse.loosefs`); otherwise through fusermount; at `/dev/fd/N`,
-/// descriptor N is served as handed over (the mount options are the mounter's).
+/// mount is made here (type `fuse.loosefs`); otherwise through fusermount; with `handed`
+/// (`mnt` is `/dev/fd/N`), descriptor N is served as handed over (the mount options are the
+/// mounter's).
 pub(super) fn open_session(
     fs: LooseFs,
     mnt: &Path,
     name: &str,
     opts: &MountArgs,
+    handed: Option<std::os::fd::RawFd>,
 ) -> Result<Session<LooseFs>> {
     let mut cfg = Config::default();
     cfg.mount_options = vec![
@@ -55,9 +57,9 @@ pub(super) fn open_session(
     };
     cfg.n_threads = Some(opts.threads.max(1));
     cfg.clone_fd = true;
-    let session = if let Some(n) = super::handover::handed_fd(mnt) {
+    let session = if let Some(n) = handed {
         // Checked by `mountpoint_or_fd`: an open /dev/fuse descriptor, handed to this process.
-        cfg.clone_fd = super::handover::can_open_dev_fuse();
+        cfg.clone_fd = can_open_dev_fuse();
         // Who may use the mount is the mounter's choice (`allow_other` or not), enforced by the
         // kernel before a request reaches this daemon, whose own user is then not the point.
         cfg.acl = SessionACL::All;
@@ -88,6 +90,16 @@ pub(super) fn open_session(
     }
     .with_context(|| format!("cannot mount at {}", mnt.display()))?;
     Ok(session)
+}
+
+/// Whether this process can open `/dev/fuse` (a descriptor per FUSE thread is cloned from it;
+/// a container without the device shares the handed-over one between threads).
+fn can_open_dev_fuse() -> bool {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_ok()
 }
 
 /// `/dev/fuse`'s permission bits, as `0666`, or why they cannot be read.
