@@ -363,7 +363,9 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         }
     };
     let fs = LooseFs::new(server.clone(), meta.uid(), meta.gid()).with_uring(ring.is_some());
-    let session = open_session(fs, mnt, &name, opts, handover::handed_fd(mnt))?;
+    // A handed-over connection (`/dev/fd/N`) was mounted elsewhere: not ours to unmount.
+    let handed = handover::handed_fd(mnt);
+    let session = open_session(fs, mnt, &name, opts, handed)?;
     let dev = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned()?;
     // Push-ahead stores go through loosefs's own notify (fuser's reports ENOENT as success).
     let push_dev = dev.try_clone()?;
@@ -383,7 +385,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
             // The kernel holds every request until each queue has an entry: a ring accepted
             // and not registered in full serves nothing, so the mount goes.
             Err(e) => {
-                if handover::handed_fd(mnt).is_none() {
+                if handed.is_none() {
                     let _ = unmount(mnt, true);
                 }
                 anyhow::bail!(
@@ -402,8 +404,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
     }));
     watch_changes(&server, &bg, &pack_path);
-    let handed = handover::handed_fd(mnt).is_some();
-    if opts.read_ahead_kb > 0 && !handed {
+    if opts.read_ahead_kb > 0 && handed.is_none() {
         if let Err(e) = set_read_ahead(mnt, opts.read_ahead_kb) {
             log::warn!("cannot set read_ahead_kb for {}: {e}", mnt.display());
         }
@@ -437,7 +438,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     }
     // A handed-over connection is not ours to unmount: the session ends with the process.
     let t0 = std::time::Instant::now();
-    while !handed && !bg.guard.is_finished() && t0.elapsed() < Duration::from_secs(10) {
+    while handed.is_none() && !bg.guard.is_finished() && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
     }
     // The session is over: the kernel has let go of this mount. Dropping `bg` would unmount
@@ -447,7 +448,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     server.close();
     // A default log this mount left empty is not kept: temporary mountpoints (the Python
     // API's) would otherwise leave an empty file each.
-    if opts.log.is_none() && !opts.logs_to_stderr() {
+    if opts.log.is_none() {
         let log = opts.log_path(mnt);
         if std::fs::metadata(&log).is_ok_and(|m| m.is_file() && m.len() == 0) {
             let _ = std::fs::remove_file(&log);

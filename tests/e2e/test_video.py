@@ -213,19 +213,7 @@ def test_plain_video_files_get_their_frames_beside_them(tmp_path):
     shutil.copy(src, ds / "clips" / "a.mp4")
     with av.open(str(src)) as c:
         frames = [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
-    with av.open(str(ds / "clips" / "b" / "c.mkv"), "w") as o:
-        s = o.add_stream("libx264", rate=30)
-        s.width, s.height = frames[0].shape[1], frames[0].shape[0]
-        s.pix_fmt = "yuv420p"
-        s.codec_context.gop_size = 12
-        s.codec_context.max_b_frames = 2
-        for i, px in enumerate(frames[:40]):
-            f = av.VideoFrame.from_ndarray(px, format="rgb24")
-            f.pts = i
-            for p in s.encode(f):
-                o.mux(p)
-        for p in s.encode():
-            o.mux(p)
+    encode(frames[:40], ds / "clips" / "b" / "c.mkv", "libx264", 12, 2)
     (ds / "broken.webm").write_bytes(b"\x1aE\xdf\xa3 not really a video")
     jpeg = next((ROOT.parent / "shared" / "data" / "imagenet-sample").rglob("*.JPEG"), None)
     if jpeg:
@@ -254,30 +242,37 @@ def test_plain_video_files_get_their_frames_beside_them(tmp_path):
         assert sorted(p.name for p in (mnt / "clips").iterdir()) == ["a.mp4", "a.mp4.frames", "b"]
 
 
+def encode(frames, path: pathlib.Path, codec: str, gop: int, bframes: int):
+    """`frames` (RGB24 arrays) written to `path` by PyAV's `codec` at 30 frames/s, frame i at
+    pts i (time base 1/30), a keyframe every `gop` frames, up to `bframes` B-frames between
+    references."""
+    import av
+    with av.open(str(path), "w") as o:
+        s = o.add_stream(codec, rate=30)
+        s.width, s.height = frames[0].shape[1], frames[0].shape[0]
+        s.pix_fmt = "yuv420p"
+        s.codec_context.gop_size = gop
+        s.codec_context.max_b_frames = bframes
+        if codec == "libx265":
+            s.codec_context.options = {"x265-params": f"keyint={gop}:min-keyint={gop}:bframes={bframes}:log-level=error"}
+        for i, px in enumerate(frames):
+            f = av.VideoFrame.from_ndarray(px, format="rgb24")
+            f.pts = i
+            for p in s.encode(f):
+                o.mux(p)
+        for p in s.encode():
+            o.mux(p)
+
+
 def reencode(src: pathlib.Path, out: pathlib.Path, codec: str, gop: int, bframes: int):
-    """The dataset `src` with every video re-encoded by PyAV's `codec` (a keyframe every `gop`
-    frames, up to `bframes` B-frames between references), same frames, same timestamps (time
-    base 1/fps): the metadata stays true as it is."""
+    """The dataset `src` with every video re-encoded by PyAV's `codec` ([`encode`]), same
+    frames, same timestamps (time base 1/fps): the metadata stays true as it is."""
     import av
     shutil.copytree(src, out)
     for mp4 in sorted(out.rglob("*.mp4")):
         with av.open(str(mp4)) as c:
             frames = [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
-        with av.open(str(mp4), "w") as o:
-            s = o.add_stream(codec, rate=30)
-            s.width, s.height = frames[0].shape[1], frames[0].shape[0]
-            s.pix_fmt = "yuv420p"
-            s.codec_context.gop_size = gop
-            s.codec_context.max_b_frames = bframes
-            if codec == "libx265":
-                s.codec_context.options = {"x265-params": f"keyint={gop}:min-keyint={gop}:bframes={bframes}:log-level=error"}
-            for i, px in enumerate(frames):
-                f = av.VideoFrame.from_ndarray(px, format="rgb24")
-                f.pts = i
-                for p in s.encode(f):
-                    o.mux(p)
-            for p in s.encode():
-                o.mux(p)
+        encode(frames, mp4, codec, gop, bframes)
 
 
 @pytest.mark.parametrize("codec", ["libx264", "libx265"])
