@@ -156,6 +156,7 @@ pub(super) fn store_for(
         }
         let store = b
             .with_client_options(client)
+            .with_http_connector(super::fail_fast::FailFast::default())
             .build()
             .with_context(|| format!("{url}: cannot set up the S3 client"))?;
         let store = Arc::new(store);
@@ -167,7 +168,7 @@ pub(super) fn store_for(
         let (origin, key) = split_url(url)?;
         let path = key_path(url, key)?;
         let dirs = super::http_listing::DirLister {
-            client: object_store::client::ReqwestConnector::default()
+            client: super::fail_fast::FailFast::default()
                 .connect(&client)
                 .with_context(|| format!("{url}: cannot set up the HTTP client"))?,
             retries: retry.max_retries,
@@ -176,6 +177,7 @@ pub(super) fn store_for(
         let store = HttpBuilder::new()
             .with_url(origin)
             .with_client_options(client)
+            .with_http_connector(super::fail_fast::FailFast::default())
             .with_retry(retry)
             .build()
             .with_context(|| format!("{url}: cannot set up the HTTP client"))?;

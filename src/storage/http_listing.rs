@@ -137,6 +137,13 @@ impl DirLister {
                     "{url}: the server answers {} to a GET of the directory: {NO_LISTING}",
                     r.status()
                 ),
+                Err(e) if super::fail_fast::is_permanent(&e) => {
+                    bail!(
+                        "{url}: cannot list the directory: {e}: {} ({})",
+                        source_chain(&e),
+                        super::fail_fast::CERTIFICATE_FIX
+                    )
+                }
                 Err(e) => format!("{e}: {}", source_chain(&e)),
             };
             tries += 1;

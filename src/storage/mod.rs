@@ -9,6 +9,7 @@ pub mod block_cache;
 pub mod chunks;
 pub mod end_to_end;
 mod endpoints;
+mod fail_fast;
 #[cfg(test)]
 pub mod fake_object;
 pub mod files;

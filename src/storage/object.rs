@@ -104,8 +104,7 @@ fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     }
     let low = out.to_ascii_lowercase();
     if low.contains("certificate") || low.contains("unknownissuer") {
-        out += " (the server's TLS certificate is not trusted: give the CA that signed it with \
-                --ca-bundle FILE.pem or $AWS_CA_BUNDLE)";
+        out = format!("{out} ({})", super::fail_fast::CERTIFICATE_FIX);
     } else if low.contains("connection refused") {
         out += " (nothing listens at that address and port: check the URL or --endpoint-url)";
     }

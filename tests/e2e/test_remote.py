@@ -142,6 +142,16 @@ def test_https_with_a_private_ca_and_plain_http_only_when_allowed(world, source)
     bad = subprocess.run([loosefs_bin(), "info", nginx.url("data.pack", tls=True), "--retries", "0", *cache],
                          capture_output=True, text=True, env={**os.environ, "AWS_CA_BUNDLE": ""})
     assert bad.returncode != 0 and "certificate" in bad.stderr and "--ca-bundle" in bad.stderr, bad.stderr
+    # ... at once with the retries left at their default: no retry heals a certificate. Retried
+    # as a connection error, 20 retries back off for minutes (0.1 s doubling to 15 s each).
+    listed = world["www"] / "listed" / "tls-check"
+    listed.mkdir(parents=True, exist_ok=True)
+    (listed / "a.bin").write_bytes(b"x" * 100)
+    for url in (nginx.url("data.pack", tls=True), nginx.url("listed/tls-check/", tls=True)):
+        bad = subprocess.run([loosefs_bin(), "info", url, "--retries", "20", "--retry-timeout", "600", *cache],
+                             capture_output=True, text=True, env={**os.environ, "AWS_CA_BUNDLE": ""}, timeout=60)
+        assert bad.returncode != 0 and "certificate" in bad.stderr and "--ca-bundle" in bad.stderr, bad.stderr
+        assert bad.stderr.count("UnknownIssuer") <= 2, bad.stderr
 
 
 def test_info_verify_and_pack_upload_on_urls(world, source):

@@ -1,0 +1,117 @@
+//! Failures no retry can heal, told apart from those that may heal. `object_store` retries
+//! every connect error alike until `--retry-timeout`: an untrusted TLS certificate cost
+//! 2 min 7 s of retries and dozens of log lines before its cause was said. The
+//! [`FailFast`] connector wraps `object_store`'s own reqwest connector and marks a TLS
+//! certificate failure as not retryable (`HttpErrorKind::Unknown`, which `object_store`'s
+//! retry loop and [`super::http_listing`]'s pass through at once). A refused connection or a
+//! DNS failure stays retryable here: mid-epoch it is a server restarting or a network outage,
+//! which `--retry-timeout` rides out; before the first request [`super::endpoints`]'s
+//! preflight already fails fast on them.
+
+use async_trait::async_trait;
+use object_store::ClientOptions;
+use object_store::client::{
+    HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService,
+    ReqwestConnector,
+};
+
+/// What to do about a refused certificate, said after the error.
+pub(crate) const CERTIFICATE_FIX: &str = "the server's TLS certificate is not trusted: give the \
+     CA that signed it with --ca-bundle FILE.pem or $AWS_CA_BUNDLE";
+
+/// An [`HttpConnector`]: `object_store`'s reqwest client, with a TLS certificate failure
+/// answered as permanent (not retried).
+#[derive(Debug, Default)]
+pub(crate) struct FailFast(ReqwestConnector);
+
+impl HttpConnector for FailFast {
+    fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
+        Ok(HttpClient::new(Service(self.0.connect(options)?)))
+    }
+}
+
+#[derive(Debug)]
+struct Service(HttpClient);
+
+#[async_trait]
+impl HttpService for Service {
+    async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
+        self.0.execute(req).await.map_err(|e| {
+            if is_permanent(&e) {
+                HttpError::new(HttpErrorKind::Unknown, Permanent(e))
+            } else {
+                e
+            }
+        })
+    }
+}
+
+/// `HttpError` `0`, seen through: its cause's message and causes, so that wrapping it again
+/// (as not retryable) does not say "HTTP error" twice.
+#[derive(Debug)]
+struct Permanent(HttpError);
+
+impl std::fmt::Display for Permanent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::error::Error;
+        match self.0.source() {
+            Some(cause) => write!(f, "{cause}"),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+impl std::error::Error for Permanent {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source().and_then(|cause| cause.source())
+    }
+}
+
+/// Whether `e` is a failure retrying cannot heal: the server's TLS certificate was refused
+/// (an unknown issuer, an expired certificate, another host's name, none presented).
+pub(crate) fn is_permanent(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        if is_certificate(c) {
+            return true;
+        }
+        // An io::Error's `source()` skips the error it wraps (rustls's, under one io::Error
+        // from tokio-rustls and another from hyper-rustls): follow what it wraps instead.
+        cur = match c.downcast_ref::<std::io::Error>() {
+            Some(io) => io.get_ref().map(|inner| inner as _),
+            None => c.source(),
+        };
+    }
+    false
+}
+
+fn is_certificate(e: &(dyn std::error::Error + 'static)) -> bool {
+    use rustls::Error as T;
+    matches!(
+        e.downcast_ref::<T>(),
+        Some(
+            T::InvalidCertificate(_)
+                | T::NoCertificatesPresented
+                | T::InvalidCertRevocationList(_)
+                | T::UnsupportedNameType
+        )
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_certificate_is_permanent_even_wrapped_in_io_errors_and_a_refusal_is_not() {
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let io = std::io::Error::other(std::io::Error::new(std::io::ErrorKind::InvalidData, tls));
+        let http = HttpError::new(HttpErrorKind::Connect, io);
+        assert!(is_permanent(&http));
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(!is_permanent(&HttpError::new(
+            HttpErrorKind::Connect,
+            refused
+        )));
+    }
+}
