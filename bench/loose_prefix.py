@@ -10,7 +10,10 @@ cap, requests). Targets: the prefix mounted as files; the same with the epoch's 
 (`.loosefs/order` written before the first read); the remote pack of the same files; the same
 prefix mounted by rclone (`--vfs-cache-mode full`, read-ahead and transfers raised) and s3fs-fuse
 on the same link (`--peers`; bench/install-peers.sh installs them). `--orders shuffled,listing`
-adds a cold epoch in listing order.
+adds a cold epoch in listing order. `--ceiling` adds the same GETs without a mount: curl
+(`--parallel`, `--parallel-max` GETs in flight, SigV4-signed) fetching every object once in the
+epoch's order through the same proxy, which is what the server, the proxy and a client of
+little CPU carry on this machine.
 
 Run as root from the repository:
   python bench/loose_prefix.py --data ../shared/data/imagenet-sample --cap 50 --latency 20
@@ -19,6 +22,7 @@ import argparse
 import os
 import pathlib
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -55,6 +59,23 @@ def epoch(mnt: pathlib.Path, order, readers: int) -> tuple[float, int]:
     for t in threads:
         t.join()
     return time.monotonic() - t0, total[0]
+
+
+def curl_epoch(endpoint: str, bucket: str, order, in_flight: int, work: pathlib.Path) -> tuple[float, int]:
+    """GETs every object of `order` (under `loose/`) once through `endpoint` with curl, at most
+    `in_flight` at once, bodies discarded; (seconds, bytes)."""
+    from urllib.parse import quote
+    cfg = work / "curl.cfg"
+    cfg.write_text("".join(f'url = "{endpoint}/{bucket}/loose/{quote(p.as_posix())}"\noutput = "/dev/null"\n'
+                           for p in order))
+    t0 = time.monotonic()
+    r = subprocess.run(["curl", "-sS", "--fail", "--parallel", "--parallel-immediate", "--parallel-max", str(in_flight),
+                        "--aws-sigv4", "aws:amz:us-east-1:s3", "--user", f"{servers.ACCESS_KEY}:{servers.SECRET_KEY}",
+                        "-w", "%{size_download}\n", "-K", cfg], capture_output=True, text=True)
+    dt = time.monotonic() - t0
+    if r.returncode != 0:
+        sys.exit(f"curl: {r.stderr[-2000:]}")
+    return dt, sum(int(x) for x in r.stdout.split())
 
 
 def cpu_by_name() -> dict:
@@ -114,6 +135,11 @@ def main():
     ap.add_argument("--max-requests", type=int, default=0, help="passed to every mount (0: loosefs's default)")
     ap.add_argument("--orders", default="shuffled", help="epoch orders: shuffled, listing (comma-separated)")
     ap.add_argument("--peers", default="rclone,s3fs", help="peers mounting the same prefix (comma-separated)")
+    ap.add_argument("--ceiling", type=int, default=0, metavar="N",
+                    help="add curl GETting every object, N in flight, no mount (0: not run)")
+    ap.add_argument("--perf", type=pathlib.Path, default=None, metavar="DIR",
+                    help="record the loosefs daemon's CPU profile of each epoch (perf record -g) into DIR")
+    ap.add_argument("--targets", default="", help="only the targets whose name contains one of these (comma-separated)")
     a = ap.parse_args()
     files = sorted(p.relative_to(a.data) for p in a.data.rglob("*") if p.is_file())
     work = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-loose-bench-"))
@@ -142,6 +168,10 @@ def main():
                     print(f"{peer}: not installed (bench/install-peers.sh), skipped", file=sys.stderr)
                     continue
                 targets += [(f"{peer}, {order}", "loose", peer, False, order)]
+            if a.ceiling:
+                targets += [(f"curl, no mount, {a.ceiling} in flight, {order}", "loose/", "curl", False, order)]
+        if a.targets:
+            targets = [t for t in targets if any(w in t[0] for w in a.targets.split(","))]
         results = {t[0]: [] for t in targets}
         for rep in range(a.repeat):
             for name, key, how, announce, order_kind in targets:
@@ -150,7 +180,9 @@ def main():
                 mnt.mkdir()
                 endpoint = f"http://127.0.0.1:{proxy.port}"
                 t0 = time.monotonic()
-                if how == "loosefs":
+                if how == "curl":
+                    r = subprocess.CompletedProcess([], 0)
+                elif how == "loosefs":
                     r = subprocess.run([BIN, "mount", f"s3://{weed.bucket}/{key}", mnt, "--endpoint-url", endpoint,
                                         "--allow-http", "--cache-size", "4G", "--cache-dir", work / f"cache-{mnt.name}",
                                         *(["--max-requests", str(a.max_requests)] if a.max_requests else [])],
@@ -166,19 +198,37 @@ def main():
                 if announce:
                     (mnt / ".loosefs" / "order").write_text("".join(f"{p.as_posix()}\n" for p in order))
                 cpu0 = cpu_by_name()
-                dt, n = epoch(mnt, order, a.readers)
+                perf = None
+                if a.perf and how == "loosefs":
+                    a.perf.mkdir(parents=True, exist_ok=True)
+                    pids = subprocess.run(["pgrep", "-f", f"loosefs mount .* {mnt} "], capture_output=True,
+                                          text=True).stdout.split()
+                    out = a.perf / f"{name.replace(' ', '_').replace(',', '')}.data"
+                    perf = subprocess.Popen(["perf", "record", "-g", "-o", out, "-p", ",".join(pids)],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                if how == "curl":
+                    dt, n = curl_epoch(endpoint, weed.bucket, order, a.ceiling, work)
+                else:
+                    dt, n = epoch(mnt, order, a.readers)
                 cpu1 = cpu_by_name()
+                if perf:
+                    perf.send_signal(2)
+                    perf.wait()
                 used = {k: v - cpu0.get(k, 0) for k, v in cpu1.items() if v - cpu0.get(k, 0) > 0.05}
                 # The server, the client (loosefs's daemon, rclone or s3fs), this process (the
                 # proxy's and the readers' threads), as CPU-seconds per second of the epoch.
                 server = used.get("weed", 0) / dt
                 client = sum(v for k, v in used.items() if k in ("loosefs", "rclone", "s3fs")) / dt
+                if how == "curl":  # exited before the second sample: its CPU from rusage
+                    kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    client = (kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime) / dt
                 bench = sum(v for k, v in used.items() if k.startswith("python")) / dt
                 results[name].append((mount_s, mount_req, len(files) / dt, n / dt / 1e6, proxy.requests - mount_req,
                                       server, client, bench))
                 if how == "loosefs":
                     subprocess.run([BIN, "umount", mnt], check=True)
-                else:
+                elif how != "curl":
                     subprocess.run(["umount", mnt], check=True)
                 proxy.stop()
         print(f"{len(files)} files, cap {a.cap} MB/s + {a.latency} ms per request, {a.readers} readers, "

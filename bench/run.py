@@ -197,7 +197,7 @@ def main():
         a.readers, a.orders = "raw1", "shuffled"
     for b in (BIN, READER):
         if not b.exists():
-            sys.exit(f"bench: {b} missing: run cargo build --release")
+            sys.exit(f"bench: {b} missing: run cargo build --release --features bench")
     for r in a.readers.split(","):
         module = "nvidia.dali" if r == "dali" else "torchvision" if r.startswith("tv") else None
         if module and not importable(module):

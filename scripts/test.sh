@@ -60,8 +60,8 @@ scripts/setup.sh || { echo "!! scripts/setup.sh failed" >&2; exit 1; }
 # The free space the run starts with (tests/README: it needs a few GB): shown for a failure's log.
 df -h "${TMPDIR:-/tmp}" .
 phase "cargo fmt --check" cargo fmt --check
-phase "cargo clippy --all-targets -D warnings" cargo clippy --release --all-targets -- -D warnings
-phase "cargo build --release" cargo build --release
+phase "cargo clippy --all-targets -D warnings" cargo clippy --release --all-targets --features bench -- -D warnings
+phase "cargo build --release --features bench" cargo build --release --features bench
 # The venv is made before any test needs it (decode tests use Pillow as their oracle), once,
 # under python-env.sh's lock.
 echo "== Python venv"
@@ -73,19 +73,19 @@ export LOOSEFS_TEST_TIMEOUT=${LOOSEFS_TEST_TIMEOUT:-900}
 MOUNT_TESTS=(--test mount --test read_path --test decode --test dir_mount --test flags --test transport)
 if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ]; then
   phase "cargo test (all, mounts over FUSE over io_uring where offered)" \
-    cargo test --release --no-fail-fast -- --include-ignored
+    cargo test --release --features bench --no-fail-fast -- --include-ignored
   # Mounts take FUSE over io_uring where the kernel offers it (`--transport auto`); the mount
   # tests run again with every mount on /dev/fuse, so both transports are tested.
   phase "cargo test, mount tests over /dev/fuse (LOOSEFS_TRANSPORT=classic)" \
-    env LOOSEFS_TRANSPORT=classic cargo test --release --no-fail-fast "${MOUNT_TESTS[@]}" -- --include-ignored
+    env LOOSEFS_TRANSPORT=classic cargo test --release --features bench --no-fail-fast "${MOUNT_TESTS[@]}" -- --include-ignored
 elif [ "${CI:-}" = true ]; then
-  phase "cargo test (no mount tests: this machine cannot mount)" cargo test --release --no-fail-fast
+  phase "cargo test (no mount tests: this machine cannot mount)" cargo test --release --features bench --no-fail-fast
   echo "!! CI=true but this machine cannot mount (needs root and /dev/fuse): the mount tests did not run; failing" >&2
   SUMMARY+=("mount tests: FAILED (CI=true and this machine cannot mount)")
   WORST=1
 else
   echo "!! SKIPPED: mount tests need root and /dev/fuse; they are reported as ignored below" >&2
-  phase "cargo test (no mount tests)" cargo test --release --no-fail-fast
+  phase "cargo test (no mount tests)" cargo test --release --features bench --no-fail-fast
 fi
 if [ -n "$VENV" ]; then
   # Their directories (~5 GB) are removed when every test passed, kept for a failed run.

@@ -62,9 +62,10 @@ enum Cmd {
     Stats {
         /// A loosefs mount's mountpoint.
         mountpoint: PathBuf,
-        /// `text` (a table), `json` (the report `<mnt>/.loosefs/stats` holds) or `prometheus`
-        /// (text exposition, as `<mnt>/.loosefs/metrics` holds: for node_exporter's textfile
-        /// collector, `loosefs stats MNT --format prometheus > DIR/loosefs.prom.tmp && mv ...`).
+        /// `text` (a table), `json` (the report `<mnt>/.loosefs/stats` holds), `prometheus`
+        /// (Prometheus text, as `<mnt>/.loosefs/metrics` holds: for node_exporter's textfile
+        /// collector, `loosefs stats MNT --format prometheus > DIR/loosefs.prom.tmp && mv ...`)
+        /// or `openmetrics` (the same families as OpenMetrics text).
         #[arg(long, value_enum, default_value = "text")]
         format: StatsFormat,
         /// Same as `--format json`.
@@ -180,8 +181,11 @@ enum StatsFormat {
     Text,
     /// The JSON report.
     Json,
-    /// Prometheus text exposition (format 0.0.4).
+    /// Prometheus text format 0.0.4 (node_exporter's textfile collector reads it): counters
+    /// `_total`, gauges, one histogram.
     Prometheus,
+    /// OpenMetrics text (what Prometheus scrapes over HTTP): the same families.
+    Openmetrics,
 }
 
 /// The arguments of `loosefs pack`.
@@ -486,12 +490,14 @@ fn run(cli: Cli) -> Result<i32> {
                 (_, true) => StatsFormat::Prometheus,
                 _ => format,
             };
-            if format == StatsFormat::Prometheus {
+            if matches!(format, StatsFormat::Prometheus | StatsFormat::Openmetrics) {
                 let mnt = std::fs::canonicalize(&mountpoint).unwrap_or(mountpoint.clone());
-                print!(
-                    "{}",
-                    loosefs::metrics::prometheus(&v, &mnt.to_string_lossy())
-                );
+                let mnt = mnt.to_string_lossy();
+                if format == StatsFormat::Prometheus {
+                    print!("{}", loosefs::metrics::prometheus(&v, &mnt));
+                } else {
+                    print!("{}", loosefs::metrics::openmetrics(&v, &mnt));
+                }
             } else if format == StatsFormat::Json {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {

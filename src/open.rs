@@ -83,6 +83,9 @@ pub struct OpenOptions {
     pub verify_full: bool,
     /// A shared index written by `loosefs index` (default: beside the dataset when there).
     pub shared_index: Option<PathBuf>,
+    /// A stale shared listing of loose objects is replaced (the prefix listed again), not
+    /// refused (`--refresh`).
+    pub refresh_index: bool,
     /// Where kept indexes live (default: `$LOOSEFS_CACHE_DIR`, else `~/.cache/loosefs/index`).
     pub index_dir: Option<PathBuf>,
     /// Memory for decompressed chunks of a compressed source, bytes.
@@ -103,6 +106,7 @@ impl Default for OpenOptions {
             fields_all: false,
             verify_full: false,
             shared_index: None,
+            refresh_index: false,
             index_dir: None,
             chunk_cache: 1 << 30,
             remote: RemoteConfig::default(),
@@ -312,13 +316,20 @@ impl Dataset {
                 Err(e) if !s3 => (None, Some(e)),
                 Err(e) => return Err(e.context(cannot())),
             };
-            if let Some((listed, at)) =
-                remote_dir::listing::find(url, level.as_ref(), opts, &*store)
-                    .with_context(cannot)?
-            {
-                let mut r = RemoteDir::open(url, listed, opts, &*store).with_context(cannot)?;
-                r.shared = Some(at);
-                return Ok(Dataset::RemoteDir(Box::new(r)));
+            match remote_dir::listing::find(url, level.as_ref(), opts, &*store) {
+                Ok(Some((listed, at))) => {
+                    let mut r = RemoteDir::open(url, listed, opts, &*store).with_context(cannot)?;
+                    r.shared = Some(at);
+                    return Ok(Dataset::RemoteDir(Box::new(r)));
+                }
+                Ok(None) => {}
+                Err(e) => match (e.downcast_ref::<remote_dir::listing::Stale>(), level) {
+                    (Some(stale), Some(level)) if opts.refresh_index => {
+                        let at = stale.at.clone();
+                        return Dataset::refresh(url, &at, level, opts, store);
+                    }
+                    _ => return Err(e.context(cannot())),
+                },
             }
             let Some(level) = level else {
                 let unlisted = unlisted.map(|e| format!("{e:#}")).unwrap_or_default();
@@ -340,6 +351,31 @@ impl Dataset {
             }
             Err(e) => Err(anyhow::Error::new(e).context(format!("cannot open {url}"))),
         }
+    }
+
+    /// `--refresh` of the prefix `url` (first level `level`) whose shared listing `at` is
+    /// stale: the prefix listed again, the new listing written over `at` (a warning if it
+    /// cannot be: the mount goes on from the fresh listing), then served as loose files.
+    fn refresh(
+        url: &str,
+        at: &str,
+        level: crate::storage::object_source::Level,
+        opts: &OpenOptions,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<Dataset> {
+        let cannot = || format!("cannot open {url}");
+        eprintln!("loosefs: {at} is stale: --refresh lists {url} again");
+        let listed = store.list_below(url, level).with_context(cannot)?;
+        match remote_dir::listing::write(url, &listed, Some(Path::new(at)), &*store) {
+            Ok(line) => eprintln!("loosefs: {line}"),
+            Err(e) => {
+                log::warn!("--refresh: the shared index {at} was not rewritten: {e:#}");
+                eprintln!("loosefs: --refresh: the shared index {at} was not rewritten: {e:#}");
+            }
+        }
+        RemoteDir::open(url, listed, opts, &*store)
+            .with_context(cannot)
+            .map(|r| Dataset::RemoteDir(Box::new(r)))
     }
 
     /// A foreign dataset at `url`, through `store`.
@@ -407,18 +443,41 @@ impl Dataset {
             Ok(_) => {
                 let bytes = std::fs::read(tmp.path())
                     .with_context(|| format!("cannot read the shared index {at}"))?;
-                if let Some(listed) = remote_dir::listing::decode(&bytes, &at)? {
-                    match store.list_level(url) {
-                        Ok(level) => remote_dir::listing::check_level(&level, &listed, &at, url)?,
-                        Err(e) => log::info!(
-                            "{at}: taken as it is, with nothing to check it against ({e:#})"
-                        ),
+                match remote_dir::listing::decode(&bytes, &at)? {
+                    Some(listed) => {
+                        let stale = match store.list_level(url) {
+                            Ok(level) => {
+                                remote_dir::listing::check_level(&level, &listed, &at, url).err()
+                            }
+                            Err(e) => {
+                                log::info!(
+                                    "{at}: taken as it is, with nothing to check it against ({e:#})"
+                                );
+                                None
+                            }
+                        };
+                        match stale {
+                            None => {
+                                let mut r = RemoteDir::open(url, listed, opts, &*store)
+                                    .with_context(cannot)?;
+                                r.shared = Some(at);
+                                return Ok(Dataset::RemoteDir(Box::new(r)));
+                            }
+                            Some(e) if !opts.refresh_index => return Err(e),
+                            // Over HTTP the listing cannot be written back: the directory's
+                            // own listing is served, and the shared one left to its publisher.
+                            Some(e) => {
+                                let why = format!(
+                                    "{e:#}\n--refresh: serving the directory's listing instead (publish a new shared listing with `loosefs index {url} --out FILE`)"
+                                );
+                                log::warn!("{why}");
+                                eprintln!("loosefs: {why}");
+                                Answer::Absent
+                            }
+                        }
                     }
-                    let mut r = RemoteDir::open(url, listed, opts, &*store).with_context(cannot)?;
-                    r.shared = Some(at);
-                    return Ok(Dataset::RemoteDir(Box::new(r)));
+                    None => Answer::Fetched(client, tmp.into_temp_path()),
                 }
-                Answer::Fetched(client, tmp.into_temp_path())
             }
             Err(e)
                 if matches!(

@@ -143,6 +143,12 @@ pub struct SourceArgs {
     /// of loose objects, its listing): a stale one is refused, naming the file that changed.
     #[arg(long = "index")]
     pub shared_index: Option<PathBuf>,
+    /// A stale shared listing of loose objects (objects added, removed or replaced since
+    /// `loosefs index`) is replaced: the prefix listed again and the listing rewritten in its
+    /// place (over HTTPS: the server's listing served instead). Default: refused, naming one
+    /// object that changed.
+    #[arg(long = "refresh")]
+    pub refresh_index: bool,
     /// Where the index of a foreign source is kept (default: $LOOSEFS_CACHE_DIR, else
     /// ~/.cache/loosefs/index).
     #[arg(long)]
@@ -257,6 +263,7 @@ impl SourceArgs {
             fields_all: self.fields == "all",
             verify_full: self.verify == "full",
             shared_index: self.shared_index.clone(),
+            refresh_index: self.refresh_index,
             index_dir: self.index_dir.clone(),
             chunk_cache: self.chunk_cache,
             remote: self.remote.config(),

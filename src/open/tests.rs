@@ -609,7 +609,7 @@ fn a_stale_shared_listing_is_refused_naming_what_changed_and_a_deeper_change_ans
     assert!(
         e.contains(
             "the shared index s3://b/train/.loosefs-index is stale: s3://b/train/n09/ was added"
-        ) && e.contains("run `loosefs index s3://b/train/` again"),
+        ) && e.contains("run `loosefs index s3://b/train/` again, or mount with --refresh"),
         "{e}"
     );
     store.remove("s3://b/train/n09/new.JPEG");
@@ -626,6 +626,37 @@ fn a_stale_shared_listing_is_refused_naming_what_changed_and_a_deeper_change_ans
     index_prefix(tmp.path(), &store);
     let fs = serve(open("s3://b/train/", &options(tmp.path(), "n3"), &store).unwrap());
     assert_eq!(read(&fs, first).unwrap(), noise(999, 3000));
+}
+
+#[test]
+fn refresh_lists_a_stale_shared_listing_again_and_writes_it_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    let mut files = loose(&store, "s3://b/train/", 30, 3000);
+    index_prefix(tmp.path(), &store);
+    store.put("s3://b/train/n09/new.JPEG", noise(5, 100));
+    files.insert("n09/new.JPEG".into(), noise(5, 100));
+    let refresh = |node| OpenOptions {
+        refresh_index: true,
+        ..options(tmp.path(), node)
+    };
+    let uploads = store.uploads.load(SeqCst);
+    let fs = serve(open("s3://b/train/", &refresh("n2"), &store).unwrap());
+    assert_eq!(walk(&fs), files, "the added object is served");
+    assert_eq!(
+        store.uploads.load(SeqCst),
+        uploads + 1,
+        "the listing written back"
+    );
+    drop(fs);
+    // Another node now mounts from the rewritten listing with two requests, --refresh or not.
+    let (lists, gets) = (store.lists.load(SeqCst), store.gets());
+    let ds = open("s3://b/train/", &options(tmp.path(), "n3"), &store).unwrap();
+    assert_eq!(
+        (store.lists.load(SeqCst) - lists, store.gets() - gets),
+        (1, 1)
+    );
+    assert_eq!(walk(&serve(ds)), files);
 }
 
 #[test]

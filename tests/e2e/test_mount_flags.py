@@ -146,24 +146,40 @@ def test_decode_ahead_decodes_the_next_files_before_they_are_read(pack, source, 
 
 def test_stats_prometheus_is_valid_exposition_and_says_what_the_json_says(mount):
     """`stats --format prometheus` and `<mnt>/.loosefs/metrics`, parsed by prometheus_client's
-    own parser (the oracle): every plain metric labelled with the mountpoint, values equal to
-    the JSON's, latency quantiles per op, and one histogram family whose buckets are cumulative
-    and whose count per op is the JSON's request count."""
-    from prometheus_client.parser import text_string_to_metric_families
+    own OpenMetrics parser (the oracle): every plain metric labelled with the mountpoint and
+    documented (`# HELP`), values equal to the JSON's, what only grows a counter (`_total`) and
+    what goes both ways a gauge, latency quantiles per op, and one histogram family whose
+    buckets are cumulative and whose count per op is the JSON's request count."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    from prometheus_client.parser import text_string_to_metric_families as text_format_families
+
+    def scrape():
+        text = run("stats", mount, "--format", "openmetrics").stdout
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+        plain = {n: f.samples[0] for n, f in fams.items() if n not in ("loosefs_latency_us",
+                                                                         "loosefs_request_duration_seconds")}
+        return fams, plain
 
     files = sorted(p for p in pathlib.Path(mount).rglob("*") if p.is_file())[:5]
     for f in files:
         f.read_bytes()
-    text = run("stats", mount, "--format", "prometheus").stdout
     assert run("stats", mount, "--prometheus").stdout.count("\n") > 10
+    fams, plain = scrape()
     j = json.loads(run("stats", mount, "--format", "json").stdout)
-    fams = {f.name: f for f in text_string_to_metric_families(text)}
-    plain = {s.name: s for f in fams.values() for s in f.samples if "op" not in s.labels}
     mnt = os.path.realpath(mount)
     assert all(s.labels == {"mountpoint": mnt} for s in plain.values())
+    assert all(f.documentation for f in fams.values()), [n for n, f in fams.items() if not f.documentation]
+    assert fams["loosefs_bytes_served"].documentation == "Bytes returned by READ."
     assert plain["loosefs_pack_samples"].value == j["pack"]["samples"]
     assert plain["loosefs_daemon_pid"].value == j["daemon"]["pid"]
+    assert plain["loosefs_daemon_uptime_seconds"].value > 0
     assert plain["loosefs_bytes_served"].value <= j["bytes_served"]
+    # Kinds: what only grows is a counter, exposed as `_total`; sizes held now are gauges.
+    for n in ("loosefs_requests_read", "loosefs_bytes_served", "loosefs_errors", "loosefs_prefetch_requests"):
+        assert fams[n].type == "counter" and plain[n].name == n + "_total", (n, fams[n])
+    for n in ("loosefs_pack_samples", "loosefs_daemon_rss_bytes", "loosefs_prefetch_max_window_bytes",
+              "loosefs_order_window_bytes", "loosefs_pin_pinned_bytes"):
+        assert fams[n].type == "gauge", (n, fams[n])
     # Request counts and read-ahead figures, one sample per JSON field.
     assert plain["loosefs_requests_read"].value <= j["requests"]["read"] and plain["loosefs_requests_read"].value > 0
     assert plain["loosefs_requests_lookup"].value <= j["requests"]["lookup"]
@@ -185,14 +201,27 @@ def test_stats_prometheus_is_valid_exposition_and_says_what_the_json_says(mount)
     assert buckets[-1][1] == count >= 1
     assert count <= json.loads(run("stats", mount, "--json").stdout)["latency_us"]["read"]["count"]
     assert next(s.value for s in reads if s.name.endswith("_sum")) > 0
-    # The control file holds the same exposition (for a scraper that reads files).
+    # Every counter only grows: more reads, then a second scrape.
+    for f in sorted(p for p in pathlib.Path(mount).rglob("*") if p.is_file())[5:50]:
+        f.read_bytes()
+    fams2, plain2 = scrape()
+    shrunk = [n for n, f in fams.items() if f.type == "counter" and plain2[n].value < plain[n].value]
+    assert not shrunk, shrunk
+    # `--format prometheus` and the control file (for node_exporter's textfile collector) hold
+    # the same families in Prometheus's text format 0.0.4, parsed by its own parser: each
+    # counter family named by its `_total` samples, typed as it is in OpenMetrics.
     listed = os.listdir(os.path.join(mount, ".loosefs"))
     assert "metrics" in listed and "stats" in listed, listed
-    own = {f.name: f for f in text_string_to_metric_families(
-        pathlib.Path(mount, ".loosefs", "metrics").read_text())}
-    assert own["loosefs_request_duration_seconds"].type == "histogram"
-    s = next(s for s in own["loosefs_pack_samples"].samples)
-    assert s.labels == {"mountpoint": mnt} and s.value == j["pack"]["samples"]
+    for text in (run("stats", mount, "--format", "prometheus").stdout,
+                 pathlib.Path(mount, ".loosefs", "metrics").read_text()):
+        own = {f.name: f for f in text_format_families(text)}
+        assert {n: f.type for n, f in own.items()} == {n: f.type for n, f in fams.items()}
+        assert all(s.name == n + "_total" for n, f in own.items() if f.type == "counter" for s in f.samples)
+        assert "# TYPE loosefs_bytes_served_total counter" in text and "# EOF" not in text
+        assert all(f.documentation for f in own.values())
+        assert own["loosefs_request_duration_seconds"].type == "histogram"
+        s = next(s for s in own["loosefs_pack_samples"].samples)
+        assert s.labels == {"mountpoint": mnt} and s.value == j["pack"]["samples"]
 
 
 class Nobody:

@@ -225,6 +225,8 @@ def test_pip_install_of_the_repository_mounts_byte_identical_and_leaves_nothing(
     assert r.returncode == 0 and "mount" in r.stdout, r.stderr
     exe = venv / "bin" / "loosefs"
     assert exe.stat().st_size < 40 << 20, "the wheel's binary is stripped"
+    bench = [b for b in ("loosefs-reader", "loosefs-request-cost") if (venv / "bin" / b).exists()]
+    assert not bench, f"the bench's programs are not the user's: {bench}"
     check = ("import loosefs, os, pathlib, sys\n"
              "assert loosefs.binary() == %r, loosefs.binary()\n"
              "src = pathlib.Path(%r)\n"

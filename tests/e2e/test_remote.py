@@ -726,7 +726,8 @@ def test_a_shared_listing_mounts_a_prefix_with_two_requests_and_a_stale_one_is_r
     """`loosefs index` of a prefix of loose objects writes its listing beside the data; a
     mount then makes two requests (a LIST of the first level, a GET of the index) and serves
     the same tree byte-identical; an object added at the first level makes the index stale
-    (refused, naming it) until `loosefs index` runs again."""
+    (refused, naming it) until `loosefs index` runs again, or a mount with `--refresh` lists it
+    afresh and writes the listing back."""
     weed, proxy = world["weed"], world["s3_proxy"]
     c = weed.client()
     files = files_of(source)
@@ -759,6 +760,15 @@ def test_a_shared_listing_mounts_a_prefix_with_two_requests_and_a_stale_one_is_r
             assert refused.returncode != 0
             assert f"is stale: {loose}added.txt was added since it was indexed" in refused.stderr, refused.stderr
             assert f"run `loosefs index {loose}` again" in refused.stderr, refused.stderr
+            # --refresh lists the prefix again, serves the added object and writes the listing
+            # back: the next mount takes it with two requests, without --refresh.
+            with Mount(loose, world["work"], "--refresh", *s3_args(world)) as mnt:
+                assert (mnt / "added.txt").read_bytes() == b"new"
+                assert files_of(mnt) == sorted([*files, pathlib.Path("added.txt")])
+            r0 = proxy.requests
+            with Mount(loose, world["work"], *s3_args(world)) as mnt:
+                assert proxy.requests - r0 == 2, f"{proxy.requests - r0} requests to mount"
+                assert (mnt / "added.txt").read_bytes() == b"new"
         finally:
             c.delete_object(Bucket=weed.bucket, Key="loose/added.txt")
     finally:

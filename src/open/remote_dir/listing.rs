@@ -131,14 +131,34 @@ pub fn decode(bytes: &[u8], at: &str) -> Result<Option<Vec<Listed>>> {
     Ok(Some(v))
 }
 
+/// A shared listing that no longer matches its prefix: object or directory `name` (relative to
+/// `url`) `why` ("is gone", "changed", "was added") since `loosefs index` wrote it to `at`.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the shared index {at} is stale: {url}{name} {why} since it was indexed; run `loosefs index {url}` again, or mount with --refresh"
+)]
+pub struct Stale {
+    /// Where the shared listing was read.
+    pub at: String,
+    /// The prefix it lists.
+    pub url: String,
+    /// The first object or directory (`d/`) found to differ.
+    pub name: String,
+    /// How it differs.
+    pub why: &'static str,
+}
+
 /// The recorded objects `listed` against the first level of the prefix now: the same objects
 /// directly under it (each with its ETag and size) and the same subdirectories. Errors (stale)
 /// name the first that differs.
 pub fn check_level(level: &Level, listed: &[Listed], at: &str, url: &str) -> Result<()> {
-    let stale = |name: &str, why: &str| {
-        anyhow!(
-            "the shared index {at} is stale: {url}{name} {why} since it was indexed; run `loosefs index {url}` again"
-        )
+    let stale = |name: &str, why: &'static str| {
+        anyhow::Error::new(Stale {
+            at: at.to_string(),
+            url: url.to_string(),
+            name: name.to_string(),
+            why,
+        })
     };
     // A first level longer than a page was listed up to its first page's last entry (in key
     // order: a directory `d` as `d/`): what the index records beyond it is not checked.
