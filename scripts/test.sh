@@ -10,6 +10,8 @@
 # host settings they change (/dev/fuse's mode, /sbin/mount.fuse.loosefs, test cgroups).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# No test may send a request beyond 127.0.0.1, the instance-metadata address included.
+export AWS_EC2_METADATA_DISABLED=true
 
 declare -a SUMMARY=()
 WORST=0

@@ -13,49 +13,25 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Credentials of `profile` in the shared AWS files, and its region: `(key, secret, token,
-/// region)`. Files: `$AWS_SHARED_CREDENTIALS_FILE` (default `~/.aws/credentials`, sections
-/// `[name]`) and `$AWS_CONFIG_FILE` (default `~/.aws/config`, sections `[profile name]`, or
-/// `[default]`), as the AWS CLI documents them.
-type ProfileCreds = (
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-);
-
-fn profile_credentials(profile: &str) -> ProfileCreds {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let file = |var: &str, name: &str| {
-        std::env::var_os(var)
-            .map(PathBuf::from)
-            .or_else(|| home.as_ref().map(|h| h.join(".aws").join(name)))
-    };
-    let load = |p: Option<PathBuf>| p.and_then(|p| ini::Ini::load_from_file(p).ok());
-    let creds = load(file("AWS_SHARED_CREDENTIALS_FILE", "credentials"));
-    let config = load(file("AWS_CONFIG_FILE", "config"));
-    let config_section = if profile == "default" {
+/// The region of `profile` in the shared AWS config file: `$AWS_CONFIG_FILE` (default
+/// `~/.aws/config`, sections `[profile name]`, or `[default]`), as the AWS CLI documents it.
+/// Its credentials are the credential chain's ([`super::credentials`]).
+fn profile_region(profile: &str) -> Option<String> {
+    let path = std::env::var_os("AWS_CONFIG_FILE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".aws").join("config"))
+        })?;
+    let config = ini::Ini::load_from_file(path).ok()?;
+    let section = if profile == "default" {
         "default".to_string()
     } else {
         format!("profile {profile}")
     };
-    let get = |key: &str| -> Option<String> {
-        creds
-            .as_ref()
-            .and_then(|c| c.section(Some(profile))?.get(key).map(str::to_string))
-            .or_else(|| {
-                config
-                    .as_ref()
-                    .and_then(|c| c.section(Some(config_section.as_str()))?.get(key))
-                    .map(str::to_string)
-            })
-    };
-    (
-        get("aws_access_key_id"),
-        get("aws_secret_access_key"),
-        get("aws_session_token"),
-        get("region"),
-    )
+    config
+        .section(Some(section.as_str()))?
+        .get("region")
+        .map(str::to_string)
 }
 
 fn env(name: &str) -> Option<String> {
@@ -66,8 +42,8 @@ fn env(name: &str) -> Option<String> {
 /// `http://host/path` with `--allow-http`), and for S3 the same store listing one page per
 /// request. Nothing is requested yet.
 ///
-/// Errors: a malformed URL, plain http without `--allow-http`, an unreadable CA bundle, no
-/// credentials when instance metadata is disabled (`AWS_EC2_METADATA_DISABLED=true`).
+/// Errors: a malformed URL, plain http without `--allow-http`, an unreadable CA bundle. (No
+/// credentials fails the first request, [`super::credentials`].)
 pub(super) fn store_for(
     url: &str,
     args: &RemoteConfig,
@@ -99,92 +75,71 @@ pub(super) fn store_for(
         max_retries: args.retries,
         retry_timeout: Duration::from_secs(args.retry_timeout.max(1)),
     };
-    let (store, path, lister): (Arc<dyn ObjectStore>, ObjectPath, Lister) = if lower
-        .starts_with("s3://")
-    {
-        let rest = &url[5..];
-        let (bucket, key) = rest
-            .split_once('/')
-            .filter(|(b, k)| !b.is_empty() && !k.is_empty())
-            .ok_or_else(|| anyhow!("{url}: give s3://BUCKET/KEY"))?;
-        let mut b = AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
-            .with_retry(retry);
-        let endpoint = args
-            .endpoint_url
-            .clone()
-            .or_else(|| env("AWS_ENDPOINT_URL"));
-        if let Some(ep) = &endpoint {
-            if ep.to_ascii_lowercase().starts_with("http://") && !args.allow_http {
-                bail!("{ep}: a plain http endpoint needs --allow-http");
-            }
-            b = b.with_endpoint(ep);
-        }
-        let profile = args
-            .profile
-            .clone()
-            .or_else(|| env("AWS_PROFILE"))
-            .unwrap_or_else(|| "default".into());
-        let (pkey, psecret, ptoken, pregion) = profile_credentials(&profile);
-        let region = args
-            .region
-            .clone()
-            .or_else(|| env("AWS_REGION"))
-            .or_else(|| env("AWS_DEFAULT_REGION"))
-            .or(pregion)
-            .unwrap_or_else(|| "us-east-1".into());
-        b = b.with_region(region);
-        if args.no_sign_request {
-            b = b.with_skip_signature(true);
-        } else if env("AWS_ACCESS_KEY_ID").is_none()
-            && env("AWS_WEB_IDENTITY_TOKEN_FILE").is_none()
-            && env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI").is_none()
-            && env("AWS_CONTAINER_CREDENTIALS_FULL_URI").is_none()
-        {
-            if let (Some(k), Some(s)) = (pkey, psecret) {
-                b = b.with_access_key_id(k).with_secret_access_key(s);
-                if let Some(t) = ptoken {
-                    b = b.with_token(t);
+    let (store, path, lister): (Arc<dyn ObjectStore>, ObjectPath, Lister) =
+        if lower.starts_with("s3://") {
+            let rest = &url[5..];
+            let (bucket, key) = rest
+                .split_once('/')
+                .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+                .ok_or_else(|| anyhow!("{url}: give s3://BUCKET/KEY"))?;
+            let mut b = AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(retry);
+            let endpoint = args
+                .endpoint_url
+                .clone()
+                .or_else(|| env("AWS_ENDPOINT_URL"));
+            if let Some(ep) = &endpoint {
+                if ep.to_ascii_lowercase().starts_with("http://") && !args.allow_http {
+                    bail!("{ep}: a plain http endpoint needs --allow-http");
                 }
-            } else if env("AWS_EC2_METADATA_DISABLED")
-                .is_some_and(|v| v.eq_ignore_ascii_case("true"))
-            {
-                bail!(
-                    "{url}: no AWS credentials (none in the environment or profile {profile:?}, and instance metadata is disabled); use --no-sign-request for a public bucket"
-                );
+                b = b.with_endpoint(ep);
             }
-        }
-        let store = b
-            .with_client_options(client)
-            .with_http_connector(super::fail_fast::FailFast::default())
-            .build()
-            .with_context(|| format!("{url}: cannot set up the S3 client"))?;
-        let store = Arc::new(store);
-        (store.clone(), ObjectPath::from(key), Lister::Pages(store))
-    } else if lower.starts_with("https://") || lower.starts_with("http://") {
-        if lower.starts_with("http://") && !args.allow_http {
-            bail!("{url}: plain http needs --allow-http (bytes travel unencrypted)");
-        }
-        let (origin, key) = split_url(url)?;
-        let path = key_path(url, key)?;
-        let dirs = super::http_listing::DirLister {
-            client: super::fail_fast::FailFast::default()
-                .connect(&client)
-                .with_context(|| format!("{url}: cannot set up the HTTP client"))?,
-            retries: retry.max_retries,
-            retry_timeout: retry.retry_timeout,
+            let profile = args.profile.clone().or_else(|| env("AWS_PROFILE"));
+            let region = args
+                .region
+                .clone()
+                .or_else(|| env("AWS_REGION"))
+                .or_else(|| env("AWS_DEFAULT_REGION"))
+                .or_else(|| profile_region(profile.as_deref().unwrap_or("default")))
+                .unwrap_or_else(|| "us-east-1".into());
+            b = b.with_region(region);
+            if args.no_sign_request {
+                b = b.with_skip_signature(true);
+            } else {
+                b = b.with_credentials(Arc::new(super::credentials::Chain::new(profile)));
+            }
+            let store = b
+                .with_client_options(client)
+                .with_http_connector(super::fail_fast::FailFast::default())
+                .build()
+                .with_context(|| format!("{url}: cannot set up the S3 client"))?;
+            let store = Arc::new(store);
+            (store.clone(), ObjectPath::from(key), Lister::Pages(store))
+        } else if lower.starts_with("https://") || lower.starts_with("http://") {
+            if lower.starts_with("http://") && !args.allow_http {
+                bail!("{url}: plain http needs --allow-http (bytes travel unencrypted)");
+            }
+            let (origin, key) = split_url(url)?;
+            let path = key_path(url, key)?;
+            let dirs = super::http_listing::DirLister {
+                client: super::fail_fast::FailFast::default()
+                    .connect(&client)
+                    .with_context(|| format!("{url}: cannot set up the HTTP client"))?,
+                retries: retry.max_retries,
+                retry_timeout: retry.retry_timeout,
+            };
+            let store = HttpBuilder::new()
+                .with_url(origin)
+                .with_client_options(client)
+                .with_http_connector(super::fail_fast::FailFast::default())
+                .with_retry(retry)
+                .build()
+                .with_context(|| format!("{url}: cannot set up the HTTP client"))?;
+            (Arc::new(store), path, Lister::Dirs(dirs))
+        } else {
+            bail!("{url}: not an s3://, https:// or http:// URL");
         };
-        let store = HttpBuilder::new()
-            .with_url(origin)
-            .with_client_options(client)
-            .with_http_connector(super::fail_fast::FailFast::default())
-            .with_retry(retry)
-            .build()
-            .with_context(|| format!("{url}: cannot set up the HTTP client"))?;
-        (Arc::new(store), path, Lister::Dirs(dirs))
-    } else {
-        bail!("{url}: not an s3://, https:// or http:// URL");
-    };
     Ok((store, path, lister))
 }
 

@@ -7,6 +7,7 @@
 
 pub mod block_cache;
 pub mod chunks;
+mod credentials;
 pub mod end_to_end;
 mod endpoints;
 mod fail_fast;

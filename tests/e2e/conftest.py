@@ -8,6 +8,9 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# No test may send a request beyond 127.0.0.1: the credential chain's last source, EC2 instance
+# metadata (169.254.169.254), is off for every process a test starts.
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 SHARED = ROOT.parent / "shared" / "data" / "imagenet-sample"
 
 

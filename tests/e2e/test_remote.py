@@ -319,6 +319,31 @@ def test_profile_file_credentials(world, source, tmp_path):
     none = subprocess.run([loosefs_bin(), "info", "s3://packs/data.pack", *args],
                           env={**env, "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}, capture_output=True, text=True)
     assert none.returncode != 0 and "no AWS credentials" in none.stderr, none.stderr
+    assert "credential_process" in none.stderr and "--no-sign-request" in none.stderr, none.stderr
+
+
+def test_a_credential_process_profile_mounts_and_runs_its_command_once(world, source, tmp_path):
+    """A profile whose credentials come from `credential_process` (the AWS CLI's external
+    source, found by aws-config's chain): the mount reads every file byte-identical, and the
+    command runs once for the whole mount (its credentials carry no expiry), not per request."""
+    runs = tmp_path / "runs"
+    helper = tmp_path / "creds.sh"
+    helper.write_text("#!/bin/sh\n"
+                      f"echo run >> {runs}\n"
+                      f"echo '{{\"Version\": 1, \"AccessKeyId\": \"{servers.ACCESS_KEY}\", "
+                      f"\"SecretAccessKey\": \"{servers.SECRET_KEY}\"}}'\n")
+    helper.chmod(0o755)
+    config = tmp_path / "config"
+    config.write_text(f"[profile proc]\ncredential_process = {helper}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_CONFIG_FILE=str(config), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+               AWS_EC2_METADATA_DISABLED="true")
+    with Mount("s3://packs/data.pack", world["work"], "--profile", "proc", *s3_args(world), env=env) as mnt:
+        files = files_of(source)
+        assert files_of(mnt) == files
+        for rel in files:
+            assert (mnt / rel).read_bytes() == (source / rel).read_bytes(), rel
+    assert runs.read_text().count("run") == 1, runs.read_text()
 
 
 def test_fully_cached_pack_pins_and_decodes_like_a_local_one(world, source, pack, tmp_path):
