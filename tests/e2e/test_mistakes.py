@@ -1,0 +1,148 @@
+"""The mistakes docs/TROUBLESHOOTING.md lists, made for real: each row's message (its first
+column, up to the first `…`) is what the command prints, and it is printed within 10 s (no
+retry for what no retry heals). Rows whose cause needs a remote server or a damaged file are
+made in test_remote.py, test_hostile.py, test_video.py and tests/read_path.rs; `MADE_ELSEWHERE` names them, and a
+row in neither list fails this test (a new row needs its test)."""
+import json
+import os
+import pathlib
+import re
+import resource
+import socket
+import subprocess
+import pytest
+
+from conftest import ROOT, loosefs_bin, need_mount
+
+TABLE = ROOT / "docs" / "TROUBLESHOOTING.md"
+
+# Rows made by other tests, by the first code span of their `you see` column.
+MADE_ELSEWHERE = {
+    "Permission denied": "test_mount_flags.py (mounts as nobody)",
+    "Input/output error": "test_hostile.py, test_formats.py",
+    "Stale file handle": "test_remote.py::test_s3_object_replaced_gives_estale",
+    "the server's TLS certificate is not trusted":
+        "test_remote.py::test_https_with_a_private_ca_and_plain_http_only_when_allowed",
+    "no such object (404)": "test_remote.py",
+    "access denied (403)": "test_remote.py::test_profile_file_credentials",
+    "a video's frame answers EIO": "test_video.py",
+    "cannot pin …: only … GiB of memory is available":
+        "tests/read_path.rs::pinned_pack_survives_drop_caches_and_oversize_pins_are_refused",
+    "a shuffled epoch is slow on a cold mount": "not an error: bench/run.py",
+}
+
+
+def rows():
+    """The table's rows: {the first code span of its `you see` column (the whole column when it
+    has none): every code span there (alternatives: `A` (or `B`, `C`))}."""
+    out = {}
+    for line in TABLE.read_text().splitlines():
+        if not line.startswith("| ") or line.startswith("| you see") or line.startswith("|---"):
+            continue
+        first = line.split(" | ")[0][2:].strip()
+        spans = re.findall(r"`([^`]*)`", first)
+        out[spans[0] if spans else first] = spans or [first]
+    return out
+
+
+def pattern(row):
+    """The row's message as a regular expression: `…` any text, HOST and PORT any word."""
+    parts = [re.escape(p.strip()) for p in row.split("…")]
+    return re.compile(".*".join(p for p in parts if p).replace("HOST", r"\S+").replace("PORT", r"\d+"), re.S)
+
+
+def loosefs(*args, **kw):
+    return subprocess.run([loosefs_bin(), *map(str, args)], capture_output=True, text=True, timeout=10, **kw)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def mounted(pack, tmp_path):
+    need_mount()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = loosefs("mount", pack, mnt)
+    assert r.returncode == 0, r.stderr
+    yield mnt
+    loosefs("umount", "--lazy", mnt)
+
+
+def made_here(pack, tmp_path, mounted):
+    """Each mistake made: {row's message: what the user sees}."""
+    seen = {}
+    # Nothing at the mountpoint, or something mounted there already.
+    r = loosefs("mount", pack, tmp_path / "absent")
+    seen["mountpoint … does not exist"] = r.stderr
+    r = loosefs("mount", pack, mounted)
+    seen["… is already a mount point (…); unmount it first"] = r.stderr
+    # Writes are refused by the kernel's answer.
+    try:
+        (mounted / "new").write_bytes(b"x")
+        seen["Read-only file system"] = ""
+    except OSError as e:
+        seen["Read-only file system"] = os.strerror(e.errno)
+    # A busy mount: a process with its working directory inside.
+    holder = subprocess.Popen(["sleep", "30"], cwd=mounted)
+    try:
+        seen["… is busy"] = loosefs("umount", mounted).stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    # A daemon that died: the mountpoint answers ENOTCONN, and a new mount there names it.
+    os.kill(json.loads(loosefs("stats", mounted, "--json").stdout)["daemon"]["pid"], 9)
+    try:
+        os.stat(mounted / "x")
+        seen["Transport endpoint is not connected"] = ""
+    except OSError as e:
+        seen["Transport endpoint is not connected"] = os.strerror(e.errno)
+    seen["mountpoint … is a stale FUSE mount"] = loosefs("mount", pack, mounted).stderr
+    # Remote sources: nothing listening, plain http, no credentials.
+    port = free_port()
+    r = loosefs("info", f"https://127.0.0.1:{port}/data.pack")
+    seen["nothing listens at HOST:PORT (connection refused …)"] = r.stderr
+    r = loosefs("info", "https://no-such-host.invalid/data.pack")
+    assert pattern("cannot resolve HOST").search(r.stderr), r.stderr
+    r = loosefs("info", f"http://127.0.0.1:{port}/data.pack")
+    seen["… needs --allow-http"] = r.stderr
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(AWS_EC2_METADATA_DISABLED="true", HOME=str(tmp_path), AWS_CONFIG_FILE=str(tmp_path / "none"),
+                   AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+        r = loosefs("info", "s3://bucket/data.pack", "--endpoint-url", f"http://127.0.0.1:{listener.getsockname()[1]}",
+                    "--allow-http", env=env)
+        seen["no AWS credentials … (tried, in order: …)"] = r.stderr
+    finally:
+        listener.close()
+    # Too few descriptors for the threads asked.
+    mnt2 = tmp_path / "mnt2"
+    mnt2.mkdir()
+    low = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (24, 24))
+    r = subprocess.run([loosefs_bin(), "mount", str(pack), str(mnt2), "--threads", "64"], capture_output=True,
+                       text=True, timeout=10, preexec_fn=low)
+    if r.returncode == 0:
+        loosefs("umount", mnt2)
+    seen["too few file descriptors"] = r.stderr
+    # Video frames asked of a directory holding no video.
+    plain = tmp_path / "plain"
+    (plain / "a").mkdir(parents=True)
+    (plain / "a" / "x.txt").write_text("x")
+    seen["--decode frames needs a LeRobot v3 dataset … or video files"] = loosefs("mount", plain, mnt2, "--decode", "frames").stderr
+    return seen
+
+
+def test_every_row_of_the_troubleshooting_table_is_what_the_user_sees(pack, tmp_path, mounted):
+    seen = made_here(pack, tmp_path, mounted)
+    table = rows()
+    missing = [r for r in table if r not in seen and r not in MADE_ELSEWHERE]
+    assert not missing, f"rows no test makes: {missing}"
+    assert not [k for k in seen if k not in table], "made here but not in the table"
+    wrong = [(r, out[-500:]) for r, out in seen.items() if not any(pattern(a).search(out) for a in table[r])]
+    assert not wrong, wrong
