@@ -83,3 +83,11 @@ def test_shell_completions_and_the_man_page_are_generated_from_the_definitions(t
         assert f"LOOSEFS {c.upper()}" in text, c
     for f in cmds["mount"] - {"--help"}:
         assert f in text, f
+
+
+def test_the_user_docs_carry_no_words_of_the_projects_own_notes():
+    """What a user reads (README, docs/ but the BENCHMARKS and DESIGN notebooks) names no issue
+    numbers, disk "moods", targets or paths of the development machine."""
+    internal = re.compile(r"issue \d+|\bmood\b|\.\./shared|\(target [0-9.]+×\)", re.I)
+    found = [(p, m.group(0)) for p in USER_DOCS for m in internal.finditer((ROOT / p).read_text())]
+    assert not found, found
