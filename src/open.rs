@@ -257,6 +257,35 @@ pub fn index_url(
     remote_dataset::shared::index(url, out, args, store)
 }
 
+/// The frame view of a prefix of loose objects (`--decode frames`): the files it decodes from
+/// copied out of the block cache into a directory of their own under the cache root
+/// ([`RemoteDir::spool_for_frames`], removed when the mount ends), then served as a local
+/// directory's frames are ([`crate::video::frame_tree`]) over `base`, the prefix's own tree.
+fn remote_dir_frames(
+    r: &RemoteDir,
+    base: Arc<dyn crate::catalog::Catalog>,
+) -> Result<(
+    crate::video::tree::FrameTree,
+    Arc<crate::video::frames::FrameServer>,
+)> {
+    let cannot = || format!("cannot serve the frames of {}", r.url());
+    let spool = tempfile::Builder::new()
+        .prefix(".frames-")
+        .tempdir_in(r.cache_root())
+        .with_context(cannot)?;
+    let bytes = r.spool_for_frames(spool.path(), 16).with_context(cannot)?;
+    log::info!(
+        "{}: {bytes} bytes of videos and metadata fetched for the frame view into {}",
+        r.url(),
+        spool.path().display()
+    );
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let (tree, server) =
+        crate::video::frame_tree(spool.path(), base, 1 << 30, threads).with_context(cannot)?;
+    server.keep(spool);
+    Ok((tree, server))
+}
+
 impl Dataset {
     /// Opens `src`: a URL through the network ([`Dataset::open_on`] with the store of
     /// [`crate::storage::connect`]); else a native pack unless `--format` names another
@@ -558,14 +587,23 @@ impl Dataset {
                 lease: None,
                 frames: None,
             }),
-            Dataset::RemoteDir(r) => Ok(Opened {
-                catalog: Arc::new(r.catalog(views)?),
-                storage: r.storage(),
-                changes: None,
-                owner: metadata(r.cache_root())?,
-                lease: None,
-                frames: None,
-            }),
+            Dataset::RemoteDir(r) => {
+                let mut catalog: Arc<dyn crate::catalog::Catalog> = Arc::new(r.catalog(views)?);
+                let mut frames = None;
+                if views.frames {
+                    let (tree, server) = remote_dir_frames(&r, catalog)?;
+                    catalog = Arc::new(tree);
+                    frames = Some(server);
+                }
+                Ok(Opened {
+                    catalog,
+                    storage: r.storage(),
+                    changes: None,
+                    owner: metadata(r.cache_root())?,
+                    lease: None,
+                    frames,
+                })
+            }
         }
     }
 

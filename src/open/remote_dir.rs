@@ -251,6 +251,77 @@ impl RemoteDir {
         self.cache.clone()
     }
 
+    /// The files a frame view decodes from (`--decode frames`), copied whole from the block
+    /// cache into `dir` under their paths in the tree: a LeRobot dataset's `meta/` and Parquet
+    /// files and every video file ([`crate::video::VIDEO_EXTENSIONS`]). FFmpeg's demuxer and
+    /// the Parquet reader read local files; each object is fetched once through the block cache
+    /// (its GETs pinned to the listed ETag), `at_once` at a time. Returns the bytes copied.
+    ///
+    /// Errors: a fetch that fails (names the file), or `dir` cannot be written.
+    pub fn spool_for_frames(&self, dir: &Path, at_once: usize) -> Result<u64> {
+        use rayon::prelude::*;
+        let ix = self.view()?;
+        let mut wanted = Vec::new();
+        let mut stack = vec![(0u32, String::new())];
+        while let Some((i, path)) = stack.pop() {
+            let r = ix.record(i).context("index record")?;
+            for c in ix.children(&r) {
+                let k = ix.record(c).context("index record")?;
+                let name = String::from_utf8_lossy(ix.name(&k)).into_owned();
+                let rel = if path.is_empty() {
+                    name
+                } else {
+                    format!("{path}/{name}")
+                };
+                if k.is_dir {
+                    stack.push((c, rel));
+                    continue;
+                }
+                let ext = Path::new(&rel)
+                    .extension()
+                    .and_then(|e| e.to_str())
+                    .map(str::to_ascii_lowercase);
+                let video = ext
+                    .as_deref()
+                    .is_some_and(|e| crate::video::VIDEO_EXTENSIONS.contains(&e));
+                if video || rel.starts_with("meta/") || ext.as_deref() == Some("parquet") {
+                    wanted.push((rel, k.data_off, k.size));
+                }
+            }
+        }
+        let storage = self.storage();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(at_once.max(1))
+            .build()
+            .context("cannot start the threads that fetch the videos")?;
+        pool.install(|| {
+            wanted
+                .par_iter()
+                .try_for_each(|(rel, off, size)| -> Result<()> {
+                    let to = dir.join(rel);
+                    if let Some(parent) = to.parent() {
+                        std::fs::create_dir_all(parent)
+                            .with_context(|| format!("cannot create {}", parent.display()))?;
+                    }
+                    let mut out = std::fs::File::create(&to)
+                        .with_context(|| format!("cannot write {}", to.display()))?;
+                    let mut buf = vec![0u8; 4 << 20];
+                    let mut at = 0u64;
+                    while at < *size {
+                        let n = (size - at).min(buf.len() as u64) as usize;
+                        storage
+                            .read_at(0, off + at, &mut buf[..n])
+                            .with_context(|| format!("cannot fetch {}{rel}", self.url))?;
+                        std::io::Write::write_all(&mut out, &buf[..n])
+                            .with_context(|| format!("cannot write {}", to.display()))?;
+                        at += n as u64;
+                    }
+                    Ok(())
+                })
+        })?;
+        Ok(wanted.iter().map(|w| w.2).sum())
+    }
+
     /// The index's totals (files, directories, bytes).
     pub fn totals(&self) -> crate::pack::index::Totals {
         crate::pack::index::IndexView::parse(&self.index[..])

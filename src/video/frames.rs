@@ -100,6 +100,9 @@ pub struct FrameServer {
     pool: rayon::ThreadPool,
     /// Counters.
     pub stats: FrameStats,
+    /// The local copies the videos are decoded from, when they were fetched for this mount
+    /// (a prefix of loose objects): removed with the server.
+    spool: Mutex<Option<tempfile::TempDir>>,
 }
 
 impl std::fmt::Debug for FrameServer {
@@ -112,6 +115,11 @@ impl std::fmt::Debug for FrameServer {
 }
 
 impl FrameServer {
+    /// Keeps `dir` (the local copies of the videos it decodes) until the server is dropped.
+    pub fn keep(&self, dir: tempfile::TempDir) {
+        *self.spool.lock().unwrap_or_else(|p| p.into_inner()) = Some(dir);
+    }
+
     /// Serves `made` (indexed by a tree's made ids) from `videos` (path, index), keeping up
     /// to `budget` bytes of decoded GOPs, decoding on `threads` threads.
     ///
@@ -133,6 +141,7 @@ impl FrameServer {
             cache: Mutex::new(Cache::default()),
             pool,
             stats: FrameStats::default(),
+            spool: Mutex::new(None),
         }))
     }
 

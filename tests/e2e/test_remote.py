@@ -715,7 +715,8 @@ def test_a_lerobot_dataset_as_loose_objects_reads_identical_and_its_videos_decod
     """A LeRobot v3 dataset (written by lerobot's own writer: `meta/`, `data/*.parquet`, AV1
     `videos/*.mp4`) uploaded as loose objects: the mount makes LISTs only, every file reads
     byte-identical, and PyAV decodes every frame of every video through the mount as it does
-    from the local directory (what `LeRobotDataset(root=MNT)`'s pyav backend reads)."""
+    from the local directory (what `LeRobotDataset(root=MNT)`'s pyav backend reads); with
+    `--decode frames` every frame and column file equals the local directory's."""
     import numpy as np
     try:
         import av
@@ -745,6 +746,22 @@ def test_a_lerobot_dataset_as_loose_objects_reads_identical_and_its_videos_decod
             got, want = frames(mnt / rel), frames(LEROBOT / rel)
             assert len(got) == len(want) > 0, rel
             assert all(np.array_equal(a, b) for a, b in zip(got, want)), rel
+    # With --decode frames the prefix shows the same frame and column files as a mount of the
+    # local directory, byte for byte (the videos fetched once through the block cache).
+    local = world["work"] / f"lerobot-local-{random.randrange(1 << 30)}"
+    local.mkdir()
+    subprocess.run([loosefs_bin(), "mount", str(LEROBOT), str(local), "--decode", "frames"], check=True,
+                   capture_output=True, timeout=300)
+    try:
+        with Mount(f"s3://{weed.bucket}/lerobot/", world["work"], "--decode", "frames", *s3_args(world)) as mnt:
+            made = [f for f in files_of(local)
+                    if f.parts[0] in ("frames", "columns") or (len(f.parts) > 1 and f.parts[-2].endswith(".frames"))]
+            assert len(made) > 1000, len(made)
+            assert files_of(mnt) == files_of(local)
+            for rel in made:
+                assert (mnt / rel).read_bytes() == (local / rel).read_bytes(), rel
+    finally:
+        subprocess.run([loosefs_bin(), "umount", str(local)], check=True, timeout=60)
 
 
 def test_a_shared_listing_mounts_a_prefix_with_two_requests_and_a_stale_one_is_refused(world, source, loose):
