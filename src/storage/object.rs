@@ -91,7 +91,7 @@ impl std::fmt::Debug for ObjectClient {
 /// request", where the cause is an untrusted certificate or a refused connection), each said
 /// once, and what to do where the cause is known: an untrusted certificate names
 /// `--ca-bundle`.
-pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
