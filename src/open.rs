@@ -261,6 +261,7 @@ pub fn index_url(
 /// copied out of the block cache into a directory of their own under the cache root
 /// ([`RemoteDir::spool_for_frames`], removed when the mount ends), then served as a local
 /// directory's frames are ([`crate::video::frame_tree`]) over `base`, the prefix's own tree.
+/// Copies a killed daemon left behind are removed first ([`remote_dir::sweep_spools`]).
 fn remote_dir_frames(
     r: &RemoteDir,
     base: Arc<dyn crate::catalog::Catalog>,
@@ -269,10 +270,12 @@ fn remote_dir_frames(
     Arc<crate::video::frames::FrameServer>,
 )> {
     let cannot = || format!("cannot serve the frames of {}", r.url());
+    remote_dir::sweep_spools(r.cache_root());
     let spool = tempfile::Builder::new()
-        .prefix(".frames-")
+        .prefix(remote_dir::SPOOL_PREFIX)
         .tempdir_in(r.cache_root())
         .with_context(cannot)?;
+    let lock = remote_dir::lock_spool(spool.path()).with_context(cannot)?;
     let bytes = r.spool_for_frames(spool.path(), 16).with_context(cannot)?;
     log::info!(
         "{}: {bytes} bytes of videos and metadata fetched for the frame view into {}",
@@ -282,7 +285,8 @@ fn remote_dir_frames(
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let (tree, server) =
         crate::video::frame_tree(spool.path(), base, 1 << 30, threads).with_context(cannot)?;
-    server.keep(spool);
+    // The lock is released before the directory is removed (fields drop in order).
+    server.keep(Box::new((lock, spool)));
     Ok((tree, server))
 }
 

@@ -122,6 +122,47 @@ pub struct RemoteDir {
     pub shared: Option<String>,
 }
 
+/// Names of the directories under a cache root holding a mount's copies of the videos its
+/// frame view decodes ([`RemoteDir::spool_for_frames`]).
+pub const SPOOL_PREFIX: &str = ".frames-";
+
+/// Locks the copies' directory `dir` for the life of the returned lock (an exclusive `flock`
+/// on its `lock` file), so [`sweep_spools`] leaves it. Errors: the file cannot be created.
+pub fn lock_spool(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    let f = std::fs::File::create(dir.join("lock"))
+        .with_context(|| format!("cannot create {}", dir.join("lock").display()))?;
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| anyhow!("cannot lock {}: {e}", dir.display()))
+}
+
+/// Removes the copies' directories under `root` that no live mount holds (their lock is
+/// free: a daemon killed before it could remove its own). Failures are logged.
+pub fn sweep_spools(root: &Path) {
+    let Ok(rd) = std::fs::read_dir(root) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let path = e.path();
+        let ours = e.file_name().to_string_lossy().starts_with(SPOOL_PREFIX);
+        if !ours || !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let free = match std::fs::File::open(path.join("lock")) {
+            Ok(f) => {
+                nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok()
+            }
+            // Made but not yet locked by a mount starting now, or the lock file is gone.
+            Err(_) => false,
+        };
+        if free {
+            match std::fs::remove_dir_all(&path) {
+                Ok(()) => log::info!("removed {} (left by a mount that ended)", path.display()),
+                Err(e) => log::warn!("cannot remove {}: {e}", path.display()),
+            }
+        }
+    }
+}
+
 impl RemoteDir {
     /// Opens the loose objects `listed` (name below the prefix, pin) of the S3 prefix `url`:
     /// the tree built from the names, every object pinned to its listed ETag, one block cache

@@ -741,3 +741,27 @@ fn formats_are_told_from_loose_files_by_their_listing() {
         "videos/cam/chunk-000/file-000.mp4"
     ])));
 }
+
+#[test]
+fn frame_copies_a_killed_mount_left_are_swept_and_a_live_mounts_kept() {
+    use super::remote_dir::{lock_spool, sweep_spools};
+    let tmp = tempfile::tempdir().unwrap();
+    let dead = tmp.path().join(".frames-dead");
+    std::fs::create_dir(&dead).unwrap();
+    std::fs::write(dead.join("lock"), b"").unwrap();
+    std::fs::write(dead.join("a.mp4"), b"video").unwrap();
+    let live = tmp.path().join(".frames-live");
+    std::fs::create_dir(&live).unwrap();
+    let held = lock_spool(&live).unwrap();
+    let blocks = tmp.path().join("objects-1");
+    std::fs::create_dir(&blocks).unwrap();
+    sweep_spools(tmp.path());
+    assert!(!dead.exists(), "no mount holds it");
+    assert!(
+        live.exists() && blocks.exists(),
+        "a live mount's copies and block caches stay"
+    );
+    drop(held);
+    sweep_spools(tmp.path());
+    assert!(!live.exists());
+}

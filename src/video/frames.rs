@@ -100,9 +100,9 @@ pub struct FrameServer {
     pool: rayon::ThreadPool,
     /// Counters.
     pub stats: FrameStats,
-    /// The local copies the videos are decoded from, when they were fetched for this mount
-    /// (a prefix of loose objects): removed with the server.
-    spool: Mutex<Option<tempfile::TempDir>>,
+    /// What the server's videos need while it serves (the local copies fetched for this
+    /// mount of a prefix of loose objects, and their lock), dropped with it.
+    held: Mutex<Vec<Box<dyn std::any::Any + Send + Sync>>>,
 }
 
 impl std::fmt::Debug for FrameServer {
@@ -115,9 +115,10 @@ impl std::fmt::Debug for FrameServer {
 }
 
 impl FrameServer {
-    /// Keeps `dir` (the local copies of the videos it decodes) until the server is dropped.
-    pub fn keep(&self, dir: tempfile::TempDir) {
-        *self.spool.lock().unwrap_or_else(|p| p.into_inner()) = Some(dir);
+    /// Keeps `held` (e.g. the directory of local copies its videos are decoded from) until
+    /// the server is dropped.
+    pub fn keep(&self, held: Box<dyn std::any::Any + Send + Sync>) {
+        (self.held.lock().unwrap_or_else(|p| p.into_inner())).push(held);
     }
 
     /// Serves `made` (indexed by a tree's made ids) from `videos` (path, index), keeping up
@@ -141,7 +142,7 @@ impl FrameServer {
             cache: Mutex::new(Cache::default()),
             pool,
             stats: FrameStats::default(),
-            spool: Mutex::new(None),
+            held: Mutex::new(Vec::new()),
         }))
     }
 

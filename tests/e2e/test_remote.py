@@ -753,13 +753,17 @@ def test_a_lerobot_dataset_as_loose_objects_reads_identical_and_its_videos_decod
     subprocess.run([loosefs_bin(), "mount", str(LEROBOT), str(local), "--decode", "frames"], check=True,
                    capture_output=True, timeout=300)
     try:
-        with Mount(f"s3://{weed.bucket}/lerobot/", world["work"], "--decode", "frames", *s3_args(world)) as mnt:
+        cache = world["work"] / f"cache-frames-{random.randrange(1 << 30)}"
+        with Mount(f"s3://{weed.bucket}/lerobot/", world["work"], "--decode", "frames", *s3_args(world, cache=cache)) as mnt:
+            assert len([p for p in cache.iterdir() if p.name.startswith(".frames-")]) == 1
             made = [f for f in files_of(local)
                     if f.parts[0] in ("frames", "columns") or (len(f.parts) > 1 and f.parts[-2].endswith(".frames"))]
             assert len(made) > 1000, len(made)
             assert files_of(mnt) == files_of(local)
             for rel in made:
                 assert (mnt / rel).read_bytes() == (local / rel).read_bytes(), rel
+        # The copies of the videos go with the mount.
+        assert not [p for p in cache.iterdir() if p.name.startswith(".frames-")]
     finally:
         subprocess.run([loosefs_bin(), "umount", str(local)], check=True, timeout=60)
 
