@@ -66,8 +66,8 @@ impl CredentialProvider for Chain {
             object_store::Error::Generic {
                 store: "S3",
                 source: format!(
-                    "no AWS credentials: {} (tried, in order: the environment, profile {profile:?} in ~/.aws/credentials and ~/.aws/config (keys, credential_process, SSO, role_arn), web identity, the container's endpoint, instance metadata unless AWS_EC2_METADATA_DISABLED=true); use --profile, or --no-sign-request for a public bucket",
-                    causes(&e)
+                    "no AWS credentials: {e}: {} (tried, in order: the environment, profile {profile:?} in ~/.aws/credentials and ~/.aws/config (keys, credential_process, SSO, role_arn), web identity, the container's endpoint, instance metadata unless AWS_EC2_METADATA_DISABLED=true); use --profile, or --no-sign-request for a public bucket",
+                    super::fail_fast::causes(&e)
                 )
                 .into(),
             }
@@ -80,16 +80,4 @@ impl CredentialProvider for Chain {
         *kept = Some((out.clone(), c.expiry()));
         Ok(out)
     }
-}
-
-/// `e` and the errors under it, joined by `: ` (the chain's outermost message alone says only
-/// that no provider gave credentials).
-fn causes(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        out += &format!(": {c}");
-        cur = c.source();
-    }
-    out
 }

@@ -85,6 +85,18 @@ pub(crate) fn is_permanent(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// The causes under `e`, joined by `: ` (a TLS or connection failure, or why no credential
+/// provider answered, names itself only there).
+pub(crate) fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = Vec::new();
+    let mut s = e.source();
+    while let Some(c) = s {
+        parts.push(c.to_string());
+        s = c.source();
+    }
+    parts.join(": ")
+}
+
 fn is_certificate(e: &(dyn std::error::Error + 'static)) -> bool {
     use rustls::Error as T;
     matches!(

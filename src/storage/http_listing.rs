@@ -140,11 +140,11 @@ impl DirLister {
                 Err(e) if super::fail_fast::is_permanent(&e) => {
                     bail!(
                         "{url}: cannot list the directory: {e}: {} ({})",
-                        source_chain(&e),
+                        super::fail_fast::causes(&e),
                         super::fail_fast::CERTIFICATE_FIX
                     )
                 }
-                Err(e) => format!("{e}: {}", source_chain(&e)),
+                Err(e) => format!("{e}: {}", super::fail_fast::causes(&e)),
             };
             tries += 1;
             if tries > self.retries || started.elapsed() > self.retry_timeout {
@@ -183,17 +183,6 @@ impl DirLister {
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
     }
-}
-
-/// The causes under `e`, joined (a TLS or connection failure names itself only there).
-fn source_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = Vec::new();
-    let mut s = e.source();
-    while let Some(c) = s {
-        parts.push(c.to_string());
-        s = c.source();
-    }
-    parts.join(": ")
 }
 
 #[cfg(test)]
