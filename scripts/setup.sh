@@ -20,7 +20,9 @@ python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 # Video frames: libavformat/libavcodec (AV1 through libdav1d, H.264, HEVC) and libswscale.
 pkg-config --exists libavcodec libavformat libswscale libavutil 2>/dev/null \
   || need+=(libavcodec-dev libavformat-dev libswscale-dev libavutil-dev)
-ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+# libclang itself, not libclang-cpp (which some images carry and bindgen cannot use).
+compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null || compgen -G '/usr/lib/llvm-*/lib/libclang-[0-9]*.so*' >/dev/null \
+  || need+=(libclang-dev)
 # A one-node Slurm cluster (slurmctld, slurmd, munge) runs the deploy/slurm recipe in the tests.
 command -v slurmctld >/dev/null || need+=(slurm-wlm)
 if [ ${#need[@]} -gt 0 ]; then
