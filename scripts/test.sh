@@ -68,6 +68,12 @@ phase "cargo build --release --features bench" cargo build --release --features 
 # under python-env.sh's lock.
 echo "== Python venv"
 VENV=$(scripts/python-env.sh) || { echo "!! the Python venv could not be made" >&2; VENV=; WORST=1; SUMMARY+=("Python venv: FAILED"); }
+# A Debian trixie root beside the venv, made once: LeRobot's own loader (Python >= 3.12) runs
+# there, and the release wheel is installed there (another distribution, no toolchain).
+if [ -n "$VENV" ] && [ "$(id -u)" = 0 ]; then
+  echo "== Debian trixie root (Python 3.13 + lerobot; tests/e2e/trixie.py)"
+  scripts/trixie-root.sh >/dev/null || echo "!! the trixie root could not be made: its tests will say so" >&2
+fi
 # A test that hangs (a FUSE read whose daemon is stuck) fails with its name after this long
 # instead of hanging the run (tests/common Timeout; pytest-timeout below).
 export LOOSEFS_TEST_TIMEOUT=${LOOSEFS_TEST_TIMEOUT:-900}

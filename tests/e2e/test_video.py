@@ -151,6 +151,48 @@ def test_concurrent_readers_of_one_gop_get_the_same_pixels(tmp_path):
         assert errors == []
 
 
+LEROBOT_ITEMS = r"""
+import json, numpy as np, torch
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+plain = LeRobotDataset("local/plain", root="/data/dir", video_backend="pyav")
+mount = LeRobotDataset("local/mount", root="/data/mnt", video_backend="pyav")
+assert len(plain) == len(mount), (len(plain), len(mount))
+cams = list(mount.meta.camera_keys)
+checked = frames = 0
+for i in range(0, len(plain), 7):
+    a, b = plain[i], mount[i]
+    assert a.keys() == b.keys(), (i, a.keys(), b.keys())
+    for k in a:
+        if isinstance(a[k], torch.Tensor):
+            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), (i, k)
+        else:
+            assert a[k] == b[k], (i, k)
+    # lerobot's pyav backend returns the frame's RGB24 bytes / 255 (C x H x W, float32): the
+    # frame view of the row holds those bytes.
+    ep, fi = int(b["episode_index"]), int(b["frame_index"])
+    for cam in cams:
+        px = (b[cam] * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+        view = np.load(f"/data/mnt/frames/{cam}/episode_{ep:06d}/{fi:06d}.npy")
+        assert view.dtype == np.uint8 and np.array_equal(view, px), (i, cam)
+        frames += 1
+    checked += 1
+print(json.dumps({"items": checked, "frames": frames, "len": len(plain), "cameras": cams}))
+"""
+
+
+def test_lerobots_own_loader_reads_the_same_items_through_the_mount(tmp_path):
+    """lerobot 0.6.1 itself (Python 3.13 in a Debian trixie root: tests/e2e/trixie.py), unmodified:
+    `LeRobotDataset(root=MNT)` over `--decode frames` gives items equal to `root=DIR` (every
+    tensor, every 7th index, all cameras, pyav backend), and each item's camera images, as
+    lerobot's pyav backend decodes them, equal the row's frame views."""
+    prerequisites()
+    import trixie
+    with mounted(LEROBOT, tmp_path, "--decode", "frames") as mnt:
+        got = trixie.run(LEROBOT_ITEMS, {str(LEROBOT): "/data/dir", str(mnt): "/data/mnt"})
+    assert got["items"] == len(range(0, got["len"], 7)) and got["frames"] == got["items"] * len(got["cameras"]), got
+    assert got["len"] > 0 and got["cameras"], got
+
+
 def test_a_truncated_video_is_refused_at_mount_or_answers_eio_never_wrong_pixels(tmp_path):
     """The top camera's MP4 cut to its first half: the mount refuses it naming the file, or
     every frame it serves equals PyAV's pixels of the whole file and the rest answer EIO."""

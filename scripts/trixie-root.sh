@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Creates (once) and prints the path of a Debian trixie root holding Python 3.13 and lerobot
+# 0.6.1 (`lerobot[dataset]`, PyAV). The tests and the bench use it twice over: lerobot needs
+# Python >= 3.12 and the build machine's Python is 3.11, so LeRobot's own loader runs there over
+# a mount; and it is a distribution with another glibc and no FFmpeg, no Rust, no C compiler,
+# where the release wheel must install and mount (tests/e2e/test_python_api.py). It is made by
+# debootstrap from Debian's archive and entered with chroot in a private mount namespace
+# (tests/e2e/trixie.py).
+# The root lives outside the repository, in ${LOOSEFS_TRIXIE_ROOT:-$HOME/.cache/loosefs/trixie-root}
+# (about 5.5 GB, most of it torch), and is reused while its stamp matches the list below.
+# Needs root (debootstrap, chroot).
+set -euo pipefail
+ROOTFS=${LOOSEFS_TRIXIE_ROOT:-$HOME/.cache/loosefs/trixie-root}
+SUITE=trixie
+PKGS="lerobot[dataset]==0.6.1 av==15.1.0"
+STAMP="$ROOTFS/.loosefs-stamp"
+ready() {
+  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$SUITE $PKGS" ] && [ -x "$ROOTFS/venv/bin/python" ]
+}
+if ready; then
+  echo "$ROOTFS"
+  exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+  echo "trixie-root: needs root (debootstrap and chroot)" >&2
+  exit 1
+fi
+command -v debootstrap >/dev/null || {
+  echo "trixie-root: installing debootstrap" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+}
+mkdir -p "$(dirname "$ROOTFS")"
+exec 9>"$ROOTFS.lock"
+flock 9
+if ready; then
+  echo "$ROOTFS"
+  exit 0
+fi
+echo "trixie-root: creating $ROOTFS: Debian $SUITE with Python 3.13, then $PKGS (first run only; about 5 GB)" >&2
+rm -rf "$ROOTFS"
+debootstrap --variant=minbase --include=python3,python3-venv "$SUITE" "$ROOTFS" http://deb.debian.org/debian >&2 \
+  || { echo "trixie-root: debootstrap of $SUITE failed (log: $ROOTFS/debootstrap/debootstrap.log)" >&2; exit 1; }
+# This machine's certificate bundle (a proxy's CA may be in it) and resolver, so pip inside the
+# root reaches PyPI as pip outside does.
+cp /etc/ssl/certs/ca-certificates.crt "$ROOTFS/etc/ssl/certs/ca-certificates.crt"
+cp -L /etc/resolv.conf "$ROOTFS/etc/resolv.conf"
+in_root() {
+  unshare --mount --propagation private sh -c 'mount -t proc proc "$1/proc" && mount --rbind /dev "$1/dev" && shift && exec chroot "$@"' \
+    sh "$ROOTFS" "$ROOTFS" env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 \
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt PIP_DEFAULT_TIMEOUT=180 PIP_DISABLE_PIP_VERSION_CHECK=1 "$@"
+}
+in_root python3 -m venv /venv >&2
+# shellcheck disable=SC2086
+in_root /venv/bin/pip install --quiet $PKGS >&2
+in_root /venv/bin/python -c 'import lerobot.datasets.lerobot_dataset, av' >&2
+echo "$SUITE $PKGS" > "$STAMP"
+echo "$ROOTFS"

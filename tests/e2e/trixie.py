@@ -1,0 +1,42 @@
+"""A second Linux in a directory: scripts/trixie-root.sh makes a Debian trixie root (Python 3.13,
+lerobot 0.6.1 in /venv; another glibc, no FFmpeg, no Rust, no C compiler), and `run` enters it
+with chroot in a private mount namespace (`unshare --mount`), where host directories and mounts
+are bind-mounted; the binds vanish with the namespace. LeRobot's own loader (Python >= 3.12)
+runs there, and the release wheel is installed there."""
+import json
+import os
+import pathlib
+import subprocess
+
+from conftest import ROOT, missing_prerequisite
+
+
+def root() -> pathlib.Path:
+    """The trixie root (made on first use by scripts/trixie-root.sh, which needs root and
+    Debian's archive); a missing one is a missing prerequisite (a failure under CI=true)."""
+    if os.geteuid() != 0:
+        missing_prerequisite("the trixie root needs root (debootstrap, chroot)")
+    r = subprocess.run([str(ROOT / "scripts" / "trixie-root.sh")], capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        missing_prerequisite(f"scripts/trixie-root.sh failed: {r.stderr[-2000:]}")
+    return pathlib.Path(r.stdout.strip())
+
+
+def run(code: str, binds: dict, timeout: float = 600, python: str = "/venv/bin/python", prelude: str = ""):
+    """Runs `code` with `python` inside the root (lerobot's venv by default), after the shell
+    commands `prelude` (also inside), each `binds` host path bind-mounted at its path inside
+    the root (`/data/...`); returns what the code printed last, parsed as JSON.
+    HF_HUB_OFFLINE=1: lerobot reads the local dataset and asks no server; nothing inside may
+    reach beyond this machine (pip, in a prelude, installs from bound files with --no-index)."""
+    rootfs = root()
+    script = ["set -e", f'R="{rootfs}"', 'mount -t proc proc "$R/proc"', 'mount --rbind /dev "$R/dev"',
+              'mount -t tmpfs tmpfs "$R/tmp"']
+    for host, inner in binds.items():
+        script += [f'mkdir -p "$R{inner}"', f'mount --bind "{host}" "$R{inner}"']
+    inner = f"set -e\n{prelude}\nexec {python} -c \"$0\""
+    script.append('exec chroot "$R" env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 HF_HUB_OFFLINE=1 '
+                  'HF_DATASETS_OFFLINE=1 AWS_EC2_METADATA_DISABLED=true sh -c "$1" "$0"')
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script), code, inner],
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
