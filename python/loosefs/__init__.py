@@ -94,11 +94,18 @@ class MountError(LoosefsError):
 
 
 def binary() -> str:
-    """The `loosefs` executable: `$LOOSEFS_BIN`, else the one installed beside this Python
-    (the wheel's script), else the first on `PATH`. Raises LoosefsError when there is none."""
+    """The `loosefs` executable: `$LOOSEFS_BIN`, else the release wheel's binary (in
+    `loosefs.scripts/` beside this package, its libraries in `loosefs.libs/`), else the one
+    installed beside this Python (a wheel built from source), else the first on `PATH`.
+    Raises LoosefsError when there is none."""
     env = os.environ.get("LOOSEFS_BIN")
     if env:
         return env
+    # The release wheel's `bin/loosefs` is a Python shim that execs this one; calling it
+    # directly saves a Python start per command.
+    bundled = pathlib.Path(__file__).resolve().parent.parent / "loosefs.scripts" / "loosefs"
+    if bundled.is_file() and os.access(bundled, os.X_OK):
+        return str(bundled)
     here = pathlib.Path(sys.executable).parent / "loosefs"
     if here.is_file() and os.access(here, os.X_OK):
         return str(here)

@@ -254,6 +254,63 @@ def test_pip_install_of_the_repository_mounts_byte_identical_and_leaves_nothing(
         assert not alive(pid), f"{how}: the daemon {pid} is still running"
 
 
+WHEEL_CHECK = r"""
+import hashlib, json, subprocess, sys, loosefs
+b = loosefs.binary()
+ldd = subprocess.run(["ldd", b], capture_output=True, text=True).stdout
+version = subprocess.run([b, "--version"], capture_output=True, text=True).stdout.strip()
+with loosefs.mount("/data/dir", decode=["frames"]) as m:
+    files = sorted(p for p in (m.path / "frames").rglob("*.npy"))
+    digests = {str(p.relative_to(m.path)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files[::37]}
+    digests["meta/info.json"] = hashlib.sha256((m.path / "meta" / "info.json").read_bytes()).hexdigest()
+    n = len(files)
+print(json.dumps({"binary": b, "ldd": ldd, "version": version, "frames": n, "digests": digests}))
+"""
+
+
+def test_the_release_wheel_installs_and_mounts_on_another_linux_without_a_toolchain(tmp_path):
+    """scripts/wheel.sh's wheel ($LOOSEFS_WHEEL, else built here): a manylinux tag, FFmpeg and
+    every library the binary needs beyond glibc, libgcc_s and libstdc++ inside. Installed with
+    `pip --no-index` in a Debian trixie root (another glibc, no FFmpeg, no X11 or GLib, no Rust,
+    no C compiler), its `loosefs` finds every library inside the wheel, and
+    `loosefs.mount(DIR, decode=["frames"])` there serves a LeRobot dataset's frame views
+    byte-identical to this machine's build."""
+    need_mount()
+    import hashlib
+    import trixie
+    lerobot = ROOT.parent / "shared" / "data" / "lerobot" / "so100-av1"
+    if not lerobot.is_dir():
+        missing_prerequisite(f"{lerobot} is missing")
+    if os.environ.get("LOOSEFS_WHEEL"):
+        wheel = pathlib.Path(os.environ["LOOSEFS_WHEEL"])  # scripts/test.sh built it
+    else:
+        r = subprocess.run([str(ROOT / "scripts" / "wheel.sh"), str(tmp_path / "wheels")], capture_output=True,
+                           text=True, timeout=2400)
+        assert r.returncode == 0, r.stderr[-3000:]
+        wheel = pathlib.Path(r.stdout.strip().splitlines()[-1])
+    out = wheel.parent
+    assert wheel.name.startswith("loosefs-") and "manylinux_2_" in wheel.name, wheel.name
+    got = trixie.run(WHEEL_CHECK, {str(lerobot): "/data/dir", str(out): "/wheels"}, python="/tmp/w/bin/python",
+                     prelude=f"python3 -m venv /tmp/w\n/tmp/w/bin/pip install --quiet --no-index /wheels/{wheel.name}")
+    assert got["binary"].endswith("/site-packages/loosefs.scripts/loosefs"), got["binary"]
+    assert got["version"].startswith("loosefs "), got["version"]
+    assert "not found" not in got["ldd"], got["ldd"]
+    for lib in ("libavcodec", "libavformat", "libswscale", "libdav1d"):
+        line = next((l for l in got["ldd"].splitlines() if lib in l), "")
+        assert "/site-packages/" in line and "/loosefs.libs/" in line, (lib, got["ldd"])
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    m = subprocess.run([loosefs_bin(), "mount", str(lerobot), str(mnt), "--decode", "frames"], capture_output=True,
+                       text=True, timeout=300)
+    assert m.returncode == 0, m.stderr
+    try:
+        assert got["frames"] == sum(1 for _ in (mnt / "frames").rglob("*.npy")) > 0
+        mine = {rel: hashlib.sha256((mnt / rel).read_bytes()).hexdigest() for rel in got["digests"]}
+        assert mine == got["digests"], json.dumps(got["digests"])[:1000]
+    finally:
+        subprocess.run([loosefs_bin(), "umount", str(mnt)], check=True, timeout=60)
+
+
 def test_patch_open_removes_the_isatty_round_trip_of_every_python_open(pack):
     """Pillow, np.load, pathlib and open() through the mount: one IOCTL per open by default, none
     once patched; the same bytes, pixels and arrays either way; unpatched again, they are back."""
