@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod handover;
+mod metrics_endpoint;
 mod session;
 use session::{Lease, fs_name, open_session, serve_until_signal, set_read_ahead};
 
@@ -311,6 +312,10 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     use std::os::unix::fs::MetadataExt;
     let server = opened.into_fs(opts.server_options(mnt));
     let server = Arc::new(server);
+    let metrics = opts
+        .metrics_addr
+        .map(metrics_endpoint::Endpoint::bind)
+        .transpose()?;
     if opts.allow_other {
         if let Some(c) = server.changes() {
             c.require_owner(meta.uid(), meta.gid());
@@ -410,6 +415,11 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         }
     }
     let lease = lease_file.and_then(|f| Lease::take(&pack_path, f));
+    if let Some(m) = metrics {
+        let addr = m.addr();
+        m.serve(server.clone(), mnt.display().to_string())?;
+        log::info!("metrics of {} at http://{addr}/metrics", mnt.display());
+    }
     if let Some(fd) = ready {
         let mut f = std::fs::File::from(fd);
         let _ = f.write_all(b"ready\n");

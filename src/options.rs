@@ -103,6 +103,12 @@ pub struct MountArgs {
     /// `stats` shows which one serves. Default from `LOOSEFS_TRANSPORT`.
     #[arg(long, value_enum, default_value_t = Transport::Auto, env = "LOOSEFS_TRANSPORT")]
     pub transport: Transport,
+    /// Serve the mount's statistics over HTTP at ADDR (IP:PORT, e.g. `127.0.0.1:9464`) for a
+    /// Prometheus server to scrape: `GET /metrics` answers what `stats --format prometheus`
+    /// prints (OpenMetrics when the scrape asks for it). The address is bound before the mount
+    /// is made: one in use fails the mount. Off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// Decoded views and their decoder.
     #[command(flatten)]
     pub decode: DecodeArgs,

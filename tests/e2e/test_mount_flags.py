@@ -224,6 +224,60 @@ def test_stats_prometheus_is_valid_exposition_and_says_what_the_json_says(mount)
         assert s.labels == {"mountpoint": mnt} and s.value == j["pack"]["samples"]
 
 
+def test_metrics_addr_serves_what_stats_prints_to_a_scraper(pack, tmp_path):
+    """`mount --metrics-addr 127.0.0.1:PORT` (a free port): `GET /metrics` answers Prometheus
+    text 0.0.4 that prometheus_client's parser reads, with the same families and kinds as
+    `stats --format prometheus` and counters that grow between scrapes; a scrape asking for
+    OpenMetrics (as Prometheus does) gets OpenMetrics that its OpenMetrics parser reads; other
+    paths answer 404. A second mount asking for the same address fails, naming the flag and
+    the address, and leaves nothing mounted."""
+    need_mount()
+    import socket
+    import urllib.error
+    import urllib.request
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
+    from prometheus_client.parser import text_string_to_metric_families as text_families
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mnt, other = tmp_path / "mnt", tmp_path / "other"
+    mnt.mkdir()
+    other.mkdir()
+    run("mount", pack, mnt, "--metrics-addr", f"127.0.0.1:{port}")
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+
+        def scrape(accept=None):
+            req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.headers["Content-Type"], r.read().decode()
+
+        kind, text = scrape()
+        assert kind.startswith("text/plain; version=0.0.4"), kind
+        fams = {f.name: f for f in text_families(text)}
+        stats = {f.name: f.type for f in text_families(run("stats", mnt, "--format", "prometheus").stdout)}
+        assert {n: f.type for n, f in fams.items()} == stats
+        assert fams["loosefs_bytes_served"].type == "counter"
+        before = fams["loosefs_requests_lookup"].samples[0].value
+        for f in sorted(p for p in mnt.rglob("*") if p.is_file())[:20]:
+            f.read_bytes()
+        after = {f.name: f for f in text_families(scrape()[1])}
+        assert after["loosefs_requests_lookup"].samples[0].value > before
+        kind, text = scrape("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")
+        assert kind.startswith("application/openmetrics-text"), kind
+        om = {f.name: f for f in om_families(text)}
+        assert om["loosefs_bytes_served"].type == "counter" and om["loosefs_pack_samples"].type == "gauge"
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30)
+        assert e.value.code == 404
+        r = run("mount", pack, other, "--metrics-addr", f"127.0.0.1:{port}", check=False)
+        assert r.returncode != 0 and f"--metrics-addr 127.0.0.1:{port}" in r.stderr, r.stderr
+        assert not os.path.ismount(other)
+    finally:
+        run("umount", mnt)
+
+
 class Nobody:
     """A copy of the pack readable by `nobody` and an empty mountpoint it owns, under a
     directory it owns; `run(...)` runs a command as `nobody` there."""
