@@ -92,9 +92,9 @@ pub struct MountArgs {
     /// How a loose directory's files reach readers: `off` (default) the daemon reads them and
     /// the kernel keeps them in the mount's page cache (warm reads need no round trip at all);
     /// `on` the kernel reads the original files itself (FUSE passthrough: no READ, no second
-    /// copy in memory, but an OPEN and a RELEASE round trip per open file: warm 30k-file
-    /// passes ran at 0.20-0.22x of the directory against 0.73-0.98x with `off`, cold ones
-    /// alike) where the kernel and privileges allow it, else the daemon. Packs: the daemon.
+    /// copy in memory, but an OPEN and a RELEASE round trip per open file, so many small
+    /// files read slower than with `off`) where the kernel and privileges allow it, else the
+    /// daemon. Packs: the daemon.
     #[arg(long, value_enum, default_value_t = Passthrough::Off)]
     pub passthrough: Passthrough,
     /// How requests reach the daemon: `uring` (FUSE over io_uring, Linux 6.14+: a reply and
