@@ -35,7 +35,8 @@ fn failed(server: &Fs, op: &str, ino: u64, e: &FsError) -> Errno {
 
 /// `server.read` with `reply` (both transports): a panic anywhere below fails this request
 /// only (the reply, dropped while unwinding, answers EIO) and is logged; the thread keeps
-/// serving. Returns false after a panic.
+/// serving. A failed read is logged at debug level with its path (`mount --debug`). Returns
+/// false after a panic.
 fn read_guarded(
     server: &Fs,
     ino: u64,
@@ -43,6 +44,14 @@ fn read_guarded(
     size: u32,
     reply: impl FnOnce(Result<&[u8], FsError>) + Send + 'static,
 ) -> bool {
+    // The path is looked up only when debug messages are kept.
+    let path = log::log_enabled!(log::Level::Debug).then(|| server.path_of(ino));
+    let reply = move |r: Result<&[u8], FsError>| {
+        if let (Err(e), Some(path)) = (&r, &path) {
+            log::debug!("read {path} at byte {offset}: {e}");
+        }
+        reply(r)
+    };
     let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         server.read(ino, offset, size, reply)
     }));

@@ -597,14 +597,22 @@ fn man_page(cmd: &clap::Command, out: &mut dyn std::io::Write) -> Result<()> {
     Ok(())
 }
 
+/// Warnings and errors by default; RUST_LOG overrides; `mount --debug` adds loosefs's own
+/// debug messages. fuser warns when the mount it tracks was already unmounted by us or by
+/// `umount`: noise, left out.
+fn init_logging(debug: bool) {
+    let mut b = env_logger::Builder::new();
+    b.filter_level(log::LevelFilter::Warn)
+        .filter_module("fuser::mnt", log::LevelFilter::Error)
+        .parse_env("RUST_LOG");
+    if debug {
+        b.filter_module("loosefs", log::LevelFilter::Debug);
+    }
+    b.init();
+}
+
 fn main() {
     panic_hook();
-    // fuser warns when the mount it tracks was already unmounted by us or by `umount`: noise.
-    env_logger::Builder::new()
-        .filter_level(log::LevelFilter::Warn)
-        .filter_module("fuser::mnt", log::LevelFilter::Error)
-        .parse_env("RUST_LOG")
-        .init();
     // Called by mount(8) as a helper (`mount -t fuse.loosefs`, an fstab line): the options
     // come as `-o a,b=c` and become `loosefs mount` flags.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -630,6 +638,7 @@ fn main() {
     } else {
         Cli::parse()
     };
+    init_logging(matches!(&cli.cmd, Cmd::Mount { opts, .. } if opts.debug));
     match run(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {

@@ -54,6 +54,11 @@ pub struct MountArgs {
     /// from RUST_LOG.
     #[arg(long)]
     pub log: Option<PathBuf>,
+    /// Log loosefs's debug messages too (each failed request with its path and error, each
+    /// remote GET with its range and time): the same as `RUST_LOG=loosefs=debug`, into the
+    /// log file.
+    #[arg(long)]
+    pub debug: bool,
     /// Largest read-ahead window in pack order, MiB (0 disables read-ahead across samples).
     #[arg(long, default_value_t = 64)]
     pub prefetch_max_mb: u64,

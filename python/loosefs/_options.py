@@ -9,6 +9,7 @@ OPTIONS = {
         ('threads', 'THREADS', '16', None, 'FUSE worker threads'),
         ('read_ahead_kb', 'READ_AHEAD_KB', '0', None, "Kernel read-ahead for this mount, KiB (0 keeps the kernel's default, 128)"),
         ('log', 'LOG', None, None, 'Log file of the background daemon (default: `~/.local/state/loosefs/log/<mountpoint>.log`, or under `$XDG_STATE_HOME`; `loosefs stats` names it)'),
+        ('debug', None, None, None, "Log loosefs's debug messages too (each failed request with its path and error, each remote GET with its range and time): the same as `RUST_LOG=loosefs=debug`, into the log file"),
         ('prefetch_max_mb', 'PREFETCH_MAX_MB', '64', None, 'Largest read-ahead window in pack order, MiB (0 disables read-ahead across samples)'),
         ('order_window_mb', 'ORDER_WINDOW_MB', '256', None, 'Largest read-ahead window along an announced epoch order (`<mnt>/.loosefs/order`): bytes read ahead and not yet served, MiB (0: orders are counted, not read ahead)'),
         ('pin', 'PIN', None, None, 'Keep this much of the pack resident (mlock), from its start: a size such as 2G or 512M, or `all`'),

@@ -294,6 +294,7 @@ impl ObjectClient {
         };
         let in_outage = self.outage.0.load(Relaxed);
         let store = if in_outage { &self.quick } else { &self.store };
+        let t0 = std::time::Instant::now();
         let res = async {
             let g = store.get_opts(&self.path, opts).await?;
             let (meta, range) = (g.meta.clone(), g.range.clone());
@@ -341,6 +342,7 @@ impl ObjectClient {
                 }
                 self.stats.gets.fetch_add(1, Relaxed);
                 self.stats.bytes.fetch_add(b.len() as u64, Relaxed);
+                log::debug!("GET {url} bytes {r:?}: {:?}", t0.elapsed());
                 return Ok(b);
             }
             Err(object_store::Error::Precondition { source, .. }) => {

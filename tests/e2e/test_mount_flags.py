@@ -3,6 +3,7 @@ FUSE worker threads in /proc/PID/task), `--decode-threads` (its decode threads t
 `--read-ahead-kb` (the mount's bdi read_ahead_kb in sysfs), `umount` of a busy mount (refused with
 the fix) and `umount --lazy` (detached); and the foreign-source flags `--format`, `--label`,
 `--class-names` (what ImageFolder sees); readiness on `NOTIFY_SOCKET` (systemd)."""
+import errno
 import json
 import os
 import shutil
@@ -416,9 +417,38 @@ def test_a_foreground_daemon_tells_systemd_when_it_is_ready_and_when_it_stops(pa
         sock.close()
 
 
+def test_debug_logs_each_failed_request_with_its_path(pack, source, tmp_path):
+    """`mount --debug --log FILE` over a pack with one sample's bytes damaged: each READ of it
+    that fails (EIO) is in the log at debug level, naming the file; without `--debug` no
+    debug line is written (the damage itself is logged either way, once)."""
+    need_mount()
+    victim = sorted(p for p in source.rglob("*") if p.is_file())[7]
+    data = pack.read_bytes()
+    at = data.find(victim.read_bytes())
+    assert at > 0
+    bad = tmp_path / "bad.pack"
+    bad.write_bytes(data[:at + 1000] + bytes([data[at + 1000] ^ 0xFF]) + data[at + 1001:])
+    rel = victim.relative_to(source)
+    for debug in (True, False):
+        mnt, log = tmp_path / f"mnt{debug}", tmp_path / f"log{debug}"
+        mnt.mkdir()
+        run("mount", bad, mnt, "--log", log, *(["--debug"] if debug else []))
+        try:
+            with pytest.raises(OSError) as e:
+                (mnt / rel).read_bytes()
+            assert e.value.errno == errno.EIO
+        finally:
+            run("umount", mnt)
+        text = log.read_text()
+        logged = [line for line in text.splitlines() if " DEBUG " in line and str(rel) in line]
+        assert bool(logged) == debug, text[-2000:]
+        assert debug or " DEBUG " not in text, text[-2000:]
+        assert str(rel) in text or victim.name in text, text[-2000:]
+
+
 def test_mounts_leave_one_log_per_mountpoint_and_no_empty_ones(pack, tmp_path):
-    """Ten mounts and unmounts of one mountpoint write one log file (reused); mounts at ten
-    fresh mountpoints (as the Python API makes them) leave no empty log behind."""
+    """A hundred mounts and unmounts of one mountpoint write one log file (reused); mounts at
+    ten fresh mountpoints (as the Python API makes them) leave no empty log behind."""
     need_mount()
     env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
     logs = tmp_path / "state" / "loosefs" / "log"
@@ -431,7 +461,7 @@ def test_mounts_leave_one_log_per_mountpoint_and_no_empty_ones(pack, tmp_path):
 
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    for _ in range(10):
+    for _ in range(100):
         cycle(mnt)
     assert len(list(logs.glob("*"))) <= 1 if logs.exists() else True
     for i in range(10):
