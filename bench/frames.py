@@ -12,7 +12,13 @@ Parties, each over the same shuffled list of (camera, episode, frame_index) rows
   --decode frames`: epoch 1 on a fresh mount (every GOP decoded), epoch 2 warm.
 - `npy-ext4`: the same frames written as `.npy` files on the local disk, read warm.
 - `decode-bound`: PyAV decoding every video file whole, one process per file, all cores.
-Reported: frames/s, first-frame latency, p50/p95/p99 per frame, the daemon's peak RSS.
+- `lerobot decode_video_frames` (`--parties lerobot`): lerobot 0.6.1's own
+  `decode_video_frames(..., backend="pyav")` per frame, the same rows, in the Debian trixie
+  root where lerobot runs (Python 3.13; bench/lerobot_party.py through scripts/in-trixie.sh).
+- `LeRobotDataset[i]` (`--parties getitem`): lerobot's own `__getitem__` over shuffled
+  dataset indices, every camera decoded (frames/s = items/s x cameras), in the same root.
+Reported: frames/s, first-frame latency, p50/p95/p99 per frame (per item for `getitem`), the
+daemon's peak RSS (the largest worker's for lerobot's parties).
 
 Run as root from the repository:
   python bench/frames.py --data ../shared/data/lerobot/so100-av1 --workers 1,2
@@ -93,6 +99,21 @@ def run(kind, root, items, workers):
                 p99=pct(0.99))
 
 
+def lerobot_party(kind, root, items, workers):
+    """LeRobot's own reader `kind` (`decode`: items are (rel, timestamp); `getitem`: dataset
+    indices) timed inside the trixie root (bench/lerobot_party.py)."""
+    import json
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = dict(kind=kind, root="/data", items=items, workers=workers, tolerance_s=1e-4)
+        pathlib.Path(tmp, "spec.json").write_text(json.dumps(spec))
+        r = subprocess.run([str(ROOT / "scripts" / "in-trixie.sh"), "--bind", f"{root}:/data", "--bind",
+                            f"{tmp}:/spec", "--bind", f"{ROOT / 'bench'}:/bench", "--", "/venv/bin/python",
+                            "/bench/lerobot_party.py", "/spec/spec.json"], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"lerobot's {kind} party failed: {r.stderr[-3000:]}")
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def decode_file(path):
     """Frames of the video `path`, every one decoded and converted to RGB24."""
     import av
@@ -125,11 +146,14 @@ def main():
     ap.add_argument("--rows", type=int, default=0, help="the first N rows of the shuffled order only (0: all)")
     ap.add_argument("--parties", default="pyav,order,mount,npy,bound",
                     help="which of pyav (per-frame), mount (epochs 1 and 2), order (epoch 1, order announced), "
-                         "npy (ext4), bound (decode bound)")
+                         "npy (ext4), bound (decode bound), lerobot (lerobot's decode_video_frames per frame), "
+                         "getitem (LeRobotDataset.__getitem__, all cameras)")
     a = ap.parse_args()
     parties = set(a.parties.split(","))
     root = a.data.resolve()
     items = rows_of(root)
+    cams = sorted({it[0] for it in items})
+    dataset_rows = len(items) // len(cams)
     random.Random(a.seed).shuffle(items)
     if a.rows:
         items = items[:a.rows]
@@ -139,6 +163,16 @@ def main():
         res, rss, bound = {}, 0, 0.0
         if "pyav" in parties:
             res["pyav-per-frame"] = run("pyav", root, items, w)
+        if "lerobot" in parties:
+            r = lerobot_party("decode", root, [[it[3], it[4]] for it in items], w)
+            res["lerobot decode_video_frames"] = dict(r, fps=r["ips"], rss=r["peak_rss_mib"])
+        if "getitem" in parties:
+            # One item holds every camera's frame of a row: as many items as rows in the pass.
+            n = max(1, len(items) // len(cams))
+            order = list(range(dataset_rows))
+            random.Random(a.seed).shuffle(order)
+            r = lerobot_party("getitem", root, order[:n], w)
+            res["LeRobotDataset[i], all cameras"] = dict(r, fps=r["ips"] * len(cams), rss=r["peak_rss_mib"])
         if "order" in parties:
             with tempfile.TemporaryDirectory() as tmp:
                 mnt = pathlib.Path(tmp) / "mnt"
@@ -185,11 +219,14 @@ def main():
         base = res.get("pyav-per-frame", {}).get("fps")
         print(f"\n{w} worker(s); decode bound (PyAV, whole files, all cores): {bound:.0f} frames/s; "
               f"daemon peak RSS {rss / 1024:.0f} MiB")
-        print(f"{'party':<32} {'frames/s':>9} {'x pyav':>7} {'first ms':>9} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7}")
+        print(f"{'party':<32} {'frames/s':>9} {'x pyav':>7} {'first ms':>9} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} "
+              f"{'peak RSS':>9}")
         for k, r in res.items():
             x = f"{r['fps'] / base:>7.1f}" if base else f"{'-':>7}"
+            # lerobot's parties: the largest worker's peak RSS (MiB); the mount's: the daemon's.
+            peak = f"{r['rss']:>5.0f} MiB" if "rss" in r else f"{'-':>9}"
             print(f"{k:<32} {r['fps']:>9.0f} {x} {r['first']:>9.2f} {r['p50']:>7.2f} "
-                  f"{r['p95']:>7.2f} {r['p99']:>7.2f}")
+                  f"{r['p95']:>7.2f} {r['p99']:>7.2f} {peak}")
         sys.stdout.flush()
 
 

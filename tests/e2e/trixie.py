@@ -25,18 +25,14 @@ def root() -> pathlib.Path:
 def run(code: str, binds: dict, timeout: float = 600, python: str = "/venv/bin/python", prelude: str = ""):
     """Runs `code` with `python` inside the root (lerobot's venv by default), after the shell
     commands `prelude` (also inside), each `binds` host path bind-mounted at its path inside
-    the root (`/data/...`); returns what the code printed last, parsed as JSON.
-    HF_HUB_OFFLINE=1: lerobot reads the local dataset and asks no server; nothing inside may
-    reach beyond this machine (pip, in a prelude, installs from bound files with --no-index)."""
-    rootfs = root()
-    script = ["set -e", f'R="{rootfs}"', 'mount -t proc proc "$R/proc"', 'mount --rbind /dev "$R/dev"',
-              'mount -t tmpfs tmpfs "$R/tmp"']
+    the root (`/data/...`) by scripts/in-trixie.sh; returns what the code printed last, parsed
+    as JSON. Nothing inside may reach beyond this machine: lerobot runs offline
+    (HF_HUB_OFFLINE=1) and pip, in a prelude, installs from bound files with --no-index."""
+    root()
+    cmd = [str(ROOT / "scripts" / "in-trixie.sh")]
     for host, inner in binds.items():
-        script += [f'mkdir -p "$R{inner}"', f'mount --bind "{host}" "$R{inner}"']
-    inner = f"set -e\n{prelude}\nexec {python} -c \"$0\""
-    script.append('exec chroot "$R" env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 HF_HUB_OFFLINE=1 '
-                  'HF_DATASETS_OFFLINE=1 AWS_EC2_METADATA_DISABLED=true sh -c "$1" "$0"')
-    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script), code, inner],
-                       capture_output=True, text=True, timeout=timeout)
+        cmd += ["--bind", f"{host}:{inner}"]
+    cmd += ["--", "sh", "-c", f"set -e\n{prelude}\nexec {python} -c \"$0\"", code]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-4000:])
     return json.loads(r.stdout.strip().splitlines()[-1])
