@@ -10,6 +10,8 @@ Parties, each over the same shuffled list of (camera, episode, frame_index) rows
   `.loosefs/order` (the announced epoch order: the GOPs of the next frames decoded ahead).
 - `mount`: `np.load` of `frames/<camera>/episode_<N>/<frame>.npy` through `loosefs mount DIR
   --decode frames`: epoch 1 on a fresh mount (every GOP decoded), epoch 2 warm.
+- `mount epoch 2, patch_open()` (`--parties mount,patched`): epoch 2 again with
+  `loosefs.patch_open()` in the workers (no `isatty` round trip per `open()`).
 - `npy-ext4`: the same frames written as `.npy` files on the local disk, read warm.
 - `decode-bound`: PyAV decoding every video file whole, one process per file, all cores.
 - `lerobot decode_video_frames` (`--parties lerobot`): lerobot 0.6.1's own
@@ -76,6 +78,11 @@ def pyav_frame(root, rel, q):
 def work(args):
     kind, root, items = args
     import numpy as np
+    if kind == "npy-patched":
+        # loosefs.patch_open(): no isatty round trip per open() (CPython before 3.14).
+        sys.path.insert(0, str(ROOT / "python"))
+        import loosefs
+        loosefs.patch_open()
     lat = []
     for it in items:
         t0 = time.perf_counter()
@@ -147,7 +154,8 @@ def main():
     ap.add_argument("--parties", default="pyav,order,mount,npy,bound",
                     help="which of pyav (per-frame), mount (epochs 1 and 2), order (epoch 1, order announced), "
                          "npy (ext4), bound (decode bound), lerobot (lerobot's decode_video_frames per frame), "
-                         "getitem (LeRobotDataset.__getitem__, all cameras)")
+                         "getitem (LeRobotDataset.__getitem__, all cameras), patched (mount epoch 2 again "
+                         "with loosefs.patch_open() in the workers)")
     a = ap.parse_args()
     parties = set(a.parties.split(","))
     root = a.data.resolve()
@@ -198,6 +206,8 @@ def main():
                     if "mount" in parties:
                         res["mount epoch 1"] = run("npy", mnt / "frames", items, w)
                         res["mount epoch 2"] = run("npy", mnt / "frames", items, w)
+                        if "patched" in parties:
+                            res["mount epoch 2, patch_open()"] = run("npy-patched", mnt / "frames", items, w)
                         pid = int(subprocess.run(["pgrep", "-f", f"loosefs.*{mnt}"], capture_output=True,
                                                  text=True).stdout.split()[0])
                         rss = peak_rss_kb(pid)
