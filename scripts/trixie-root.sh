@@ -25,10 +25,7 @@ if [ "$(id -u)" != 0 ]; then
   echo "trixie-root: needs root (debootstrap and chroot)" >&2
   exit 1
 fi
-command -v debootstrap >/dev/null || {
-  echo "trixie-root: installing debootstrap" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-}
+command -v debootstrap >/dev/null || { echo "trixie-root: debootstrap is missing (scripts/setup.sh installs it)" >&2; exit 1; }
 mkdir -p "$(dirname "$ROOTFS")"
 exec 9>"$ROOTFS.lock"
 flock 9
@@ -37,7 +34,9 @@ if ready; then
   exit 0
 fi
 echo "trixie-root: creating $ROOTFS: Debian $SUITE with Python 3.13, then $PKGS (first run only; about 5 GB)" >&2
-rm -rf "$ROOTFS"
+# Binds into the root live only in the private namespaces of scripts/in-trixie.sh; staying on
+# one file system anyway keeps a stray mount's files out of reach.
+rm -rf --one-file-system "$ROOTFS"
 debootstrap --variant=minbase --include=python3,python3-venv "$SUITE" "$ROOTFS" http://deb.debian.org/debian >&2 \
   || { echo "trixie-root: debootstrap of $SUITE failed (log: $ROOTFS/debootstrap/debootstrap.log)" >&2; exit 1; }
 # This machine's certificate bundle (a proxy's CA may be in it) and resolver, so pip inside the
