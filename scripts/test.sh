@@ -99,7 +99,7 @@ fi
 # tests install it in the trixie root and mount from it.
 if [ -n "$VENV" ]; then
   phase "release wheel (scripts/wheel.sh: target/wheels/)" scripts/wheel.sh target/wheels
-  LOOSEFS_WHEEL=$(ls target/wheels/loosefs-*manylinux*.whl 2>/dev/null | head -1)
+  LOOSEFS_WHEEL=$(ls "$PWD"/target/wheels/loosefs-*manylinux*.whl 2>/dev/null | head -1)
   export LOOSEFS_WHEEL
 fi
 if [ -n "$VENV" ]; then

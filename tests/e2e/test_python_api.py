@@ -282,7 +282,7 @@ def test_the_release_wheel_installs_and_mounts_on_another_linux_without_a_toolch
     if not lerobot.is_dir():
         missing_prerequisite(f"{lerobot} is missing")
     if os.environ.get("LOOSEFS_WHEEL"):
-        wheel = pathlib.Path(os.environ["LOOSEFS_WHEEL"])  # scripts/test.sh built it
+        wheel = ROOT / os.environ["LOOSEFS_WHEEL"]  # scripts/test.sh built it (an absolute path stays)
     else:
         r = subprocess.run([str(ROOT / "scripts" / "wheel.sh"), str(tmp_path / "wheels")], capture_output=True,
                            text=True, timeout=2400)
