@@ -26,6 +26,10 @@ DATASET = None
 
 def work(args):
     kind, root, items, tol = args
+    # As torch's DataLoader does in each worker: one intra-op thread (else the workers' torch
+    # thread pools oversubscribe the cores).
+    import torch
+    torch.set_num_threads(1)
     lat = []
     if kind == "decode":
         from lerobot.datasets.video_utils import decode_video_frames
