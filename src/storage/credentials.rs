@@ -66,8 +66,8 @@ impl CredentialProvider for Chain {
             object_store::Error::Generic {
                 store: "S3",
                 source: format!(
-                    "no AWS credentials: {e}: {} (tried, in order: the environment, profile {profile:?} in ~/.aws/credentials and ~/.aws/config (keys, credential_process, SSO, role_arn), web identity, the container's endpoint, instance metadata unless AWS_EC2_METADATA_DISABLED=true); use --profile, or --no-sign-request for a public bucket",
-                    super::fail_fast::causes(&e)
+                    "no AWS credentials: {} (tried, in order: the environment, profile {profile:?} in ~/.aws/credentials and ~/.aws/config (keys, credential_process, SSO, role_arn), web identity, the container's endpoint, instance metadata unless AWS_EC2_METADATA_DISABLED=true); use --profile, or --no-sign-request for a public bucket",
+                    super::fail_fast::with_causes(&e)
                 )
                 .into(),
             }

@@ -85,10 +85,10 @@ pub(crate) fn is_permanent(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// The causes under `e`, joined by `: ` (a TLS or connection failure, or why no credential
-/// provider answered, names itself only there).
-pub(crate) fn causes(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = Vec::new();
+/// `e` and the causes under it, joined by `: ` (a TLS or connection failure, or why no
+/// credential provider answered, names itself only in a cause).
+pub(crate) fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
     let mut s = e.source();
     while let Some(c) = s {
         parts.push(c.to_string());

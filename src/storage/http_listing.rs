@@ -139,12 +139,12 @@ impl DirLister {
                 ),
                 Err(e) if super::fail_fast::is_permanent(&e) => {
                     bail!(
-                        "{url}: cannot list the directory: {e}: {} ({})",
-                        super::fail_fast::causes(&e),
+                        "{url}: cannot list the directory: {} ({})",
+                        super::fail_fast::with_causes(&e),
                         super::fail_fast::CERTIFICATE_FIX
                     )
                 }
-                Err(e) => format!("{e}: {}", super::fail_fast::causes(&e)),
+                Err(e) => super::fail_fast::with_causes(&e),
             };
             tries += 1;
             if tries > self.retries || started.elapsed() > self.retry_timeout {
