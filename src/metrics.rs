@@ -225,6 +225,23 @@ fn buckets_of(l: &Latency) -> Vec<(f64, u64)> {
     out
 }
 
+/// `v` escaped as a label value of the text formats (`\`, `"` and a line feed as `\\`,
+/// `\"` and `\n`: Prometheus's exposition format and OpenMetrics 1.0, "ABNF"):
+/// `prometheus-client` writes label values as they are, and a mountpoint may hold any of
+/// them (one `"` would make every scrape of the mount fail to parse).
+fn label_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The report of the mount at `mountpoint` in Prometheus's text format 0.0.4 (what `stats
 /// --format prometheus` prints and `<mnt>/.loosefs/metrics` holds: node_exporter's textfile
 /// collector reads this format, not OpenMetrics): [`openmetrics`] with each counter family
@@ -258,7 +275,7 @@ pub fn openmetrics(r: &Report, mountpoint: &str) -> String {
     let v = serde_json::to_value(r).unwrap_or(Value::Null);
     let mut registry = Registry::with_labels(std::iter::once((
         Cow::Borrowed("mountpoint"),
-        Cow::Owned(mountpoint.to_string()),
+        Cow::Owned(label_value(mountpoint)),
     )));
     let docs = field_docs();
     let mut plain = Vec::new();
@@ -314,6 +331,11 @@ pub fn openmetrics(r: &Report, mountpoint: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mountpoint_with_quotes_backslashes_and_newlines_is_escaped_in_the_label() {
+        assert_eq!(label_value("/x/m\"q\\b\nz"), "/x/m\\\"q\\\\b\\nz");
+    }
 
     #[test]
     fn names_kinds_and_help_come_from_the_report() {

@@ -93,6 +93,31 @@ pub fn mount_fstype(path: &Path) -> Option<String> {
     mountinfo_field(path, |f, sep| f.get(sep + 1).copied())
 }
 
+/// The source of the mount at exactly `path` (`loosefs:NAME` for a loosefs mount), from
+/// /proc/self/mountinfo (no request reaches the filesystem).
+fn mount_source(path: &Path) -> Option<String> {
+    mountinfo_field(path, |f, sep| f.get(sep + 2).copied())
+}
+
+/// Checks that the mount at `abs` (given as `mnt`) is a loosefs mount, live or left by a
+/// daemon that died: a FUSE mount whose source is `loosefs:NAME`, as every loosefs mount
+/// names itself. Errors: no mount there, or another file system's (named, with its source),
+/// which `loosefs umount` leaves alone.
+fn is_loosefs_mount(abs: &Path, mnt: &Path) -> Result<()> {
+    let Some(fstype) = mount_fstype(abs) else {
+        bail!("{} is not a mount point", mnt.display());
+    };
+    let source = mount_source(abs).unwrap_or_default();
+    if !(fstype.starts_with("fuse") && source.starts_with("loosefs:")) {
+        bail!(
+            "{} is not a loosefs mount (it is a {fstype} mount of {source}): loosefs umount \
+             leaves it alone (use umount(8) if you mean it)",
+            mnt.display()
+        );
+    }
+    Ok(())
+}
+
 /// The device (`major:minor`) of the mount at exactly `path`, from /proc/self/mountinfo (no
 /// request reaches the filesystem, so this never waits on a FUSE daemon).
 fn mount_device(path: &Path) -> Option<String> {
@@ -167,7 +192,7 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     if remote && !opts.foreground {
         // The daemon opens a remote pack (two GETs, or one with a cached index) and reports
         // any error on this terminal: opening it here too would double the requests.
-        mountpoint_or_fd(mnt)?;
+        mountpoint_or_fd(mnt, opts.allow_non_empty)?;
         return launch(pack_path, mnt, opts);
     }
     let source = crate::open::OpenOptions {
@@ -176,7 +201,7 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     };
     let pack = Dataset::open(pack_path, &source, !opts.foreground)
         .with_context(|| format!("cannot mount {}", pack_path.display()))?;
-    let mnt_abs = mountpoint_or_fd(mnt)?;
+    let mnt_abs = mountpoint_or_fd(mnt, opts.allow_non_empty)?;
     if let Some(bytes) = opts.pin {
         crate::memory::check_pin_budget(bytes.min(pack.stored_bytes()))
             .with_context(|| format!("cannot pin {}", pack_path.display()))?;
@@ -193,13 +218,38 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     launch(pack_path, mnt, opts)
 }
 
-/// The mountpoint made absolute ([`check_mountpoint`]), or `/dev/fd/N` as given once
-/// [`handover::check_handed`] has checked that descriptor N is a `/dev/fuse` one.
-fn mountpoint_or_fd(mnt: &Path) -> Result<PathBuf> {
+/// The mountpoint made absolute ([`check_mountpoint`]; a directory holding files refused
+/// unless `allow_non_empty`), or `/dev/fd/N` as given once [`handover::check_handed`] has
+/// checked that descriptor N is a `/dev/fuse` one.
+fn mountpoint_or_fd(mnt: &Path, allow_non_empty: bool) -> Result<PathBuf> {
     match handover::handed_fd(mnt) {
         Some(fd) => handover::check_handed(fd).map(|()| mnt.to_path_buf()),
-        None => check_mountpoint(mnt),
+        None => {
+            let abs = check_mountpoint(mnt)?;
+            if !allow_non_empty {
+                check_empty(mnt, &abs)?;
+            }
+            Ok(abs)
+        }
     }
+}
+
+/// Refuses a mountpoint that holds files: mounted over, they would be hidden (and a mistyped
+/// mountpoint, `~` for `~/mnt`, would hide a home). Errors: naming one of them and the flag.
+fn check_empty(mnt: &Path, abs: &Path) -> Result<()> {
+    let first = std::fs::read_dir(abs)
+        .with_context(|| format!("cannot list mountpoint {}", mnt.display()))?
+        .flatten()
+        .next();
+    if let Some(e) = first {
+        bail!(
+            "mountpoint {} is not empty (it holds {:?}, hidden while mounted): choose an empty \
+             directory, or give --allow-non-empty",
+            mnt.display(),
+            e.file_name()
+        );
+    }
+    Ok(())
 }
 
 fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
@@ -573,6 +623,7 @@ fn redirect_stderr(log: &Path, explicit: bool) -> Result<()> {
 /// of the same pack right after finds everything in place.
 pub fn unmount_and_wait(mnt: &Path, lazy_if_busy: bool) -> Result<()> {
     let abs = std::path::absolute(mnt)?;
+    is_loosefs_mount(&abs, mnt)?;
     // The daemon's pid is in its stats; a daemon that does not answer (stopped, hung, its
     // process frozen) would leave this read, and then any access to the mount, waiting for
     // ever: it gets a few seconds, then its FUSE connection is aborted (every request waiting
@@ -693,13 +744,12 @@ fn abort_connection(abs: &Path) -> Result<()> {
 /// which detaches it (it goes away when the last user leaves). Stale mounts left by a dead
 /// daemon are unmounted too.
 ///
-/// Errors: `mnt` is not a mount point; busy without `lazy_if_busy`; permission denied.
+/// Errors: `mnt` is not a mount point, or not a loosefs mount (another file system's is
+/// never unmounted); busy without `lazy_if_busy`; permission denied.
 pub fn unmount(mnt: &Path, lazy_if_busy: bool) -> Result<()> {
     use nix::mount::{MntFlags, umount2};
     let abs = std::path::absolute(mnt)?;
-    if mount_fstype(&abs).is_none() {
-        bail!("{} is not a mount point", mnt.display());
-    }
+    is_loosefs_mount(&abs, mnt)?;
     match umount2(&abs, MntFlags::empty()) {
         Ok(()) => Ok(()),
         Err(nix::errno::Errno::EBUSY) if lazy_if_busy => {

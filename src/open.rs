@@ -271,8 +271,10 @@ fn remote_dir_frames(
 )> {
     let cannot = || format!("cannot serve the frames of {}", r.url());
     remote_dir::sweep_spools(r.cache_root());
+    // Owner-only, as the block cache beside it: the copies were fetched with credentials.
     let spool = tempfile::Builder::new()
         .prefix(remote_dir::SPOOL_PREFIX)
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir_in(r.cache_root())
         .with_context(cannot)?;
     let lock = remote_dir::lock_spool(spool.path()).with_context(cannot)?;

@@ -94,6 +94,10 @@ pub struct MountArgs {
     /// the owner's and root's.
     #[arg(long)]
     pub allow_other: bool,
+    /// Mount over a directory that holds files (they are hidden while mounted). By default a
+    /// non-empty mountpoint is refused, as rclone and s3fs refuse it.
+    #[arg(long)]
+    pub allow_non_empty: bool,
     /// How a loose directory's files reach readers: `off` (default) the daemon reads them and
     /// the kernel keeps them in the mount's page cache (warm reads need no round trip at all);
     /// `on` the kernel reads the original files itself (FUSE passthrough: no READ, no second

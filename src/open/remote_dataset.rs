@@ -234,7 +234,7 @@ fn open_objects(
 ) -> Result<Vec<Arc<dyn ObjectSource>>> {
     let mut clients = Vec::with_capacity(names.len());
     for n in names {
-        clients.push(store.object(&format!("{dir}{n}"))?);
+        clients.push(store.object(&crate::storage::object::url_below(dir, n))?);
     }
     for (c, p) in clients.iter().zip(pins) {
         if let Some(p) = p {

@@ -127,12 +127,44 @@ pub struct RemoteDir {
 pub const SPOOL_PREFIX: &str = ".frames-";
 
 /// Locks the copies' directory `dir` for the life of the returned lock (an exclusive `flock`
-/// on its `lock` file), so [`sweep_spools`] leaves it. Errors: the file cannot be created.
+/// on its `lock` file, which then holds the daemon's pid), so [`sweep_spools`] leaves it.
+/// Errors: the file cannot be created or written.
 pub fn lock_spool(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
-    let f = std::fs::File::create(dir.join("lock"))
-        .with_context(|| format!("cannot create {}", dir.join("lock").display()))?;
-    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
-        .map_err(|(_, e)| anyhow!("cannot lock {}: {e}", dir.display()))
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join("lock");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    let mut lock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| anyhow!("cannot lock {}: {e}", dir.display()))?;
+    // Written once locked: a sweep that finds the file empty leaves the directory (a mount
+    // between its create and its lock).
+    writeln!(lock, "{}", std::process::id())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(lock)
+}
+
+/// Whether the copies' directory `dir` is left by a mount that ended: its `lock` is a
+/// regular file (opened without following a link or blocking on a FIFO), written by the mount
+/// that locked it, and not locked now.
+fn spool_is_free(dir: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(dir.join("lock"))
+    else {
+        // Made but not locked yet by a mount starting now, or the lock file is gone.
+        return false;
+    };
+    if !f.metadata().is_ok_and(|m| m.is_file() && m.len() > 0) {
+        return false;
+    }
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok()
 }
 
 /// Removes the copies' directories under `root` that no live mount holds (their lock is
@@ -147,14 +179,7 @@ pub fn sweep_spools(root: &Path) {
         if !ours || !e.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
-        let free = match std::fs::File::open(path.join("lock")) {
-            Ok(f) => {
-                nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok()
-            }
-            // Made but not yet locked by a mount starting now, or the lock file is gone.
-            Err(_) => false,
-        };
-        if free {
+        if spool_is_free(&path) {
             match std::fs::remove_dir_all(&path) {
                 Ok(()) => log::info!("removed {} (left by a mount that ended)", path.display()),
                 Err(e) => log::warn!("cannot remove {}: {e}", path.display()),
@@ -198,7 +223,7 @@ impl RemoteDir {
                 clients.push(None);
                 continue;
             }
-            let c = store.object(&format!("{url}{name}"))?;
+            let c = store.object(&crate::storage::object::url_below(url, name))?;
             c.set_pin(pin.clone());
             clients.push(Some(c));
         }

@@ -748,8 +748,16 @@ fn frame_copies_a_killed_mount_left_are_swept_and_a_live_mounts_kept() {
     let tmp = tempfile::tempdir().unwrap();
     let dead = tmp.path().join(".frames-dead");
     std::fs::create_dir(&dead).unwrap();
-    std::fs::write(dead.join("lock"), b"").unwrap();
+    std::fs::write(dead.join("lock"), b"1234\n").unwrap();
     std::fs::write(dead.join("a.mp4"), b"video").unwrap();
+    // A mount between creating its lock file and locking it (the file still empty), and a
+    // FIFO planted as a lock: both left, and the sweep does not block on the FIFO.
+    let starting = tmp.path().join(".frames-starting");
+    std::fs::create_dir(&starting).unwrap();
+    std::fs::write(starting.join("lock"), b"").unwrap();
+    let fifo = tmp.path().join(".frames-fifo");
+    std::fs::create_dir(&fifo).unwrap();
+    nix::unistd::mkfifo(&fifo.join("lock"), nix::sys::stat::Mode::S_IRWXU).unwrap();
     let live = tmp.path().join(".frames-live");
     std::fs::create_dir(&live).unwrap();
     let held = lock_spool(&live).unwrap();
@@ -757,6 +765,7 @@ fn frame_copies_a_killed_mount_left_are_swept_and_a_live_mounts_kept() {
     std::fs::create_dir(&blocks).unwrap();
     sweep_spools(tmp.path());
     assert!(!dead.exists(), "no mount holds it");
+    assert!(starting.exists() && fifo.exists());
     assert!(
         live.exists() && blocks.exists(),
         "a live mount's copies and block caches stay"

@@ -115,7 +115,7 @@ pub(super) fn store_for(
                 .build()
                 .with_context(|| format!("{url}: cannot set up the S3 client"))?;
             let store = Arc::new(store);
-            (store.clone(), ObjectPath::from(key), Lister::Pages(store))
+            (store.clone(), key_path(url, key)?, Lister::Pages(store))
         } else if lower.starts_with("https://") || lower.starts_with("http://") {
             if lower.starts_with("http://") && !args.allow_http {
                 bail!("{url}: plain http needs --allow-http (bytes travel unencrypted)");
@@ -235,14 +235,57 @@ pub(super) fn sibling_path(base: &str, url: &str) -> Result<ObjectPath> {
     key_path(url, key)
 }
 
-/// The store path of `key` (the part of `url` after its bucket or host): an S3 key as is, an
-/// HTTP path percent-decoded. Errors: a path `object_store` refuses (empty or `..` segments).
+/// The store path of `key` (the part of `url` after its bucket or host). An `s3://` URL holds
+/// the key as it is (`s3://b/données/50%off.txt` is the key `données/50%off.txt`; the S3
+/// client percent-encodes it once in the request), an HTTP(S) URL its path percent-encoded
+/// (it is decoded here and encoded again per segment in the request) — [`url_below`] makes
+/// either from a listed name. Errors: a key `object_store` cannot hold (an empty, `.` or `..`
+/// segment, a control character), or an HTTP path that is not UTF-8 once decoded.
 fn key_path(url: &str, key: &str) -> Result<ObjectPath> {
     if url.to_ascii_lowercase().starts_with("s3://") {
-        Ok(ObjectPath::from(key))
+        ObjectPath::parse(key).with_context(|| format!("{url}: bad object key"))
     } else {
         ObjectPath::from_url_path(key).with_context(|| format!("{url}: bad object path"))
     }
+}
+
+/// Bytes percent-encoded in one segment of an HTTP(S) URL's path: those the URL standard's
+/// path-segment set encodes, plus `%` (a name holding `%20` is not a name holding a space)
+/// and `/` (source: the WHATWG URL standard, "path percent-encode set").
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}')
+    .add(b'%')
+    .add(b'/')
+    .add(b'\\')
+    .add(b'[')
+    .add(b']')
+    .add(b'^')
+    .add(b'|');
+
+/// The URL of the object named `key` (as its listing gave it, segments joined by `/`, not
+/// encoded) below the prefix URL `prefix` (ending in `/`): for `s3://` the key appended as
+/// it is, for HTTP(S) each segment percent-encoded (a file listed as `a%20b.txt` is
+/// `…/a%2520b.txt`, never `a b.txt`), as [`key_path`] reads them back.
+pub fn url_below(prefix: &str, key: &str) -> String {
+    if prefix.to_ascii_lowercase().starts_with("s3://") {
+        return format!("{prefix}{key}");
+    }
+    let mut out = prefix.to_string();
+    for (i, seg) in key.split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        out.extend(percent_encoding::utf8_percent_encode(seg, SEGMENT));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -254,6 +297,30 @@ mod tests {
             Ok(_) => panic!("{url}: accepted"),
             Err(e) => format!("{e:#}"),
         }
+    }
+
+    #[test]
+    fn a_listed_name_becomes_a_url_whose_key_is_that_name() {
+        // S3 URLs hold keys as they are: the request encodes them once.
+        for name in ["café.txt", "50%off.txt", "a*b\\c#d.txt", "数据/x y.txt"] {
+            let url = url_below("s3://b/p/", name);
+            assert_eq!(url, format!("s3://b/p/{name}"));
+            let key = key_path(&url, &url[5 + 2..]).unwrap();
+            assert_eq!(key.as_ref(), format!("p/{name}"), "{name}");
+        }
+        // HTTP URLs hold paths percent-encoded: a name holding `%20` is not one holding a space.
+        for (name, enc) in [
+            ("a%20b.txt", "a%2520b.txt"),
+            ("a b.txt", "a%20b.txt"),
+            ("x%ff.txt", "x%25ff.txt"),
+            ("café/#?.txt", "caf%C3%A9/%23%3F.txt"),
+        ] {
+            let url = url_below("https://h:1/d/", name);
+            assert_eq!(url, format!("https://h:1/d/{enc}"));
+            let (_, key) = split_url(&url).unwrap();
+            assert_eq!(key_path(&url, key).unwrap().as_ref(), format!("d/{name}"));
+        }
+        assert!(key_path("s3://b/a//b", "a//b").is_err());
     }
 
     #[test]

@@ -68,6 +68,14 @@ pub fn parse(url: &str, content_type: &str, body: &[u8]) -> Result<Level> {
     let mut level = Level::default();
     for e in entries {
         match e.kind.as_str() {
+            // `.` and `..` (which a URL join drops: the directory itself, listed forever), an
+            // empty name or one holding `/` name no subdirectory.
+            "directory" if matches!(e.name.as_str(), "" | "." | "..") || e.name.contains('/') => {
+                log::warn!(
+                    "{url}: the listed directory {:?} left out: not a name",
+                    e.name
+                )
+            }
             "directory" => level.dirs.push(e.name),
             "file" => {
                 let (Some(size), Some(mtime)) = (e.size, e.mtime) else {
@@ -109,6 +117,12 @@ pub fn join(dir: &str, name: &str, as_dir: bool) -> Result<String> {
     }
     Ok(u.into())
 }
+
+/// Levels of directories [`DirLister::below`] lists below a URL (ImageNet's tree has 2).
+pub const MAX_DEPTH: usize = 64;
+
+/// Directories [`DirLister::below`] lists below a URL at most: one GET each.
+pub const MAX_DIRS: usize = 100_000;
 
 impl DirLister {
     /// One level of the directory at `url` (ending in `/`): one GET, retried on the network
@@ -157,12 +171,36 @@ impl DirLister {
 
     /// Every file below the directory `url` (ending in `/`) whose first level is `level`,
     /// keys relative to it, sorted: the directories listed breadth first, `at_once` at a
-    /// time. Errors: as [`Self::level`], naming the directory that failed.
+    /// time, at most [`MAX_DEPTH`] levels deep (deeper ones are left out and logged: a link
+    /// loop on the server, `a -> .`, lists ever deeper) and [`MAX_DIRS`] directories in all.
+    ///
+    /// Errors: as [`Self::level`], naming the directory that failed; more than
+    /// [`MAX_DIRS`] directories.
     pub async fn below(&self, url: &str, level: Level, at_once: usize) -> Result<Vec<Listed>> {
         use futures::{StreamExt, TryStreamExt};
         let mut out = level.objects;
         let mut todo: Vec<String> = level.dirs;
+        let mut listed = 0usize;
+        let mut depth = 1;
         while !todo.is_empty() {
+            depth += 1;
+            if depth > MAX_DEPTH {
+                log::warn!(
+                    "{url}: {} directories deeper than {MAX_DEPTH} levels left out (a link \
+                     loop on the server?), {:?} among them",
+                    todo.len(),
+                    todo[0]
+                );
+                break;
+            }
+            listed += todo.len();
+            if listed > MAX_DIRS {
+                bail!(
+                    "{url}: more than {MAX_DIRS} directories below it (a link loop on the \
+                     server?): mount a directory further down, or publish a shared listing \
+                     ({NO_LISTING})"
+                );
+            }
             let found: Vec<(String, Level)> = futures::stream::iter(todo.drain(..))
                 .map(|rel| async move {
                     let at =
@@ -208,6 +246,19 @@ mod tests {
         );
         assert_eq!(l.objects[0].modified, 10);
         assert!(l.more.is_none());
+    }
+
+    #[test]
+    fn dot_dot_dot_and_slashed_directory_names_are_left_out() {
+        let body = br#"[
+{ "name":".", "type":"directory", "mtime":"Wed, 25 Nov 2026 10:00:00 GMT" },
+{ "name":"..", "type":"directory", "mtime":"Wed, 25 Nov 2026 10:00:00 GMT" },
+{ "name":"", "type":"directory", "mtime":"Wed, 25 Nov 2026 10:00:00 GMT" },
+{ "name":"a/..", "type":"directory", "mtime":"Wed, 25 Nov 2026 10:00:00 GMT" },
+{ "name":"ok", "type":"directory", "mtime":"Wed, 25 Nov 2026 10:00:00 GMT" }
+]"#;
+        let l = parse("https://h/d/", "application/json", body).unwrap();
+        assert_eq!(l.dirs, vec!["ok".to_string()]);
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub use super::object_source::{Level, Listed, ObjectError, ObjectStats, Pin};
 use super::remote_config::RemoteConfig;
 
 mod listing;
+pub use super::endpoints::url_below;
 pub use listing::LISTS_AT_ONCE;
 
 /// Whether `src` names a remote object (`s3://`, `https://` or `http://`).
@@ -70,6 +71,9 @@ pub struct ObjectClient {
     path: ObjectPath,
     url: String,
     pin: std::sync::OnceLock<Pin>,
+    /// Where the pin has no ETag (an HTTP listing gives none): the first answer's, which
+    /// every later answer must carry ([`ObjectClient::other_etag`]).
+    first_etag: std::sync::OnceLock<String>,
     limit: Arc<tokio::sync::Semaphore>,
     max_requests: usize,
     /// Set once a GET found the object replaced (logged once).
@@ -160,6 +164,7 @@ impl ObjectClient {
             path,
             url: url.to_string(),
             pin: std::sync::OnceLock::new(),
+            first_etag: std::sync::OnceLock::new(),
             limit: Arc::new(tokio::sync::Semaphore::new(
                 args.max_requests.max(1) * PERMITS_PER_REQUEST as usize,
             )),
@@ -206,6 +211,7 @@ impl ObjectClient {
             path,
             url: url.to_string(),
             pin: std::sync::OnceLock::new(),
+            first_etag: std::sync::OnceLock::new(),
             limit: self.limit.clone(),
             max_requests: self.max_requests,
             replaced: AtomicBool::new(false),
@@ -305,12 +311,11 @@ impl ObjectClient {
             // The answer must be the pinned version and the range asked for, whatever the
             // server did with If-Match (many static servers ignore it).
             Ok((meta, _, _))
-                if !pin.etag.is_empty() && meta.e_tag.as_ref().is_some_and(|e| *e != pin.etag) =>
+                if (meta.e_tag.as_deref()).is_some_and(|e| self.other_etag(pin, e).is_some()) =>
             {
-                Err(replaced(format!(
-                    "the answer carries ETag {}",
-                    meta.e_tag.unwrap_or_default()
-                )))
+                let e = meta.e_tag.unwrap_or_default();
+                let want = self.other_etag(pin, &e).unwrap_or_default();
+                Err(replaced(format!("the answer carries ETag {e}, not {want}")))
             }
             Ok((meta, _, _))
                 if pin
@@ -374,6 +379,20 @@ impl ObjectClient {
         };
         self.stats.failed.fetch_add(1, Relaxed);
         out.map_err(io::Error::from)
+    }
+
+    /// The ETag every answer must carry, when `answer` (an answer's ETag) is not it: the
+    /// pin's, or where the pin has none (an HTTP listing gives only size and date) the first
+    /// answer's, learned here — so a file rewritten with the same size within the same second
+    /// answers ESTALE rather than bytes of two versions where the server's ETag changes
+    /// (Apache's, Caddy's, any content hash; nginx's is date and size only). `None`: it is.
+    fn other_etag(&self, pin: &Pin, answer: &str) -> Option<String> {
+        let want = if pin.etag.is_empty() {
+            self.first_etag.get_or_init(|| answer.to_string())
+        } else {
+            &pin.etag
+        };
+        (want != answer).then(|| want.clone())
     }
 
     /// [`ObjectClient::get`], waiting for it (not from the runtime's own threads).
@@ -469,7 +488,7 @@ impl ObjectClient {
         // A server that ignores If-Match answers the new version: never kept as the old.
         if let Some(p) = &pin {
             let etag = meta.e_tag.clone().unwrap_or_default();
-            let other_etag = !p.etag.is_empty() && meta.e_tag.is_some() && etag != p.etag;
+            let other_etag = meta.e_tag.is_some() && self.other_etag(p, &etag).is_some();
             let other_date = (p.modified).is_some_and(|m| m != meta.last_modified.timestamp());
             if other_etag || other_date || meta.size != p.size {
                 return Err(anyhow::Error::new(io::Error::from(ObjectError::Replaced {

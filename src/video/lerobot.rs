@@ -99,6 +99,36 @@ fn fill(template: &str, values: &[(&str, &str, u64)]) -> Result<String> {
     Ok(out)
 }
 
+/// Whether `name` can be one path component: not empty, `.` or `..`, no `/`, `\\` or
+/// control character.
+fn plain_name(name: &str) -> bool {
+    !matches!(name, "" | "." | "..")
+        && !name
+            .chars()
+            .any(|c| c == '/' || c == '\\' || c.is_control())
+}
+
+/// `rel` (a path filled from `info`'s `video_path`) as a path below the dataset's root: only
+/// plain names, neither absolute nor climbing out with `..` — a dataset's metadata never
+/// makes the mount read a file outside its tree (nor, under a remote prefix, a local one).
+/// Errors: another path, naming `info` and the path.
+fn relative_below(info: &Path, rel: &str) -> Result<PathBuf> {
+    let p = PathBuf::from(rel);
+    let ok = !rel.is_empty()
+        && p.components().all(|c| match c {
+            std::path::Component::Normal(n) => n.to_str().is_some_and(plain_name),
+            _ => false,
+        });
+    if !ok {
+        bail!(
+            "{}: video_path gives {rel:?}, not a relative path below the dataset (no absolute \
+             path, no '.' or '..')",
+            info.display()
+        );
+    }
+    Ok(p)
+}
+
 /// The Parquet files `dir/chunk-*/file-*.parquet` under `root`, sorted.
 fn parquet_files(root: &Path, dir: &str) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
@@ -209,6 +239,13 @@ impl LeRobot {
                 .collect();
             let descr = match f["dtype"].as_str() {
                 Some("video") => {
+                    if !plain_name(name) {
+                        bail!(
+                            "{}: the camera key {name:?} is not a plain name (it is filled into \
+                             video_path: no '/', '.', '..' or control characters)",
+                            info_path.display()
+                        );
+                    }
                     cameras.push(name.clone());
                     continue;
                 }
@@ -257,7 +294,7 @@ impl LeRobot {
                             ("file_index", "", file),
                         ],
                     )?;
-                    videos.push((PathBuf::from(rel), from));
+                    videos.push((relative_below(&info_path, &rel)?, from));
                 }
                 episodes.insert(
                     index,
@@ -348,6 +385,30 @@ pub fn npy(descr: &str, rows: usize, width: usize, data: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn video_paths_and_camera_keys_that_leave_the_tree_are_refused() {
+        let info = Path::new("/d/meta/info.json");
+        let ok = relative_below(info, "videos/cam/chunk-000/file-000.mp4").unwrap();
+        assert_eq!(ok, PathBuf::from("videos/cam/chunk-000/file-000.mp4"));
+        for bad in [
+            "/etc/x.mp4",
+            "../x.mp4",
+            "videos/../../x.mp4",
+            "",
+            "videos/\u{1}/x.mp4",
+        ] {
+            let e = relative_below(info, bad).unwrap_err().to_string();
+            assert!(
+                e.contains("info.json") && e.contains("video_path"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(plain_name("observation.images.front"));
+        for bad in ["", ".", "..", "a/b", "a\\b", "a\nb"] {
+            assert!(!plain_name(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn lerobot_path_templates_fill_as_python_formats_them() {

@@ -18,7 +18,7 @@ pub mod tree;
 
 use crate::catalog::Catalog;
 use crate::view::ViewKind;
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use frames::{FrameServer, Made};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
@@ -57,6 +57,31 @@ fn video_files(cat: &dyn Catalog) -> Vec<(u64, String, String)> {
         }
     }
     out
+}
+
+/// Checks that `p` is a regular file inside `root` once links are resolved: FFmpeg opens
+/// whatever a path names, so a link out of the tree, a FIFO (which would block the indexing
+/// forever) or a device is refused before it does. Errors: naming `p` and what it is.
+fn regular_below(root: &Path, p: &Path) -> Result<()> {
+    let real = p
+        .canonicalize()
+        .with_context(|| format!("cannot open {}", p.display()))?;
+    let top = root
+        .canonicalize()
+        .with_context(|| format!("cannot open {}", root.display()))?;
+    if !real.starts_with(&top) {
+        bail!(
+            "{}: leads out of {} (to {}): not decoded",
+            p.display(),
+            root.display(),
+            real.display()
+        );
+    }
+    let meta = std::fs::metadata(&real).with_context(|| format!("cannot open {}", p.display()))?;
+    if !meta.is_file() {
+        bail!("{}: not a regular file: not decoded", p.display());
+    }
+    Ok(())
 }
 
 /// The frame tree of the directory at `root` over `base` (the directory's own catalog), and
@@ -104,6 +129,7 @@ pub fn frame_tree(
         .par_iter()
         .map(|rel| {
             let p = root.join(rel);
+            regular_below(root, &p)?;
             decoder::VideoIndex::of(&p)
         })
         .collect();

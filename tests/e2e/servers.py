@@ -407,3 +407,90 @@ class FaultProxy:
             self._conns.discard(sw)
             for w in (cw, sw):
                 w.transport.abort()
+
+
+class ListingServer:
+    """A static file server on 127.0.0.1 for what nginx cannot be made to do: it serves the
+    files under `root` with Range, Last-Modified and a strong ETag that is the content's digest
+    (as Apache's, Caddy's and object stores' change with the content; nginx's is date and size
+    only), and answers a directory (a path ending in `/`) with nginx's JSON listing of it, plus
+    the entries `extra[path]` adds (names nginx would never list: `..`, `.`), plus one directory
+    per name in `loops` that is the directory itself (a link `name -> .` on the server, walked
+    deeper than the kernel follows links). `requests` counts the requests answered."""
+
+    def __init__(self, root: pathlib.Path, extra: dict | None = None, loops: tuple = ()):
+        self.root, self.extra, self.loops = root, extra or {}, loops
+        self.requests = 0
+        self.port = None
+        self._server = None
+
+    def start(self) -> "ListingServer":
+        import email.utils
+        import hashlib
+        import http.server
+        import json
+        import urllib.parse
+
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                outer.requests += 1
+                path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path, errors="strict")
+                local = outer.root.joinpath(*[p for p in path.split("/") if p and p not in outer.loops])
+                if path.endswith("/") and local.is_dir():
+                    entries = []
+                    for p in sorted(local.iterdir()):
+                        st = p.stat()
+                        e = {"name": p.name, "type": "directory" if p.is_dir() else "file",
+                             "mtime": email.utils.formatdate(st.st_mtime, usegmt=True)}
+                        if p.is_file():
+                            e["size"] = st.st_size
+                        entries.append(e)
+                    entries += outer.extra.get(path, [])
+                    entries += [{"name": n, "type": "directory", "mtime": "Wed, 25 Nov 2026 10:00:00 GMT"}
+                                for n in outer.loops]
+                    return self._send(200, json.dumps(entries).encode(), {"Content-Type": "application/json"})
+                if not local.is_file():
+                    return self._send(404, b"", {})
+                data = local.read_bytes()
+                headers = {"ETag": '"%s"' % hashlib.sha256(data).hexdigest()[:32],
+                           "Last-Modified": email.utils.formatdate(local.stat().st_mtime, usegmt=True),
+                           "Accept-Ranges": "bytes"}
+                rng = self.headers.get("Range")
+                if rng and rng.startswith("bytes="):
+                    a, _, b = rng[6:].partition("-")
+                    if a == "":
+                        start, end = max(0, len(data) - int(b)), len(data)
+                    else:
+                        start, end = int(a), min(len(data), int(b) + 1 if b else len(data))
+                    headers["Content-Range"] = f"bytes {start}-{end - 1}/{len(data)}"
+                    return self._send(206, data[start:end], headers)
+                return self._send(200, data, headers)
+
+            def _send(self, code, body, headers):
+                self.send_response(code)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()

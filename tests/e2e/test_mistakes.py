@@ -80,6 +80,28 @@ def made_here(pack, tmp_path, mounted):
     seen["mountpoint … does not exist"] = r.stderr
     r = loosefs("mount", pack, mounted)
     seen["… is already a mount point (…); unmount it first"] = r.stderr
+    # A mountpoint holding files: refused, the files left visible.
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "keep.txt").write_text("mine")
+    seen["mountpoint … is not empty"] = loosefs("mount", pack, full).stderr
+    assert not os.path.ismount(full) and (full / "keep.txt").read_text() == "mine"
+    # `umount` of what is not a loosefs mount: a tmpfs, and /proc, stay mounted.
+    tmpfs = tmp_path / "tmpfs"
+    tmpfs.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "none", str(tmpfs)], check=True)
+    try:
+        (tmpfs / "x").write_text("x")
+        r = loosefs("umount", tmpfs)
+        seen["… is not a loosefs mount"] = r.stderr
+        assert r.returncode != 0 and os.path.ismount(tmpfs) and (tmpfs / "x").exists(), r.stderr
+        r = loosefs("umount", "--lazy", tmpfs)
+        assert r.returncode != 0 and os.path.ismount(tmpfs), r.stderr
+        r = loosefs("umount", "/proc")
+        assert r.returncode != 0 and "not a loosefs mount" in r.stderr and "--lazy" not in r.stderr, r.stderr
+        assert os.path.ismount("/proc")
+    finally:
+        subprocess.run(["umount", str(tmpfs)], check=True)
     # Writes are refused by the kernel's answer.
     try:
         (mounted / "new").write_bytes(b"x")

@@ -755,7 +755,10 @@ def test_a_lerobot_dataset_as_loose_objects_reads_identical_and_its_videos_decod
     try:
         cache = world["work"] / f"cache-frames-{random.randrange(1 << 30)}"
         with Mount(f"s3://{weed.bucket}/lerobot/", world["work"], "--decode", "frames", *s3_args(world, cache=cache)) as mnt:
-            assert len([p for p in cache.iterdir() if p.name.startswith(".frames-")]) == 1
+            spools = [p for p in cache.iterdir() if p.name.startswith(".frames-")]
+            assert len(spools) == 1
+            # Owner-only, as the block cache beside it: the copies were fetched with credentials.
+            assert spools[0].stat().st_mode & 0o777 == 0o700, oct(spools[0].stat().st_mode)
             made = [f for f in files_of(local)
                     if f.parts[0] in ("frames", "columns") or (len(f.parts) > 1 and f.parts[-2].endswith(".frames"))]
             assert len(made) > 1000, len(made)

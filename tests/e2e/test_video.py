@@ -229,6 +229,64 @@ def test_a_truncated_video_is_refused_at_mount_or_answers_eio_never_wrong_pixels
         subprocess.run([loosefs_bin(), "umount", str(mnt)], check=True, timeout=60)
 
 
+def test_a_video_path_or_camera_key_leading_out_of_the_dataset_is_refused_naming_it(tmp_path):
+    """`meta/info.json` whose `video_path` is absolute or climbs out with `..`, a camera key
+    holding `/`, or a video that is a link out of the tree or a FIFO: the mount is refused
+    naming info.json or the file, and nothing outside the tree is opened."""
+    prerequisites()
+    import json
+    outside = tmp_path / "outside"
+    shutil.copytree(LEROBOT / "videos", outside / "videos")
+
+    def attempt(name, edit):
+        copy = tmp_path / name
+        shutil.copytree(LEROBOT, copy)
+        edit(copy)
+        mnt = tmp_path / f"mnt-{name}"
+        mnt.mkdir()
+        r = subprocess.run([loosefs_bin(), "mount", str(copy), str(mnt), "--decode", "frames"],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode == 0:
+            subprocess.run([loosefs_bin(), "umount", str(mnt)], check=True, timeout=60)
+        assert r.returncode != 0, f"{name}: mounted"
+        return r.stderr
+
+    def info_edit(f):
+        def edit(copy):
+            p = copy / "meta" / "info.json"
+            info = json.loads(p.read_text())
+            f(info)
+            p.write_text(json.dumps(info))
+        return edit
+
+    absolute = str(outside) + "/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+    e = attempt("absolute", info_edit(lambda i: i.update(video_path=absolute.replace(str(outside), str(outside / "videos")))))
+    assert "info.json" in e and "video_path" in e, e
+    e = attempt("dotdot", info_edit(lambda i: i.update(
+        video_path="../outside/videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4")))
+    assert "info.json" in e and "video_path" in e, e
+
+    def slashed(info):
+        cam = next(k for k, v in info["features"].items() if v.get("dtype") == "video")
+        info["features"]["../" + cam] = info["features"][cam]
+    e = attempt("camera", info_edit(slashed))
+    assert "info.json" in e and "camera key" in e, e
+
+    def link_out(copy):
+        v = sorted((copy / "videos").rglob("*.mp4"))[0]
+        v.unlink()
+        v.symlink_to(sorted((outside / "videos").rglob("*.mp4"))[0])
+    e = attempt("link", link_out)
+    assert "leads out of" in e, e
+
+    def fifo(copy):
+        v = sorted((copy / "videos").rglob("*.mp4"))[0]
+        v.unlink()
+        os.mkfifo(v)
+    e = attempt("fifo", fifo)
+    assert "not a regular file" in e, e
+
+
 def test_frames_need_a_lerobot_dataset_or_video_files(tmp_path, source):
     """`--decode frames` on a directory that is no LeRobot v3 dataset and holds no video file:
     refused, saying so."""

@@ -1,0 +1,166 @@
+"""Names and versions of remote objects against real servers on 127.0.0.1: keys with non-ASCII
+and URL-special characters on SeaweedFS (S3) and files with such names in a directory nginx
+lists each read their own bytes (never another object's); a file an HTTP server rewrites with
+the same size within the same second answers ESTALE, never bytes of two versions (a server
+whose ETag follows the content: servers.ListingServer); a listing naming `.`, `..` or a link
+loop is walked a bounded number of times."""
+import errno
+import os
+import pathlib
+import random
+import subprocess
+import time
+
+import pytest
+
+from conftest import loosefs_bin, need_mount
+import servers
+
+# Every name holds bytes of one length, so a name read as another's would pass a size check.
+NAMES = ["café.txt", "数据.txt", "50%off.txt", "a%20b.txt", "a b.txt", "a%41.txt", "aA.txt", "x%ff.txt",
+         "a*b.txt", "x#y.txt", "q?x=1.txt", "a+b.txt", "données/x.txt", "sub dir/é%2Fz.txt"]
+
+
+def content(name: str) -> bytes:
+    return (name.encode() * 64)[:64] + b"|" + name.encode().ljust(64, b".")[:64]
+
+
+@pytest.fixture(scope="module")
+def servers_up(tmp_path_factory):
+    need_mount()
+    work = tmp_path_factory.mktemp("names")
+    www = work / "www"
+    tree = www / "listed" / "names"
+    for n in NAMES:
+        (tree / n).parent.mkdir(parents=True, exist_ok=True)
+        (tree / n).write_bytes(content(n))
+    weed = servers.Seaweed(work / "weed")
+    nginx = servers.Nginx(work / "nginx", www)
+    try:
+        weed.start()
+        nginx.start()
+        c = weed.client()
+        for n in NAMES:
+            c.put_object(Bucket=weed.bucket, Key=f"names/{n}", Body=content(n))
+        yield dict(work=work, weed=weed, nginx=nginx, tree=tree)
+    finally:
+        weed.stop()
+        nginx.stop()
+
+
+def s3_env():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_ACCESS_KEY_ID=servers.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=servers.SECRET_KEY,
+               AWS_EC2_METADATA_DISABLED="true")
+    return env
+
+
+def mount(url, work, *args, env=None, timeout=120):
+    mnt = work / f"mnt{random.randrange(1 << 30)}"
+    mnt.mkdir()
+    cache = work / f"cache{random.randrange(1 << 30)}"
+    r = subprocess.run([loosefs_bin(), "mount", url, str(mnt), "--log", str(mnt) + ".log", "--allow-http",
+                        "--cache-size", "1G", "--cache-dir", str(cache), *args],
+                       env=env or s3_env(), capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return mnt
+
+
+def umount(mnt):
+    subprocess.run([loosefs_bin(), "umount", str(mnt)], check=True, timeout=60)
+
+
+def assert_each_name_reads_its_own_bytes(mnt):
+    for n in NAMES:
+        assert (mnt / n).read_bytes() == content(n), n
+
+
+def test_s3_keys_with_non_ascii_and_url_special_characters_read_their_own_bytes(servers_up, pack):
+    """Listed and read: every key's own bytes (the GET asks for the key encoded once); a pack
+    under a non-ASCII key mounts and reads as the local pack."""
+    w = servers_up
+    weed = w["weed"]
+    mnt = mount(f"s3://{weed.bucket}/names/", w["work"], "--endpoint-url", weed.endpoint)
+    try:
+        assert_each_name_reads_its_own_bytes(mnt)
+    finally:
+        umount(mnt)
+    weed.put("données/50% off/data.pack", pack)
+    mnt = mount(f"s3://{weed.bucket}/données/50% off/data.pack", w["work"], "--endpoint-url", weed.endpoint)
+    try:
+        local = w["work"] / "local"
+        local.mkdir(exist_ok=True)
+        subprocess.run([loosefs_bin(), "mount", str(pack), str(local)], check=True, timeout=60)
+        try:
+            files = sorted(p.relative_to(local) for p in local.rglob("*") if p.is_file())
+            assert files
+            for rel in files:
+                assert (mnt / rel).read_bytes() == (local / rel).read_bytes(), rel
+        finally:
+            umount(local)
+    finally:
+        umount(mnt)
+
+
+def test_https_names_with_percent_and_non_ascii_read_their_own_bytes(servers_up):
+    """nginx lists the raw names; `a%20b.txt` is fetched as itself, not as `a b.txt`."""
+    w = servers_up
+    nginx = w["nginx"]
+    mnt = mount(nginx.url("listed/names/", tls=True), w["work"], "--ca-bundle", str(nginx.ca))
+    try:
+        assert_each_name_reads_its_own_bytes(mnt)
+    finally:
+        umount(mnt)
+
+
+def test_a_file_rewritten_with_the_same_size_in_the_same_second_answers_estale_never_mixed(tmp_path):
+    """A server whose ETag follows the content: bytes read before the rewrite and after it are
+    never served as one file; the first answer's ETag pins the file."""
+    need_mount()
+    root = tmp_path / "www"
+    (root / "d").mkdir(parents=True)
+    f = root / "d" / "big.bin"
+    size = 64 << 20
+    old = random.randbytes(size)
+    f.write_bytes(old)
+    stamp = int(time.time()) - 100
+    os.utime(f, (stamp, stamp))
+    srv = servers.ListingServer(root).start()
+    try:
+        mnt = mount(srv.url("d/"), tmp_path)
+        try:
+            with open(mnt / "big.bin", "rb") as h:
+                at = size - (1 << 20)
+                assert os.pread(h.fileno(), 4096, at) == old[at:at + 4096]
+                f.write_bytes(bytes(size))
+                os.utime(f, (stamp, stamp))
+                try:
+                    got = os.pread(h.fileno(), 4096, 0)
+                except OSError as e:
+                    assert e.errno == errno.ESTALE, e
+                else:
+                    pytest.fail(f"served after the rewrite: {'old' if got == old[:4096] else 'new'} bytes")
+        finally:
+            umount(mnt)
+    finally:
+        srv.stop()
+
+
+def test_a_listing_naming_dot_dot_or_a_link_loop_is_walked_a_bounded_number_of_times(tmp_path):
+    """`..` and `.` entries are left out (they name the directory itself); a server-side link
+    loop (`loop -> .`) is listed to a bounded depth; the mount returns and serves the file."""
+    need_mount()
+    root = tmp_path / "www"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "ok.txt").write_bytes(b"ok")
+    dots = [{"name": n, "type": "directory", "mtime": "Wed, 25 Nov 2026 10:00:00 GMT"} for n in (".", "..", "")]
+    srv = servers.ListingServer(root, extra={"/d/": dots}, loops=("loop",)).start()
+    try:
+        mnt = mount(srv.url("d/"), tmp_path, timeout=60)
+        try:
+            assert (mnt / "ok.txt").read_bytes() == b"ok"
+            assert srv.requests < 200, srv.requests
+        finally:
+            umount(mnt)
+    finally:
+        srv.stop()
