@@ -185,6 +185,9 @@ fn unescape_mountinfo(b: &[u8]) -> Vec<u8> {
 /// `loosefs mount`: validates the pack and the mountpoint, then serves in the foreground or
 /// launches the daemon and waits until the mount is ready.
 pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
+    if opts.foreground {
+        ready_fd_not_inherited();
+    }
     opts.decode.views()?;
     let remote = pack_path
         .to_str()
@@ -213,6 +216,7 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
         // SAFETY: the launcher passed this fd number for the write end of a pipe it created
         // for us, and nothing else in this process owns it.
         let ready = ready.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+
         return serve(pack, &mnt_abs, opts, ready);
     }
     launch(pack_path, mnt, opts)
@@ -250,6 +254,26 @@ fn check_empty(mnt: &Path, abs: &Path) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Marks the readiness pipe the launcher handed over close-on-exec, before the daemon runs
+/// anything (a `credential_process` that never exits would otherwise hold the pipe open, and
+/// the launcher waiting for its end, after the daemon has reported and exited).
+fn ready_fd_not_inherited() {
+    let Some(fd) = std::env::var(READY_FD_ENV)
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok())
+    else {
+        return;
+    };
+    // SAFETY: F_GETFD/F_SETFD only change the descriptor's flags; a number that is not open
+    // answers EBADF.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+        }
+    }
 }
 
 fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {

@@ -13,7 +13,10 @@
 //! - Across containers: `loosefs fuse-fd MNT --send SOCKET` passes the descriptor over a Unix
 //!   socket (SCM_RIGHTS) to `loosefs fuse-fd --receive SOCKET -- COMMAND…` ([`receive`]) in the
 //!   unprivileged container, which runs the daemon with it and holds the connection until the
-//!   daemon ends; the sender then unmounts.
+//!   daemon ends; the sender then unmounts. The sender reaches the receiver before it mounts
+//!   (a mount nobody serves would hang every `statfs` on it).
+//! - SIGTERM, SIGINT or SIGHUP to `fuse-fd` unmounts what it mounted, which ends the daemon's
+//!   session and so the daemon; no stale mount is left.
 
 use super::session::{mount_fuse, set_read_ahead};
 use super::{mount_device, unmount};
@@ -98,20 +101,60 @@ pub fn fuse_fd(mnt: &Path, allow_other: bool, read_ahead_kb: u32, to: &Handover)
     }
     let abs = super::check_mountpoint(mnt)?;
     let mnt = abs.as_path();
+    // A receiver is reached before anything is mounted: a mount no daemon serves yet would
+    // hang every statfs and lookup on it (node agents statfs every mount) while it waits.
+    let conn = match to {
+        Handover::Send(socket) => Some(connect(socket)?),
+        Handover::Run { .. } => None,
+    };
     let name = super::session::fs_name(mnt);
+    // SIGTERM, SIGINT and SIGHUP from here on unmount what this mounted (ending the daemon's
+    // session, then the daemon and its side), instead of leaving a stale mount.
+    let ours = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ])
+    .context("cannot handle signals")?;
+    let signals_handle = signals.handle();
+    {
+        let (ours, mnt) = (ours.clone(), mnt.to_path_buf());
+        std::thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let dev = ours.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                match dev {
+                    Some(dev) if mount_device(&mnt).as_ref() == Some(&dev) => {
+                        log::info!("signal {sig}: unmounting {}", mnt.display());
+                        if let Err(e) = unmount(&mnt, true) {
+                            log::error!("{e:#}");
+                        }
+                    }
+                    // Not mounted yet (or no longer ours): nothing to clean up.
+                    _ => std::process::exit(128 + sig),
+                }
+            }
+        });
+    }
     let dev = mount_fuse(mnt, &format!("loosefs:{name}"), allow_other)
         .with_context(|| format!("cannot mount at {}", mnt.display()))?;
-    let ours = mount_device(mnt);
+    let device = mount_device(mnt);
+    *ours.lock().unwrap_or_else(|p| p.into_inner()) = device.clone();
     if read_ahead_kb > 0
         && let Err(e) = set_read_ahead(mnt, read_ahead_kb)
     {
         log::warn!("cannot set read_ahead_kb for {}: {e}", mnt.display());
     }
-    let served = match to {
-        Handover::Run { fd, command } => run_with(dev, *fd, command),
-        Handover::Send(socket) => send(dev, socket).map(|()| 0),
+    let served = match (to, conn) {
+        (Handover::Send(socket), Some(conn)) => send(dev, conn, socket).map(|()| 0),
+        (Handover::Run { fd, command }, _) => run_with(dev, *fd, command),
+        (Handover::Send(socket), None) => Err(anyhow::anyhow!(
+            "{}: not connected to a receiver",
+            socket.display()
+        )),
     };
-    if ours.is_some() && mount_device(mnt) == ours {
+    signals_handle.close();
+    if device.is_some() && mount_device(mnt) == device {
         unmount(mnt, true)?;
         log::info!("the daemon's side ended; unmounted {}", mnt.display());
     }
@@ -216,17 +259,14 @@ fn run_with(dev: std::os::fd::OwnedFd, fd: RawFd, command: &[std::ffi::OsString]
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }
 
-/// Sends `dev` over the Unix socket at `socket` (retrying for [`CONNECT_FOR`] while nothing
-/// listens there yet), closes this process's copy, and waits until the receiver closes the
-/// connection.
-fn send(dev: std::os::fd::OwnedFd, socket: &Path) -> Result<()> {
-    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
-    use std::io::Read;
+/// Connects to the receiver at `socket`, retrying for [`CONNECT_FOR`] while nothing listens
+/// there yet. Errors: no receiver within that time, or another error, naming the socket.
+fn connect(socket: &Path) -> Result<std::os::unix::net::UnixStream> {
     let t0 = std::time::Instant::now();
     let mut wait = std::time::Duration::from_millis(10);
-    let mut conn = loop {
+    loop {
         match std::os::unix::net::UnixStream::connect(socket) {
-            Ok(c) => break c,
+            Ok(c) => return Ok(c),
             Err(e)
                 if t0.elapsed() < CONNECT_FOR
                     && matches!(
@@ -246,7 +286,18 @@ fn send(dev: std::os::fd::OwnedFd, socket: &Path) -> Result<()> {
                 });
             }
         }
-    };
+    }
+}
+
+/// Sends `dev` over `conn` (connected to the receiver at `socket`), closes this process's
+/// copy, and waits until the receiver closes the connection.
+fn send(
+    dev: std::os::fd::OwnedFd,
+    mut conn: std::os::unix::net::UnixStream,
+    socket: &Path,
+) -> Result<()> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    use std::io::Read;
     let fds = [dev.as_raw_fd()];
     let iov = [std::io::IoSlice::new(b"F")];
     sendmsg::<()>(

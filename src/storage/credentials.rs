@@ -20,6 +20,11 @@ use std::time::{Duration, SystemTime};
 /// Credentials kept this long before they expire are fetched again.
 const REFRESH_BEFORE: Duration = Duration::from_secs(300);
 
+/// How long finding credentials may take: a `credential_process` that never answers (an MFA
+/// prompt with no terminal, a hung SSO helper) fails the request after this, saying so,
+/// instead of hanging the mount for ever. STS, SSO and instance metadata answer in seconds.
+pub(super) const FIND_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// `aws-config`'s default credential chain for one profile, with its answer kept.
 #[derive(Debug)]
 pub(super) struct Chain {
@@ -51,18 +56,32 @@ impl CredentialProvider for Chain {
         {
             return Ok(c.clone());
         }
-        let chain = (self.chain)
-            .get_or_init(|| async {
-                let mut b =
-                    aws_config::default_provider::credentials::DefaultCredentialsChain::builder();
-                if let Some(p) = &self.profile {
-                    b = b.profile_name(p);
-                }
-                b.build().await
-            })
-            .await;
-        let c = chain.provide_credentials().await.map_err(|e| {
-            let profile = self.profile.as_deref().unwrap_or("default");
+        let profile = self.profile.as_deref().unwrap_or("default");
+        let find = async {
+            let chain = (self.chain)
+                .get_or_init(|| async {
+                    let mut b =
+                        aws_config::default_provider::credentials::DefaultCredentialsChain::builder(
+                        );
+                    if let Some(p) = &self.profile {
+                        b = b.profile_name(p);
+                    }
+                    b.build().await
+                })
+                .await;
+            chain.provide_credentials().await
+        };
+        let found = tokio::time::timeout(FIND_TIMEOUT, find).await;
+        let found = found.map_err(|_| object_store::Error::Generic {
+            store: "S3",
+            source: format!(
+                "no AWS credentials: finding them took more than {} s (profile {profile:?}: a \
+                 credential_process or SSO helper that does not answer, waiting for a prompt?)",
+                FIND_TIMEOUT.as_secs()
+            )
+            .into(),
+        })?;
+        let c = found.map_err(|e| {
             object_store::Error::Generic {
                 store: "S3",
                 source: format!(

@@ -59,9 +59,29 @@ pub fn permits(len: u64) -> u32 {
     len.div_ceil(SMALL_GET).clamp(1, PERMITS_PER_REQUEST as u64) as u32
 }
 
+/// The network runtime of a store's clients, shut down without waiting when the last of them
+/// goes: a task that never ends (a `credential_process` that never answers, run on its
+/// blocking threads) must not hold the process at its exit.
+struct NetRuntime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for NetRuntime {
+    type Target = tokio::runtime::Runtime;
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        self.0.as_ref().expect("a runtime until dropped")
+    }
+}
+
+impl Drop for NetRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 /// A client of one remote object.
 pub struct ObjectClient {
-    rt: Arc<tokio::runtime::Runtime>,
+    rt: Arc<NetRuntime>,
     store: Arc<dyn ObjectStore>,
     /// How the store's prefixes are listed (S3's pages, an HTTP server's directories).
     lister: super::endpoints::Lister,
@@ -156,7 +176,7 @@ impl ObjectClient {
             .build()
             .context("cannot start the network runtime")?;
         Ok(ObjectClient {
-            rt: Arc::new(rt),
+            rt: Arc::new(NetRuntime(Some(rt))),
             store,
             lister,
             quick,

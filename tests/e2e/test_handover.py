@@ -188,3 +188,48 @@ def test_a_descriptor_sent_over_a_unix_socket_serves_the_daemon_of_another_conta
             if p.poll() is None:
                 p.kill()
         subprocess.run(["umount", "-l", str(mnt)], timeout=30, capture_output=True)
+
+
+def test_signals_to_fuse_fd_leave_no_stale_mount_and_nothing_is_mounted_before_a_receiver(setting, tmp_path):
+    """`fuse-fd --send` with no receiver yet mounts nothing (a mount nobody serves would hang
+    `statfs`, which node agents run on every mount); SIGTERM then ends it with nothing
+    mounted. SIGTERM to a `fuse-fd` whose daemon serves unmounts MNT, and the daemon and the
+    helper end."""
+    pack, mnt, log, want = setting
+    sock = tmp_path / "nobody-listens.sock"
+    sender = subprocess.Popen([loosefs_bin(), "fuse-fd", str(mnt), "--send", str(sock)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # Until it gives up (60 s) the sender retries the socket; meanwhile MNT is no mount and
+        # statfs answers at once.
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 1.0:
+            assert not mounted_here(mnt)
+            os.statvfs(mnt)
+            time.sleep(0.05)
+        assert sender.poll() is None, sender.stderr.read()
+        sender.send_signal(signal.SIGTERM)
+        assert sender.wait(timeout=30) != 0
+        assert not mounted_here(mnt)
+    finally:
+        if sender.poll() is None:
+            sender.kill()
+    helper, daemon = start(pack, mnt, log, "classic")
+    try:
+        assert hashes(mnt) == want
+        helper.send_signal(signal.SIGTERM)
+        helper.wait(timeout=60)
+        assert not mounted_here(mnt)
+        deadline = time.monotonic() + 60
+        def alive():
+            try:
+                return status(daemon).get("State", "Z").split()[0] != "Z"
+            except OSError:
+                return False
+        while alive():
+            assert time.monotonic() < deadline, "the daemon outlived its mount"
+            time.sleep(0.05)
+    finally:
+        if helper.poll() is None:
+            helper.kill()
+        subprocess.run(["umount", "-l", str(mnt)], timeout=30, capture_output=True)

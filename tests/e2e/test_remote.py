@@ -346,6 +346,26 @@ def test_a_credential_process_profile_mounts_and_runs_its_command_once(world, so
     assert runs.read_text().count("run") == 1, runs.read_text()
 
 
+def test_a_credential_process_that_never_answers_fails_the_mount_saying_so(world, tmp_path):
+    """A `credential_process` that waits for ever (an MFA prompt with no terminal): the mount
+    fails within the credential timeout (30 s) plus its retries' slack, naming the cause,
+    instead of hanging; no daemon is left."""
+    helper = tmp_path / "hang.sh"
+    helper.write_text("#!/bin/sh\nexec sleep 3600\n")
+    helper.chmod(0o755)
+    config = tmp_path / "config"
+    config.write_text(f"[profile hang]\ncredential_process = {helper}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_CONFIG_FILE=str(config), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+               AWS_EC2_METADATA_DISABLED="true")
+    t0 = time.monotonic()
+    m = Mount("s3://packs/data.pack", world["work"], "--profile", "hang", *s3_args(world), env=env, check=False)
+    took = time.monotonic() - t0
+    assert m.r.returncode != 0 and "credentials" in m.r.stderr and "30 s" in m.r.stderr, m.r.stderr
+    assert took < 200, took
+    assert not os.path.ismount(m.mnt)
+
+
 def test_fully_cached_pack_pins_and_decodes_like_a_local_one(world, source, pack, tmp_path):
     import numpy as np
     files = [f for f in files_of(source) if f.suffix == ".JPEG"][:20]
