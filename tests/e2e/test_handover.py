@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import loosefs_bin, need_mount
+from conftest import loosefs_bin, missing_prerequisite, need_mount
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
           "--bounding-set=-all", "--"]
@@ -96,7 +96,7 @@ def setting(pack, source):
 def test_a_daemon_without_privileges_serves_a_handed_over_connection(setting, transport):
     pack, mnt, log, want = setting
     if transport == "uring" and not pathlib.Path("/sys/module/fuse/parameters/enable_uring").exists():
-        pytest.skip("the kernel has no FUSE over io_uring")
+        missing_prerequisite("the kernel has no FUSE over io_uring (/sys/module/fuse/parameters/enable_uring)")
     helper, daemon = start(pack, mnt, log, transport)
     try:
         st = status(daemon)
