@@ -409,7 +409,7 @@ pub fn video(data: &[u8]) {
             let _ = ix.nearest(i as f64 / 30.0);
         }
         for g in [0, ix.gops.len().saturating_sub(1)] {
-            if let Ok(frames) = loosefs::video::decoder::decode_gop(&mp4, &ix, g) {
+            if let Ok(frames) = loosefs::video::decoder::decode_gop(&mp4, &ix, g, None) {
                 let want = (ix.width * ix.height * 3) as usize;
                 assert!(frames.iter().all(|f| f.1.len() == want));
             }

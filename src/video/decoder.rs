@@ -151,15 +151,25 @@ impl VideoIndex {
 }
 
 /// The frames of GOP `gop` of the file `path` (indexed as `index`), decoded: each frame's
-/// pts and its RGB24 pixels (`height` × `width` × 3, rows top first), in presentation order.
+/// pts and its RGB24 pixels (`height` × `width` × 3, rows top first), in presentation order;
+/// with `only`, just the frames of those pts (a GOP too large for the cache is decoded to the
+/// frames asked, the rest decoded and dropped: memory bounded by `only`'s frames).
 ///
 /// Errors: the file cannot be opened or read, a packet does not decode (a damaged GOP), a
 /// frame of another size than the index says.
-pub fn decode_gop(path: &Path, index: &VideoIndex, gop: usize) -> Result<Vec<(i64, Vec<u8>)>> {
+pub fn decode_gop(
+    path: &Path,
+    index: &VideoIndex,
+    gop: usize,
+    only: Option<&std::collections::HashSet<i64>>,
+) -> Result<Vec<(i64, Vec<u8>)>> {
     let r = (index.gops.get(gop).cloned())
         .ok_or_else(|| anyhow!("{}: no GOP {gop}", path.display()))?;
-    let wanted: std::collections::HashSet<i64> =
+    let mut wanted: std::collections::HashSet<i64> =
         index.packets[r.clone()].iter().map(|p| p.pts).collect();
+    if let Some(only) = only {
+        wanted.retain(|p| only.contains(p));
+    }
     let out = decode_from(path, index, gop, r.end, &wanted)?;
     if out.len() == wanted.len() || gop == 0 {
         return Ok(out);
@@ -167,6 +177,16 @@ pub fn decode_gop(path: &Path, index: &VideoIndex, gop: usize) -> Result<Vec<(i6
     // An open GOP (HEVC's CRA): its leading frames reference the GOP before, and a decoder
     // that starts at its keyframe drops them. Decoded from the GOP before instead.
     decode_from(path, index, gop - 1, r.end, &wanted)
+}
+
+/// The pts of GOP `gop`'s frames, in presentation order.
+pub fn gop_pts(index: &VideoIndex, gop: usize) -> Vec<i64> {
+    let mut v: Vec<i64> = (index.gops.get(gop).cloned())
+        .map(|r| index.packets[r].iter().map(|p| p.pts).collect())
+        .unwrap_or_default();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// An open video file: its demuxer, its video stream's decoder and the RGB converter, kept

@@ -12,6 +12,12 @@
 //! for 6,564 GOPs). The cache holds whole GOPs, least recently used
 //! evicted past its budget; a GOP that fails to decode answers EIO to its readers (logged
 //! once per GOP) and is not kept, so a later read tries again.
+//!
+//! A GOP whose frames would not fit in the budget shared by the decode threads (one keyframe
+//! in a long screen recording: 300 frames of 2048² are 3.8 GB) is decoded to the frames asked
+//! and the ones after them that fit ([`FrameServer::window`]), the rest decoded and dropped;
+//! that part is what the cache keeps, and a read of a frame outside it decodes again. Memory
+//! stays within the budget (at least one frame per decode thread), whatever the GOP.
 
 use super::decoder::{self, VideoIndex};
 use crate::catalog::FsError;
@@ -162,7 +168,7 @@ impl FrameServer {
     /// Answers a READ of `[offset, offset + size)` of made file `id`: at once from made bytes
     /// or the cache, else when its GOP is decoded (on a decode thread).
     pub fn read(self: &Arc<Self>, id: u32, offset: u64, size: u32, reply: Reply) {
-        let (video, gop) = match self.made.get(id as usize) {
+        let (video, gop, pts) = match self.made.get(id as usize) {
             None => return reply(Err(FsError::NotFound)),
             Some(Made::Missing { why, .. }) => return reply(Err(FsError::Io(why.to_string()))),
             Some(_) if offset >= self.size(id) => return reply(Ok(&[])),
@@ -171,12 +177,17 @@ impl FrameServer {
                 let e = (offset as usize).saturating_add(size as usize).min(b.len());
                 return reply(Ok(&b[s..e]));
             }
-            Some(Made::Frame { video, gop, .. }) => (*video, *gop),
+            Some(Made::Frame {
+                video, gop, pts, ..
+            }) => (*video, *gop, *pts),
         };
         let mut c = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         c.tick += 1;
         let tick = c.tick;
-        if let Some((g, used)) = c.gops.get_mut(&(video, gop)) {
+        // A cached part of a GOP too large for the cache may not hold this frame: a miss.
+        if let Some((g, used)) =
+            (c.gops.get_mut(&(video, gop))).filter(|(g, _)| g.iter().any(|f| f.0 == pts))
+        {
             *used = tick;
             let g = g.clone();
             drop(c);
@@ -198,33 +209,82 @@ impl FrameServer {
         recent[3] = gop;
         drop(c);
         self.stats.misses.fetch_add(1, Relaxed);
-        self.decode(video, gop, in_order);
+        self.decode(video, gop, in_order, Some(pts));
     }
 
     /// Decodes the GOP of made file `id` ahead of its reader (an announced order), unless it
-    /// is cached or under way.
+    /// is cached (with that frame) or under way.
     pub fn prefetch(self: &Arc<Self>, id: u32) {
-        let Some(Made::Frame { video, gop, .. }) = self.made.get(id as usize) else {
+        let Some(Made::Frame {
+            video, gop, pts, ..
+        }) = self.made.get(id as usize)
+        else {
             return;
         };
         let key = (*video, *gop);
         let mut c = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if c.gops.contains_key(&key) || c.flight.contains_key(&key) {
+        let cached = (c.gops.get(&key)).is_some_and(|(g, _)| g.iter().any(|f| f.0 == *pts));
+        if cached || c.flight.contains_key(&key) {
             return;
         }
         c.flight.insert(key, Vec::new());
         drop(c);
         self.stats.ahead.fetch_add(1, Relaxed);
-        self.decode(key.0, key.1, false);
+        self.decode(key.0, key.1, false, Some(*pts));
     }
 
-    /// Decodes GOP `gop` of `video` on the pool, then answers its waiters; with `ahead`, then
-    /// the next GOP of the file too, if not cached or under way.
-    fn decode(self: &Arc<Self>, video: u32, gop: u32, ahead: bool) {
+    /// Frames of `video` a decode may keep: the budget shared by the decode threads, at least
+    /// one frame.
+    fn window(&self, video: u32) -> usize {
+        let ix = &self.videos[video as usize].1;
+        let frame = (ix.width as u64 * ix.height as u64 * 3).max(1);
+        let share = self.budget.load(Relaxed) / self.pool.current_num_threads().max(1) as u64;
+        (share / frame).max(1) as usize
+    }
+
+    /// The frames to decode of GOP `gop` of `video` when all of them would not fit
+    /// ([`FrameServer::window`]): the frames `asked` (the pts its readers wait for, and
+    /// `from`), then the ones after the first of them, up to the window. `None`: the whole GOP.
+    fn part(&self, video: u32, gop: u32, asked: &[i64]) -> Option<std::collections::HashSet<i64>> {
+        let all = decoder::gop_pts(&self.videos[video as usize].1, gop as usize);
+        let window = self.window(video);
+        if all.len() <= window {
+            return None;
+        }
+        let mut asked: Vec<i64> = asked.to_vec();
+        asked.sort_unstable();
+        asked.dedup();
+        let mut part: std::collections::HashSet<i64> = asked.iter().take(window).copied().collect();
+        let first = asked.first().copied().unwrap_or(all[0]);
+        for p in all.iter().filter(|p| **p >= first) {
+            if part.len() >= window {
+                break;
+            }
+            part.insert(*p);
+        }
+        Some(part)
+    }
+
+    /// Decodes GOP `gop` of `video` on the pool (all of it, or the part its readers and
+    /// `from` ask for when all would not fit), then answers its waiters (a waiter whose frame
+    /// is outside the part decoded reads again, which decodes its own part); with `ahead`,
+    /// then the next GOP of the file too, if it fits whole and is not cached or under way.
+    fn decode(self: &Arc<Self>, video: u32, gop: u32, ahead: bool, from: Option<i64>) {
         let me = self.clone();
         self.pool.spawn(move || {
             let (path, ix) = &me.videos[video as usize];
-            let out = decoder::decode_gop(path, ix, gop as usize);
+            let asked: Vec<i64> = {
+                let c = me.cache.lock().unwrap_or_else(|p| p.into_inner());
+                (c.flight.get(&(video, gop)).into_iter().flatten())
+                    .filter_map(|w| match me.made.get(w.0 as usize) {
+                        Some(Made::Frame { pts, .. }) => Some(*pts),
+                        _ => None,
+                    })
+                    .chain(from)
+                    .collect()
+            };
+            let part = me.part(video, gop, &asked);
+            let out = decoder::decode_gop(path, ix, gop as usize, part.as_ref());
             let mut c = me.cache.lock().unwrap_or_else(|p| p.into_inner());
             let waiters = c.flight.remove(&(video, gop)).unwrap_or_default();
             let g = match out {
@@ -235,7 +295,9 @@ impl FrameServer {
                     let g: Gop = Arc::new(frames);
                     c.tick += 1;
                     let tick = c.tick;
-                    c.gops.insert((video, gop), (g.clone(), tick));
+                    if let Some((old, _)) = c.gops.insert((video, gop), (g.clone(), tick)) {
+                        c.bytes -= old.iter().map(|f| f.1.len() as u64).sum::<u64>();
+                    }
                     c.bytes += bytes;
                     me.evict(&mut c);
                     Ok(g)
@@ -253,6 +315,7 @@ impl FrameServer {
             };
             let next = (gop + 1, ahead && (gop as usize + 1) < ix.gops.len());
             let start_next = next.1
+                && me.part(video, next.0, &[]).is_none()
                 && !c.gops.contains_key(&(video, next.0))
                 && !c.flight.contains_key(&(video, next.0));
             if start_next {
@@ -260,14 +323,20 @@ impl FrameServer {
             }
             drop(c);
             for (id, offset, size, reply) in waiters {
+                // Joined after the part was chosen, for a frame outside it: read again.
+                let outside = match (&part, me.made.get(id as usize)) {
+                    (Some(p), Some(Made::Frame { pts, .. })) => !p.contains(pts),
+                    _ => false,
+                };
                 match &g {
+                    Ok(_) if outside => me.read(id, offset, size, reply),
                     Ok(g) => me.answer(id, g, offset, size, reply),
                     Err(e) => reply(Err(e.clone())),
                 }
             }
             if start_next {
                 me.stats.ahead.fetch_add(1, Relaxed);
-                me.decode(video, next.0, false);
+                me.decode(video, next.0, false, None);
             }
         });
     }

@@ -4,6 +4,7 @@ row's frame is the decoded frame whose timestamp is nearest `from_timestamp + ti
 lerobot's pyav backend picks it."""
 import contextlib
 import errno
+import json
 import os
 import pathlib
 import shutil
@@ -415,3 +416,59 @@ def test_an_announced_shuffled_order_of_frames_is_decoded_ahead(tmp_path):
         f = json.loads(st.stdout)["frames"]
         assert f["ahead"] > len(keys) // 4, f
         assert f["misses"] < len(keys) // 4, f
+
+
+def test_a_gop_larger_than_the_frame_cache_is_decoded_within_it(tmp_path):
+    """One keyframe for 160 frames of 1024²: the GOP decoded is 503 MB of pixels, the frame
+    cache 64 MiB (`--decode-cache 64M`). Frames read out of order, first and last among them,
+    equal PyAV's decode; the cache never holds more than its budget; the daemon's peak RSS
+    stays far below the GOP's size (it held the whole GOP, 3.7 GB for a 2048² one, before)."""
+    prerequisites()
+    import av
+    import numpy as np
+    n, side = 160, 1024
+    y, x = np.mgrid[0:side, 0:side]
+    frames = [np.stack([(x + 7 * i) % 256, (y + 3 * i) % 256, (x + y + 11 * i) % 256], axis=-1).astype(np.uint8)
+              for i in range(n)]
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    video = ds / "long-gop.mp4"
+    with av.open(str(video), "w") as o:
+        s = o.add_stream("libx264", rate=30)
+        s.width = s.height = side
+        s.pix_fmt = "yuv420p"
+        s.codec_context.gop_size = n
+        s.codec_context.max_b_frames = 0
+        s.codec_context.options = {"x264-params": f"keyint={n}:min-keyint={n}:scenecut=0", "preset": "ultrafast"}
+        for i, px in enumerate(frames):
+            f = av.VideoFrame.from_ndarray(px, format="rgb24")
+            f.pts = i
+            for p in s.encode(f):
+                o.mux(p)
+        for p in s.encode():
+            o.mux(p)
+    with av.open(str(video)) as c:
+        st = c.streams.video[0]
+        keys = 0
+        for p in c.demux(st):
+            keys += bool(p.is_keyframe and p.size)
+        assert keys == 1, f"{keys} keyframes: the test needs one GOP"
+    with av.open(str(video)) as c:
+        want = [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
+    assert len(want) == n
+    del frames
+    work = tmp_path / "work"
+    work.mkdir()
+    budget = 64 << 20
+    with mounted(ds, work, "--decode", "frames", "--decode-cache", "64M") as mnt:
+        d = mnt / "long-gop.mp4.frames"
+        for i in (150, 0, 159, 75, 76, 3):
+            assert np.array_equal(np.load(d / f"{i:06d}.npy"), want[i]), i
+        stats = json.loads(subprocess.run([loosefs_bin(), "stats", str(mnt), "--json"], capture_output=True,
+                                          text=True, check=True, timeout=60).stdout)
+        fr = stats["frames"]
+        assert fr["budget_bytes"] == budget and fr["cached_bytes"] <= budget, fr
+        pid = stats["daemon"]["pid"]
+        hwm = int(next(line.split()[1] for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines()
+                       if line.startswith("VmHWM:"))) << 10
+        assert hwm < 400 << 20, f"daemon peak RSS {hwm >> 20} MiB for a {n * side * side * 3 >> 20} MiB GOP"
