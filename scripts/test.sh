@@ -68,6 +68,19 @@ phase "cargo build --release --features bench" cargo build --release --features 
 # under python-env.sh's lock.
 echo "== Python venv"
 VENV=$(scripts/python-env.sh) || { echo "!! the Python venv could not be made" >&2; VENV=; WORST=1; SUMMARY+=("Python venv: FAILED"); }
+# The test corpus (scripts/make-test-data.py: 1,000 JPEGs cut from the photographs of
+# scikit-image's and matplotlib's wheels, made once and cached): what the tests read where
+# ../shared/data is absent (a user's clone). CI has ../shared and must: its absence fails there.
+if [ -n "$VENV" ]; then
+  echo "== test corpus"
+  LOOSEFS_TEST_DATA=$("$VENV/bin/python" scripts/make-test-data.py) || { echo "!! the test corpus could not be made" >&2; WORST=1; SUMMARY+=("test corpus: FAILED"); }
+  export LOOSEFS_TEST_DATA
+fi
+if [ "${CI:-}" = true ] && [ ! -d ../shared/data/imagenet-sample ]; then
+  echo "!! CI=true but ../shared/data is absent beside the checkout: its corpora are not tested" >&2
+  SUMMARY+=("../shared/data: FAILED (CI=true and it is absent)")
+  WORST=1
+fi
 # A Debian trixie root beside the venv, made once: LeRobot's own loader (Python >= 3.12) runs
 # there, and the release wheel is installed there (another distribution, no toolchain).
 if [ -n "$VENV" ] && [ "$(id -u)" = 0 ]; then

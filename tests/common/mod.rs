@@ -51,10 +51,16 @@ pub fn loosefs(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
     c.output().expect("run loosefs")
 }
 
-/// The real ImageNet sample (`../shared/data/imagenet-sample`) when present.
+/// The real ImageNet sample (`../shared/data/imagenet-sample`) when present, else the test
+/// corpus `scripts/make-test-data.py` made (1,000 JPEGs, 111 MB, cut from real photographs;
+/// `$LOOSEFS_TEST_DATA`, set by scripts/test.sh), else none.
 pub fn shared_sample() -> Option<PathBuf> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/imagenet-sample");
-    p.is_dir().then_some(p)
+    if p.is_dir() {
+        return Some(p);
+    }
+    let made = PathBuf::from(std::env::var_os("LOOSEFS_TEST_DATA")?).join("imagenet-like");
+    made.is_dir().then_some(made)
 }
 
 /// Encodes a w×h JPEG (RGB gradient with noise, or grey) with the jpeg-encoder crate.
