@@ -14,6 +14,9 @@ encoded by Pillow with the variety real datasets hold: grayscale (1 in 37), prog
 (1 in 41), qualities 88–97, sensor noise. Deterministic (seeded). The cache's name is a digest of this
 script and the versions of Pillow, scikit-image and matplotlib, so a change makes it anew;
 it is written beside and renamed into place, never left half-made.
+
+`<dir>/formats/zip/images.zip` holds its first 48 classes as Python's zipfile writes them
+(ZIP_STORED, members `train/<class>/<file>`), as ../shared/data/formats/zip does.
 """
 import argparse
 import hashlib
@@ -23,6 +26,7 @@ import pathlib
 import shutil
 import sys
 import tempfile
+import zipfile
 
 import numpy as np
 from PIL import Image
@@ -114,6 +118,14 @@ def make(out: pathlib.Path):
             total += len(data)
     if total < 100_000_000:
         sys.exit(f"make-test-data: the corpus holds {total} bytes, fewer than the 100 MB the tests need")
+    # The first 48 classes in a zip by Python's zipfile (ZIP_STORED, members
+    # `train/<class>/<file>`), as ../shared/data/formats/zip/images.zip holds them.
+    z = out / "formats" / "zip"
+    z.mkdir(parents=True)
+    with zipfile.ZipFile(z / "images.zip", "w", zipfile.ZIP_STORED) as zf:
+        for d in sorted(tree.iterdir())[:48]:
+            for f in sorted(d.iterdir()):
+                zf.write(f, f"train/{d.name}/{f.name}")
     (out / "DONE").write_text(f"{CLASSES * PER_CLASS} files, {total} bytes\n")
 
 
