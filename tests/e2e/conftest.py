@@ -11,7 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # No test may send a request beyond 127.0.0.1: the credential chain's last source, EC2 instance
 # metadata (169.254.169.254), is off for every process a test starts.
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
-SHARED = ROOT.parent / "shared" / "data" / "imagenet-sample"
+
 
 
 def loosefs_bin() -> str:
@@ -29,27 +29,34 @@ def make_jpeg_tree(out: pathlib.Path) -> pathlib.Path:
 
 
 def test_corpus() -> pathlib.Path:
-    """The corpus scripts/make-test-data.py makes (1,000 JPEGs, 111 MB, cut from real
-    photographs): `$LOOSEFS_TEST_DATA` (scripts/test.sh sets it), else made (or found cached)
-    now."""
+    """The corpus scripts/make-test-data.py makes, laid out as ../shared/data is
+    (`imagenet-sample/`: 1,000 JPEGs cut from real photographs; `formats/`: their first 48
+    classes by each format's writer): `$LOOSEFS_TEST_DATA` (scripts/test.sh sets it), else
+    made (or found cached) now."""
     env = os.environ.get("LOOSEFS_TEST_DATA")
     if not env:
         env = subprocess.run([sys.executable, str(ROOT / "scripts" / "make-test-data.py")], check=True,
-                             capture_output=True, text=True, timeout=600).stdout.strip()
+                             stdout=subprocess.PIPE, text=True, timeout=900).stdout.strip()
         os.environ["LOOSEFS_TEST_DATA"] = env
-    return pathlib.Path(env) / "imagenet-like"
+    return pathlib.Path(env)
+
+
+# The data the tests read: ../shared/data beside the checkout (CI's machines and the
+# workspace), else the corpus the project makes itself (a user's clone). LeRobot datasets are
+# only in the first: their tests say so where it is absent.
+DATA = ROOT.parent / "shared" / "data"
+if not DATA.is_dir():
+    DATA = test_corpus()
+SHARED = DATA / "imagenet-sample"
 
 
 @pytest.fixture(scope="session")
 def source(tmp_path_factory) -> pathlib.Path:
-    """What the tests read: `$LOOSEFS_DATA`, else the ImageNet sample beside the checkout, else
-    the test corpus (a user's clone)."""
+    """What the tests read: `$LOOSEFS_DATA`, else the ImageNet sample of [`DATA`]."""
     env = os.environ.get("LOOSEFS_DATA")
     if env:
         return pathlib.Path(env)
-    if SHARED.is_dir():
-        return SHARED
-    return test_corpus()
+    return SHARED
 
 
 def missing_prerequisite(what: str):

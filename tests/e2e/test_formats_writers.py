@@ -13,14 +13,12 @@ import numpy as np
 import pytest
 import torchvision
 
-from conftest import ROOT, loosefs_bin, need_mount, test_corpus
-
-SHARED_SAMPLES = ROOT.parent / "shared" / "data" / "imagenet-sample"
-
+from conftest import DATA, ROOT, loosefs_bin, need_mount
 
 def samples():
-    """The ImageNet sample beside the checkout, else the test corpus (a user's clone)."""
-    return SHARED_SAMPLES if SHARED_SAMPLES.is_dir() else test_corpus()
+    """The ImageNet sample of the tests' data (../shared/data, else the corpus the project
+    makes)."""
+    return DATA / "imagenet-sample"
 
 
 def md5(b):

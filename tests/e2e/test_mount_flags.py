@@ -13,9 +13,9 @@ import subprocess
 import pytest
 import torchvision
 
-from conftest import ROOT, loosefs_bin, missing_prerequisite, need_mount
+from conftest import DATA, ROOT, loosefs_bin, missing_prerequisite, need_mount
 
-FORMATS = ROOT.parent / "shared" / "data" / "formats"
+FORMATS = DATA / "formats"
 
 
 def run(*args, check=True):

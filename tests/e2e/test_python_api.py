@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, loosefs_bin, missing_prerequisite, need_mount
+from conftest import DATA, ROOT, loosefs_bin, missing_prerequisite, need_mount
 
 sys.path.insert(0, str(ROOT / "python"))
 import loosefs  # noqa: E402
@@ -145,7 +145,7 @@ def test_pack_progress_reaches_a_tqdm_bar(source, tmp_path, capsys):
 
 
 def test_foreign_info(tmp_path):
-    mds = ROOT.parent / "shared" / "data" / "formats" / "mds"
+    mds = DATA / "formats" / "mds"
     if not mds.is_dir():
         missing_prerequisite("../shared/data/formats is missing")
     i = loosefs.info(mds, index_dir=tmp_path / "ix")
@@ -153,7 +153,7 @@ def test_foreign_info(tmp_path):
 
 
 def test_index_writes_a_shared_index_that_another_nodes_mount_uses(tmp_path):
-    src = ROOT.parent / "shared" / "data" / "formats" / "webdataset"
+    src = DATA / "formats" / "webdataset"
     if not src.is_dir():
         missing_prerequisite("../shared/data/formats is missing")
     need_mount()
@@ -278,7 +278,7 @@ def test_the_release_wheel_installs_and_mounts_on_another_linux_without_a_toolch
     need_mount()
     import hashlib
     import trixie
-    lerobot = ROOT.parent / "shared" / "data" / "lerobot" / "so100-av1"
+    lerobot = DATA / "lerobot" / "so100-av1"
     if not lerobot.is_dir():
         missing_prerequisite(f"{lerobot} is missing")
     if os.environ.get("LOOSEFS_WHEEL"):

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, loosefs_bin, missing_prerequisite, need_mount
+from conftest import DATA, ROOT, loosefs_bin, missing_prerequisite, need_mount
 import servers
 
 
@@ -728,7 +728,7 @@ def test_loose_objects_under_an_s3_prefix_mount_from_their_listing_and_read_iden
         c.upload_file(str(source / victim), weed.bucket, f"loose/{victim.as_posix()}")
 
 
-LEROBOT = ROOT.parent / "shared" / "data" / "lerobot" / "so100-av1"
+LEROBOT = DATA / "lerobot" / "so100-av1"
 
 
 def test_a_lerobot_dataset_as_loose_objects_reads_identical_and_its_videos_decode_the_same(world):

@@ -13,9 +13,9 @@ import threading
 
 import pytest
 
-from conftest import ROOT, loosefs_bin, missing_prerequisite, need_mount
+from conftest import DATA, ROOT, loosefs_bin, missing_prerequisite, need_mount
 
-LEROBOT = ROOT.parent / "shared" / "data" / "lerobot" / "so100-av1"
+LEROBOT = DATA / "lerobot" / "so100-av1"
 
 
 def prerequisites():
@@ -316,7 +316,7 @@ def test_plain_video_files_get_their_frames_beside_them(tmp_path):
         frames = [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
     encode(frames[:40], ds / "clips" / "b" / "c.mkv", "libx264", 12, 2)
     (ds / "broken.webm").write_bytes(b"\x1aE\xdf\xa3 not really a video")
-    jpeg = next((ROOT.parent / "shared" / "data" / "imagenet-sample").rglob("*.JPEG"), None)
+    jpeg = next((DATA / "imagenet-sample").rglob("*.JPEG"), None)
     if jpeg:
         shutil.copy(jpeg, ds / "x.JPEG")
 
