@@ -15,6 +15,9 @@ encoded by Pillow with the variety real datasets hold: grayscale (23 of them, as
 script and the versions of Pillow, scikit-image and matplotlib, so a change makes it anew;
 it is written beside and renamed into place, never left half-made.
 
+With `--lerobot` (root), `<dir>/lerobot/so100-av1/` is a LeRobot v3 dataset lerobot's own
+writer made in the Debian trixie root (scripts/make-lerobot-fixture.py).
+
 `<dir>/formats/` holds its first 48 classes written by the formats' own writers (webdataset,
 tfrecord, mosaicml-streaming, litdata, datasets, gulpio2, zipfile), as ../shared/data/formats
 does; FFCV's writer does not install here, so its cases are skipped saying so.
@@ -190,11 +193,43 @@ def _litdata_item(x):
     return (Image.open(p), i)
 
 
+def lerobot(out: pathlib.Path) -> bool:
+    """`out/lerobot/so100-av1`: a LeRobot v3 dataset written by lerobot's own writer in the
+    Debian trixie root (scripts/make-lerobot-fixture.py through scripts/in-trixie.sh: root
+    and that root needed), cut from `out/imagenet-sample`. Made once; False where it cannot
+    be (said on stderr): its tests then say what is missing."""
+    ds = out / "lerobot" / "so100-av1"
+    if (ds / "meta" / "info.json").is_file():
+        return True
+    if os.geteuid() != 0:
+        print("make-test-data: the LeRobot dataset needs root (the trixie root); left out", file=sys.stderr)
+        return False
+    scripts = pathlib.Path(__file__).resolve().parent
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=".lerobot-", dir=out))
+    try:
+        import subprocess
+        r = subprocess.run([str(scripts / "in-trixie.sh"), "--bind", f"{out / 'imagenet-sample'}:/data/images",
+                            "--bind", f"{tmp}:/data/out", "--bind", f"{scripts}:/data/scripts", "--",
+                            "/venv/bin/python", "/data/scripts/make-lerobot-fixture.py", "/data/images",
+                            "/data/out/so100-av1"],
+                           stdout=sys.stderr, stderr=subprocess.PIPE, text=True, timeout=1800)
+        if r.returncode != 0:
+            print(f"make-test-data: the LeRobot dataset could not be written: {r.stderr[-2000:]}", file=sys.stderr)
+            return False
+        shutil.rmtree(tmp / "so100-av1" / "images", ignore_errors=True)  # lerobot's empty staging
+        (out / "lerobot").mkdir(exist_ok=True)
+        (tmp / "so100-av1").rename(ds)
+        return True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def key() -> str:
     import matplotlib
     import PIL
     import skimage
     h = hashlib.sha256(pathlib.Path(__file__).read_bytes())
+    h.update(pathlib.Path(__file__).with_name("make-lerobot-fixture.py").read_bytes())
     h.update(f"{PIL.__version__} {skimage.__version__} {matplotlib.__version__}".encode())
     return h.hexdigest()[:16]
 
@@ -207,15 +242,21 @@ def main():
     sys.stdout = sys.stderr
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=pathlib.Path)
+    ap.add_argument("--lerobot", action="store_true",
+                    help="also the LeRobot dataset (root, the trixie root; made once, kept beside)")
     a = ap.parse_args()
     if a.out:
         shutil.rmtree(a.out, ignore_errors=True)
         make(a.out)
+        if a.lerobot:
+            lerobot(a.out)
         print(a.out, file=answer)
         return
     cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "loosefs"
     out = cache / f"test-data-{key()}"
     if (out / "DONE").is_file():
+        if a.lerobot:
+            lerobot(out)
         print(out, file=answer)
         return
     cache.mkdir(parents=True, exist_ok=True)
@@ -229,6 +270,8 @@ def main():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if a.lerobot:
+        lerobot(out)
     print(out, file=answer)
 
 

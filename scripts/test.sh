@@ -68,24 +68,27 @@ phase "cargo build --release --features bench" cargo build --release --features 
 # under python-env.sh's lock.
 echo "== Python venv"
 VENV=$(scripts/python-env.sh) || { echo "!! the Python venv could not be made" >&2; VENV=; WORST=1; SUMMARY+=("Python venv: FAILED"); }
+# A Debian trixie root beside the venv, made once: LeRobot's own loader (Python >= 3.12) runs
+# there, and the release wheel is installed there (another distribution, no toolchain).
+if [ -n "$VENV" ] && [ "$(id -u)" = 0 ]; then
+  echo "== Debian trixie root (Python 3.13 + lerobot; tests/e2e/trixie.py)"
+  scripts/trixie-root.sh >/dev/null || echo "!! the trixie root could not be made: its tests will say so" >&2
+fi
 # The test corpus (scripts/make-test-data.py: 1,000 JPEGs cut from the photographs of
-# scikit-image's and matplotlib's wheels, made once and cached): what the tests read where
+# scikit-image's and matplotlib's wheels, the packed formats by their own writers, a LeRobot
+# dataset by lerobot in the trixie root; made once and cached): what the tests read where
 # ../shared/data is absent (a user's clone). CI has ../shared and must: its absence fails there.
 if [ -n "$VENV" ]; then
   echo "== test corpus"
-  LOOSEFS_TEST_DATA=$("$VENV/bin/python" scripts/make-test-data.py) || { echo "!! the test corpus could not be made" >&2; WORST=1; SUMMARY+=("test corpus: FAILED"); }
+  CORPUS_ARGS=()
+  [ "$(id -u)" = 0 ] && CORPUS_ARGS=(--lerobot)
+  LOOSEFS_TEST_DATA=$("$VENV/bin/python" scripts/make-test-data.py "${CORPUS_ARGS[@]}") || { echo "!! the test corpus could not be made" >&2; WORST=1; SUMMARY+=("test corpus: FAILED"); }
   export LOOSEFS_TEST_DATA
 fi
 if [ "${CI:-}" = true ] && [ ! -d ../shared/data/imagenet-sample ]; then
   echo "!! CI=true but ../shared/data is absent beside the checkout: its corpora are not tested" >&2
   SUMMARY+=("../shared/data: FAILED (CI=true and it is absent)")
   WORST=1
-fi
-# A Debian trixie root beside the venv, made once: LeRobot's own loader (Python >= 3.12) runs
-# there, and the release wheel is installed there (another distribution, no toolchain).
-if [ -n "$VENV" ] && [ "$(id -u)" = 0 ]; then
-  echo "== Debian trixie root (Python 3.13 + lerobot; tests/e2e/trixie.py)"
-  scripts/trixie-root.sh >/dev/null || echo "!! the trixie root could not be made: its tests will say so" >&2
 fi
 # A test that hangs (a FUSE read whose daemon is stuck) fails with its name after this long
 # instead of hanging the run (tests/common Timeout; pytest-timeout below).
