@@ -13,7 +13,8 @@ encoded by Pillow with the variety real datasets hold: grayscale (23 of them, as
 10), 4:4:4 and 4:2:0 chroma (half each), restart markers (1 in 50), an EXIF orientation tag
 (1 in 41), qualities 91–98, sensor noise. Deterministic (seeded). The cache's name is a digest of this
 script and the versions of Pillow, scikit-image and matplotlib, so a change makes it anew;
-it is written beside and renamed into place, never left half-made.
+it is written beside and renamed into place, never left half-made, and the corpora of older
+versions are then removed.
 
 With `--lerobot` (root), `<dir>/lerobot/so100-av1/` is a LeRobot v3 dataset lerobot's own
 writer made in the Debian trixie root (scripts/make-lerobot-fixture.py).
@@ -175,9 +176,12 @@ def formats(tree: pathlib.Path, out: pathlib.Path):
     ds = ds.cast_column("image", datasets.Image(decode=False)).map(
         lambda x: {"image": {"bytes": open(x["image"]["path"], "rb").read(),
                              "path": os.path.basename(x["image"]["path"])}}, features=feats.copy())
-    # Uncompressed pages, as datasets >= 4.6 writes image columns (4.5, pinned here for
-    # test_formats_writers' Snappy case, compressed them): the JPEGs stay whole in the file.
-    ds.to_parquet(str(out / "hf-parquet" / "train-00000-of-00001.parquet"), compression="none")
+    # Image bytes in plain, uncompressed pages, as datasets >= 4.6 writes image columns (4.5,
+    # pinned here for test_formats_writers' Snappy case, compressed and dictionary-encoded
+    # them): the JPEGs stay whole in the file.
+    ds.to_parquet(str(out / "hf-parquet" / "train-00000-of-00001.parquet"),
+                  compression={"image.bytes": "NONE", "image.path": "NONE", "label": "SNAPPY"},
+                  use_dictionary=["label"])
     # gulpio: ImageFolderAdapter + GulpIngestor(videos_per_chunk=16), frames re-encoded.
     from gulpio2 import GulpIngestor
     from gulpio2.adapters import ImageFolderAdapter
@@ -272,6 +276,10 @@ def main():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    # Corpora of older versions of this script are not used again.
+    for old in cache.glob("test-data-*"):
+        if old != out:
+            shutil.rmtree(old, ignore_errors=True)
     if a.lerobot:
         lerobot(out)
     print(out, file=answer)
