@@ -21,13 +21,6 @@ def loosefs_bin() -> str:
     return b
 
 
-def make_jpeg_tree(out: pathlib.Path) -> pathlib.Path:
-    """A small ImageFolder tree of real JPEGs encoded by Pillow (colour and grayscale)."""
-    script = ROOT / "scripts" / "make-sample-jpegs.py"
-    subprocess.run([sys.executable, str(script), str(out), "--classes", "4", "--per-class", "6"], check=True)
-    return out
-
-
 def test_corpus() -> pathlib.Path:
     """The corpus scripts/make-test-data.py makes, laid out as ../shared/data is
     (`imagenet-sample/`: 1,000 JPEGs cut from real photographs; `formats/`: their first 48

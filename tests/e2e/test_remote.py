@@ -322,22 +322,29 @@ def test_profile_file_credentials(world, source, tmp_path):
     assert "credential_process" in none.stderr and "--no-sign-request" in none.stderr, none.stderr
 
 
+def credential_process_env(tmp_path, profile: str, script: str) -> dict:
+    """The environment of a profile `profile` whose credentials come from `credential_process`
+    = a shell script of `script` (its body) in `tmp_path`; no other AWS source is reachable."""
+    helper = tmp_path / f"{profile}.sh"
+    helper.write_text("#!/bin/sh\n" + script)
+    helper.chmod(0o755)
+    config = tmp_path / "config"
+    config.write_text(f"[profile {profile}]\ncredential_process = {helper}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_CONFIG_FILE=str(config), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+               AWS_EC2_METADATA_DISABLED="true")
+    return env
+
+
 def test_a_credential_process_profile_mounts_and_runs_its_command_once(world, source, tmp_path):
     """A profile whose credentials come from `credential_process` (the AWS CLI's external
     source, found by aws-config's chain): the mount reads every file byte-identical, and the
     command runs once for the whole mount (its credentials carry no expiry), not per request."""
     runs = tmp_path / "runs"
-    helper = tmp_path / "creds.sh"
-    helper.write_text("#!/bin/sh\n"
-                      f"echo run >> {runs}\n"
-                      f"echo '{{\"Version\": 1, \"AccessKeyId\": \"{servers.ACCESS_KEY}\", "
-                      f"\"SecretAccessKey\": \"{servers.SECRET_KEY}\"}}'\n")
-    helper.chmod(0o755)
-    config = tmp_path / "config"
-    config.write_text(f"[profile proc]\ncredential_process = {helper}\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_CONFIG_FILE=str(config), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
-               AWS_EC2_METADATA_DISABLED="true")
+    env = credential_process_env(tmp_path, "proc",
+                                 f"echo run >> {runs}\n"
+                                 f"echo '{{\"Version\": 1, \"AccessKeyId\": \"{servers.ACCESS_KEY}\", "
+                                 f"\"SecretAccessKey\": \"{servers.SECRET_KEY}\"}}'\n")
     with Mount("s3://packs/data.pack", world["work"], "--profile", "proc", *s3_args(world), env=env) as mnt:
         files = files_of(source)
         assert files_of(mnt) == files
@@ -350,14 +357,7 @@ def test_a_credential_process_that_never_answers_fails_the_mount_saying_so(world
     """A `credential_process` that waits for ever (an MFA prompt with no terminal): the mount
     fails within the credential timeout (30 s) plus its retries' slack, naming the cause,
     instead of hanging; no daemon is left."""
-    helper = tmp_path / "hang.sh"
-    helper.write_text("#!/bin/sh\nexec sleep 3600\n")
-    helper.chmod(0o755)
-    config = tmp_path / "config"
-    config.write_text(f"[profile hang]\ncredential_process = {helper}\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_CONFIG_FILE=str(config), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
-               AWS_EC2_METADATA_DISABLED="true")
+    env = credential_process_env(tmp_path, "hang", "exec sleep 3600\n")
     t0 = time.monotonic()
     m = Mount("s3://packs/data.pack", world["work"], "--profile", "hang", *s3_args(world), env=env, check=False)
     took = time.monotonic() - t0

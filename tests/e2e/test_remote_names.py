@@ -15,6 +15,7 @@ import pytest
 
 from conftest import loosefs_bin, need_mount
 import servers
+from test_remote import s3_env
 
 # Every name holds bytes of one length, so a name read as another's would pass a size check.
 NAMES = ["café.txt", "数据.txt", "50%off.txt", "a%20b.txt", "a b.txt", "a%41.txt", "aA.txt", "x%ff.txt",
@@ -46,13 +47,6 @@ def servers_up(tmp_path_factory):
     finally:
         weed.stop()
         nginx.stop()
-
-
-def s3_env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_ACCESS_KEY_ID=servers.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=servers.SECRET_KEY,
-               AWS_EC2_METADATA_DISABLED="true")
-    return env
 
 
 def mount(url, work, *args, env=None, timeout=120):

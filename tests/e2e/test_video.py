@@ -343,10 +343,10 @@ def test_plain_video_files_get_their_frames_beside_them(tmp_path):
         assert sorted(p.name for p in (mnt / "clips").iterdir()) == ["a.mp4", "a.mp4.frames", "b"]
 
 
-def encode(frames, path: pathlib.Path, codec: str, gop: int, bframes: int):
+def encode(frames, path: pathlib.Path, codec: str, gop: int, bframes: int, options: dict | None = None):
     """`frames` (RGB24 arrays) written to `path` by PyAV's `codec` at 30 frames/s, frame i at
     pts i (time base 1/30), a keyframe every `gop` frames, up to `bframes` B-frames between
-    references."""
+    references; `options` are the codec's own (x264's `x264-params`, say)."""
     import av
     with av.open(str(path), "w") as o:
         s = o.add_stream(codec, rate=30)
@@ -356,6 +356,8 @@ def encode(frames, path: pathlib.Path, codec: str, gop: int, bframes: int):
         s.codec_context.max_b_frames = bframes
         if codec == "libx265":
             s.codec_context.options = {"x265-params": f"keyint={gop}:min-keyint={gop}:bframes={bframes}:log-level=error"}
+        if options:
+            s.codec_context.options = options
         for i, px in enumerate(frames):
             f = av.VideoFrame.from_ndarray(px, format="rgb24")
             f.pts = i
@@ -433,20 +435,7 @@ def test_a_gop_larger_than_the_frame_cache_is_decoded_within_it(tmp_path):
     ds = tmp_path / "ds"
     ds.mkdir()
     video = ds / "long-gop.mp4"
-    with av.open(str(video), "w") as o:
-        s = o.add_stream("libx264", rate=30)
-        s.width = s.height = side
-        s.pix_fmt = "yuv420p"
-        s.codec_context.gop_size = n
-        s.codec_context.max_b_frames = 0
-        s.codec_context.options = {"x264-params": f"keyint={n}:min-keyint={n}:scenecut=0", "preset": "ultrafast"}
-        for i, px in enumerate(frames):
-            f = av.VideoFrame.from_ndarray(px, format="rgb24")
-            f.pts = i
-            for p in s.encode(f):
-                o.mux(p)
-        for p in s.encode():
-            o.mux(p)
+    encode(frames, video, "libx264", n, 0, {"x264-params": f"keyint={n}:min-keyint={n}:scenecut=0", "preset": "ultrafast"})
     with av.open(str(video)) as c:
         st = c.streams.video[0]
         keys = 0
