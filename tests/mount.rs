@@ -667,7 +667,8 @@ fn damaged_sample_answers_eio_and_is_logged() {
 
 #[test]
 #[ignore = "mounts: needs root and /dev/fuse"]
-fn a_pack_modified_in_place_answers_eio_and_one_replaced_by_rename_keeps_serving() {
+fn a_pack_modified_in_place_answers_eio_one_opened_read_write_unchanged_and_one_replaced_by_rename_keep_serving()
+ {
     let _timeout = require_mount();
     let tmp = tempfile::tempdir().unwrap();
     let (src, pack) = packed(tmp.path());
@@ -680,6 +681,24 @@ fn a_pack_modified_in_place_answers_eio_and_one_replaced_by_rename_keeps_serving
         let m = mount(&live, &mnt, &["--push-ahead", "0"]);
         let want = std::fs::read(src.join(first)).unwrap();
         assert_eq!(std::fs::read(m.mnt.join(first)).unwrap(), want);
+        // Opened read-write and closed unchanged (as some tools do): not a change. Every file
+        // is still served whole (all but the last, kept unread for below), and `stats` answers.
+        drop(
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&live)
+                .unwrap(),
+        );
+        for f in &names[1..names.len() - 1] {
+            let got = std::fs::read(m.mnt.join(f));
+            assert!(
+                got.as_ref().ok() == Some(&std::fs::read(src.join(f)).unwrap()),
+                "{what}: {f} after an unchanged read-write open: {:?}",
+                got.err()
+            );
+        }
+        assert!(loosefs(&[&"stats", &m.mnt]).status.success(), "{what}");
         if what == "cp over it" {
             let ok = Command::new("cp").arg(&pack).arg(&live).status().unwrap();
             assert!(ok.success(), "{what}");
@@ -703,10 +722,13 @@ fn a_pack_modified_in_place_answers_eio_and_one_replaced_by_rename_keeps_serving
         }
         let log = std::fs::read_to_string(&m.log).unwrap();
         assert_eq!(
-            log.matches("is being modified in place").count(),
+            log.matches("was modified in place").count(),
             1,
             "{what}: {log}"
         );
+        assert!(log.contains("was opened for writing"), "{what}: {log}");
+        // The daemon still reports.
+        assert!(loosefs(&[&"stats", &m.mnt]).status.success(), "{what}");
         assert!(log.contains(&live.display().to_string()), "{log}");
         drop(m);
     }

@@ -252,7 +252,12 @@ pub trait Catalog: Send + Sync {
         true
     }
 
-    /// Stops reading the catalog's own data for good (its storage was modified under it):
-    /// every later request answers [`FsError::Corrupt`] with `why`, and nothing walks it.
-    fn retire(&self, why: &str);
+    /// The catalog's storage was opened for writing (the mount's read lease broke). A catalog
+    /// that can tell a real change returns true and, from then on, stops reading storage that
+    /// may be truncated under it and checks before each request that the storage is unchanged:
+    /// once it changed, every request answers [`FsError::Corrupt`] and the log says why, once.
+    /// Returns false where it cannot tell (the caller then gives up the lease all the same).
+    fn opened_for_writing(&self) -> bool {
+        false
+    }
 }

@@ -41,6 +41,8 @@ pub struct NativeCatalog {
     order: Option<(Vec<u32>, Vec<u32>)>,
     /// Set once the pack was modified in place: why every request now fails.
     retired: OnceLock<String>,
+    /// The pack file watched for changes once a writer opened it (a native pack only).
+    watch: Option<Watch>,
     /// Whether the records' CRC-32s are to be checked (not for a loose directory's files).
     checks: bool,
 }
@@ -64,6 +66,7 @@ impl NativeCatalog {
             bases: vec![0],
             order: None,
             retired: OnceLock::new(),
+            watch: pack.file().try_clone().ok().map(Watch::new),
             checks: true,
         }
     }
@@ -96,6 +99,7 @@ impl NativeCatalog {
             bases,
             order: None,
             retired: OnceLock::new(),
+            watch: None,
             checks: true,
         };
         // Read-ahead walks files in storage order; the tree (sorted by class and name) need
@@ -150,10 +154,32 @@ impl NativeCatalog {
     /// The index, unless the catalog was retired (its pack modified in place: the mapped
     /// index may be gone or rewritten, so nothing reads it any more).
     fn ix(&self) -> Result<IndexView<'_>, FsError> {
+        if let Some(w) = &self.watch
+            && let Some(copy) = w.index.get()
+        {
+            if let Some(change) = w.changed() {
+                self.retire(&format!(
+                    "{} was modified in place while mounted ({change})",
+                    self.objects[0].path.display()
+                ));
+            }
+            if let Some(why) = self.retired.get() {
+                return Err(FsError::Corrupt(why.clone()));
+            }
+            return IndexView::from_validated(copy, self.totals)
+                .ok_or_else(|| FsError::Corrupt("index bounds".into()));
+        }
         match self.retired.get() {
             Some(why) => Err(FsError::Corrupt(why.clone())),
             None => IndexView::from_validated(&self.map[self.index.clone()], self.totals)
                 .ok_or_else(|| FsError::Corrupt("index bounds".into())),
+        }
+    }
+
+    /// Retires the catalog (logging `why` once): every later request answers EIO.
+    fn retire(&self, why: &str) {
+        if self.retired.set(why.to_string()).is_ok() {
+            log::error!("{why}; every file now answers EIO (unmount and mount again)");
         }
     }
 
@@ -457,7 +483,75 @@ impl Catalog for NativeCatalog {
         self.checks
     }
 
-    fn retire(&self, why: &str) {
-        let _ = self.retired.set(why.to_string());
+    fn opened_for_writing(&self) -> bool {
+        let Some(w) = &self.watch else { return false };
+        if w.index.get().is_none() {
+            let copy: Box<[u8]> = self.map[self.index.clone()].into();
+            let _ = w.index.set(copy);
+            log::warn!(
+                "{} was opened for writing while mounted; the mount goes on serving it as long as \
+                 it is unchanged (a change makes every file answer EIO)",
+                self.objects[0].path.display()
+            );
+        }
+        true
+    }
+}
+
+/// What a pack file was when it was mounted: its length and modification time, compared by
+/// every request once a writer has opened it (an in-place write changes one or both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    mtime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(file: &std::fs::File) -> std::io::Result<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = file.metadata()?;
+        Ok(Stamp {
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+        })
+    }
+}
+
+/// A native pack's file watched for in-place changes. Until a writer opens the pack (the
+/// mount's read lease tells, [`Catalog::opened_for_writing`]) nothing is checked; from then
+/// on the index is read from a private copy (a truncation could otherwise fault the mapping)
+/// and every request first compares the file's [`Stamp`] with the one taken at mount.
+#[derive(Debug)]
+struct Watch {
+    file: std::fs::File,
+    /// `None` when the file could not be stat'ed at mount (then any writer retires it).
+    mounted: Option<Stamp>,
+    /// The index bytes, copied when a writer first opened the pack.
+    index: OnceLock<Box<[u8]>>,
+}
+
+impl Watch {
+    fn new(file: std::fs::File) -> Watch {
+        Watch {
+            mounted: Stamp::of(&file).ok(),
+            file,
+            index: OnceLock::new(),
+        }
+    }
+
+    /// How the file differs from when it was mounted, if it does.
+    fn changed(&self) -> Option<String> {
+        let now = match Stamp::of(&self.file) {
+            Ok(s) => s,
+            Err(e) => return Some(format!("cannot stat it: {e}")),
+        };
+        match self.mounted {
+            None => Some("its state at mount is unknown".into()),
+            Some(was) if was.len != now.len => {
+                Some(format!("{} bytes, then {} bytes", was.len, now.len))
+            }
+            Some(was) if was.mtime != now.mtime => Some("its modification time changed".into()),
+            Some(_) => None,
+        }
     }
 }

@@ -128,11 +128,10 @@ impl Fs {
         self.data.readahead.settle_push();
     }
 
-    /// Stops serving the catalog for good because its storage was modified in place: logs
-    /// `why` once; every later request that would read the catalog answers EIO.
-    pub fn retire(&self, why: &str) {
-        log::error!("{why}; every file now answers EIO (unmount and mount again)");
-        self.catalog.retire(why);
+    /// The source was opened for writing while mounted: the catalog checks from now on that
+    /// it is unchanged (see [`Catalog::opened_for_writing`]); false where it cannot tell.
+    pub fn opened_for_writing(&self) -> bool {
+        self.catalog.opened_for_writing()
     }
 
     /// The catalog served.

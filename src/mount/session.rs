@@ -111,7 +111,8 @@ fn dev_fuse_mode() -> String {
     )
 }
 
-/// Waits for a signal: SIGIO (the leased pack is being written: the server retires it) or
+/// Waits for a signal: SIGIO (the leased pack was opened for writing: the server watches it
+/// for changes from then on, and the lease is given up so the writer proceeds) or
 /// SIGINT/SIGTERM/SIGHUP (unmounts `mnt` if it is still this mount), or the session's end.
 pub(super) fn serve_until_signal(
     mnt: &Path,
@@ -135,10 +136,13 @@ pub(super) fn serve_until_signal(
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(signal_hook::consts::SIGIO) => {
                 if let Some(l) = lease {
-                    server.retire(&format!(
-                        "{} is being modified in place (opened for writing or truncated) while mounted",
-                        pack_path.display()
-                    ));
+                    if !server.opened_for_writing() {
+                        log::warn!(
+                            "{} was opened for writing while mounted; changes to it cannot be \
+                             told from here",
+                            pack_path.display()
+                        );
+                    }
                     l.release();
                 }
             }

@@ -345,8 +345,8 @@ impl Catalog for FrameTree {
         self.base.checks()
     }
 
-    fn retire(&self, why: &str) {
-        self.base.retire(why)
+    fn opened_for_writing(&self) -> bool {
+        self.base.opened_for_writing()
     }
 }
 
