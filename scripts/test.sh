@@ -67,12 +67,29 @@ phase "cargo build --release --features bench" cargo build --release --features 
 # The venv is made before any test needs it (decode tests use Pillow as their oracle), once,
 # under python-env.sh's lock.
 echo "== Python venv"
-VENV=$(scripts/python-env.sh) || { echo "!! the Python venv could not be made" >&2; VENV=; WORST=1; SUMMARY+=("Python venv: FAILED"); }
+t0=$SECONDS
+if VENV=$(scripts/python-env.sh); then
+  SUMMARY+=("$(printf '%-58s ok (%d s)' "Python venv (scripts/python.lock)" $((SECONDS - t0)))")
+else
+  echo "!! the Python venv could not be made" >&2; VENV=; WORST=1; SUMMARY+=("Python venv: FAILED")
+fi
 # A Debian trixie root beside the venv, made once: LeRobot's own loader (Python >= 3.12) runs
 # there, and the release wheel is installed there (another distribution, no toolchain).
 if [ -n "$VENV" ] && [ "$(id -u)" = 0 ]; then
   echo "== Debian trixie root (Python 3.13 + lerobot; tests/e2e/trixie.py)"
-  scripts/trixie-root.sh >/dev/null || echo "!! the trixie root could not be made: its tests will say so" >&2
+  t0=$SECONDS
+  TRIXIE_ERR=$(mktemp)
+  if scripts/trixie-root.sh >/dev/null 2>"$TRIXIE_ERR"; then
+    SUMMARY+=("$(printf '%-58s ok (%d s)' "Debian trixie root" $((SECONDS - t0)))")
+  else
+    tail -20 "$TRIXIE_ERR" >&2
+    echo "!! the trixie root could not be made: its tests say so, each at once" >&2
+    SUMMARY+=("$(printf '%-58s FAILED (%d s): its tests fail at once' "Debian trixie root" $((SECONDS - t0)))")
+    # The tests that need it fail (skip, without CI) at once instead of trying again each.
+    LOOSEFS_TRIXIE_FAILED="$(tail -1 "$TRIXIE_ERR")"
+    export LOOSEFS_TRIXIE_FAILED
+  fi
+  rm -f "$TRIXIE_ERR"
 fi
 # The test corpus (scripts/make-test-data.py: 1,000 JPEGs cut from the photographs of
 # scikit-image's and matplotlib's wheels, the packed formats by their own writers, a LeRobot
@@ -82,7 +99,12 @@ if [ -n "$VENV" ]; then
   echo "== test corpus"
   CORPUS_ARGS=()
   [ "$(id -u)" = 0 ] && CORPUS_ARGS=(--lerobot)
-  LOOSEFS_TEST_DATA=$("$VENV/bin/python" scripts/make-test-data.py "${CORPUS_ARGS[@]}") || { echo "!! the test corpus could not be made" >&2; WORST=1; SUMMARY+=("test corpus: FAILED"); }
+  t0=$SECONDS
+  if LOOSEFS_TEST_DATA=$("$VENV/bin/python" scripts/make-test-data.py "${CORPUS_ARGS[@]}"); then
+    SUMMARY+=("$(printf '%-58s ok (%d s)' "test corpus (scripts/make-test-data.py)" $((SECONDS - t0)))")
+  else
+    echo "!! the test corpus could not be made" >&2; WORST=1; SUMMARY+=("test corpus: FAILED")
+  fi
   export LOOSEFS_TEST_DATA
 fi
 if [ "${CI:-}" = true ] && [ ! -d ../shared/data/imagenet-sample ]; then
@@ -120,9 +142,12 @@ if [ -n "$VENV" ]; then
 fi
 if [ -n "$VENV" ]; then
   # Their directories (~5 GB) are removed when every test passed, kept for a failed run.
+  # The tests run one at a time in a worker process (pytest-xdist, `-n 1`): a test that hangs
+  # past its timeout ends its worker (pytest-timeout's thread method), is reported failed by
+  # name, and the next tests run in a new worker; one hang costs one test, not the session.
   pytest_run() {
     (cd tests/e2e && LOOSEFS_BIN="$PWD/../../target/release/loosefs" "$VENV/bin/python" -m pytest -rs -v \
-      -p no:cacheprovider -o tmp_path_retention_policy=failed \
+      -p no:cacheprovider -o tmp_path_retention_policy=failed -n 1 --max-worker-restart 1000 \
       --timeout "$LOOSEFS_TEST_TIMEOUT" --timeout-method thread "$@")
   }
   phase "Python end-to-end tests" pytest_run .
@@ -135,7 +160,7 @@ if [ -n "$VENV" ]; then
   fi
 fi
 echo
-echo "== summary"
+echo "== summary (total $SECONDS s)"
 printf '%s\n' "${SUMMARY[@]}"
 [ $WORST = 0 ] && echo "all phases passed" || echo "!! at least one phase failed (worst exit $WORST)"
 exit $WORST

@@ -7,15 +7,21 @@
 # debootstrap from Debian's archive and entered with chroot in a private mount namespace
 # (tests/e2e/trixie.py).
 # The root lives outside the repository, in ${LOOSEFS_TRIXIE_ROOT:-$HOME/.cache/loosefs/trixie-root}
-# (about 5.5 GB, most of it torch), and is reused while its stamp matches the list below.
+# (about 5.5 GB, most of it torch), and is reused while its stamp matches scripts/trixie.lock,
+# which pins every package of its venv (installed with --no-deps). `--relock` (on a root made
+# from the list below) writes the lock from what pip resolves today.
 # Needs root (debootstrap, chroot).
 set -euo pipefail
 ROOTFS=${LOOSEFS_TRIXIE_ROOT:-$HOME/.cache/loosefs/trixie-root}
+LOCK="$(cd "$(dirname "$0")" && pwd)/trixie.lock"
 SUITE=trixie
 PKGS="lerobot[dataset]==0.6.1 av==15.1.0"
+RELOCK=
+if [ "${1:-}" = --relock ]; then RELOCK=1; fi
 STAMP="$ROOTFS/.loosefs-stamp"
+WANT="$SUITE $(sha256sum "$LOCK" | cut -d' ' -f1)"
 ready() {
-  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$SUITE $PKGS" ] && [ -x "$ROOTFS/venv/bin/python" ]
+  [ -z "$RELOCK" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$ROOTFS/venv/bin/python" ]
 }
 if ready; then
   echo "$ROOTFS"
@@ -33,7 +39,7 @@ if ready; then
   echo "$ROOTFS"
   exit 0
 fi
-echo "trixie-root: creating $ROOTFS: Debian $SUITE with Python 3.13, then $PKGS (first run only; about 5 GB)" >&2
+echo "trixie-root: creating $ROOTFS: Debian $SUITE with Python 3.13, then its venv from $LOCK (first run only; about 5 GB)" >&2
 # Binds into the root live only in the private namespaces of scripts/in-trixie.sh; staying on
 # one file system anyway keeps a stray mount's files out of reach.
 rm -rf --one-file-system "$ROOTFS"
@@ -49,8 +55,17 @@ in_root() {
     PIP_CERT=/etc/ssl/certs/ca-certificates.crt PIP_DEFAULT_TIMEOUT=180 PIP_DISABLE_PIP_VERSION_CHECK=1 "$@"
 }
 in_root python3 -m venv /venv >&2
-# shellcheck disable=SC2086
-in_root /venv/bin/pip install --quiet $PKGS >&2
+if [ -n "$RELOCK" ]; then
+  # shellcheck disable=SC2086
+  in_root /venv/bin/pip install --quiet $PKGS >&2
+  { sed -n '/^#/p' "$LOCK"; in_root /venv/bin/pip freeze | grep '=='; } > "$LOCK.new"
+  mv "$LOCK.new" "$LOCK"
+  WANT="$SUITE $(sha256sum "$LOCK" | cut -d' ' -f1)"
+  echo "trixie-root: wrote $LOCK" >&2
+else
+  cp "$LOCK" "$ROOTFS/trixie.lock"
+  in_root /venv/bin/pip install --quiet --no-deps -r /trixie.lock >&2
+fi
 in_root /venv/bin/python -c 'import lerobot.datasets.lerobot_dataset, av' >&2
-echo "$SUITE $PKGS" > "$STAMP"
+echo "$WANT" > "$STAMP"
 echo "$ROOTFS"

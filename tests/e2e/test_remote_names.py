@@ -3,7 +3,10 @@ and URL-special characters on SeaweedFS (S3) and files with such names in a dire
 lists each read their own bytes (never another object's); a file an HTTP server rewrites with
 the same size within the same second answers ESTALE, never bytes of two versions (a server
 whose ETag follows the content: servers.ListingServer); a listing naming `.`, `..` or a link
-loop is walked a bounded number of times."""
+loop is walked a bounded number of times. On moto (keys stored verbatim): the same names read
+right, and keys no path can hold (`a//b`, `..`, a control character) are left out and logged
+while the rest mounts; an S3 server repeating its continuation token is refused, not listed
+forever."""
 import errno
 import os
 import pathlib
@@ -158,3 +161,84 @@ def test_a_listing_naming_dot_dot_or_a_link_loop_is_walked_a_bounded_number_of_t
             umount(mnt)
     finally:
         srv.stop()
+
+
+# Keys moto stores as given, which no mount can show as a path: each is left out and logged.
+UNSHOWABLE = ["names/a//b.txt", "names/../x.txt", "names/./d.txt", "names/c\x01.txt", "names/e\x7f/f.txt"]
+
+
+def test_on_moto_names_read_their_own_bytes_and_unshowable_keys_are_left_out_and_logged(tmp_path):
+    need_mount()
+    moto = servers.Moto(tmp_path / "moto").start()
+    try:
+        c = moto.client()
+        for n in NAMES:
+            c.put_object(Bucket=moto.bucket, Key=f"names/{n}", Body=content(n))
+        for k in UNSHOWABLE:
+            c.put_object(Bucket=moto.bucket, Key=k, Body=b"never served")
+        listed = {o["Key"] for o in c.list_objects_v2(Bucket=moto.bucket, Prefix="names/")["Contents"]}
+        assert set(UNSHOWABLE) <= listed, listed  # stored verbatim: the test tests something
+        mnt = tmp_path / "mnt"
+        mnt.mkdir()
+        r = subprocess.run([loosefs_bin(), "mount", f"s3://{moto.bucket}/names/", str(mnt), "--allow-http",
+                            "--endpoint-url", moto.endpoint, "--log", str(tmp_path / "log"),
+                            "--cache-dir", str(tmp_path / "cache")],
+                           env=s3_env(), capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        try:
+            assert_each_name_reads_its_own_bytes(mnt)
+            shown = sorted(str(p.relative_to(mnt)) for p in mnt.rglob("*") if p.is_file())
+            assert shown == sorted(NAMES), shown
+            # Said once each where the listing runs (the mount command), with what is wrong (also
+            # the common prefixes `../`, `./` and `e\x7f/` the first level's LIST gives).
+            left_out = [line for line in r.stderr.splitlines() if "left out of the listing" in line]
+            for k in UNSHOWABLE:  # as Rust's Debug writes it
+                said = '"' + k.replace("\x01", "\\u{1}").replace("\x7f", "\\u{7f}") + '"'
+                assert sum(said in line for line in left_out) == 1, (said, r.stderr)
+            for why in ["empty path segment", "`.` or `..`", "control character"]:
+                assert any(why in line for line in left_out), (why, r.stderr)
+        finally:
+            umount(mnt)
+    finally:
+        moto.stop()
+
+
+def test_an_s3_server_repeating_its_continuation_token_is_refused_not_listed_forever(tmp_path):
+    """A stand-in S3 (no real server misbehaves on cue) answers every page of a listing with the
+    token it was asked with: the mount fails within its timeout, naming the token."""
+    need_mount()
+    import http.server
+    import threading
+
+    asked = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            asked.append(self.path)
+            body = ('<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>b</Name><Prefix>d/</Prefix>'
+                    '<KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated>'
+                    '<Contents><Key>d/a.txt</Key><LastModified>2026-01-01T00:00:00.000Z</LastModified>'
+                    '<ETag>"x"</ETag><Size>3</Size></Contents>'
+                    '<NextContinuationToken>same</NextContinuationToken></ListBucketResult>').encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        mnt = tmp_path / "mnt"
+        mnt.mkdir()
+        r = subprocess.run([loosefs_bin(), "mount", "s3://b/d/", str(mnt), "--allow-http", "--endpoint-url",
+                            f"http://127.0.0.1:{srv.server_address[1]}", "--retries", "0"],
+                           env=s3_env(), capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0, r.stdout
+        assert "continuation token" in r.stderr and "same" in r.stderr, r.stderr
+        assert len(asked) < 10, asked
+    finally:
+        srv.shutdown()

@@ -11,15 +11,25 @@ import subprocess
 from conftest import ROOT, missing_prerequisite
 
 
+# The verdict of the one attempt at making the root in this session: its path, or why not.
+_ROOT: list = []
+
+
 def root() -> pathlib.Path:
     """The trixie root (made on first use by scripts/trixie-root.sh, which needs root and
-    Debian's archive); a missing one is a missing prerequisite (a failure under CI=true)."""
+    Debian's archive); a missing one is a missing prerequisite (a failure under CI=true).
+    Made at most once per session, and not at all when scripts/test.sh's own phase failed
+    ($LOOSEFS_TRIXIE_FAILED): a failure costs one attempt, not one per test."""
     if os.geteuid() != 0:
         missing_prerequisite("the trixie root needs root (debootstrap, chroot)")
-    r = subprocess.run([str(ROOT / "scripts" / "trixie-root.sh")], capture_output=True, text=True, timeout=1800)
-    if r.returncode != 0:
-        missing_prerequisite(f"scripts/trixie-root.sh failed: {r.stderr[-2000:]}")
-    return pathlib.Path(r.stdout.strip())
+    if os.environ.get("LOOSEFS_TRIXIE_FAILED"):
+        missing_prerequisite(f"scripts/test.sh could not make the trixie root: {os.environ['LOOSEFS_TRIXIE_FAILED']}")
+    if not _ROOT:
+        r = subprocess.run([str(ROOT / "scripts" / "trixie-root.sh")], capture_output=True, text=True, timeout=1800)
+        _ROOT.append(pathlib.Path(r.stdout.strip()) if r.returncode == 0 else f"scripts/trixie-root.sh failed: {r.stderr[-2000:]}")
+    if isinstance(_ROOT[0], str):
+        missing_prerequisite(_ROOT[0])
+    return _ROOT[0]
 
 
 def run(code: str, binds: dict, timeout: float = 600, python: str = "/venv/bin/python", prelude: str = ""):

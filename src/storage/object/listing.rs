@@ -220,7 +220,15 @@ impl ObjectClient {
         let url = self.url.clone();
         let at = as_dir(&self.path);
         let mut token = Some(token.to_string());
+        // A server that hands out a token it gave before would be listed forever.
+        let mut seen = std::collections::HashSet::new();
         while let Some(t) = token.take() {
+            if !seen.insert(t.clone()) {
+                anyhow::bail!(
+                    "{url}: cannot list the prefix: the server gave the continuation token {t:?} \
+                     twice (it would be listed forever)"
+                );
+            }
             let opts = object_store::list::PaginatedListOptions {
                 delimiter: Some("/".into()),
                 page_token: Some(t),
