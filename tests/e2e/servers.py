@@ -263,14 +263,17 @@ class FaultProxy:
     (connections are refused and open ones dropped), `strip_if_match` (requests go on with
     their `If-Match` header renamed, as to a server that ignores it: Python's http.server and
     many static servers), `hold` (requests wait before going on until it is cleared; `held`
-    counts those waiting now). `requests` counts requests that went on;
-    `max_active` the most forwarded at once before their answers came back.
+    counts those waiting now). `requests` counts requests that went on, `body_bytes` the
+    bytes of response bodies passed back (by each response's Content-Length: an independent
+    count of what a client downloaded); `max_active` the most forwarded at once before their
+    answers came back.
     """
 
     def __init__(self, target: int, rate: float = 0, latency: float = 0):
         self.target, self.rate, self.latency = target, rate, latency
         self.port = free_port()
         self.requests = 0
+        self.body_bytes = 0
         self.active, self.max_active = 0, 0  # requests forwarded and not yet answered
         self.cut_after, self.cuts = 0, 0
         self.fail_503 = 0
@@ -407,6 +410,7 @@ class FaultProxy:
                             flip -= take
                         left -= take
                         i += take
+                        self.body_bytes += take
                         if left == 0:
                             answered()
                         continue

@@ -3,6 +3,7 @@ HTTPS ranges), with the fault proxy of servers.py between loosefs and the server
 needs to count requests or inject faults. Every read is compared byte for byte with the
 source tree."""
 import errno
+import json
 import os
 import pathlib
 import random
@@ -706,9 +707,11 @@ def test_loose_objects_under_an_s3_prefix_mount_from_their_listing_and_read_iden
     # A LIST of the first level (1,000 class directories), then one of the first 1,000 keys.
     listed = proxy.requests - r0
     assert 2 <= listed <= 3, f"{listed} requests to list {len(files)} keys"
-    r0 = proxy.requests
+    r0, b0 = proxy.requests, proxy.body_bytes
     with Mount(url, world["work"], *s3_args(world)) as mnt:
         assert proxy.requests - r0 == listed, "the mount fetched objects"
+        # Counted in bytes too: the LISTs' XML (under 1 KiB a key), no object's body.
+        assert proxy.body_bytes - b0 < 1024 * len(files), f"{proxy.body_bytes - b0} bytes received at mount"
         assert files_of(mnt) == files
         # Each file's mtime is its LastModified.
         head = c.head_object(Bucket=weed.bucket, Key=f"loose/{files[0].as_posix()}")
@@ -726,6 +729,58 @@ def test_loose_objects_under_an_s3_prefix_mount_from_their_listing_and_read_iden
         gets = proxy.requests - r1
         assert gets <= len(files) * 1.05, f"{gets} requests for {len(files)} objects"
         c.upload_file(str(source / victim), weed.bucket, f"loose/{victim.as_posix()}")
+
+
+@pytest.fixture(scope="module")
+def wds_shards(world, source):
+    """The source tree written by webdataset's own ShardWriter (~40 MB shards) and uploaded
+    under s3://packs/wds-all/: a packed format as large as the tree; (URL, shard bytes)."""
+    import webdataset as wds
+
+    out = world["work"] / "wds-all"
+    out.mkdir()
+    files = files_of(source)
+    label = {c: i for i, c in enumerate(sorted({rel.parent.name for rel in files}))}
+    with wds.ShardWriter(str(out / "shard-%06d.tar"), maxsize=40e6, verbose=0) as w:
+        for i, rel in enumerate(files):
+            w.write({"__key__": f"{i:06d}", "jpg": (source / rel).read_bytes(), "cls": label[rel.parent.name]})
+    weed = world["weed"]
+    total = 0
+    for shard in sorted(out.iterdir()):
+        weed.put(f"wds-all/{shard.name}", shard)
+        total += shard.stat().st_size
+    return f"s3://{weed.bucket}/wds-all/", total
+
+
+@pytest.mark.parametrize("kind", ["pack", "loose", "webdataset"])
+def test_a_cold_remote_pass_receives_each_stored_byte_about_once(world, source, loose, wds_shards, kind):
+    """Counted by the proxy (response bodies), not by the daemon: a cold mount and one pass
+    over every file receive between 0.9x and 1.1x the bytes served (plus the index or
+    listing). A loose prefix's mount downloads no object (its listing only); a pack's, its
+    index and tail only."""
+    proxy = world["s3_proxy"]
+    url = {"pack": "s3://packs/data.pack", "loose": loose, "webdataset": wds_shards[0]}[kind]
+    b0 = proxy.body_bytes
+    with Mount(url, world["work"], *s3_args(world)) as mnt:
+        at_mount = proxy.body_bytes - b0
+        files = files_of(mnt)
+        b1 = proxy.body_bytes
+        served = sum(len((mnt / rel).read_bytes()) for rel in files)
+        in_pass = proxy.body_bytes - b1
+    total = at_mount + in_pass
+    print(f"{kind}: {at_mount} bytes received at mount, {in_pass} in the pass, {served} served: {total / served:.3f}x")
+    assert served >= 50e6, f"only {served} bytes served: the source must hold at least 50 MB"
+    if kind == "loose":
+        # The LISTs' XML: well under 1 KiB per key.
+        assert at_mount < 1024 * len(files), f"{at_mount} bytes received at mount for {len(files)} keys"
+    if kind == "pack":
+        index = len(json.dumps([str(f) for f in files])) * 4 + (1 << 20)
+        assert at_mount < index, f"{at_mount} bytes received at mount (index and tail only)"
+    # What is stored beyond the files' bytes: a tar's headers and padding (~1 KiB a member),
+    # a pack's index and alignment, a listing's XML.
+    slack = 2048 * len(files) + (4 << 20)
+    assert total <= served * 1.1 + slack, f"{kind}: {total} bytes received for {served} served ({total / served:.2f}x)"
+    assert total >= served * 0.9, f"{kind}: {total} bytes received for {served} served ({total / served:.2f}x)"
 
 
 LEROBOT = DATA / "lerobot" / "so100-av1"
