@@ -573,7 +573,12 @@ fn cold_pass(m: &Mounted, src: &Path, names: &[String], list: bool) -> ColdPass 
     let vm = vmstat();
     let host = ["pgsteal_kdamond", "workingset_refault_file", "pgmajfault"]
         .iter()
-        .map(|k| format!("{k} +{}", vm.get(*k).unwrap_or(&0) - vm0.get(*k).unwrap_or(&0)))
+        .map(|k| {
+            format!(
+                "{k} +{}",
+                vm.get(*k).unwrap_or(&0) - vm0.get(*k).unwrap_or(&0)
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ");
     ColdPass { served, read, host }

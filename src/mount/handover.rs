@@ -34,7 +34,8 @@ pub fn handed_fd(mnt: &Path) -> Option<RawFd> {
 
 /// Checks that descriptor `fd` is open on `/dev/fuse` (character device 10:229).
 ///
-/// Errors: it is not open, or it is another file (names what it is).
+/// Errors: it is not open, or it is another file (names what it is), or it is not mounted
+/// yet, or another daemon already took the connection's FUSE_INIT.
 pub fn check_handed(fd: RawFd) -> Result<()> {
     // SAFETY: the descriptor is only borrowed for the fstat, and -1 (EBADF) is what a
     // descriptor that is not open gives.
@@ -54,6 +55,32 @@ pub fn check_handed(fd: RawFd) -> Result<()> {
             "/dev/fd/{fd} is not a /dev/fuse descriptor (mode {:o}, device {major}:{minor}); \
              hand over the descriptor of an opened and mounted /dev/fuse (see `loosefs fuse-fd`)",
             st.st_mode
+        );
+    }
+    // A mounted connection holds its FUSE_INIT from mount(2) until a daemon reads it: poll
+    // tells an unmounted descriptor (POLLERR: the kernel's fuse_dev_poll without a
+    // connection), and one whose INIT another daemon took (nothing to read; two daemons
+    // on one connection would split its requests between them).
+    let mut pfd = [libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    // SAFETY: one pollfd, owned here, for an open descriptor; a zero timeout never blocks.
+    let n = unsafe { libc::poll(pfd.as_mut_ptr(), 1, 0) };
+    if n < 0 {
+        bail!("/dev/fd/{fd}: poll: {}", std::io::Error::last_os_error());
+    }
+    if pfd[0].revents & libc::POLLERR != 0 {
+        bail!(
+            "/dev/fd/{fd} is a /dev/fuse descriptor that is not mounted yet: mount it first \
+             (`loosefs fuse-fd MNT -- …`, or mount(2) with fd=N), then hand it over"
+        );
+    }
+    if pfd[0].revents & libc::POLLIN == 0 {
+        bail!(
+            "/dev/fd/{fd}: another daemon already serves this FUSE connection (its FUSE_INIT \
+             was taken); a connection is served by one daemon: mount a new one for this daemon"
         );
     }
     Ok(())

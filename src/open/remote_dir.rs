@@ -87,6 +87,14 @@ struct Dir {
     files: BTreeMap<Vec<u8>, usize>,
 }
 
+/// The largest size a listed object may have (1 PiB; S3 holds up to 5 TiB an object, Azure's
+/// block blobs about 190 TiB): a larger one is left out, a listing's error, not an object.
+const MAX_OBJECT: u64 = 1 << 50;
+
+/// The most all listed objects may hold together (4 EiB): their layout, padded to blocks,
+/// stays far inside a `u64`.
+const MAX_TOTAL: u64 = 1 << 62;
+
 /// Why a key is left out, if it is.
 fn left_out(key: &str) -> Option<&'static str> {
     if key.ends_with('/') {
@@ -467,6 +475,7 @@ fn sort_out(
     listed: Vec<Listed>,
 ) -> Result<(Vec<(String, Pin)>, Vec<i64>, Vec<(String, &'static str)>)> {
     let mut skipped = Vec::new();
+    let mut total = 0u64;
     let mut kept: Vec<(String, Pin)> = Vec::with_capacity(listed.len());
     let mut modified = Vec::with_capacity(listed.len());
     for Listed {
@@ -480,7 +489,17 @@ fn sort_out(
         }
         match (left_out(&key), pin) {
             (Some(why), _) => skipped.push((key, why)),
+            (None, Some(p)) if p.size > MAX_OBJECT => skipped.push((
+                key,
+                "its listed size is larger than any object store holds (1 PiB)",
+            )),
             (None, Some(p)) => {
+                total = total.saturating_add(p.size);
+                if total > MAX_TOTAL {
+                    bail!(
+                        "{url}: the listed sizes add up to more than 4 EiB: not a listing to trust"
+                    );
+                }
                 kept.push((key, p));
                 modified.push(m);
             }

@@ -155,6 +155,30 @@ def test_a_descriptor_that_is_not_a_fuse_connection_is_refused(tmp_path):
     assert r.returncode != 0 and "no such descriptor" in r.stderr, r.stderr
 
 
+def test_an_unmounted_descriptor_and_one_another_daemon_serves_are_refused_saying_which(setting, tmp_path):
+    """/dev/fuse opened but never mounted: "not mounted yet", not EPERM. A connection whose
+    FUSE_INIT a first daemon took: a second daemon refuses it at once, not hangs or splits
+    its requests."""
+    pack, mnt, log, want = setting
+    fd = os.open("/dev/fuse", os.O_RDWR)
+    try:
+        r = subprocess.run([loosefs_bin(), "mount", str(pack), f"/dev/fd/{fd}", "--foreground"], pass_fds=(fd,),
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(fd)
+    assert r.returncode != 0 and "not mounted yet" in r.stderr, r.stderr
+    err, rc = tmp_path / "second.err", tmp_path / "second.rc"
+    b = loosefs_bin()
+    script = (f"{b} mount {pack} /dev/fd/3 --log {tmp_path / 'first.log'} && "
+              f"{b} mount {pack} /dev/fd/3 --foreground --log - 2>{err}; echo $? >{rc}; "
+              f"{b} umount {mnt}")
+    r = subprocess.run([b, "fuse-fd", str(mnt), "--", "sh", "-c", script], capture_output=True, text=True,
+                       timeout=120)
+    assert rc.read_text().strip() not in ("", "0"), (rc.read_text(), err.read_text(), r.stderr)
+    assert "another daemon already serves this FUSE connection" in err.read_text(), err.read_text()
+    assert not mounted_here(mnt)
+
+
 def test_a_descriptor_sent_over_a_unix_socket_serves_the_daemon_of_another_container(setting):
     """The Kubernetes pattern: the receiver (`fuse-fd --receive`, as nobody in its own
     namespaces: the workload's sidecar) listens first; the privileged side mounts and sends the

@@ -242,3 +242,34 @@ def test_an_s3_server_repeating_its_continuation_token_is_refused_not_listed_for
         assert len(asked) < 10, asked
     finally:
         srv.shutdown()
+
+
+def test_a_listed_size_no_object_can_have_is_left_out_naming_that_file(tmp_path):
+    """An HTTP listing that says 2^64-1 bytes (or 2^62) for one file: that file is left out,
+    said by its own name; its neighbours mount and read whole."""
+    need_mount()
+    root = tmp_path / "www"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "a.txt").write_bytes(b"a" * 5000)
+    (root / "d" / "z.txt").write_bytes(b"z" * 7000)
+    huge = [{"name": f"huge{i}.bin", "type": "file", "mtime": "Wed, 25 Nov 2026 10:00:00 GMT", "size": n}
+            for i, n in enumerate([2**64 - 1, 2**62])]
+    srv = servers.ListingServer(root, extra={"/d/": huge}).start()
+    try:
+        mnt = tmp_path / "mnt"
+        mnt.mkdir()
+        r = subprocess.run([loosefs_bin(), "mount", srv.url("d/"), str(mnt), "--allow-http", "--log",
+                            str(tmp_path / "log"), "--cache-dir", str(tmp_path / "cache")],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        try:
+            assert sorted(p.name for p in mnt.iterdir()) == ["a.txt", "z.txt"]
+            assert (mnt / "a.txt").read_bytes() == b"a" * 5000 and (mnt / "z.txt").read_bytes() == b"z" * 7000
+            for i in range(2):
+                line = [ln for ln in r.stderr.splitlines() if f"huge{i}.bin" in ln]
+                assert line and "larger than any object store holds" in line[0], r.stderr
+            assert "a.txt" not in r.stderr and "z.txt" not in r.stderr, r.stderr
+        finally:
+            umount(mnt)
+    finally:
+        srv.stop()
