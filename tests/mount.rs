@@ -893,6 +893,12 @@ fn mount_8_and_fstab_mount_a_pack_as_fuse_loosefs_with_cli_options() {
     let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
     assert_ne!(v["warm"]["state"], "idle", "warm: {v}");
     assert_eq!(v["push_ahead"]["samples"], 0);
+    // The warm the option started finishes, and finishes well.
+    let w = loosefs(&[&"warm", &mnt, &"--wait"]);
+    assert!(w.status.success(), "{}", String::from_utf8_lossy(&w.stderr));
+    let stats = loosefs(&[&"stats", &mnt, &"--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(v["warm"]["state"], "done", "warm: {v}");
     assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
     // An fstab line (a private fstab file through `mount -T`).
     let fstab = tmp.path().join("fstab");
