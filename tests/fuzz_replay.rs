@@ -220,8 +220,12 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
             let mut read = vec![0u8; 288];
             read[4..8].copy_from_slice(&15u32.to_le_bytes());
             read[16..24].copy_from_slice(&2u64.to_le_bytes());
-            read[40..48].copy_from_slice(&0u64.to_le_bytes());
-            read[56..60].copy_from_slice(&4096u32.to_le_bytes());
+            // fuse_read_in in the op header (bytes 128..): offset 0, size 4096; and one asking
+            // for 100 bytes, whose reply must hold no more.
+            read[136..144].copy_from_slice(&0u64.to_le_bytes());
+            read[144..148].copy_from_slice(&4096u32.to_le_bytes());
+            out.push(read.clone());
+            read[144..148].copy_from_slice(&100u32.to_le_bytes());
             out.push(read);
         }
         t => panic!("no seeds for {t}"),

@@ -206,7 +206,7 @@ pub fn order(data: &[u8]) {
 /// input is the entry's 288-byte header buffer (zero-padded) followed by its payload; a node
 /// id of 2..=65 is replaced by file k − 2's inode, so lookups, reads, listings and writes to
 /// `.loosefs/order` meet real nodes. Errors are expected; a panic, a hang, a reply longer than
-/// its buffer or than the request's size is a finding.
+/// its buffer, or a READ/READDIR(PLUS) reply longer than the request's size is a finding.
 pub fn uring(data: &[u8]) {
     let (_, _, files) = super::small_server();
     let mut header = [0u8; abi::HEADER_LEN];
@@ -227,6 +227,28 @@ pub fn uring(data: &[u8]) {
         len >= 16 && len - 16 <= payload.len(),
         "reply of {len} bytes"
     );
+    // A READ, READDIR or READDIRPLUS answered with data: never more than the request's size
+    // (fuse_read_in's `size`, at byte 16 of the op header; the kernel would take the excess
+    // as a protocol error).
+    let opcode = u32::from_le_bytes(data_header(&data[..n], 4));
+    let error = i32::from_le_bytes(header[4..8].try_into().unwrap());
+    if matches!(opcode, 15 | 28 | 44) && error == 0 {
+        let size = u32::from_le_bytes(data_header(&data[..n], 128 + 16)) as usize;
+        assert!(
+            len - 16 <= size,
+            "opcode {opcode}: a reply of {} bytes to a request for {size}",
+            len - 16
+        );
+    }
+}
+
+/// Four bytes of the request header as given, at `at` (zero past its end).
+fn data_header(given: &[u8], at: usize) -> [u8; 4] {
+    let mut b = [0u8; 4];
+    for (k, v) in b.iter_mut().enumerate() {
+        *v = given.get(at + k).copied().unwrap_or(0);
+    }
+    b
 }
 
 /// a shared index file (`loosefs index`, read by every node that mounts the

@@ -33,22 +33,46 @@ def task_names(pid):
     return out
 
 
-def test_threads_and_decode_threads_are_the_daemons_threads(pack, tmp_path):
+def possible_cpus() -> int:
+    """CPUs the kernel may bring up (/sys/devices/system/cpu/possible: `0-1`, `0,2-3`): one
+    FUSE-over-io_uring queue each."""
+    n = 0
+    for part in pathlib.Path("/sys/devices/system/cpu/possible").read_text().strip().split(","):
+        a, _, b = part.partition("-")
+        n += int(b or a) - int(a) + 1
+    return n
+
+
+@pytest.mark.parametrize("transport", ["classic", "uring"])
+def test_threads_and_decode_threads_are_the_daemons_threads(pack, tmp_path, transport):
+    """Over /dev/fuse, `--threads` is fuser's workers; over io_uring, the ring entries (one
+    thread each): split over one queue per possible CPU, at least 4 a queue. Decode threads
+    are exactly as asked on both."""
     need_mount()
+    if transport == "uring" and not pathlib.Path("/sys/module/fuse/parameters/enable_uring").exists():
+        missing_prerequisite("the kernel has no FUSE over io_uring (/sys/module/fuse/parameters/enable_uring)")
     counts = {}
-    for n in (2, 6):
+    for n in (2, 6, 20):
         mnt = tmp_path / f"mnt{n}"
         mnt.mkdir()
-        run("mount", pack, mnt, "--threads", n, "--decode", "npy", "--decode-threads", n + 1)
+        run("mount", pack, mnt, "--threads", n, "--decode", "npy", "--decode-threads", n + 1,
+            "--transport", transport)
         try:
-            names = task_names(daemon_pid(mnt))
-            counts[n] = (sum(x.startswith("fuser") for x in names), sum(x.startswith("loosefs-decode") for x in names))
+            st = json.loads(run("stats", mnt, "--json").stdout)
+            names = task_names(st["daemon"]["pid"])
+            counts[n] = (sum(x.startswith("fuser") for x in names), sum(x.startswith("uring-") for x in names),
+                         sum(x.startswith("loosefs-decode") for x in names))
         finally:
             run("umount", mnt)
-    # fuser runs the asked number of workers (plus none or one of its own); decode threads
-    # are exactly as asked.
-    assert counts[6][0] - counts[2][0] == 4, counts
-    assert (counts[2][1], counts[6][1]) == (3, 7), counts
+    assert [counts[n][2] for n in (2, 6, 20)] == [3, 7, 21], counts
+    if transport == "classic":
+        # fuser runs the asked number of workers (plus none or one of its own); no ring.
+        assert counts[6][0] - counts[2][0] == 4 and counts[20][0] - counts[6][0] == 14, counts
+        assert all(c[1] == 0 for c in counts.values()), counts
+    else:
+        q = possible_cpus()
+        want = {n: max(-(-n // q), 4) * q for n in counts}
+        assert {n: c[1] for n, c in counts.items()} == want, (counts, want)
 
 
 def test_read_ahead_kb_sets_the_mounts_bdi(pack, tmp_path):
