@@ -5,6 +5,7 @@ workers reading byte-identical files in the announced order, the mount's `order`
 import json
 import os
 import pathlib
+import subprocess
 import sys
 
 import pytest
@@ -145,3 +146,61 @@ def test_a_stale_order_is_abandoned_and_reads_stay_identical(order_mount, source
         assert (order_mount / r).read_bytes() == (source / r).read_bytes(), r
     o = order_stats(order_mount)
     assert o["abandoned"] == 1 and o["live"] == 0 and o["window_bytes"] == 0, o
+
+
+def test_an_order_over_a_mebibyte_written_through_the_mount_keeps_the_daemon_small(tmp_path, monkeypatch):
+    """20,000 samples announced twice each in one write (2.4 MB of paths, as one `write()`
+    the kernel splits into requests of its own size), twice: every line counted; the daemon's
+    anonymous memory grows by less than twice the text for the first, and hardly at all for
+    the second, which replaces it (what an order keeps is a few bytes a line)."""
+    need_mount()
+    monkeypatch.setenv("LOOSEFS_BIN", loosefs_bin())
+    src = tmp_path / "many"
+    names = []
+    for c in range(100):
+        d = src / f"class_{c:03d}_with_a_longer_directory_name"
+        d.mkdir(parents=True)
+        for k in range(200):
+            (d / f"sample_{c:03d}_{k:04d}.bin").write_bytes(b"%d.%d" % (c, k))
+            names.append(f"{d.name}/sample_{c:03d}_{k:04d}.bin")
+    pack = tmp_path / "many.pack"
+    r = subprocess.run([loosefs_bin(), "pack", str(src), str(pack), "--align", "1"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    order = names + names[::-1]
+    text = "".join(f"{n}\n" for n in order).encode()
+    assert len(text) > 1 << 20, len(text)
+    (tmp_path / "mnt").mkdir()
+    # One thread over /dev/fuse takes the writes: one request buffer filled (over io_uring each
+    # ring entry that takes a write touches a payload buffer of its own, up to 1 MiB each).
+    with loosefs.mount(pack, tmp_path / "mnt", threads=1, transport="classic") as m:
+        mnt = pathlib.Path(m.path)
+        pid = json.loads((mnt / ".loosefs" / "stats").read_text())["daemon"]["pid"]
+        rss0 = rss_kb(pid)
+        grown = []
+        for _ in range(2):  # the second replaces the first (same writer)
+            fd = os.open(mnt / ".loosefs" / "order", os.O_WRONLY | os.O_TRUNC)
+            try:
+                assert os.write(fd, text) == len(text)
+            finally:
+                os.close(fd)
+            grown.append(rss_kb(pid) - rss0)
+            o = order_stats(mnt)
+            assert (o["samples"], o["unresolved_paths"]) == (len(order), 0), o
+        print(f"order of {len(text)} bytes, {len(order)} lines: daemon RssAnon +{grown[0]} KiB, "
+              f"+{grown[1] - grown[0]} KiB more for the second")
+        # One order's records and the request buffer the writes filled: below the text (never
+        # held whole); the second order reuses what the first freed.
+        assert grown[0] * 1024 < len(text), f"the daemon grew by {grown[0]} KiB for a {len(text)}-byte order"
+        assert (grown[1] - grown[0]) * 1024 < len(text) / 4, f"the second order grew it by {grown[1] - grown[0]} KiB"
+        for n in order[:50]:
+            assert (mnt / n).read_bytes() == (src / n).read_bytes(), n
+
+
+def rss_kb(pid: int) -> int:
+    """The daemon's anonymous resident memory (its heap and stacks; not the pack's index
+    pages it maps, which resolving 20,000 paths touches)."""
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no RssAnon for {pid}")
