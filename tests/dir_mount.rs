@@ -382,3 +382,100 @@ fn allow_other_never_shows_a_file_of_another_owner_as_the_tree_owners() {
         Some(libc::ENOENT)
     );
 }
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn a_watched_directory_renamed_inside_the_tree_keeps_its_changes_seen() {
+    let (_timeout, _shared, tmp, src) = edge_setup();
+    let m = mount(&src, &tmp.path().join("mnt"), &[]);
+    same_tree(&src, &m.mnt);
+    std::fs::rename(src.join("class_2"), src.join("class_2_moved")).unwrap();
+    wait_until("the renamed directory", 30, || {
+        errno_of(std::fs::metadata(m.mnt.join("class_2"))) == Some(libc::ENOENT)
+            && m.mnt.join("class_2_moved").is_dir()
+    });
+    // Changes inside the renamed directory, and in a directory made inside it afterwards,
+    // are seen: its watch follows it.
+    let added = "class_2_moved/added.JPEG";
+    std::fs::write(src.join(added), encode_jpeg(20, 20, false, 7)).unwrap();
+    std::fs::create_dir(src.join("class_2_moved/deeper")).unwrap();
+    let deep = "class_2_moved/deeper/img.JPEG";
+    std::fs::write(src.join(deep), encode_jpeg(30, 20, false, 8)).unwrap();
+    for f in [added, deep] {
+        let want = std::fs::read(src.join(f)).unwrap();
+        wait_until(f, 30, || {
+            std::fs::read(m.mnt.join(f)).is_ok_and(|b| b == want)
+        });
+    }
+    let later = "class_2_moved/deeper/later.JPEG";
+    std::fs::write(src.join(later), encode_jpeg(10, 10, false, 9)).unwrap();
+    let want = std::fs::read(src.join(later)).unwrap();
+    wait_until(later, 30, || {
+        std::fs::read(m.mnt.join(later)).is_ok_and(|b| b == want)
+    });
+    same_tree(&src, &m.mnt);
+}
+
+/// `fs.inotify.max_queued_events` set low for the mount's inotify instance (the kernel reads
+/// it when the instance is made), then put back.
+struct QueueLimit(String);
+
+impl QueueLimit {
+    const PATH: &'static str = "/proc/sys/fs/inotify/max_queued_events";
+
+    fn set(n: u32) -> QueueLimit {
+        let was = std::fs::read_to_string(Self::PATH).unwrap();
+        std::fs::write(Self::PATH, n.to_string()).unwrap();
+        QueueLimit(was)
+    }
+}
+
+impl Drop for QueueLimit {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::PATH, self.0.trim());
+    }
+}
+
+#[test]
+#[ignore = "mounts: needs root and /dev/fuse"]
+fn changes_faster_than_the_watch_reads_them_overflow_its_queue_and_are_seen_by_a_rescan() {
+    let _timeout = require_mount();
+    // Alone: the low queue limit applies to every inotify instance made meanwhile.
+    let _alone = SERIAL.write().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let src = edge_tree(&tmp.path().join("src"));
+    let m = {
+        let _limit = QueueLimit::set(16);
+        mount(&src, &tmp.path().join("mnt"), &[])
+    };
+    same_tree(&src, &m.mnt);
+    // 400 files written, 100 of them removed again: far more events than 16.
+    let burst = src.join("burst");
+    std::fs::create_dir(&burst).unwrap();
+    for k in 0..400 {
+        std::fs::write(burst.join(format!("f{k:03}.bin")), format!("{k}")).unwrap();
+    }
+    for k in (0..400).step_by(4) {
+        std::fs::remove_file(burst.join(format!("f{k:03}.bin"))).unwrap();
+    }
+    wait_until("a rescan after the overflow", 60, || {
+        stats(&m.mnt)["changes"]["rescans"].as_u64().unwrap_or(0) >= 2
+    });
+    wait_until("the burst, as the disk has it", 60, || {
+        std::fs::read_dir(m.mnt.join("burst")).is_ok_and(|d| d.count() == 300)
+    });
+    for k in (1..400).filter(|k| k % 4 != 0) {
+        let f = format!("burst/f{k:03}.bin");
+        assert_eq!(
+            std::fs::read(m.mnt.join(&f)).unwrap(),
+            format!("{k}").as_bytes(),
+            "{f}"
+        );
+    }
+    assert_eq!(
+        errno_of(std::fs::metadata(m.mnt.join("burst/f000.bin"))),
+        Some(libc::ENOENT)
+    );
+    let log = std::fs::read_to_string(&m.log).unwrap();
+    assert!(log.contains("came faster than they were read"), "{log}");
+}
