@@ -108,11 +108,12 @@ pub fn format_stats(r: &Report) -> String {
     }
     if let Some(f) = &r.frames {
         out += &format!(
-            "frames      {} GOPs decoded ({} frames, {} failed, {} ahead), {} hits, {} misses, {} joined; {:.1} of {:.1} MB cached\n",
+            "frames      {} GOPs decoded ({} frames, {} failed, {} ahead) by {} threads, {} hits, {} misses, {} joined; {:.1} of {:.1} MB cached\n",
             f.gops,
             f.frames,
             f.failures,
             f.ahead,
+            f.threads,
             f.hits,
             f.misses,
             f.joined,

@@ -352,77 +352,10 @@ fn cmd_info(
     source: &loosefs::options::SourceArgs,
 ) -> Result<()> {
     let source = source.open_options().for_info(pack);
-    let ds = loosefs::open::Dataset::open(pack, &source, !json)?;
-    if let loosefs::open::Dataset::Dir(d) = &ds {
-        let i = loosefs::verify::info_of(&d.root.display().to_string(), d.bytes(), d.totals());
-        if json {
-            println!("{}", serde_json::to_string_pretty(&i)?);
-        } else {
-            print!("{}", i.text());
-            println!("served:        in place (a loose directory; nothing packed)");
-            for (p, why) in &d.skipped {
-                println!("left out:      {}: {why}", p.display());
-            }
-        }
-        return Ok(());
-    }
-    if let loosefs::open::Dataset::RemoteDir(r) = &ds {
-        let i = loosefs::verify::info_of(r.url(), r.size(), r.totals());
-        if json {
-            println!("{}", serde_json::to_string_pretty(&i)?);
-        } else {
-            print!("{}", i.text());
-            println!("served:        loose objects, each a file (nothing packed)");
-            match &r.shared {
-                Some(at) => println!(
-                    "requests:      a LIST of the first level and a GET of the shared index {at}"
-                ),
-                None => println!("requests:      LISTs only (no GET) to open"),
-            }
-            println!("cache:         {}", r.cache_root().display());
-            for (k, why) in &r.skipped {
-                println!("left out:      {k}: {why}");
-            }
-        }
-        return Ok(());
-    }
-    if let loosefs::open::Dataset::RemoteSet(r) = ds {
-        let i = r.info();
-        match json {
-            true => println!("{}", serde_json::to_string_pretty(&i)?),
-            false => print!("{}{}", i.text(), r.open_text()),
-        }
-        return Ok(());
-    }
-    if let loosefs::open::Dataset::Remote(mut r) = ds {
-        r.finish();
-        let i = loosefs::verify::info_of(r.url(), r.size(), r.totals());
-        if json {
-            println!("{}", serde_json::to_string_pretty(&i)?);
-        } else {
-            print!("{}", i.text());
-            println!("requests:      {} GET(s) to open", r.open_requests);
-            println!("cache:         {}", r.cache_dir().display());
-        }
-        return Ok(());
-    }
-    let loosefs::open::Dataset::Pack(p) = ds else {
-        let loosefs::open::Dataset::Foreign(f) = ds else {
-            unreachable!()
-        };
-        let i = f.info();
-        if json {
-            println!("{}", serde_json::to_string_pretty(&i)?);
-        } else {
-            print!("{}", i.text());
-        }
-        return Ok(());
-    };
-    let i = loosefs::verify::info(&p);
-    if json {
-        println!("{}", serde_json::to_string_pretty(&i)?);
-    } else {
-        print!("{}", i.text());
+    let d = loosefs::open::Dataset::open(pack, &source, !json)?.info()?;
+    match json {
+        true => println!("{}", d.json),
+        false => print!("{}", d.text),
     }
     Ok(())
 }

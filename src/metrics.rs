@@ -73,6 +73,7 @@ const GAUGES: &[&str] = &[
     "remote_exact_held_bytes",
     "frames_cached_bytes",
     "frames_budget_bytes",
+    "frames_threads",
     "changes_watched_dirs",
     "changes_unwatched_dirs",
 ];

@@ -204,6 +204,8 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     };
     let pack = Dataset::open(pack_path, &source, !opts.foreground)
         .with_context(|| format!("cannot mount {}", pack_path.display()))?;
+    // A view the source cannot have is refused here, before any daemon starts.
+    pack.views(opts.decode.views()?)?;
     let mnt_abs = mountpoint_or_fd(mnt, opts.allow_non_empty)?;
     if let Some(bytes) = opts.pin {
         crate::memory::check_pin_budget(bytes.min(pack.stored_bytes()))
@@ -358,7 +360,7 @@ fn same_owner_throughout(root: &Path, meta: &std::fs::Metadata) -> Result<()> {
 /// mount answers.
 fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Result<()> {
     let pack_path = pack.path().to_path_buf();
-    let is_dir = matches!(pack, Dataset::Dir(_));
+    let in_place = pack.serves_files_in_place();
     let name = fs_name(&pack_path);
     let views = opts.decode.views()?;
     // Decoded images (hundreds of KiB each) and decompressed chunks (MiBs) are allocated and
@@ -372,19 +374,21 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, threshold);
     }
+    let views = pack.views(views)?;
+    let server_options = opts.server_options(mnt);
     let opened = pack
-        .opened(views, opts.source.chunk_cache)
+        .opened(views, &server_options.decode, opts.source.chunk_cache)
         .context("cannot open the pack for serving")?;
     // Files are owned by the source's owner (a remote source's: its cache directory's). A
     // native pack is leased (a writer opening it is noticed); a foreign dataset's files are
     // checked by size and mtime when mounted.
     let meta = opened.owner.clone();
-    if opts.allow_other && is_dir {
+    if opts.allow_other && in_place {
         same_owner_throughout(&pack_path, &meta)?;
     }
     let lease_file = opened.lease.as_ref().map(|f| f.try_clone()).transpose()?;
     use std::os::unix::fs::MetadataExt;
-    let server = opened.into_fs(opts.server_options(mnt));
+    let server = opened.into_fs(server_options);
     let server = Arc::new(server);
     let metrics = opts
         .metrics_addr

@@ -197,10 +197,8 @@ pub struct Opened {
 impl Opened {
     /// The filesystem serving it.
     pub fn into_fs(self, opts: FsOptions) -> Fs {
-        let budget = opts.decode.frame_cache_bytes;
         let mut fs = Fs::new(self.catalog, self.storage, opts);
         if let Some(f) = self.frames {
-            f.set_budget(budget);
             fs.set_frames(f);
         }
         if let Some(c) = self.changes {
@@ -208,6 +206,15 @@ impl Opened {
         }
         fs
     }
+}
+
+/// What `loosefs info` prints of a source ([`Dataset::info`]).
+#[derive(Debug)]
+pub struct Described {
+    /// The summary, as `--json` prints it (pretty JSON, fields in their declared order).
+    pub json: String,
+    /// The summary and how the source is served, as text lines.
+    pub text: String,
 }
 
 /// The metadata of `path` (the owner a mount shows). Errors: it cannot be read (names it).
@@ -265,6 +272,7 @@ pub fn index_url(
 fn remote_dir_frames(
     r: &RemoteDir,
     base: Arc<dyn crate::catalog::Catalog>,
+    decode: &crate::decode::DecodeOptions,
 ) -> Result<(
     crate::video::tree::FrameTree,
     Arc<crate::video::frames::FrameServer>,
@@ -284,9 +292,8 @@ fn remote_dir_frames(
         r.url(),
         spool.path().display()
     );
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let (tree, server) =
-        crate::video::frame_tree(spool.path(), base, 1 << 30, threads).with_context(cannot)?;
+        crate::video::frame_tree(spool.path(), base, decode).with_context(cannot)?;
     // The lock is released before the directory is removed (fields drop in order).
     server.keep(Box::new((lock, spool)));
     Ok((tree, server))
@@ -567,16 +574,140 @@ impl Dataset {
         }
     }
 
-    /// What the filesystem needs to serve this source, showing decoded `views`; compressed
-    /// chunks are kept decompressed within `chunk_cache` bytes.
+    /// What kind of source this is, in words for messages (`a loosefs pack`, ...).
+    pub fn kind(&self) -> String {
+        match self {
+            Dataset::Pack(_) => "a loosefs pack".into(),
+            Dataset::Foreign(f) => format!("a dataset packed as {}", f.header.format.name()),
+            Dataset::Remote(_) => "a remote loosefs pack".into(),
+            Dataset::Dir(_) => "a loose directory".into(),
+            Dataset::RemoteSet(r) => format!(
+                "a remote dataset packed as {}",
+                r.foreign.header.format.name()
+            ),
+            Dataset::RemoteDir(_) => "a prefix of loose objects".into(),
+        }
+    }
+
+    /// Whether the mount serves the source's own files in place, with their owners (a loose
+    /// directory): `--allow-other` then checks that one user owns them all. One arm per kind.
+    pub fn serves_files_in_place(&self) -> bool {
+        match self {
+            Dataset::Dir(_) => true,
+            Dataset::Pack(_)
+            | Dataset::Foreign(_)
+            | Dataset::Remote(_)
+            | Dataset::RemoteSet(_)
+            | Dataset::RemoteDir(_) => false,
+        }
+    }
+
+    /// What `loosefs info` says of this source: its summary as JSON (`verify::Info`, or
+    /// `ForeignInfo` for a packed format) and as text, with lines on how it is served (in
+    /// place, the requests it took to open, its cache, what was left out). One arm per kind:
+    /// a new kind does not compile until it says what `info` shows.
+    ///
+    /// Errors: the summary cannot be written as JSON.
+    pub fn info(self) -> Result<Described> {
+        fn of<T: serde::Serialize>(v: &T, text: String) -> Result<Described> {
+            Ok(Described {
+                json: serde_json::to_string_pretty(v)?,
+                text,
+            })
+        }
+        match self {
+            Dataset::Pack(p) => {
+                let i = crate::verify::info(&p);
+                of(&i, i.text())
+            }
+            Dataset::Foreign(f) => {
+                let i = f.info();
+                of(&i, i.text())
+            }
+            Dataset::Remote(mut r) => {
+                r.finish();
+                let i = crate::verify::info_of(r.url(), r.size(), r.totals());
+                let text = format!(
+                    "{}requests:      {} GET(s) to open\ncache:         {}\n",
+                    i.text(),
+                    r.open_requests,
+                    r.cache_dir().display()
+                );
+                of(&i, text)
+            }
+            Dataset::Dir(d) => {
+                let i =
+                    crate::verify::info_of(&d.root.display().to_string(), d.bytes(), d.totals());
+                let mut text = i.text();
+                text += "served:        in place (a loose directory; nothing packed)\n";
+                for (p, why) in &d.skipped {
+                    text += &format!("left out:      {}: {why}\n", p.display());
+                }
+                of(&i, text)
+            }
+            Dataset::RemoteSet(r) => {
+                let i = r.info();
+                of(&i, format!("{}{}", i.text(), r.open_text()))
+            }
+            Dataset::RemoteDir(r) => {
+                let i = crate::verify::info_of(r.url(), r.size(), r.totals());
+                let mut text = i.text();
+                text += "served:        loose objects, each a file (nothing packed)\n";
+                text += &match &r.shared {
+                    Some(at) => format!(
+                        "requests:      a LIST of the first level and a GET of the shared index {at}\n"
+                    ),
+                    None => "requests:      LISTs only (no GET) to open\n".to_string(),
+                };
+                text += &format!("cache:         {}\n", r.cache_root().display());
+                for (k, why) in &r.skipped {
+                    text += &format!("left out:      {k}: {why}\n");
+                }
+                of(&i, text)
+            }
+        }
+    }
+
+    /// The views this source shows when `asked` for them: decided here, once, for every kind
+    /// (every arm names its kinds: a new kind does not compile until it says). JPEG views
+    /// (`npy`, `ppm`, `--decoded-only`) are served by every kind; frames by the kinds whose
+    /// files can be videos in a tree (a directory, a prefix of loose objects).
+    ///
+    /// Errors: `--decode frames` of a pack or a packed format, naming the view and the source.
+    pub fn views(&self, asked: Views) -> Result<Views> {
+        match self {
+            Dataset::Dir(_) | Dataset::RemoteDir(_) => Ok(asked),
+            Dataset::Pack(_) | Dataset::Foreign(_) | Dataset::Remote(_) | Dataset::RemoteSet(_) => {
+                if asked.frames {
+                    anyhow::bail!(
+                        "--decode frames: {} is {}, whose samples are no videos to decode; frames \
+                         are served from a LeRobot v3 dataset or video files, in a directory or \
+                         under a prefix of loose objects (s3://…/, https://…/)",
+                        self.path().display(),
+                        self.kind()
+                    );
+                }
+                Ok(asked)
+            }
+        }
+    }
+
+    /// What the filesystem needs to serve this source, showing decoded `views` (as
+    /// [`Dataset::views`] decided them); frames decoded with `decode`'s threads within its
+    /// frame-cache budget; compressed chunks kept decompressed within `chunk_cache` bytes.
     ///
     /// Errors: a file cannot be opened, mapped or read for its metadata; the index does not
     /// fit the storage.
-    pub fn opened(self, views: Views, chunk_cache: u64) -> Result<Opened> {
+    pub fn opened(
+        self,
+        views: Views,
+        decode: &crate::decode::DecodeOptions,
+        chunk_cache: u64,
+    ) -> Result<Opened> {
         match self {
             Dataset::Pack(p) => pack::opened(p, views),
             Dataset::Foreign(f) => foreign::opened(&f, views, chunk_cache),
-            Dataset::Dir(d) => d.opened(views),
+            Dataset::Dir(d) => d.opened(views, decode),
             Dataset::Remote(r) => Ok(Opened {
                 catalog: Arc::new(r.catalog(views)?),
                 storage: r.storage().clone(),
@@ -597,7 +728,7 @@ impl Dataset {
                 let mut catalog: Arc<dyn crate::catalog::Catalog> = Arc::new(r.catalog(views)?);
                 let mut frames = None;
                 if views.frames {
-                    let (tree, server) = remote_dir_frames(&r, catalog)?;
+                    let (tree, server) = remote_dir_frames(&r, catalog, decode)?;
                     catalog = Arc::new(tree);
                     frames = Some(server);
                 }
@@ -616,7 +747,8 @@ impl Dataset {
     /// The filesystem serving this source (see [`Dataset::opened`]), for tests and tools that
     /// serve it in process.
     pub fn server(self, views: Views, opts: FsOptions, chunk_cache: u64) -> Result<Fs> {
-        Ok(self.opened(views, chunk_cache)?.into_fs(opts))
+        let views = self.views(views)?;
+        Ok(self.opened(views, &opts.decode, chunk_cache)?.into_fs(opts))
     }
 }
 

@@ -108,6 +108,9 @@ pub struct FramesReport {
     pub cached_bytes: u64,
     /// The GOP cache's budget, bytes (`--decode-cache`).
     pub budget_bytes: u64,
+    /// Threads decoding GOPs (`--decode-threads`).
+    #[serde(default)]
+    pub threads: u64,
 }
 
 /// The `changes` section of a loose directory mount (`crate::fs::changes`).

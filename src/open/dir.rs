@@ -157,16 +157,20 @@ impl LooseDir {
         Ok(cat.without_checksums())
     }
 
-    /// What the filesystem needs to serve the directory, showing `views`: its catalog and
+    /// What the filesystem needs to serve the directory, showing `views` (frames decoded as
+    /// `decode` says: threads, frame-cache budget): its catalog and
     /// files, and the live changes that answer names changed while mounted from the disk
     /// ([`crate::fs::changes`]); the owner is the directory's. Errors: those of
     /// [`LooseDir::catalog`], or the directory's metadata cannot be read.
-    pub fn opened(&self, views: Views) -> Result<super::Opened> {
+    pub fn opened(
+        &self,
+        views: Views,
+        decode: &crate::decode::DecodeOptions,
+    ) -> Result<super::Opened> {
         let mut cat: Arc<dyn crate::catalog::Catalog> = Arc::new(self.catalog(views)?);
         let mut frames = None;
         if views.frames {
-            let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-            let (tree, server) = crate::video::frame_tree(&self.root, cat, 1 << 30, threads)
+            let (tree, server) = crate::video::frame_tree(&self.root, cat, decode)
                 .with_context(|| format!("cannot serve the frames of {}", self.root.display()))?;
             cat = Arc::new(tree);
             frames = Some(server);

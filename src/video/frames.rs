@@ -101,7 +101,7 @@ struct Cache {
 pub struct FrameServer {
     made: Vec<Made>,
     videos: Vec<(PathBuf, VideoIndex)>,
-    budget: AtomicU64,
+    budget: u64,
     cache: Mutex<Cache>,
     pool: rayon::ThreadPool,
     /// Counters.
@@ -144,7 +144,7 @@ impl FrameServer {
         Ok(Arc::new(FrameServer {
             made,
             videos,
-            budget: AtomicU64::new(budget),
+            budget,
             cache: Mutex::new(Cache::default()),
             pool,
             stats: FrameStats::default(),
@@ -238,7 +238,7 @@ impl FrameServer {
     fn window(&self, video: u32) -> usize {
         let ix = &self.videos[video as usize].1;
         let frame = (ix.width as u64 * ix.height as u64 * 3).max(1);
-        let share = self.budget.load(Relaxed) / self.pool.current_num_threads().max(1) as u64;
+        let share = self.budget / self.pool.current_num_threads().max(1) as u64;
         (share / frame).max(1) as usize
     }
 
@@ -344,7 +344,7 @@ impl FrameServer {
     /// Drops least recently used GOPs until the cache is within its budget (the newest is
     /// kept even alone over it: its readers are being answered from it).
     fn evict(&self, c: &mut Cache) {
-        while c.bytes > self.budget.load(Relaxed) && c.gops.len() > 1 {
+        while c.bytes > self.budget && c.gops.len() > 1 {
             let Some((&k, _)) = c.gops.iter().min_by_key(|(_, (_, used))| *used) else {
                 break;
             };
@@ -404,13 +404,9 @@ impl FrameServer {
             joined: s.joined.load(Relaxed),
             ahead: s.ahead.load(Relaxed),
             cached_bytes: s.cached_bytes.load(Relaxed),
-            budget_bytes: self.budget.load(Relaxed),
+            budget_bytes: self.budget,
+            threads: self.pool.current_num_threads() as u64,
         }
-    }
-
-    /// Sets the GOP cache's budget, bytes of pixels (`--decode-cache`).
-    pub fn set_budget(&self, bytes: u64) {
-        self.budget.store(bytes, Relaxed);
     }
 
     /// Empties the GOP cache (`drop-cache`); GOPs being decoded finish and are kept.

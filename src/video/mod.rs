@@ -85,7 +85,8 @@ fn regular_below(root: &Path, p: &Path) -> Result<()> {
 }
 
 /// The frame tree of the directory at `root` over `base` (the directory's own catalog), and
-/// the server of its made files (`budget` bytes of decoded GOPs, `threads` decode threads):
+/// the server of its made files (`decode`'s frame-cache budget of decoded GOPs, its decode
+/// threads: `--decode-cache`, `--decode-threads`):
 /// a LeRobot v3 dataset's episodes (if `root` is one, [`lerobot::detect`]) and every video
 /// file's frames. Every video file is indexed (demuxed, not decoded) to know its frames; for
 /// a LeRobot dataset, to choose each row's frame: rows with no frame within
@@ -98,8 +99,7 @@ fn regular_below(root: &Path, p: &Path) -> Result<()> {
 pub fn frame_tree(
     root: &Path,
     base: Arc<dyn Catalog>,
-    budget: u64,
-    threads: usize,
+    decode: &crate::decode::DecodeOptions,
 ) -> Result<(tree::FrameTree, Arc<FrameServer>)> {
     let ds = if lerobot::detect(root) {
         Some(lerobot::LeRobot::open(root)?)
@@ -179,7 +179,7 @@ pub fn frame_tree(
             }
         }
     }
-    let server = FrameServer::new(made, videos, budget, threads)?;
+    let server = FrameServer::new(made, videos, decode.frame_cache_bytes, decode.threads)?;
     Ok((b.build(base), server))
 }
 

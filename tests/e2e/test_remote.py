@@ -811,6 +811,17 @@ def test_a_cold_remote_pass_receives_each_stored_byte_about_once(world, source, 
     assert total >= served * 0.9, f"{kind}: {total} bytes received for {served} served ({total / served:.2f}x)"
 
 
+@pytest.mark.parametrize("kind", ["pack", "webdataset"])
+def test_frames_of_a_remote_pack_or_packed_format_are_refused_naming_the_view_and_the_kind(world, wds_shards, kind):
+    """`--decode frames` of a remote pack or a remote packed format: refused, naming the view,
+    the URL and its kind (it mounted without frames, silently)."""
+    url = {"pack": "s3://packs/data.pack", "webdataset": wds_shards[0]}[kind]
+    m = Mount(url, world["work"], "--decode", "frames", *s3_args(world), check=False)
+    want = {"pack": "is a remote loosefs pack", "webdataset": "is a remote dataset packed as tar"}[kind]
+    assert m.r.returncode != 0 and "--decode frames" in m.r.stderr and want in m.r.stderr, m.r.stderr
+    assert not os.path.ismount(m.mnt)
+
+
 LEROBOT = DATA / "lerobot" / "so100-av1"
 
 

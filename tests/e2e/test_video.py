@@ -299,6 +299,24 @@ def test_frames_need_a_lerobot_dataset_or_video_files(tmp_path, source):
     assert r.returncode != 0 and "LeRobot v3" in r.stderr and ".mp4" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("kind", ["pack", "webdataset"])
+def test_frames_of_a_pack_or_a_packed_format_are_refused_naming_the_view_and_the_kind(tmp_path, pack, kind):
+    """A pack's or a packed format's samples are no videos: `--decode frames` is refused at
+    mount, naming the view, the source and its kind (it mounted without frames, silently)."""
+    need_mount()
+    src = {"pack": pack, "webdataset": DATA / "formats" / "webdataset"}[kind]
+    if not src.exists():
+        missing_prerequisite(f"{src} is missing")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run([loosefs_bin(), "mount", str(src), str(mnt), "--decode", "frames"],
+                       capture_output=True, text=True, timeout=300)
+    want = {"pack": "is a loosefs pack", "webdataset": "is a dataset packed as tar"}[kind]
+    assert r.returncode != 0 and "--decode frames" in r.stderr and want in r.stderr, r.stderr
+    assert "daemon" not in r.stderr, r.stderr  # refused before a daemon starts
+    assert not os.path.ismount(mnt)
+
+
 def test_plain_video_files_get_their_frames_beside_them(tmp_path):
     """A directory of plain video files (an AV1 MP4 of the dataset, the same frames re-encoded
     as H.264 with B-frames in MKV, a damaged `.webm`, a JPEG): each readable video gets
@@ -449,7 +467,7 @@ def test_a_gop_larger_than_the_frame_cache_is_decoded_within_it(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     budget = 64 << 20
-    with mounted(ds, work, "--decode", "frames", "--decode-cache", "64M") as mnt:
+    with mounted(ds, work, "--decode", "frames", "--decode-cache", "64M", "--decode-threads", "3") as mnt:
         d = mnt / "long-gop.mp4.frames"
         for i in (150, 0, 159, 75, 76, 3):
             assert np.array_equal(np.load(d / f"{i:06d}.npy"), want[i]), i
@@ -458,6 +476,9 @@ def test_a_gop_larger_than_the_frame_cache_is_decoded_within_it(tmp_path):
         fr = stats["frames"]
         assert fr["budget_bytes"] == budget and fr["cached_bytes"] <= budget, fr
         pid = stats["daemon"]["pid"]
+        # `--decode-threads` reaches the frame decoder: its threads, as asked.
+        names = [(t / "comm").read_text().strip() for t in pathlib.Path(f"/proc/{pid}/task").iterdir()]
+        assert fr["threads"] == 3 and sum(n.startswith("loosefs-frames") for n in names) == 3, (fr, names)
         hwm = int(next(line.split()[1] for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines()
                        if line.startswith("VmHWM:"))) << 10
         assert hwm < 400 << 20, f"daemon peak RSS {hwm >> 20} MiB for a {n * side * side * 3 >> 20} MiB GOP"
