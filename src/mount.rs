@@ -11,7 +11,6 @@
 //! A mountpoint `/dev/fd/N` is a FUSE connection mounted by someone else and handed over as
 //! descriptor N ([`handover`]): the daemon serves it and needs no privilege.
 
-use crate::fuse::LooseFs;
 use crate::open::Dataset;
 use crate::options::{MountArgs, Transport};
 use anyhow::{Context, Result, bail};
@@ -19,13 +18,13 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
+mod daemon;
 pub mod handover;
 mod metrics_endpoint;
 mod session;
-use session::{Lease, fs_name, open_session, serve_until_signal, set_read_ahead};
+use session::{Lease, serve_until_signal};
 
 /// The `loosefs mount …` command line when it is not the process's own (the mount(8) helper
 /// translates its `-o` options into one).
@@ -356,49 +355,15 @@ fn same_owner_throughout(root: &Path, meta: &std::fs::Metadata) -> Result<()> {
     Ok(())
 }
 
-/// Serves the pack until unmounted or signalled. `ready` (if any) receives `ready\n` once the
-/// mount answers.
+/// Serves the pack until unmounted or signalled, in the steps of [`daemon`]. `ready` (if
+/// any) receives `ready\n` once the mount answers.
 fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Result<()> {
-    let pack_path = pack.path().to_path_buf();
-    let in_place = pack.serves_files_in_place();
-    let name = fs_name(&pack_path);
-    let views = opts.decode.views()?;
-    // Decoded images (hundreds of KiB each) and decompressed chunks (MiBs) are allocated and
-    // freed all the time: a fixed mmap threshold gives their memory back to the system on
-    // free, so the daemon's RSS follows the decoded and chunk caches instead of the
-    // allocator's high-water mark (glibc raises a dynamic threshold to each freed mapping's
-    // size, up to 32 MiB, after which freed chunks stay in its arenas). 4 MiB without views
-    // keeps READ replies (at most 1 MiB) off mmap.
-    let threshold = if views.any() { 128 << 10 } else { 4 << 20 };
-    // SAFETY: mallopt only tunes glibc's allocator; no other thread allocates yet.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, threshold);
-    }
-    let views = pack.views(views)?;
-    let server_options = opts.server_options(mnt);
-    let opened = pack
-        .opened(views, &server_options.decode, opts.source.chunk_cache)
-        .context("cannot open the pack for serving")?;
-    // Files are owned by the source's owner (a remote source's: its cache directory's). A
-    // native pack is leased (a writer opening it is noticed); a foreign dataset's files are
-    // checked by size and mtime when mounted.
-    let meta = opened.owner.clone();
-    if opts.allow_other && in_place {
-        same_owner_throughout(&pack_path, &meta)?;
-    }
-    let lease_file = opened.lease.as_ref().map(|f| f.try_clone()).transpose()?;
-    use std::os::unix::fs::MetadataExt;
-    let server = opened.into_fs(server_options);
-    let server = Arc::new(server);
+    daemon::tune_allocator(opts.decode.views()?);
+    let mut built = daemon::build(pack, mnt, opts)?;
     let metrics = opts
         .metrics_addr
         .map(metrics_endpoint::Endpoint::bind)
         .transpose()?;
-    if opts.allow_other {
-        if let Some(c) = server.changes() {
-            c.require_owner(meta.uid(), meta.gid());
-        }
-    }
     // Handlers first: a signal from the moment the mount exists (a reader may see it before
     // the ring is up) unmounts it instead of killing the daemon.
     let signals = signal_hook::iterator::Signals::new([
@@ -407,142 +372,20 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         signal_hook::consts::SIGHUP,
         signal_hook::consts::SIGIO,
     ])?;
-    // Descriptors are counted, not run out of: fuser's threads end silently when they cannot
-    // clone `/dev/fuse`, and a ring short of entries would hold its queue's requests.
-    let free = free_descriptors();
-    let threads = opts.threads.max(1) as u64;
-    if free < threads + FD_SLACK {
-        anyhow::bail!(
-            "too few file descriptors: {free} free under RLIMIT_NOFILE, and --threads {threads} \
-             needs {} (one /dev/fuse descriptor per thread, {FD_SLACK} for the source and logs); \
-             raise the limit (ulimit -n) or lower --threads",
-            threads + FD_SLACK
-        );
-    }
-    let entries = crate::fuse::uring::entries(opts.threads) as u64;
-    // The ring's entries are made before INIT can accept the ring: all or none.
-    let ring = if !wants_uring(opts)? {
-        None
-    } else if free < threads + FD_SLACK + entries {
-        let e = format!(
-            "{free} file descriptors free under RLIMIT_NOFILE; the ring needs {entries} more \
-             than /dev/fuse's {}",
-            threads + FD_SLACK
-        );
-        if opts.transport == Transport::Uring {
-            anyhow::bail!("--transport uring: {e}");
-        }
-        log::warn!("FUSE over io_uring not used ({e}); requests go through /dev/fuse");
-        None
-    } else {
-        let handler = crate::fuse::uring::Handler::new(server.clone(), meta.uid(), meta.gid());
-        match crate::fuse::uring::Prepared::new(opts.threads, handler) {
-            Ok(p) => Some(p),
-            Err(e) if opts.transport == Transport::Uring => anyhow::bail!("--transport uring: {e}"),
-            Err(e) => {
-                log::warn!("FUSE over io_uring not used ({e}); requests go through /dev/fuse");
-                None
-            }
-        }
-    };
-    let fs = LooseFs::new(server.clone(), meta.uid(), meta.gid()).with_uring(ring.is_some());
-    // A handed-over connection (`/dev/fd/N`) was mounted elsewhere: not ours to unmount.
-    let handed = handover::handed_fd(mnt);
-    let session = open_session(fs, mnt, &name, opts, handed)?;
-    let dev = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned()?;
-    // Push-ahead stores go through loosefs's own notify (fuser's reports ENOENT as success).
-    let push_dev = dev.try_clone()?;
-    let bg = session.spawn()?;
-    if let Some(ring) = ring {
-        use crate::fuse::uring::StartError;
-        let t = &server.stats.transport;
-        match crate::fuse::uring::start(ring, dev, mnt, t) {
-            Ok(()) => log::info!(
-                "requests over io_uring: {} queues, {} entries",
-                t.queues.load(std::sync::atomic::Ordering::Relaxed),
-                t.threads.load(std::sync::atomic::Ordering::Relaxed)
-            ),
-            Err(StartError::NotOffered(e)) if opts.transport != Transport::Uring => {
-                log::warn!("FUSE over io_uring not used ({e}); requests go through /dev/fuse")
-            }
-            // The kernel holds every request until each queue has an entry: a ring accepted
-            // and not registered in full serves nothing, so the mount goes.
-            Err(e) => {
-                if handed.is_none() {
-                    let _ = unmount(mnt, true);
-                }
-                anyhow::bail!(
-                    "FUSE over io_uring: {e}; nothing is mounted at {} (--transport classic \
-                     serves through /dev/fuse)",
-                    mnt.display()
-                );
-            }
-        }
-    }
-    let notifier = bg.notifier();
-    server.start_push(Box::new(move |ino, data| {
-        crate::fuse::notify::store(&push_dev, ino, 0, data)
-    }));
-    server.set_invalidate(Box::new(move |ino| {
-        let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
-    }));
-    watch_changes(&server, &bg, &pack_path);
-    if opts.read_ahead_kb > 0 && handed.is_none() {
-        if let Err(e) = set_read_ahead(mnt, opts.read_ahead_kb) {
-            log::warn!("cannot set read_ahead_kb for {}: {e}", mnt.display());
-        }
-    }
-    let lease = lease_file.and_then(|f| Lease::take(&pack_path, f));
-    if let Some(m) = metrics {
-        let addr = m.addr();
-        m.serve(server.clone(), mnt.display().to_string())?;
-        log::info!("metrics of {} at http://{addr}/metrics", mnt.display());
-    }
-    if let Some(fd) = ready {
-        let mut f = std::fs::File::from(fd);
-        let _ = f.write_all(b"ready\n");
-        drop(f);
-        if !opts.logs_to_stderr() {
-            redirect_stderr(&opts.log_path(mnt), opts.log.is_some())?;
-        }
-    }
-    log::info!("serving {} at {}", pack_path.display(), mnt.display());
-    // Under systemd (a Type=notify unit running `loosefs mount --foreground`): ready now.
-    if std::env::var_os("NOTIFY_SOCKET").is_some() {
-        let status = format!("serving {} at {}", pack_path.display(), mnt.display());
-        if let Err(e) = sd_notify::notify(
-            false,
-            &[
-                sd_notify::NotifyState::Ready,
-                sd_notify::NotifyState::Status(&status),
-            ],
-        ) {
-            log::warn!("cannot tell systemd the mount is ready (NOTIFY_SOCKET): {e}");
-        }
-    }
-    serve_until_signal(mnt, signals, &bg, &server, lease.as_ref(), &pack_path);
-    if std::env::var_os("NOTIFY_SOCKET").is_some() {
-        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
-    }
-    // A handed-over connection is not ours to unmount: the session ends with the process.
-    let t0 = std::time::Instant::now();
-    while handed.is_none() && !bg.guard.is_finished() && t0.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // The session is over: the kernel has let go of this mount. Dropping `bg` would unmount
-    // `mnt` by path, which by now may be a new mount of the same directory; so it is not
-    // dropped, and its device fd closes when the process exits.
-    log::info!("unmounted {}", mnt.display());
-    server.close();
-    // A default log this mount left empty is not kept: temporary mountpoints (the Python
-    // API's) would otherwise leave an empty file each.
-    if opts.log.is_none() {
-        let log = opts.log_path(mnt);
-        if std::fs::metadata(&log).is_ok_and(|m| m.is_file() && m.len() == 0) {
-            let _ = std::fs::remove_file(&log);
-        }
-    }
-    std::mem::forget(bg);
+    let ring = daemon::transport(&built, opts)?;
+    let connected = daemon::connect(&built, ring, mnt, opts)?;
+    let lease = (built.lease_file.take()).and_then(|f| Lease::take(&built.path, f));
+    daemon::serve_metrics(metrics, &built, mnt)?;
+    daemon::announce(ready, &built, mnt, opts)?;
+    serve_until_signal(
+        mnt,
+        signals,
+        &connected.bg,
+        &built.server,
+        lease.as_ref(),
+        &built.path,
+    );
+    daemon::finish(connected, &built, mnt, opts);
     Ok(())
 }
 
@@ -568,10 +411,6 @@ fn watch_changes(server: &crate::fs::Fs, bg: &fuser::BackgroundSession, dir: &Pa
         }
     }
 }
-
-/// Descriptors a mount needs besides one `/dev/fuse` descriptor per thread (fuser's
-/// `clone_fd`) and its ring's: the source's files, logs, sockets and the control files.
-const FD_SLACK: u64 = 64;
 
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (as most daemons do) and
 /// returns how many more descriptors it may open.
