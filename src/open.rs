@@ -252,7 +252,8 @@ pub fn index_url(
             anyhow::bail!("cannot index {url}: no objects under this prefix");
         }
         if !remote_dir::holds_a_format(&keys) {
-            return remote_dir::listing::write(url, &listed, out, &*store).with_context(cannot);
+            return remote_dir::shared_listing::write(url, &listed, out, &*store)
+                .with_context(cannot);
         }
         let store: Arc<dyn ObjectStore> = Arc::new(ListedOnce {
             inner: store,
@@ -358,14 +359,14 @@ impl Dataset {
                 Err(e) if !s3 => (None, Some(e)),
                 Err(e) => return Err(e.context(cannot())),
             };
-            match remote_dir::listing::find(url, level.as_ref(), opts, &*store) {
+            match remote_dir::shared_listing::find(url, level.as_ref(), opts, &*store) {
                 Ok(Some((listed, at))) => {
                     let mut r = RemoteDir::open(url, listed, opts, &*store).with_context(cannot)?;
                     r.shared = Some(at);
                     return Ok(Dataset::RemoteDir(Box::new(r)));
                 }
                 Ok(None) => {}
-                Err(e) => match (e.downcast_ref::<remote_dir::listing::Stale>(), level) {
+                Err(e) => match (e.downcast_ref::<remote_dir::shared_listing::Stale>(), level) {
                     (Some(stale), Some(level)) if opts.refresh_index => {
                         let at = stale.at.clone();
                         return Dataset::refresh(url, &at, level, opts, store);
@@ -408,7 +409,7 @@ impl Dataset {
         let cannot = || format!("cannot open {url}");
         eprintln!("loosefs: {at} is stale: --refresh lists {url} again");
         let listed = store.list_below(url, level).with_context(cannot)?;
-        match remote_dir::listing::write(url, &listed, Some(Path::new(at)), &*store) {
+        match remote_dir::shared_listing::write(url, &listed, Some(Path::new(at)), &*store) {
             Ok(line) => eprintln!("loosefs: {line}"),
             Err(e) => {
                 log::warn!("--refresh: the shared index {at} was not rewritten: {e:#}");
@@ -485,11 +486,12 @@ impl Dataset {
             Ok(_) => {
                 let bytes = std::fs::read(tmp.path())
                     .with_context(|| format!("cannot read the shared index {at}"))?;
-                match remote_dir::listing::decode(&bytes, &at)? {
+                match remote_dir::shared_listing::decode(&bytes, &at)? {
                     Some(listed) => {
                         let stale = match store.list_level(url) {
                             Ok(level) => {
-                                remote_dir::listing::check_level(&level, &listed, &at, url).err()
+                                remote_dir::shared_listing::check_level(&level, &listed, &at, url)
+                                    .err()
                             }
                             Err(e) => {
                                 log::info!(

@@ -201,7 +201,9 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
             s3[0].pin.as_mut().unwrap().etag = "\"e\"".into();
             s3[1].key = "n01/y.jpg".into();
             for l in [listed, s3] {
-                out.push(loosefs::open::remote_dir::listing::encode("s3://b/d/", &l).unwrap());
+                out.push(
+                    loosefs::open::remote_dir::shared_listing::encode("s3://b/d/", &l).unwrap(),
+                );
             }
         }
         "order" => {

@@ -363,7 +363,7 @@ pub fn decode(data: &[u8]) {
 /// checked as a mount checks them (a level against the listing recorded), and the names
 /// sorted into files and packed-format shards.
 pub fn listing(data: &[u8]) {
-    use loosefs::open::remote_dir::{holds_a_format, listing};
+    use loosefs::open::remote_dir::{holds_a_format, shared_listing};
     let url = "https://h/d/";
     let keys = |l: &[loosefs::storage::object_source::Listed]| -> Vec<String> {
         l.iter().map(|o| o.key.clone()).collect()
@@ -383,9 +383,9 @@ pub fn listing(data: &[u8]) {
                     }),
             )
             .collect();
-        let _ = listing::check_level(&level, &recorded, "I", url);
+        let _ = shared_listing::check_level(&level, &recorded, "I", url);
     }
-    if let Ok(Some(listed)) = listing::decode(data, "I") {
+    if let Ok(Some(listed)) = shared_listing::decode(data, "I") {
         let _ = holds_a_format(&keys(&listed));
         let level = loosefs::storage::object_source::Level {
             objects: listed
@@ -395,7 +395,7 @@ pub fn listing(data: &[u8]) {
                 .collect(),
             ..Default::default()
         };
-        let _ = listing::check_level(&level, &listed, "I", url);
+        let _ = shared_listing::check_level(&level, &listed, "I", url);
     }
 }
 

@@ -15,11 +15,6 @@ impl Fs {
         let _ = self.changes.set(changes);
     }
 
-    /// Serves the made files (video frames, columns) of the catalog through `frames`.
-    pub fn set_frames(&mut self, frames: Arc<crate::video::frames::FrameServer>) {
-        self.data.frames = Some(frames);
-    }
-
     /// The changes of a loose directory mount, if this is one.
     pub fn changes(&self) -> Option<&Arc<Changes>> {
         self.changes.get()

@@ -356,8 +356,8 @@ fn late_attr(ino: u64, kind: Kind, m: &std::fs::Metadata) -> Attr {
     Attr::shown(ino, kind, m.len(), m.mtime(), nsec, m.mode())
 }
 
-mod listing;
 mod note;
 mod read;
+mod readdir;
 #[cfg(test)]
 pub(super) mod tests;

@@ -118,6 +118,12 @@ impl Fs {
         let _ = self.invalidate.set(f);
     }
 
+    /// Serves the made files (video frames, columns) of the catalog through `frames`: once,
+    /// when the filesystem is built ([`crate::open::Opened::into_fs`]).
+    pub fn set_frames(&mut self, frames: Arc<crate::video::frames::FrameServer>) {
+        self.data.frames = Some(frames);
+    }
+
     /// Starts pushing samples ahead of in-order readers through `store` (FUSE_NOTIFY_STORE).
     pub fn start_push(&self, store: Store) {
         self.data.readahead.start_push(store);

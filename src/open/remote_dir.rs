@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub mod listing;
+pub mod shared_listing;
 
 /// Extensions of the shards of the packed formats a prefix may hold.
 const SHARD_EXTENSIONS: &[&str] = &[

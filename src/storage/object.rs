@@ -21,9 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 pub use super::object_source::{Level, Listed, ObjectError, ObjectStats, Pin};
 use super::remote_config::RemoteConfig;
 
-mod listing;
+mod list;
 pub use super::endpoints::url_below;
-pub use listing::LISTS_AT_ONCE;
+pub use list::LISTS_AT_ONCE;
 
 /// Whether `src` names a remote object (`s3://`, `https://` or `http://`).
 pub fn is_url(src: &str) -> bool {
