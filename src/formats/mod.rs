@@ -76,7 +76,7 @@ impl Format {
     }
 
     /// The format's entry in the registry.
-    fn entry(self) -> &'static registry::Entry {
+    fn entry(self) -> &'static registry::FormatEntry {
         registry::REGISTRY
             .iter()
             .find(|e| e.format == self)

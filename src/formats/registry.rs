@@ -7,7 +7,7 @@ use anyhow::Result;
 use std::path::Path;
 
 /// One format.
-pub(super) struct Entry {
+pub(super) struct FormatEntry {
     /// The variant.
     pub format: Format,
     /// The name `--format` takes and `info` prints.
@@ -26,8 +26,8 @@ pub(super) struct Entry {
 }
 
 /// Every format.
-pub(super) const REGISTRY: [Entry; 8] = [
-    Entry {
+pub(super) const REGISTRY: [FormatEntry; 8] = [
+    FormatEntry {
         format: Format::Tar,
         name: "tar",
         aliases: &["webdataset", "wds"],
@@ -36,7 +36,7 @@ pub(super) const REGISTRY: [Entry; 8] = [
         takes_label: true,
         directory: false,
     },
-    Entry {
+    FormatEntry {
         format: Format::Zip,
         name: "zip",
         aliases: &[],
@@ -48,7 +48,7 @@ pub(super) const REGISTRY: [Entry; 8] = [
         takes_label: false,
         directory: false,
     },
-    Entry {
+    FormatEntry {
         format: Format::Tfrecord,
         name: "tfrecord",
         aliases: &[],
@@ -57,7 +57,7 @@ pub(super) const REGISTRY: [Entry; 8] = [
         takes_label: true,
         directory: false,
     },
-    Entry {
+    FormatEntry {
         format: Format::Mds,
         name: "mds",
         aliases: &[],
@@ -66,7 +66,7 @@ pub(super) const REGISTRY: [Entry; 8] = [
         takes_label: true,
         directory: true,
     },
-    Entry {
+    FormatEntry {
         format: Format::Litdata,
         name: "litdata",
         aliases: &[],
@@ -75,7 +75,7 @@ pub(super) const REGISTRY: [Entry; 8] = [
         takes_label: false,
         directory: true,
     },
-    Entry {
+    FormatEntry {
         format: Format::Gulpio,
         name: "gulpio",
         aliases: &[],
@@ -84,7 +84,7 @@ pub(super) const REGISTRY: [Entry; 8] = [
         takes_label: false,
         directory: true,
     },
-    Entry {
+    FormatEntry {
         format: Format::Ffcv,
         name: "ffcv",
         aliases: &[],
@@ -93,7 +93,7 @@ pub(super) const REGISTRY: [Entry; 8] = [
         takes_label: false,
         directory: false,
     },
-    Entry {
+    FormatEntry {
         format: Format::Parquet,
         name: "parquet",
         aliases: &["hf-parquet", "huggingface"],

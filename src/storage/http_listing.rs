@@ -27,7 +27,7 @@ pub struct DirLister {
 
 /// One entry of an nginx JSON listing.
 #[derive(serde::Deserialize)]
-struct Entry {
+struct AutoindexEntry {
     name: String,
     #[serde(rename = "type")]
     kind: String,
@@ -63,7 +63,7 @@ pub fn parse(url: &str, content_type: &str, body: &[u8]) -> Result<Level> {
             }
         );
     }
-    let entries: Vec<Entry> = serde_json::from_slice(body)
+    let entries: Vec<AutoindexEntry> = serde_json::from_slice(body)
         .with_context(|| format!("{url}: not an nginx JSON directory listing"))?;
     let mut level = Level::default();
     for e in entries {

@@ -100,7 +100,7 @@ impl Prepared {
                 let (go_tx, go_rx) = std::sync::mpsc::channel();
                 std::thread::Builder::new()
                     .name(format!("uring-{qid}.{k}"))
-                    .spawn(move || Entry::run(qid as u16, &handler, &tx, &go_rx, &done))
+                    .spawn(move || RingEntry::run(qid as u16, &handler, &tx, &go_rx, &done))
                     .map_err(|e| format!("cannot start a ring thread: {e}"))?;
                 go.push(go_tx);
             }
@@ -205,7 +205,7 @@ fn pin_to_cpu(cpu: usize) {
 }
 
 /// One ring entry and the io_uring that carries its commands.
-struct Entry {
+struct RingEntry {
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
     /// `struct fuse_uring_req_header` (the kernel copies it byte-wise: no alignment needed).
     header: Box<[u8; abi::HEADER_LEN]>,
@@ -229,14 +229,14 @@ fn is_end(res: i32) -> bool {
     .contains(&-res)
 }
 
-impl Entry {
-    fn new(fd: i32, qid: u16) -> std::io::Result<Box<Entry>> {
+impl RingEntry {
+    fn new(fd: i32, qid: u16) -> std::io::Result<Box<RingEntry>> {
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
             .build(2)
             .or_else(|_| IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(2))?;
-        let mut e = Box::new(Entry {
+        let mut e = Box::new(RingEntry {
             ring,
             header: Box::new([0u8; abi::HEADER_LEN]),
             payload: vec![0u8; PAYLOAD],
@@ -299,7 +299,7 @@ impl Entry {
         ready: &std::sync::mpsc::Sender<Result<(), String>>,
     ) {
         pin_to_cpu(qid as usize);
-        let mut e = match Entry::new(-1, qid) {
+        let mut e = match RingEntry::new(-1, qid) {
             Ok(e) => e,
             Err(err) => {
                 let _ = made.send(Err(format!("cannot set up an io_uring: {err}")));

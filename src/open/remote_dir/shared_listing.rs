@@ -33,7 +33,7 @@ const MAX_RATIO: u64 = 100;
 
 /// One object as the shared listing records it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct Entry {
+struct ListedObject {
     /// Key relative to the prefix.
     key: String,
     /// Bytes.
@@ -53,7 +53,7 @@ struct Listing {
     /// The prefix it lists, as it was given to `loosefs index`.
     prefix: String,
     /// Every object under the prefix but the index itself, sorted by key.
-    objects: Vec<Entry>,
+    objects: Vec<ListedObject>,
 }
 
 /// The listing `listed` of `url` as a shared listing file's bytes.
@@ -65,7 +65,7 @@ pub fn encode(url: &str, listed: &[Listed]) -> Result<Vec<u8>> {
         .map(|l| {
             let p = (l.pin.as_ref())
                 .ok_or_else(|| anyhow!("{url}{}: the listing gave no ETag to pin it to", l.key))?;
-            Ok(Entry {
+            Ok(ListedObject {
                 key: l.key.clone(),
                 size: p.size,
                 etag: p.etag.clone(),

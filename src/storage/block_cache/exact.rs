@@ -32,7 +32,7 @@ const WAIT_MAX: Duration = Duration::from_secs(300);
 
 /// One GET's bytes.
 #[derive(Debug)]
-struct Entry {
+struct ExactGet {
     end: u64,
     /// None while the GET is in flight.
     data: Option<Bytes>,
@@ -45,7 +45,7 @@ struct Entry {
 #[derive(Debug, Default)]
 struct ExactRanges {
     /// By start offset; entries never overlap.
-    entries: BTreeMap<u64, Entry>,
+    entries: BTreeMap<u64, ExactGet>,
     held: u64,
     tick: u64,
 }
@@ -195,7 +195,7 @@ impl Exact {
             let used = s.tick;
             s.entries.insert(
                 span.start,
-                Entry {
+                ExactGet {
                     end: span.end,
                     data: None,
                     unread: parts,
