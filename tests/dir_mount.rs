@@ -449,18 +449,28 @@ fn changes_faster_than_the_watch_reads_them_overflow_its_queue_and_are_seen_by_a
         mount(&src, &tmp.path().join("mnt"), &[])
     };
     same_tree(&src, &m.mnt);
-    // 400 files written, 100 of them removed again: far more events than 16.
+    let changes = |k: &str| stats(&m.mnt)["changes"][k].as_u64().unwrap();
+    // A new directory, watched once the watcher has seen it.
+    let watched = changes("watched_dirs");
     let burst = src.join("burst");
     std::fs::create_dir(&burst).unwrap();
+    wait_until("the new directory watched", 30, || {
+        changes("watched_dirs") > watched
+    });
+    let before = changes("rescans");
+    // The daemon stopped (nothing reads its queue; the mount is not touched meanwhile) while
+    // 400 files are written in it and 100 of them removed again: far more events than 16, so
+    // the queue overflows whatever the scheduler does.
+    let daemon = nix::unistd::Pid::from_raw(m.pid);
+    nix::sys::signal::kill(daemon, nix::sys::signal::Signal::SIGSTOP).unwrap();
     for k in 0..400 {
         std::fs::write(burst.join(format!("f{k:03}.bin")), format!("{k}")).unwrap();
     }
     for k in (0..400).step_by(4) {
         std::fs::remove_file(burst.join(format!("f{k:03}.bin"))).unwrap();
     }
-    wait_until("a rescan after the overflow", 60, || {
-        stats(&m.mnt)["changes"]["rescans"].as_u64().unwrap_or(0) >= 2
-    });
+    nix::sys::signal::kill(daemon, nix::sys::signal::Signal::SIGCONT).unwrap();
+    wait_until("a rescan after the overflow", 60, || changes("rescans") > before);
     wait_until("the burst, as the disk has it", 60, || {
         std::fs::read_dir(m.mnt.join("burst")).is_ok_and(|d| d.count() == 300)
     });
