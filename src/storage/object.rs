@@ -27,9 +27,41 @@ pub use list::LISTS_AT_ONCE;
 
 /// Whether `src` names a remote object (`s3://`, `https://` or `http://`).
 pub fn is_url(src: &str) -> bool {
-    ["s3://", "https://", "http://"]
+    ["s3://", "gs://", "https://", "http://"]
         .iter()
         .any(|p| src.len() > p.len() && src[..p.len()].eq_ignore_ascii_case(p))
+}
+
+/// Whether `url` names an object of a bucket store (`s3://BUCKET/KEY`, `gs://BUCKET/KEY`):
+/// its prefixes are listed page by page, and indexes and packs are uploaded to it (an
+/// HTTP(S) server is read only).
+pub fn is_bucket_url(url: &str) -> bool {
+    ["s3://", "gs://"]
+        .iter()
+        .any(|p| url.len() > p.len() && url[..p.len()].eq_ignore_ascii_case(p))
+}
+
+/// Whether two ETags name the same version: their opaque tags compared, with or without the
+/// quotes RFC 9110 (§8.8.3) puts around them and a weak `W/` prefix (a listing may give
+/// `abc==` where the object's answer gives `"abc=="`: fake-gcs-server's XML listing).
+pub fn same_etag(a: &str, b: &str) -> bool {
+    fn opaque(e: &str) -> &str {
+        let e = e.strip_prefix("W/").unwrap_or(e);
+        e.strip_prefix('"')
+            .and_then(|x| x.strip_suffix('"'))
+            .unwrap_or(e)
+    }
+    opaque(a) == opaque(b)
+}
+
+/// `etag` as an entity tag: quoted as RFC 9110 writes it (`abc` -> `"abc"`), as it goes into
+/// an `If-Match` header; already quoted or weak, as it is.
+pub fn quoted_etag(etag: &str) -> String {
+    if etag.is_empty() || etag.starts_with('"') || etag.starts_with("W/") {
+        etag.to_string()
+    } else {
+        format!("\"{etag}\"")
+    }
 }
 
 /// An outage of a store (bucket or host), shared by the clients of its objects: set when a
@@ -127,7 +159,15 @@ fn describe(e: &(dyn std::error::Error + 'static)) -> String {
         cur = c.source();
     }
     let low = out.to_ascii_lowercase();
-    if low.contains("certificate") || low.contains("unknownissuer") {
+    if low.contains("gcs") && low.contains("token request") {
+        // object_store's GCS chain ends at the metadata server: say what was looked for.
+        out = format!(
+            "no GCS credentials: {out} (tried, in order: $GOOGLE_SERVICE_ACCOUNT / \
+             $GOOGLE_APPLICATION_CREDENTIALS, the gcloud ADC file \
+             ~/.config/gcloud/application_default_credentials.json, the metadata server); use \
+             --no-sign-request for a public bucket, or $STORAGE_EMULATOR_HOST for an emulator"
+        );
+    } else if low.contains("certificate") || low.contains("unknownissuer") {
         out = format!("{out} ({})", super::fail_fast::CERTIFICATE_FIX);
     } else if low.contains("connection refused") {
         out += " (nothing listens at that address and port: check the URL or --endpoint-url)";
@@ -412,7 +452,7 @@ impl ObjectClient {
         } else {
             &pin.etag
         };
-        (want != answer).then(|| want.clone())
+        (!same_etag(want, answer)).then(|| want.clone())
     }
 
     /// [`ObjectClient::get`], waiting for it (not from the runtime's own threads).

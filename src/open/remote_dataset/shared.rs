@@ -247,7 +247,7 @@ pub fn write(ds: &super::RemoteDataset, out: Option<&Path>, index_dir: &Path) ->
     let url = ds.url();
     let dest = match out {
         Some(p) => p.to_string_lossy().into_owned(),
-        None if url.to_ascii_lowercase().starts_with("s3://") => format!("{url}{SUFFIX}"),
+        None if crate::storage::object::is_bucket_url(url) => format!("{url}{SUFFIX}"),
         None => bail!(
             "{url}: an index cannot be written over HTTP(S); give --out PATH and publish that file at {url}{SUFFIX} (or pass its URL to mounts with --index)"
         ),
@@ -257,8 +257,8 @@ pub fn write(ds: &super::RemoteDataset, out: Option<&Path>, index_dir: &Path) ->
         .map(|o| object_name(&f.header, o).context("an object outside the dataset"))
         .collect::<Result<Vec<_>>>()?;
     let local = if is_url(&dest) {
-        if !dest.to_ascii_lowercase().starts_with("s3://") {
-            bail!("{dest}: an index is written to an s3:// URL or a local path");
+        if !crate::storage::object::is_bucket_url(&dest) {
+            bail!("{dest}: an index is written to an s3:// or gs:// URL or a local path");
         }
         std::fs::create_dir_all(index_dir).with_context(|| {
             format!("cannot create the index directory {}", index_dir.display())

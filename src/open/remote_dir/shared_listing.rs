@@ -232,7 +232,7 @@ pub fn find(
             return Ok(None);
         }
     }
-    let s3 = url.to_ascii_lowercase().starts_with("s3://");
+    let s3 = crate::storage::object::is_bucket_url(url);
     let bytes = if is_url(&at) {
         let client = store.object(&at)?;
         if !named {
@@ -296,8 +296,8 @@ pub fn write(
             (n + 1, s + l.pin.as_ref().map_or(0, |p| p.size))
         });
     let dir = match is_url(&dest) {
-        true if !dest.to_ascii_lowercase().starts_with("s3://") => bail!(
-            "{dest}: an index is written to an s3:// URL or a local path (over HTTP: `--out FILE`, then publish FILE as {url}{SUFFIX})"
+        true if !crate::storage::object::is_bucket_url(&dest) => bail!(
+            "{dest}: an index is written to an s3:// or gs:// URL or a local path (over HTTP: `--out FILE`, then publish FILE as {url}{SUFFIX})"
         ),
         true => std::env::temp_dir(),
         false => (Path::new(&dest).parent())

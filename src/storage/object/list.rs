@@ -34,7 +34,7 @@ fn listed(prefix: &ObjectPath, m: object_store::ObjectMeta) -> Option<Listed> {
     let key = relative(prefix, &m.location)?;
     let pin = m.e_tag.map(|etag| Pin {
         size: m.size,
-        etag,
+        etag: super::quoted_etag(&etag),
         version: m.version,
         modified: None,
     });
