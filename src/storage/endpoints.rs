@@ -457,7 +457,10 @@ mod tests {
             ("https://host/", "no object path"),
             ("gs://bucket", "give gs://BUCKET/KEY"),
             ("gs://bucket/", "give gs://BUCKET/KEY"),
-            ("ftp://host/x.pack", "not an s3://, gs://, https:// or http:// URL"),
+            (
+                "ftp://host/x.pack",
+                "not an s3://, gs://, https:// or http:// URL",
+            ),
         ] {
             let e = err(url, &a);
             assert!(e.contains(url) && e.contains(want), "{url}: {e}");
