@@ -34,6 +34,22 @@ fn profile_region(profile: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Whether `src` names a remote object (`s3://`, `gs://`, `https://` or `http://`).
+pub fn is_url(src: &str) -> bool {
+    ["s3://", "gs://", "https://", "http://"]
+        .iter()
+        .any(|p| src.len() > p.len() && src[..p.len()].eq_ignore_ascii_case(p))
+}
+
+/// Whether `url` names an object of a bucket store (`s3://BUCKET/KEY`, `gs://BUCKET/KEY`):
+/// its prefixes are listed page by page, and indexes and packs are uploaded to it (an
+/// HTTP(S) server is read only).
+pub fn is_bucket_url(url: &str) -> bool {
+    ["s3://", "gs://"]
+        .iter()
+        .any(|p| url.len() > p.len() && url[..p.len()].eq_ignore_ascii_case(p))
+}
+
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
@@ -319,7 +335,7 @@ pub(super) fn sibling_path(base: &str, url: &str) -> Result<ObjectPath> {
 /// either from a listed name. Errors: a key `object_store` cannot hold (an empty, `.` or `..`
 /// segment, a control character), or an HTTP path that is not UTF-8 once decoded.
 fn key_path(url: &str, key: &str) -> Result<ObjectPath> {
-    if super::object::is_bucket_url(url) {
+    if is_bucket_url(url) {
         ObjectPath::parse(key).with_context(|| format!("{url}: bad object key"))
     } else {
         ObjectPath::from_url_path(key).with_context(|| format!("{url}: bad object path"))
@@ -352,7 +368,7 @@ const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
 /// it is, for HTTP(S) each segment percent-encoded (a file listed as `a%20b.txt` is
 /// `…/a%2520b.txt`, never `a b.txt`), as [`key_path`] reads them back.
 pub fn url_below(prefix: &str, key: &str) -> String {
-    if super::object::is_bucket_url(prefix) {
+    if is_bucket_url(prefix) {
         return format!("{prefix}{key}");
     }
     let mut out = prefix.to_string();

@@ -22,24 +22,8 @@ pub use super::object_source::{Level, Listed, ObjectError, ObjectStats, Pin};
 use super::remote_config::RemoteConfig;
 
 mod list;
-pub use super::endpoints::url_below;
+pub use super::endpoints::{is_bucket_url, is_url, url_below};
 pub use list::LISTS_AT_ONCE;
-
-/// Whether `src` names a remote object (`s3://`, `https://` or `http://`).
-pub fn is_url(src: &str) -> bool {
-    ["s3://", "gs://", "https://", "http://"]
-        .iter()
-        .any(|p| src.len() > p.len() && src[..p.len()].eq_ignore_ascii_case(p))
-}
-
-/// Whether `url` names an object of a bucket store (`s3://BUCKET/KEY`, `gs://BUCKET/KEY`):
-/// its prefixes are listed page by page, and indexes and packs are uploaded to it (an
-/// HTTP(S) server is read only).
-pub fn is_bucket_url(url: &str) -> bool {
-    ["s3://", "gs://"]
-        .iter()
-        .any(|p| url.len() > p.len() && url[..p.len()].eq_ignore_ascii_case(p))
-}
 
 /// Whether two ETags name the same version: their opaque tags compared, with or without the
 /// quotes RFC 9110 (§8.8.3) puts around them and a weak `W/` prefix (a listing may give

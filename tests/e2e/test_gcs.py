@@ -6,6 +6,7 @@ credentials the mount fails at once saying which were looked for (the metadata s
 at a closed local port: no request leaves the machine)."""
 import errno
 import os
+import random
 import pathlib
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 
 from conftest import DATA, loosefs_bin, need_mount
 import servers
+from test_remote import Mount
 
 NAMES = ["café.txt", "数据.txt", "50%off.txt", "a%20b.txt", "a b.txt", "x#y.txt", "sub dir/é.txt"]
 
@@ -47,22 +49,9 @@ def gcs_env(server) -> dict:
     return env
 
 
-class Mount:
-    def __init__(self, url, work, env, *args, check=True):
-        self.mnt = work / f"mnt{len(list(work.glob('mnt*')))}"
-        self.mnt.mkdir()
-        self.r = subprocess.run([loosefs_bin(), "mount", url, str(self.mnt), "--log", f"{self.mnt}.log",
-                                 "--cache-dir", f"{self.mnt}.cache", *args],
-                                env=env, capture_output=True, text=True, timeout=300)
-        if check:
-            assert self.r.returncode == 0, self.r.stderr
-
-    def __enter__(self):
-        return self.mnt
-
-    def __exit__(self, *a):
-        if self.r.returncode == 0:
-            subprocess.run([loosefs_bin(), "umount", str(self.mnt)], check=True, timeout=60)
+def cache(work: pathlib.Path) -> list:
+    """A block cache of the mount's own (`test_remote.Mount` leaves the default)."""
+    return ["--cache-dir", str(work / f"cache{random.randrange(1 << 30)}")]
 
 
 def tree(root: pathlib.Path) -> dict:
@@ -71,7 +60,7 @@ def tree(root: pathlib.Path) -> dict:
 
 def test_a_pack_on_gcs_mounts_byte_identical_and_info_names_it(gcs):
     env = gcs_env(gcs["server"])
-    with Mount("gs://bkt/data.pack", gcs["work"], env) as mnt:
+    with Mount("gs://bkt/data.pack", gcs["work"], *cache(gcs["work"]), env=env) as mnt:
         got, want = tree(mnt), tree(gcs["source"])
         assert got.keys() == want.keys() and all(got[k] == want[k] for k in want)
     r = subprocess.run([loosefs_bin(), "info", "gs://bkt/data.pack"], env=env, capture_output=True, text=True,
@@ -80,7 +69,7 @@ def test_a_pack_on_gcs_mounts_byte_identical_and_info_names_it(gcs):
 
 
 def test_loose_objects_on_gcs_read_their_own_bytes(gcs):
-    with Mount("gs://bkt/names/", gcs["work"], gcs_env(gcs["server"])) as mnt:
+    with Mount("gs://bkt/names/", gcs["work"], *cache(gcs["work"]), env=gcs_env(gcs["server"])) as mnt:
         assert sorted(str(p.relative_to(mnt)) for p in mnt.rglob("*") if p.is_file()) == sorted(NAMES)
         for n in NAMES:
             assert (mnt / n).read_bytes() == content(n), n
@@ -92,7 +81,7 @@ def test_a_packed_format_on_gcs_shows_the_local_mounts_tree(gcs):
     local.mkdir()
     subprocess.run([loosefs_bin(), "mount", str(gcs["wds"]), str(local)], check=True, timeout=300)
     try:
-        with Mount("gs://bkt/wds/", gcs["work"], env) as mnt:
+        with Mount("gs://bkt/wds/", gcs["work"], *cache(gcs["work"]), env=env) as mnt:
             got, want = tree(mnt), tree(local)
             assert got.keys() == want.keys() and all(got[k] == want[k] for k in want)
     finally:
@@ -103,7 +92,7 @@ def test_an_object_replaced_on_gcs_answers_estale_for_itself_only(gcs):
     server = gcs["server"]
     server.put("bkt", "swap/a.txt", b"first a")
     server.put("bkt", "swap/b.txt", b"first b")
-    with Mount("gs://bkt/swap/", gcs["work"], gcs_env(server)) as mnt:
+    with Mount("gs://bkt/swap/", gcs["work"], *cache(gcs["work"]), env=gcs_env(server)) as mnt:
         server.put("bkt", "swap/a.txt", b"second!")
         with pytest.raises(OSError) as e:
             (mnt / "a.txt").read_bytes()
@@ -115,6 +104,6 @@ def test_without_credentials_a_gcs_mount_fails_at_once_naming_what_was_looked_fo
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "STORAGE_EMULATOR"))}
     # The metadata server at a closed local port (by name and by address); no ADC file here.
     env.update(GCE_METADATA_HOST="127.0.0.1:9", GCE_METADATA_IP="127.0.0.1:9", HOME=str(tmp_path))
-    m = Mount("gs://bkt/data.pack", tmp_path, env, "--retries", "0", check=False)
+    m = Mount("gs://bkt/data.pack", tmp_path, *cache(tmp_path), "--retries", "0", env=env, check=False)
     assert m.r.returncode != 0, m.r.stdout
     assert "no GCS credentials" in m.r.stderr and "STORAGE_EMULATOR_HOST" in m.r.stderr, m.r.stderr
