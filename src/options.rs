@@ -154,7 +154,7 @@ pub struct SourceArgs {
     #[arg(long, default_value = "lazy", value_parser = ["lazy", "full"])]
     pub verify: String,
     /// A shared index of the dataset written by `loosefs index` (default: `<SRC>.loosefs-index`
-    /// beside the dataset, used when it exists and fits this mount's options; for an S3 prefix
+    /// beside the dataset, used when it exists and fits this mount's options; for a bucket prefix
     /// of loose objects, its listing): a stale one is refused, naming the file that changed.
     #[arg(long = "index")]
     pub shared_index: Option<PathBuf>,
@@ -172,7 +172,7 @@ pub struct SourceArgs {
     /// chunks, deflated zip members), e.g. 2G; the least recently used chunk goes first.
     #[arg(long, value_parser = parse_bytes, default_value = "1G")]
     pub chunk_cache: u64,
-    /// How a pack at an s3:// or https:// URL is reached and cached.
+    /// How a dataset at a URL (s3://, gs://, az://, https://) is reached and cached.
     #[command(flatten)]
     pub remote: RemoteArgs,
     /// Read every JPEG header of a loose directory when it is opened (set from `--decode` by
@@ -181,17 +181,20 @@ pub struct SourceArgs {
     pub probe_jpegs: bool,
 }
 
-/// Options for packs at `s3://` and `https://` URLs (`mount`, `info`, `verify`, `pack`).
+/// Options for datasets at URLs (`mount`, `info`, `verify`, `pack`): S3, GCS, Azure Blob,
+/// HTTP(S) (the stores of `crate::storage::object`).
 #[derive(Args, Debug, Clone, Default)]
 pub struct RemoteArgs {
-    /// S3 endpoint for an S3-compatible store, e.g. http://127.0.0.1:8333 (default: AWS, or
-    /// $AWS_ENDPOINT_URL).
+    /// Endpoint of the store instead of the cloud's own: an S3-compatible server, e.g.
+    /// http://127.0.0.1:8333 (default: $AWS_ENDPOINT_URL, else AWS), a GCS emulator (default:
+    /// $STORAGE_EMULATOR_HOST), an Azure blob endpoint with its account, e.g.
+    /// http://127.0.0.1:10000/devstoreaccount1 (default: the connection string's BlobEndpoint).
     #[arg(long)]
     pub endpoint_url: Option<String>,
     /// S3 region (default: $AWS_REGION, the profile's region, else us-east-1).
     #[arg(long)]
     pub region: Option<String>,
-    /// Send unsigned requests (public buckets); no credentials are looked up.
+    /// Send unsigned requests (public buckets and containers); no credentials are looked up.
     #[arg(long)]
     pub no_sign_request: bool,
     /// Profile of the shared AWS files to take credentials and region from (default:

@@ -92,7 +92,7 @@ pub(crate) fn is_prefix(url: &str) -> bool {
 
 /// Whether `url` names a prefix of a bucket store (`s3://bucket/dir/`, `gs://bucket/dir/`),
 /// listed page by page ([`crate::storage::object::is_bucket_url`]).
-pub(crate) fn is_s3_prefix(url: &str) -> bool {
+pub(crate) fn is_bucket_prefix(url: &str) -> bool {
     url.ends_with('/') && crate::storage::object::is_bucket_url(url)
 }
 
@@ -136,7 +136,7 @@ fn object_names(url: &str, store: &dyn ObjectStore) -> Result<(Names, Option<Pin
     }
     // An HTTP directory its server does not list may still have an `index.json`.
     let listed = match is_prefix(url) {
-        true if is_s3_prefix(url) => Some(store.list(url)?),
+        true if is_bucket_prefix(url) => Some(store.list(url)?),
         true => store.list(url).ok(),
         false => None,
     };
@@ -193,14 +193,14 @@ fn locate(
     use_shared: bool,
     index_dir: &Path,
 ) -> Result<(Names, Option<shared::Found>)> {
-    if use_shared && !is_s3_prefix(url) {
+    if use_shared && !is_bucket_prefix(url) {
         if let Some(mut f) = shared::find(url, dir_of(url), args, store, None, index_dir)? {
             return Ok((std::mem::take(&mut f.names), Some(f)));
         }
     }
     let ((dir, names, pins), listed_index) = object_names(url, store)?;
     let mut found = None;
-    if use_shared && is_s3_prefix(url) {
+    if use_shared && is_bucket_prefix(url) {
         let listed = (names.as_slice(), pins.as_slice(), listed_index.as_ref());
         found = shared::find(url, &dir, args, store, Some(listed), index_dir)?;
     }
@@ -598,7 +598,9 @@ mod tests {
         assert!(names_many("s3://b/mds/") && names_many("https://h/{0..1}.tar"));
         assert_eq!(dir_of("s3://b/d/x/{0..1}.tar"), "s3://b/d/x/");
         assert!(
-            is_s3_prefix("S3://b/d/") && is_s3_prefix("gs://b/d/") && !is_s3_prefix("https://h/d/")
+            is_bucket_prefix("S3://b/d/")
+                && is_bucket_prefix("gs://b/d/")
+                && !is_bucket_prefix("https://h/d/")
         );
         assert!(!names_many("https://h/a.zip"));
     }

@@ -1,70 +1,52 @@
-//! How a URL becomes a configured `object_store` client: S3 (endpoint, region, credentials
-//! from the environment or the shared profile files, unsigned requests) or plain HTTP(S)
-//! ranges, with the timeouts, retries and CA bundle of [`RemoteConfig`].
+//! How a URL becomes a configured `object_store` client: the store that claims it
+//! ([`super::object::stores`]) builds the client, with the timeouts, retries and CA bundle of
+//! [`RemoteConfig`] set here for all; where its key begins and how keys and URLs map to each
+//! other; the preflight that fails fast on an endpoint nothing listens at.
 
+use super::object::stores::{Setup, Store, all_forms, env, store_of};
 use super::remote_config::RemoteConfig;
 use anyhow::{Context, Result, anyhow, bail};
-use object_store::aws::AmazonS3Builder;
-use object_store::client::HttpConnector;
-use object_store::http::HttpBuilder;
 use object_store::path::Path as ObjectPath;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The region of `profile` in the shared AWS config file: `$AWS_CONFIG_FILE` (default
-/// `~/.aws/config`, sections `[profile name]`, or `[default]`), as the AWS CLI documents it.
-/// Its credentials are the credential chain's ([`super::credentials`]).
-fn profile_region(profile: &str) -> Option<String> {
-    let path = std::env::var_os("AWS_CONFIG_FILE")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".aws").join("config"))
-        })?;
-    let config = ini::Ini::load_from_file(path).ok()?;
-    let section = if profile == "default" {
-        "default".to_string()
-    } else {
-        format!("profile {profile}")
-    };
-    config
-        .section(Some(section.as_str()))?
-        .get("region")
-        .map(str::to_string)
-}
-
-/// Whether `src` names a remote object (`s3://`, `gs://`, `https://` or `http://`).
+/// Whether `src` names a remote object: a URL one of the stores claims
+/// ([`super::object::stores::STORES`]).
 pub fn is_url(src: &str) -> bool {
-    ["s3://", "gs://", "https://", "http://"]
-        .iter()
-        .any(|p| src.len() > p.len() && src[..p.len()].eq_ignore_ascii_case(p))
+    store_of(src).is_some()
 }
 
-/// Whether `url` names an object of a bucket store (`s3://BUCKET/KEY`, `gs://BUCKET/KEY`):
-/// its prefixes are listed page by page, and indexes and packs are uploaded to it (an
-/// HTTP(S) server is read only).
+/// Whether `url` names an object of a bucket store (S3, GCS, Azure): its prefixes are listed
+/// page by page, and indexes and packs are uploaded to it (an HTTP(S) server is read only).
 pub fn is_bucket_url(url: &str) -> bool {
-    ["s3://", "gs://"]
-        .iter()
-        .any(|p| url.len() > p.len() && url[..p.len()].eq_ignore_ascii_case(p))
+    store_of(url).is_some_and(|s| s.is_bucket())
 }
 
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
+/// The URL forms indexes and packs can be written to, for messages ("s3://BUCKET/KEY, …").
+pub fn bucket_forms() -> String {
+    super::object::stores::bucket_forms()
 }
 
-/// The store and object path of `url` (`s3://bucket/key`, `https://host/path`, or
-/// `http://host/path` with `--allow-http`), and for S3 the same store listing one page per
-/// request. Nothing is requested yet.
+/// The store of `url`. Errors: no store claims it, naming the forms loosefs reads.
+fn store(url: &str) -> Result<&'static dyn Store> {
+    store_of(url).ok_or_else(|| anyhow!("{url}: not a URL loosefs reads (give {})", all_forms()))
+}
+
+/// The store and object path of `url` (any form of [`super::object::stores::STORES`]), and the
+/// same store's way of listing prefixes. Nothing is requested yet.
 ///
-/// Errors: a malformed URL, plain http without `--allow-http`, an unreadable CA bundle. (No
-/// credentials fails the first request, [`super::credentials`].)
+/// Errors: a malformed URL, plain http without `--allow-http`, an unreadable CA bundle, a
+/// store's configuration it cannot use. (No credentials fails the first request,
+/// [`super::credentials`].)
 pub(super) fn store_for(
     url: &str,
     args: &RemoteConfig,
 ) -> Result<(Arc<dyn ObjectStore>, ObjectPath, Lister)> {
-    let lower = url.to_ascii_lowercase();
+    let kind = store(url)?;
+    let (at, key) = kind.split(url)?;
+    let path = key_path(url, key)?;
     let mut client = ClientOptions::new()
         .with_timeout(Duration::from_secs(args.request_timeout.max(1)))
         .with_connect_timeout(Duration::from_secs(10))
@@ -91,142 +73,18 @@ pub(super) fn store_for(
         max_retries: args.retries,
         retry_timeout: Duration::from_secs(args.retry_timeout.max(1)),
     };
-    let (store, path, lister): (Arc<dyn ObjectStore>, ObjectPath, Lister) =
-        if lower.starts_with("s3://") {
-            let rest = &url[5..];
-            let (bucket, key) = rest
-                .split_once('/')
-                .filter(|(b, k)| !b.is_empty() && !k.is_empty())
-                .ok_or_else(|| anyhow!("{url}: give s3://BUCKET/KEY"))?;
-            let mut b = AmazonS3Builder::from_env()
-                .with_bucket_name(bucket)
-                .with_retry(retry);
-            let endpoint = args
-                .endpoint_url
-                .clone()
-                .or_else(|| env("AWS_ENDPOINT_URL"));
-            if let Some(ep) = &endpoint {
-                if ep.to_ascii_lowercase().starts_with("http://") && !args.allow_http {
-                    bail!("{ep}: a plain http endpoint needs --allow-http");
-                }
-                b = b.with_endpoint(ep);
-            }
-            let profile = args.profile.clone().or_else(|| env("AWS_PROFILE"));
-            let region = args
-                .region
-                .clone()
-                .or_else(|| env("AWS_REGION"))
-                .or_else(|| env("AWS_DEFAULT_REGION"))
-                .or_else(|| profile_region(profile.as_deref().unwrap_or("default")))
-                .unwrap_or_else(|| "us-east-1".into());
-            b = b.with_region(region);
-            if args.no_sign_request {
-                b = b.with_skip_signature(true);
-            } else {
-                b = b.with_credentials(Arc::new(super::credentials::Chain::new(profile)));
-            }
-            let store = b
-                .with_client_options(client)
-                .with_http_connector(super::fail_fast::FailFast::default())
-                .build()
-                .with_context(|| format!("{url}: cannot set up the S3 client"))?;
-            let store = Arc::new(store);
-            (store.clone(), key_path(url, key)?, Lister::Pages(store))
-        } else if lower.starts_with("gs://") {
-            let (bucket, key) = bucket_and_key(url)?;
-            let store = gcs(bucket, args, client, retry)
-                .with_context(|| format!("{url}: cannot set up the GCS client"))?;
-            let store = Arc::new(store);
-            (store.clone(), key_path(url, key)?, Lister::Pages(store))
-        } else if lower.starts_with("https://") || lower.starts_with("http://") {
-            if lower.starts_with("http://") && !args.allow_http {
-                bail!("{url}: plain http needs --allow-http (bytes travel unencrypted)");
-            }
-            let (origin, key) = split_url(url)?;
-            let path = key_path(url, key)?;
-            let dirs = super::http_listing::DirLister {
-                client: super::fail_fast::FailFast::default()
-                    .connect(&client)
-                    .with_context(|| format!("{url}: cannot set up the HTTP client"))?,
-                retries: retry.max_retries,
-                retry_timeout: retry.retry_timeout,
-            };
-            let store = HttpBuilder::new()
-                .with_url(origin)
-                .with_client_options(client)
-                .with_http_connector(super::fail_fast::FailFast::default())
-                .with_retry(retry)
-                .build()
-                .with_context(|| format!("{url}: cannot set up the HTTP client"))?;
-            (Arc::new(store), path, Lister::Dirs(dirs))
-        } else {
-            bail!("{url}: not an s3://, gs://, https:// or http:// URL");
-        };
+    let (store, lister) = kind
+        .build(
+            url,
+            at,
+            Setup {
+                args,
+                client,
+                retry,
+            },
+        )
+        .with_context(|| format!("{url}: cannot set up the {} client", kind.name()))?;
     Ok((store, path, lister))
-}
-
-/// `s3://BUCKET/KEY` or `gs://BUCKET/KEY` split: (bucket, key). Errors: either is empty.
-fn bucket_and_key(url: &str) -> Result<(&str, &str)> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    rest.split_once('/')
-        .filter(|(b, k)| !b.is_empty() && !k.is_empty())
-        .ok_or_else(|| {
-            anyhow!(
-                "{url}: give {}://BUCKET/KEY",
-                &url[..url.find("://").unwrap_or(0)]
-            )
-        })
-}
-
-/// Where a GCS client sends its requests instead of Google's: `--endpoint-url`, else
-/// `$STORAGE_EMULATOR_HOST` (`host:port` or a URL), as Google's client libraries read it for
-/// an emulator. `None`: storage.googleapis.com.
-fn gcs_endpoint(args: &RemoteConfig) -> Option<(String, bool)> {
-    if let Some(ep) = &args.endpoint_url {
-        return Some((ep.clone(), false));
-    }
-    let host = env("STORAGE_EMULATOR_HOST")?;
-    let url = match host.contains("://") {
-        true => host,
-        false => format!("http://{host}"),
-    };
-    Some((url, true))
-}
-
-/// The GCS client of `bucket`: credentials as Google's tools find them (object_store's
-/// chain: `GOOGLE_APPLICATION_CREDENTIALS` or a service account, the gcloud ADC file, the
-/// metadata server), none with `--no-sign-request` or for an emulator
-/// (`$STORAGE_EMULATOR_HOST`, which takes plain http as Google's libraries do).
-/// Errors: a plain http `--endpoint-url` without `--allow-http`; the client cannot be built.
-fn gcs(
-    bucket: &str,
-    args: &RemoteConfig,
-    client: ClientOptions,
-    retry: RetryConfig,
-) -> Result<object_store::gcp::GoogleCloudStorage> {
-    use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
-    let mut b = GoogleCloudStorageBuilder::from_env()
-        .with_bucket_name(bucket)
-        .with_retry(retry);
-    let mut client = client;
-    let mut anonymous = args.no_sign_request;
-    if let Some((ep, emulator)) = gcs_endpoint(args) {
-        let http = ep.to_ascii_lowercase().starts_with("http://");
-        if http && !emulator && !args.allow_http {
-            bail!("{ep}: a plain http endpoint needs --allow-http");
-        }
-        if http {
-            client = client.with_allow_http(true);
-        }
-        anonymous |= emulator;
-        b = b.with_config(GoogleConfigKey::BaseUrl, ep.trim_end_matches('/'));
-    }
-    if anonymous {
-        b = b.with_config(GoogleConfigKey::SkipSignature, "true");
-    }
-    Ok(b.with_client_options(client)
-        .with_http_connector(super::fail_fast::FailFast::default())
-        .build()?)
 }
 
 /// How long [`preflight`] waits for a TCP connection before leaving the verdict to the
@@ -242,24 +100,8 @@ const PREFLIGHT_CONNECT: Duration = Duration::from_secs(5);
 /// Errors: those two, naming the host, the port and the option that sets them.
 pub(super) fn preflight(url: &str, args: &RemoteConfig) -> Result<()> {
     use std::net::ToSocketAddrs;
-    let lower = url.to_ascii_lowercase();
-    let (target, option) = if lower.starts_with("s3://") {
-        match args
-            .endpoint_url
-            .clone()
-            .or_else(|| env("AWS_ENDPOINT_URL"))
-        {
-            Some(ep) => (ep, "--endpoint-url"),
-            None => return Ok(()),
-        }
-    } else if lower.starts_with("gs://") {
-        match gcs_endpoint(args) {
-            Some((ep, true)) => (ep, "$STORAGE_EMULATOR_HOST"),
-            Some((ep, false)) => (ep, "--endpoint-url"),
-            None => return Ok(()),
-        }
-    } else {
-        (url.to_string(), "the URL")
+    let Some((target, option)) = store(url)?.endpoint(url, args) else {
+        return Ok(());
     };
     let Ok(u) = url::Url::parse(&target) else {
         return Ok(());
@@ -301,19 +143,10 @@ pub(super) enum Lister {
     Dirs(super::http_listing::DirLister),
 }
 
-/// Where the store of a URL ends and the object's key begins: (`s3://bucket` or
-/// `https://host:port`, key). Errors: not an s3/http(s) URL, or no key after the host.
+/// Where the store of a URL ends and the object's key begins ([`Store::split`]): (`s3://bucket`
+/// or `https://host:port`, key). Errors: not a URL of a store, or no key.
 fn split_url(url: &str) -> Result<(&str, &str)> {
-    let scheme_end = url
-        .find("://")
-        .map(|p| p + 3)
-        .ok_or_else(|| anyhow!("{url}: not an s3://, gs://, https:// or http:// URL"))?;
-    let slash = url[scheme_end..]
-        .find('/')
-        .map(|p| p + scheme_end)
-        .filter(|&p| p + 1 < url.len() && p > scheme_end)
-        .ok_or_else(|| anyhow!("{url}: no object path after the host"))?;
-    Ok((&url[..slash], &url[slash + 1..]))
+    store(url)?.split(url)
 }
 
 /// The key of `url` in the store of `base` (another object's URL), for a client sharing that
@@ -335,7 +168,7 @@ pub(super) fn sibling_path(base: &str, url: &str) -> Result<ObjectPath> {
 /// either from a listed name. Errors: a key `object_store` cannot hold (an empty, `.` or `..`
 /// segment, a control character), or an HTTP path that is not UTF-8 once decoded.
 fn key_path(url: &str, key: &str) -> Result<ObjectPath> {
-    if is_bucket_url(url) {
+    if store_of(url).is_some_and(|s| !s.encoded_keys(url)) {
         ObjectPath::parse(key).with_context(|| format!("{url}: bad object key"))
     } else {
         ObjectPath::from_url_path(key).with_context(|| format!("{url}: bad object path"))
@@ -368,7 +201,7 @@ const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
 /// it is, for HTTP(S) each segment percent-encoded (a file listed as `a%20b.txt` is
 /// `…/a%2520b.txt`, never `a b.txt`), as [`key_path`] reads them back.
 pub fn url_below(prefix: &str, key: &str) -> String {
-    if is_bucket_url(prefix) {
+    if store_of(prefix).is_some_and(|s| !s.encoded_keys(prefix)) {
         return format!("{prefix}{key}");
     }
     let mut out = prefix.to_string();
@@ -475,7 +308,7 @@ mod tests {
             ("gs://bucket/", "give gs://BUCKET/KEY"),
             (
                 "ftp://host/x.pack",
-                "not an s3://, gs://, https:// or http:// URL",
+                "not a URL loosefs reads (give s3://BUCKET/KEY, gs://BUCKET/KEY",
             ),
         ] {
             let e = err(url, &a);

@@ -21,8 +21,13 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 pub use super::object_source::{Level, Listed, ObjectError, ObjectStats, Pin};
 use super::remote_config::RemoteConfig;
 
+mod azure;
+mod gcs;
+mod http;
 mod list;
-pub use super::endpoints::{is_bucket_url, is_url, url_below};
+mod s3;
+pub(crate) mod stores;
+pub use super::endpoints::{bucket_forms, is_bucket_url, is_url, url_below};
 pub use list::LISTS_AT_ONCE;
 
 /// Whether two ETags name the same version: their opaque tags compared, with or without the
@@ -143,14 +148,8 @@ fn describe(e: &(dyn std::error::Error + 'static)) -> String {
         cur = c.source();
     }
     let low = out.to_ascii_lowercase();
-    if low.contains("gcs") && low.contains("token request") {
-        // object_store's GCS chain ends at the metadata server: say what was looked for.
-        out = format!(
-            "no GCS credentials: {out} (tried, in order: $GOOGLE_SERVICE_ACCOUNT / \
-             $GOOGLE_APPLICATION_CREDENTIALS, the gcloud ADC file \
-             ~/.config/gcloud/application_default_credentials.json, the metadata server); use \
-             --no-sign-request for a public bucket, or $STORAGE_EMULATOR_HOST for an emulator"
-        );
+    if let Some(hint) = stores::STORES.iter().find_map(|s| s.credentials_hint(&low)) {
+        out = format!("{hint}: {out}");
     } else if low.contains("certificate") || low.contains("unknownissuer") {
         out = format!("{out} ({})", super::fail_fast::CERTIFICATE_FIX);
     } else if low.contains("connection refused") {
@@ -269,12 +268,25 @@ impl ObjectClient {
     /// Errors: 404 (no such object), 403 (credentials refused), no ETag in the answer (the
     /// object could not be pinned), a network failure after the retries.
     pub async fn open_tail_async(&self, n: u64) -> Result<Bytes> {
-        let opts = GetOptions {
-            range: Some(GetRange::Suffix(n)),
-            ..Default::default()
-        };
         let url = self.url.clone();
+        let suffix = stores::store_of(&url).is_none_or(|s| s.suffix_ranges());
         let r = async {
+            let opts = if suffix {
+                GetOptions {
+                    range: Some(GetRange::Suffix(n)),
+                    ..Default::default()
+                }
+            } else {
+                // A store without suffix ranges (Azure): the size and ETag first, then the
+                // tail of that very version.
+                let meta = self.store.head(&self.path).await?;
+                GetOptions {
+                    range: Some(GetRange::Bounded(meta.size.saturating_sub(n)..meta.size)),
+                    if_match: meta.e_tag.clone(),
+                    version: meta.version.clone(),
+                    ..Default::default()
+                }
+            };
             let r = self.store.get_opts(&self.path, opts).await?;
             let meta = r.meta.clone();
             let bytes = r.bytes().await?;

@@ -221,6 +221,66 @@ class FakeGcs:
         stop_group(self.proc, signal.SIGTERM, 20)
 
 
+class Azurite:
+    """Azurite's blob server (Microsoft's Azure Storage emulator, npm `azurite` installed by
+    scripts/azurite.sh, found through LOOSEFS_AZURITE) on loopback, in memory, its well-known
+    account `devstoreaccount1`. Reach it as Azure's tools do: `connection_string`
+    (`AZURE_STORAGE_CONNECTION_STRING`). Blobs are written with Microsoft's own client
+    (azure-storage-blob)."""
+
+    ACCOUNT = "devstoreaccount1"
+    # Azurite's published well-known key (its README), not a secret.
+    KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+    def __init__(self, work: pathlib.Path, binary: str):
+        self.work, self.bin = work, binary
+        self.port = None
+        self.proc = None
+
+    def start(self) -> "Azurite":
+        self.port = free_port()
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.log = open(self.work / "azurite.log", "ab")
+        self.proc = subprocess.Popen(
+            ["timeout", LIFETIME, self.bin, "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
+             "--inMemoryPersistence", "--skipApiVersionCheck", "--loose", "--disableTelemetry"],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.work)
+        wait_port(self.port, 60, self.proc)
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}/{self.ACCOUNT}"
+
+    @property
+    def connection_string(self) -> str:
+        return (f"DefaultEndpointsProtocol=http;AccountName={self.ACCOUNT};AccountKey={self.KEY};"
+                f"BlobEndpoint={self.endpoint};")
+
+    def container(self, name: str):
+        """The container `name` (made if absent), a ContainerClient of azure-storage-blob."""
+        from azure.storage.blob import BlobServiceClient
+
+        c = BlobServiceClient.from_connection_string(self.connection_string).get_container_client(name)
+        if not c.exists():
+            c.create_container()
+        return c
+
+    def put(self, container: str, key: str, data: bytes) -> None:
+        self.container(container).upload_blob(key, data, overwrite=True)
+
+    def put_tree(self, container: str, prefix: str, root: pathlib.Path) -> None:
+        """Every file under `root` as the blob `prefix` + its relative path."""
+        c = self.container(container)
+        for p in sorted(root.rglob("*")):
+            if p.is_file():
+                with open(p, "rb") as f:
+                    c.upload_blob(prefix + str(p.relative_to(root)), f, overwrite=True)
+
+    def stop(self) -> None:
+        stop_group(self.proc, signal.SIGTERM, 20)
+
+
 class Nginx:
     """nginx serving `root` on 127.0.0.1 over HTTP and HTTPS (self-signed certificate `ca`);
     directories under `root/listed/` answer nginx's JSON listing (`autoindex_format json`)."""

@@ -258,7 +258,10 @@ pub fn write(ds: &super::RemoteDataset, out: Option<&Path>, index_dir: &Path) ->
         .collect::<Result<Vec<_>>>()?;
     let local = if is_url(&dest) {
         if !crate::storage::object::is_bucket_url(&dest) {
-            bail!("{dest}: an index is written to an s3:// or gs:// URL or a local path");
+            bail!(
+                "{dest}: an index is written to a bucket ({}) or a local path",
+                crate::storage::object::bucket_forms()
+            );
         }
         std::fs::create_dir_all(index_dir).with_context(|| {
             format!("cannot create the index directory {}", index_dir.display())

@@ -232,7 +232,7 @@ pub fn find(
             return Ok(None);
         }
     }
-    let s3 = crate::storage::object::is_bucket_url(url);
+    let bucket = crate::storage::object::is_bucket_url(url);
     let bytes = if is_url(&at) {
         let client = store.object(&at)?;
         if !named {
@@ -241,7 +241,7 @@ pub fn find(
                     client.set_pin(p.clone())
                 }
                 Some(_) => {}
-                None if s3 => return Ok(None),
+                None if bucket => return Ok(None),
                 None => {}
             }
         }
@@ -251,7 +251,7 @@ pub fn find(
         let tmp = tempfile::NamedTempFile::new_in(&dir)
             .with_context(|| format!("cannot write in {}", dir.display()))?;
         match client.fetch_to(tmp.path()) {
-            Err(e) if !named && !s3 && error_kind(&e) == Some(std::io::ErrorKind::NotFound) => {
+            Err(e) if !named && !bucket && error_kind(&e) == Some(std::io::ErrorKind::NotFound) => {
                 return Ok(None);
             }
             r => r.with_context(|| format!("cannot read the shared index {at}"))?,
@@ -297,7 +297,8 @@ pub fn write(
         });
     let dir = match is_url(&dest) {
         true if !crate::storage::object::is_bucket_url(&dest) => bail!(
-            "{dest}: an index is written to an s3:// or gs:// URL or a local path (over HTTP: `--out FILE`, then publish FILE as {url}{SUFFIX})"
+            "{dest}: an index is written to a bucket ({}) or a local path (over HTTP: `--out FILE`, then publish FILE as {url}{SUFFIX})",
+            crate::storage::object::bucket_forms()
         ),
         true => std::env::temp_dir(),
         false => (Path::new(&dest).parent())

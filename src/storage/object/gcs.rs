@@ -1,0 +1,109 @@
+//! Google Cloud Storage (`gs://BUCKET/KEY`) through `object_store`'s GCS client (its XML API):
+//! credentials as Google's tools find them, an emulator at `$STORAGE_EMULATOR_HOST` as Google's
+//! client libraries reach one, listing by pages, GETs pinned to the object's generation.
+
+use super::stores::{Setup, Store, bucket_and_key, env, has_scheme};
+use crate::storage::endpoints::Lister;
+use crate::storage::remote_config::RemoteConfig;
+use anyhow::{Result, bail};
+use object_store::ObjectStore;
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+use std::sync::Arc;
+
+/// The GCS store.
+pub(in crate::storage) struct Gcs;
+
+const SCHEME: &str = "gs://";
+
+/// Where a GCS client sends its requests instead of Google's: `--endpoint-url`, else
+/// `$STORAGE_EMULATOR_HOST` (`host:port` or a URL), as Google's client libraries read it for
+/// an emulator; and whether that is the emulator. `None`: storage.googleapis.com.
+fn gcs_endpoint(args: &RemoteConfig) -> Option<(String, bool)> {
+    if let Some(ep) = &args.endpoint_url {
+        return Some((ep.clone(), false));
+    }
+    let host = env("STORAGE_EMULATOR_HOST")?;
+    let url = match host.contains("://") {
+        true => host,
+        false => format!("http://{host}"),
+    };
+    Some((url, true))
+}
+
+impl Store for Gcs {
+    fn name(&self) -> &'static str {
+        "GCS"
+    }
+
+    fn forms(&self) -> &'static [&'static str] {
+        &["gs://BUCKET/KEY"]
+    }
+
+    fn claims(&self, url: &str) -> bool {
+        has_scheme(url, SCHEME)
+    }
+
+    fn is_bucket(&self) -> bool {
+        true
+    }
+
+    fn split<'a>(&self, url: &'a str) -> Result<(&'a str, &'a str)> {
+        bucket_and_key(url, self.forms()[0])
+    }
+
+    /// The GCS client of the bucket: credentials as Google's tools find them (object_store's
+    /// chain: `GOOGLE_APPLICATION_CREDENTIALS` or a service account, the gcloud ADC file, the
+    /// metadata server), none with `--no-sign-request` or for an emulator
+    /// (`$STORAGE_EMULATOR_HOST`, which takes plain http as Google's libraries do).
+    fn build(
+        &self,
+        _url: &str,
+        store: &str,
+        setup: Setup<'_>,
+    ) -> Result<(Arc<dyn ObjectStore>, Lister)> {
+        let args = setup.args;
+        let mut b = GoogleCloudStorageBuilder::from_env()
+            .with_bucket_name(&store[SCHEME.len()..])
+            .with_retry(setup.retry);
+        let mut client = setup.client;
+        let mut anonymous = args.no_sign_request;
+        if let Some((ep, emulator)) = gcs_endpoint(args) {
+            let http = ep.to_ascii_lowercase().starts_with("http://");
+            if http && !emulator && !args.allow_http {
+                bail!("{ep}: a plain http endpoint needs --allow-http");
+            }
+            if http {
+                client = client.with_allow_http(true);
+            }
+            anonymous |= emulator;
+            b = b.with_config(GoogleConfigKey::BaseUrl, ep.trim_end_matches('/'));
+        }
+        if anonymous {
+            b = b.with_config(GoogleConfigKey::SkipSignature, "true");
+        }
+        let store = b
+            .with_client_options(client)
+            .with_http_connector(crate::storage::fail_fast::FailFast::default())
+            .build()?;
+        let store = Arc::new(store);
+        Ok((store.clone(), Lister::Pages(store)))
+    }
+
+    fn endpoint(&self, _url: &str, args: &RemoteConfig) -> Option<(String, &'static str)> {
+        gcs_endpoint(args).map(|(ep, emulator)| match emulator {
+            true => (ep, "$STORAGE_EMULATOR_HOST"),
+            false => (ep, "--endpoint-url"),
+        })
+    }
+
+    fn credentials_hint(&self, error: &str) -> Option<String> {
+        // object_store's GCS chain ends at the metadata server: say what was looked for.
+        (error.contains("gcs") && error.contains("token request")).then(|| {
+            "no GCS credentials (tried, in order: $GOOGLE_SERVICE_ACCOUNT / \
+             $GOOGLE_APPLICATION_CREDENTIALS, the gcloud ADC file \
+             ~/.config/gcloud/application_default_credentials.json, the metadata server); use \
+             --no-sign-request for a public bucket, or $STORAGE_EMULATOR_HOST for an emulator"
+                .to_string()
+        })
+    }
+}

@@ -1,0 +1,72 @@
+//! Plain HTTP(S) servers (`https://HOST/PATH`, `http://HOST/PATH` with `--allow-http`): ranged
+//! GETs of one URL each, prefixes listed through the server's directory pages
+//! ([`crate::storage::http_listing`]), paths percent-encoded, read only.
+
+use super::stores::{Setup, Store, has_scheme};
+use crate::storage::endpoints::Lister;
+use crate::storage::remote_config::RemoteConfig;
+use anyhow::{Result, anyhow, bail};
+use object_store::ObjectStore;
+use object_store::client::HttpConnector;
+use object_store::http::HttpBuilder;
+use std::sync::Arc;
+
+/// The HTTP(S) store.
+pub(in crate::storage) struct Http;
+
+impl Store for Http {
+    fn name(&self) -> &'static str {
+        "HTTP"
+    }
+
+    fn forms(&self) -> &'static [&'static str] {
+        &["https://HOST/PATH", "http://HOST/PATH"]
+    }
+
+    fn claims(&self, url: &str) -> bool {
+        has_scheme(url, "https://") || has_scheme(url, "http://")
+    }
+
+    fn is_bucket(&self) -> bool {
+        false
+    }
+
+    /// (`https://host:port`, path). Errors: no path after the host.
+    fn split<'a>(&self, url: &'a str) -> Result<(&'a str, &'a str)> {
+        let start = url.find("://").map_or(0, |p| p + 3);
+        let slash = url[start..]
+            .find('/')
+            .map(|p| p + start)
+            .filter(|&p| p + 1 < url.len() && p > start)
+            .ok_or_else(|| anyhow!("{url}: no object path after the host"))?;
+        Ok((&url[..slash], &url[slash + 1..]))
+    }
+
+    fn build(
+        &self,
+        url: &str,
+        origin: &str,
+        setup: Setup<'_>,
+    ) -> Result<(Arc<dyn ObjectStore>, Lister)> {
+        if has_scheme(url, "http://") && !setup.args.allow_http {
+            bail!("{url}: plain http needs --allow-http (bytes travel unencrypted)");
+        }
+        let connector = crate::storage::fail_fast::FailFast::default;
+        let dirs = crate::storage::http_listing::DirLister {
+            client: connector().connect(&setup.client)?,
+            retries: setup.retry.max_retries,
+            retry_timeout: setup.retry.retry_timeout,
+        };
+        let store = HttpBuilder::new()
+            .with_url(origin)
+            .with_client_options(setup.client)
+            .with_http_connector(connector())
+            .with_retry(setup.retry)
+            .build()?;
+        Ok((Arc::new(store), Lister::Dirs(dirs)))
+    }
+
+    fn endpoint(&self, url: &str, _args: &RemoteConfig) -> Option<(String, &'static str)> {
+        Some((url.to_string(), "the URL"))
+    }
+}
