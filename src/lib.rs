@@ -12,8 +12,8 @@
 //!   per file); [`samples`]: checked reads; [`readahead`]: read-ahead, push, pin, warm and
 //!   announced orders; [`decode`]: decoded views.
 //! - [`storage`]: where bytes are read and cached: local files, compressed chunks, remote
-//!   objects through the block cache, behind the [`storage::object_source::ObjectSource`] and
-//!   [`storage::object_source::ObjectStore`] seams.
+//!   objects through the block cache, behind the [`storage::object::source::ObjectSource`] and
+//!   [`storage::object::source::ObjectStore`] seams.
 //! - [`pack`]: the native pack format; [`formats`]: every other packed format (one scanner
 //!   each, a registry, the kept index).
 //! - Commands: [`mount`] (the daemon's lifecycle), [`packer`] with [`source`] (`pack`),

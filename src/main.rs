@@ -276,7 +276,7 @@ fn cmd_pack(args: PackCmd) -> Result<()> {
     };
     let r = loosefs::packer::pack_dir(&src, &out, &opts)?;
     if let Some(url) = &url {
-        loosefs::storage::connect(remote.config()).upload(url, &out)?;
+        loosefs::storage::object::connect(remote.config()).upload(url, &out)?;
         if !json {
             eprintln!("uploaded {} bytes to {url}", r.pack_bytes);
         }
@@ -319,7 +319,7 @@ fn cmd_index(
                 url,
                 out,
                 &args.open_options(),
-                loosefs::storage::connect(args.remote.config())
+                loosefs::storage::object::connect(args.remote.config())
             )?
         );
         return Ok(());
@@ -373,7 +373,7 @@ fn cmd_verify(
         .filter(|s| loosefs::storage::object::is_url(s))
     {
         Some(url) => {
-            let store = loosefs::storage::connect(remote.config());
+            let store = loosefs::storage::object::connect(remote.config());
             let mut r =
                 loosefs::open::remote_pack::RemotePack::open(url, &*store, &remote.config())
                     .with_context(|| format!("cannot open {url}"))?;

@@ -9,7 +9,7 @@
 //! | a foreign dataset at a URL (prefix, brace pattern, `index.json`) | `open/remote_dataset.rs`, `open/remote_dataset/` |
 //!
 //! Remote openers reach objects through an [`ObjectStore`] (the network's, from
-//! [`crate::storage::connect`], or the tests' in-memory store) and share one rule for
+//! [`crate::storage::object::connect`], or the tests' in-memory store) and share one rule for
 //! their block caches' budget (`open/caches.rs`). Every kind ends as the same [`Opened`]
 //! value (catalog, storage, live changes, owner, lease), from which the daemon builds one
 //! [`Fs`]: the read path (read-ahead, warm, pin, views, stats) does not know which it serves.
@@ -23,8 +23,8 @@ use crate::fs::changes::Changes;
 use crate::fs::{Fs, FsOptions};
 use crate::pack::reader::Pack;
 use crate::storage::Storage;
-use crate::storage::object_source::ObjectStore;
-use crate::storage::remote_config::RemoteConfig;
+use crate::storage::object::remote_config::RemoteConfig;
+use crate::storage::object::source::ObjectStore;
 use crate::view::Views;
 use anyhow::{Context, Result};
 use dir::LooseDir;
@@ -302,14 +302,14 @@ fn remote_dir_frames(
 
 impl Dataset {
     /// Opens `src`: a URL through the network ([`Dataset::open_on`] with the store of
-    /// [`crate::storage::connect`]); else a native pack unless `--format` names another
+    /// [`crate::storage::object::connect`]); else a native pack unless `--format` names another
     /// format or `src` is a directory or not a pack; then the format is detected and the kept
     /// index loaded or built (`progress`: say so on stderr).
     ///
     /// Errors: a damaged native pack (its own message); a source in no known format (the
     /// message lists what was tried); a damaged foreign source (names the file).
     pub fn open(src: &Path, opts: &OpenOptions, progress: bool) -> Result<Dataset> {
-        let store = crate::storage::connect(opts.remote.clone());
+        let store = crate::storage::object::connect(opts.remote.clone());
         Dataset::open_on(src, opts, progress, store)
     }
 
@@ -402,7 +402,7 @@ impl Dataset {
     fn refresh(
         url: &str,
         at: &str,
-        level: crate::storage::object_source::Level,
+        level: crate::storage::object::source::Level,
         opts: &OpenOptions,
         store: Arc<dyn ObjectStore>,
     ) -> Result<Dataset> {
@@ -437,7 +437,7 @@ impl Dataset {
     /// packed format handed to its opener with that listing (one listing per open).
     fn open_listed(
         url: &str,
-        level: crate::storage::object_source::Level,
+        level: crate::storage::object::source::Level,
         opts: &OpenOptions,
         progress: bool,
         store: Arc<dyn ObjectStore>,
@@ -764,10 +764,10 @@ struct ListedOnce {
 }
 
 /// A prefix's listing: each key below it, with the pin its listing gave.
-type Listing = Vec<crate::storage::object_source::Listed>;
+type Listing = Vec<crate::storage::object::source::Listed>;
 
 impl ObjectStore for ListedOnce {
-    fn object(&self, url: &str) -> Result<Arc<dyn crate::storage::object_source::ObjectSource>> {
+    fn object(&self, url: &str) -> Result<Arc<dyn crate::storage::object::source::ObjectSource>> {
         self.inner.object(url)
     }
 

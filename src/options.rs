@@ -6,7 +6,7 @@ pub use crate::fs::FsOptions;
 mod decode;
 use crate::memory::{parse_bytes, parse_size};
 use crate::readahead::ReadAheadOptions;
-use crate::storage::remote_config::{self, RemoteConfig};
+use crate::storage::object::remote_config::{self, RemoteConfig};
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 pub use decode::{DecodeArgs, ViewArg};

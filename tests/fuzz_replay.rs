@@ -190,7 +190,7 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
 {"name":"x.tar","type":"file","mtime":"Thu, 01 Jan 1970 00:00:10 GMT","size":0}]"#
                     .to_vec(),
             );
-            let listed = loosefs::storage::http_listing::parse(
+            let listed = loosefs::storage::object::http_listing::parse(
                 "https://h/d/",
                 "application/json",
                 &out[out.len() - 1],

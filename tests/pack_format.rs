@@ -11,7 +11,6 @@ use loosefs::ino::ROOT_INO;
 use loosefs::pack::reader::Pack;
 use loosefs::pack::{FormatError, INDEX_MEMBER};
 use loosefs::samples::{CHECK_CHUNK, Samples};
-use loosefs::storage::local::LocalStorage;
 use std::sync::Arc;
 
 /// The native catalog of a pack and checked reads from its local file, with no mount.
@@ -22,7 +21,7 @@ struct Ns {
 
 impl Ns {
     fn new(p: Pack) -> Ns {
-        let storage = Arc::new(LocalStorage::for_pack(&p).unwrap());
+        let storage = Arc::new(p.storage().unwrap());
         let cat = Arc::new(NativeCatalog::new(p, Default::default()));
         let samples = Samples::new(cat.clone(), storage);
         Ns { cat, samples }

@@ -495,7 +495,7 @@ struct Observed {
 impl Observed {
     fn new(pack: &Pack) -> Arc<Observed> {
         Arc::new(Observed {
-            inner: loosefs::storage::local::LocalStorage::for_pack(pack).unwrap(),
+            inner: pack.storage().unwrap(),
             generation: Default::default(),
             asked: Mutex::default(),
             released: Mutex::default(),

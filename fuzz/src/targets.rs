@@ -365,10 +365,11 @@ pub fn decode(data: &[u8]) {
 pub fn listing(data: &[u8]) {
     use loosefs::open::remote_dir::{holds_a_format, shared_listing};
     let url = "https://h/d/";
-    let keys = |l: &[loosefs::storage::object_source::Listed]| -> Vec<String> {
+    let keys = |l: &[loosefs::storage::object::source::Listed]| -> Vec<String> {
         l.iter().map(|o| o.key.clone()).collect()
     };
-    if let Ok(level) = loosefs::storage::http_listing::parse(url, "application/json", data) {
+    if let Ok(level) = loosefs::storage::object::http_listing::parse(url, "application/json", data)
+    {
         let _ = holds_a_format(&keys(&level.objects));
         // A level checked against itself as recorded: always current.
         let recorded: Vec<_> = (level.objects.iter().cloned())
@@ -376,7 +377,7 @@ pub fn listing(data: &[u8]) {
                 level
                     .dirs
                     .iter()
-                    .map(|d| loosefs::storage::object_source::Listed {
+                    .map(|d| loosefs::storage::object::source::Listed {
                         key: format!("{d}/x"),
                         pin: None,
                         modified: 0,
@@ -387,7 +388,7 @@ pub fn listing(data: &[u8]) {
     }
     if let Ok(Some(listed)) = shared_listing::decode(data, "I") {
         let _ = holds_a_format(&keys(&listed));
-        let level = loosefs::storage::object_source::Level {
+        let level = loosefs::storage::object::source::Level {
             objects: listed
                 .iter()
                 .filter(|l| !l.key.contains('/'))

@@ -137,9 +137,9 @@ pub struct FsStats {
     pub namelen: u32,
 }
 
-/// Index of a storage object (a pack file, a shard, a remote object) among a catalog's
-/// [`Catalog::objects`].
-pub type ObjectId = u32;
+/// Index of a storage object among a catalog's [`Catalog::objects`] (defined by the storage
+/// layer, which reads objects by it).
+pub use crate::storage::ObjectId;
 
 /// A storage object a catalog's bytes come from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,6 @@
 use super::{Fs, FsOptions};
 use crate::catalog::native::NativeCatalog;
 use crate::pack::reader::Pack;
-use crate::storage::local::LocalStorage;
 use crate::view::Views;
 use std::sync::Arc;
 
@@ -12,7 +11,7 @@ impl Fs {
     /// Serves a native pack from its local file, showing `views`. Errors: the pack's file
     /// handle cannot be duplicated.
     pub fn local(pack: Pack, views: Views, opts: FsOptions) -> std::io::Result<Fs> {
-        let storage = Arc::new(LocalStorage::for_pack(&pack)?);
+        let storage = Arc::new(pack.storage()?);
         Ok(Fs::new(
             Arc::new(NativeCatalog::new(pack, views)),
             storage,

@@ -2,7 +2,7 @@
 //! within the cache root's budget by one rule, whatever the kind of source.
 
 use crate::storage::block_cache::{self as cache, BlockCache, CacheDir};
-use crate::storage::object_source::ObjectSource;
+use crate::storage::object::source::ObjectSource;
 use anyhow::{Context, Result, anyhow};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -7,7 +7,6 @@ use crate::catalog::native::NativeCatalog;
 use crate::formats::ScanOptions;
 use crate::pack::FormatError;
 use crate::pack::reader::Pack;
-use crate::storage::local::LocalStorage;
 use crate::view::Views;
 use anyhow::{Context, Result, bail};
 use std::path::Path;
@@ -57,7 +56,7 @@ pub(super) fn open(
 pub(super) fn opened(pack: Pack, views: Views) -> Result<Opened> {
     let lease = pack.file().try_clone()?;
     let owner = super::metadata(pack.path())?;
-    let storage = Arc::new(LocalStorage::for_pack(&pack)?);
+    let storage = Arc::new(pack.storage()?);
     Ok(Opened {
         catalog: Arc::new(NativeCatalog::new(pack, views)),
         storage,

@@ -4,7 +4,7 @@
 //! dataset's shared index, which that dataset's opener then reads from the copy already
 //! fetched, or it is absent, which that opener then learns without a request.
 
-use crate::storage::object_source::{Level, Listed, ObjectSource, ObjectStats, ObjectStore, Pin};
+use crate::storage::object::source::{Level, Listed, ObjectSource, ObjectStats, ObjectStore, Pin};
 use anyhow::Result;
 use bytes::Bytes;
 use futures::future::BoxFuture;

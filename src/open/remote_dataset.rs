@@ -22,8 +22,8 @@ use crate::formats::index::{self, Foreign, Header, ObjectEntry, RemoteEntry};
 use crate::open::OpenOptions;
 use crate::storage::block_cache as cache;
 use crate::storage::chunks::{MixedStorage, Part};
-use crate::storage::object_set::ObjectSet;
-use crate::storage::object_source::{ObjectSource, ObjectStore, Pin};
+use crate::storage::object::set::ObjectSet;
+use crate::storage::object::source::{ObjectSource, ObjectStore, Pin};
 use crate::view::Views;
 use anyhow::{Context, Result, anyhow, bail};
 use futures::StreamExt;
@@ -565,14 +565,14 @@ mod tests {
         ] {
             assert!(!safe_name(bad), "{bad:?}");
         }
-        let store = crate::storage::fake_object::FakeStore::new();
+        let store = crate::storage::object::fake::FakeStore::new();
         let e = object_names("https://h/d/{../x,y}.tar", &*store).unwrap_err();
         assert!(format!("{e:#}").contains("outside the dataset"), "{e:#}");
     }
 
     #[test]
     fn brace_patterns_and_single_urls_name_their_objects_without_a_request() {
-        let args = crate::storage::fake_object::FakeStore::new();
+        let args = crate::storage::object::fake::FakeStore::new();
         let args = &*args;
         let ((dir, names, _), _) = object_names("https://h/d/shard-{000..002}.tar", args).unwrap();
         assert_eq!(dir, "https://h/d/");

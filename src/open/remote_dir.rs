@@ -1,5 +1,5 @@
 //! Loose objects under an S3 prefix (`s3://bucket/imagenet/train/`) or in a directory an HTTP
-//! server lists (`https://host/train/`, [`crate::storage::http_listing`]), served as a read-only
+//! server lists (`https://host/train/`, [`crate::storage::object::http_listing`]), served as a read-only
 //! tree of ordinary files: the prefix is listed (LISTs only: no object is fetched to mount),
 //! each key below it becomes a file with the size and ETag its listing gave, and its parents
 //! directories. The tree is laid out as a loose directory's is ([`super::dir`]): an index held
@@ -27,8 +27,8 @@ use crate::catalog::native::NativeCatalog;
 use crate::open::OpenOptions;
 use crate::pack::index::{self, Node, Record};
 use crate::storage::block_cache::{self as cache, BlockCache};
-use crate::storage::end_to_end::{EndToEnd, Member};
-use crate::storage::object_source::{Listed, ObjectSource, ObjectStore, Pin};
+use crate::storage::object::end_to_end::{EndToEnd, Member};
+use crate::storage::object::source::{Listed, ObjectSource, ObjectStore, Pin};
 use crate::view::Views;
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::BTreeMap;

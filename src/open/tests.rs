@@ -8,7 +8,7 @@
 
 use super::*;
 use crate::catalog::{FsError, Kind};
-use crate::storage::fake_object::FakeStore;
+use crate::storage::object::fake::FakeStore;
 use crate::testutil::noise;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -542,7 +542,7 @@ fn loose_objects_under_a_prefix_mount_from_one_list_and_no_get_and_serve_every_b
     let fs = serve(ds);
     // Each file shows its listed LastModified; a directory the newest of what it holds.
     let ino = ino_of(&fs, "n00/img_0000.JPEG").unwrap();
-    let listed = crate::storage::fake_object::FAKE_MODIFIED;
+    let listed = crate::storage::object::fake::FAKE_MODIFIED;
     assert_eq!(fs.getattr(ino).unwrap().attr.mtime_sec, listed);
     let dir = ino_of(&fs, "n00").unwrap();
     assert_eq!(fs.getattr(dir).unwrap().attr.mtime_sec, listed);

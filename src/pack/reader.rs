@@ -151,4 +151,12 @@ impl Pack {
     pub fn file(&self) -> &File {
         &self.file
     }
+
+    /// Local storage over this pack's one file (object 0), sharing its mapping. Errors: the
+    /// file handle cannot be duplicated.
+    pub fn storage(&self) -> std::io::Result<crate::storage::local::LocalStorage> {
+        use crate::storage::local::{LocalObject, LocalStorage};
+        let object = LocalObject::new(self.file.try_clone()?, self.map.clone());
+        Ok(LocalStorage::new(vec![object]))
+    }
 }

@@ -14,7 +14,7 @@
 //! checking cost a path lookup per call, three per READ.
 
 use super::Storage;
-use crate::catalog::ObjectId;
+use crate::storage::ObjectId;
 use memmap2::{Mmap, MmapOptions};
 use nix::fcntl::PosixFadviseAdvice;
 use std::fs::File;

@@ -12,8 +12,7 @@
 //! the sample, and read-ahead across samples is explicit ([`crate::readahead`]).
 
 use super::Storage;
-use crate::catalog::ObjectId;
-use crate::pack::reader::Pack;
+use crate::storage::ObjectId;
 use memmap2::{Advice, Mmap};
 use nix::fcntl::PosixFadviseAdvice;
 use std::fs::File;
@@ -64,8 +63,7 @@ pub(super) fn will_need_step(file: &File) -> usize {
 }
 
 impl LocalObject {
-    /// Wraps an open file and a mapping of all of it (e.g. a pack's, see
-    /// [`crate::pack::reader::Pack`]), advising the mapping for random access.
+    /// Wraps an open file and a mapping of all of it (e.g. a pack's), advising the mapping for random access.
     pub fn new(file: File, map: Arc<Mmap>) -> LocalObject {
         if let Err(e) = map.advise(Advice::Random) {
             log::warn!("madvise(MADV_RANDOM) failed: {e}");
@@ -96,13 +94,6 @@ impl LocalStorage {
     /// Storage over `objects`, object `k` being [`ObjectId`] `k`.
     pub fn new(objects: Vec<LocalObject>) -> LocalStorage {
         LocalStorage { objects }
-    }
-
-    /// Storage over the one file of a native pack (object 0), sharing the pack's mapping.
-    /// Errors: the file handle cannot be duplicated.
-    pub fn for_pack(pack: &Pack) -> io::Result<LocalStorage> {
-        let object = LocalObject::new(pack.file().try_clone()?, pack.map_arc());
-        Ok(LocalStorage::new(vec![object]))
     }
 
     fn object(&self, obj: ObjectId) -> io::Result<&LocalObject> {

@@ -7,25 +7,17 @@
 
 pub mod block_cache;
 pub mod chunks;
-mod credentials;
-pub mod end_to_end;
-mod endpoints;
-mod fail_fast;
-#[cfg(test)]
-pub mod fake_object;
 pub mod files;
-pub mod http_listing;
 pub mod local;
 pub mod object;
-pub mod object_set;
-pub mod object_source;
-pub mod remote_config;
-mod s3_pages;
 
-use crate::catalog::ObjectId;
 use nix::fcntl::PosixFadviseAdvice;
 use std::io;
 use std::ops::Range;
+
+/// Index of a storage object (a pack file, a shard, a remote object) among those a storage
+/// reads: a catalog's objects (`crate::catalog::Catalog::objects`) in their order.
+pub type ObjectId = u32;
 
 /// `posix_fadvise(2)` over bytes `r` of `file` (nix's safe wrapper): the page-cache verb both
 /// local files and compressed chunks' files use. Errors: the kernel's (bad fd, bad advice).
@@ -137,13 +129,4 @@ pub trait Storage: Send + Sync {
     fn warm_budget(&self) -> Option<u64> {
         None
     }
-}
-
-/// The object store that `config` reaches (S3 buckets and HTTPS hosts, through
-/// [`object::Remote`]): what the openers of remote sources get, as the trait they take.
-/// Nothing is requested yet.
-pub fn connect(
-    config: remote_config::RemoteConfig,
-) -> std::sync::Arc<dyn object_source::ObjectStore> {
-    object::Remote::new(config)
 }

@@ -18,17 +18,36 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-pub use super::object_source::{Level, Listed, ObjectError, ObjectStats, Pin};
-use super::remote_config::RemoteConfig;
+use remote_config::RemoteConfig;
+pub use source::{Level, Listed, ObjectError, ObjectStats, Pin};
 
 mod azure;
+mod credentials;
+pub mod end_to_end;
+mod endpoints;
+mod fail_fast;
+#[cfg(test)]
+pub mod fake;
 mod gcs;
 mod http;
+pub mod http_listing;
 mod list;
+pub mod remote_config;
 mod s3;
+mod s3_pages;
+pub mod set;
+pub mod source;
+mod store;
 pub(crate) mod stores;
-pub use super::endpoints::{bucket_forms, is_bucket_url, is_url, url_below};
+pub use endpoints::{bucket_forms, is_bucket_url, is_url, url_below};
 pub use list::LISTS_AT_ONCE;
+
+/// The object store that `config` reaches (every store of [`stores::STORES`], through
+/// [`Remote`]): what the openers of remote sources get, as the trait they take. Nothing is
+/// requested yet.
+pub fn connect(config: remote_config::RemoteConfig) -> Arc<dyn source::ObjectStore> {
+    Remote::new(config)
+}
 
 /// Whether two ETags name the same version: their opaque tags compared, with or without the
 /// quotes RFC 9110 (§8.8.3) puts around them and a weak `W/` prefix (a listing may give
@@ -105,7 +124,7 @@ pub struct ObjectClient {
     rt: Arc<NetRuntime>,
     store: Arc<dyn ObjectStore>,
     /// How the store's prefixes are listed (S3's pages, an HTTP server's directories).
-    lister: super::endpoints::Lister,
+    lister: store::Lister,
     /// The same store with no retries: used during an outage.
     quick: Arc<dyn ObjectStore>,
     outage: Arc<Outage>,
@@ -151,7 +170,7 @@ fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     if let Some(hint) = stores::STORES.iter().find_map(|s| s.credentials_hint(&low)) {
         out = format!("{hint}: {out}");
     } else if low.contains("certificate") || low.contains("unknownissuer") {
-        out = format!("{out} ({})", super::fail_fast::CERTIFICATE_FIX);
+        out = format!("{out} ({})", fail_fast::CERTIFICATE_FIX);
     } else if low.contains("connection refused") {
         out += " (nothing listens at that address and port: check the URL or --endpoint-url)";
     }
@@ -179,19 +198,19 @@ pub fn error_kind(e: &anyhow::Error) -> Option<io::ErrorKind> {
 impl ObjectClient {
     /// A client of the object at `url` (`s3://bucket/key`, `https://host/path`, or
     /// `http://host/path` with `--allow-http`). Nothing is requested yet; the host is
-    /// resolved and connected to once ([`super::endpoints::preflight`]).
+    /// resolved and connected to once ([`endpoints::preflight`]).
     ///
     /// Errors: a malformed URL, plain http without `--allow-http`, an unreadable CA bundle, no
     /// credentials when instance metadata is disabled (`AWS_EC2_METADATA_DISABLED=true`), a
     /// host that does not resolve or refuses the connection.
     pub fn new(url: &str, args: &RemoteConfig) -> Result<ObjectClient> {
-        let (store, path, lister) = super::endpoints::store_for(url, args)?;
+        let (store, path, lister) = endpoints::store_for(url, args)?;
         let no_retry = RemoteConfig {
             retries: 0,
             ..args.clone()
         };
-        let (quick, _, _) = super::endpoints::store_for(url, &no_retry)?;
-        super::endpoints::preflight(url, args)?;
+        let (quick, _, _) = endpoints::store_for(url, &no_retry)?;
+        endpoints::preflight(url, args)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("loosefs-net")
@@ -244,7 +263,7 @@ impl ObjectClient {
     ///
     /// Errors: `url` is malformed or names another bucket, host or scheme.
     pub fn sibling(&self, url: &str) -> Result<ObjectClient> {
-        let path = super::endpoints::sibling_path(&self.url, url)?;
+        let path = endpoints::sibling_path(&self.url, url)?;
         Ok(ObjectClient {
             rt: self.rt.clone(),
             store: self.store.clone(),
@@ -574,7 +593,7 @@ impl ObjectClient {
     }
 }
 
-impl super::object_source::ObjectSource for ObjectClient {
+impl source::ObjectSource for ObjectClient {
     fn url(&self) -> &str {
         &self.url
     }
@@ -613,7 +632,7 @@ impl super::object_source::ObjectSource for ObjectClient {
 }
 
 /// The S3 buckets and HTTPS hosts one [`RemoteConfig`] reaches, as an
-/// [`ObjectStore`](super::object_source::ObjectStore): the openers' way to the network.
+/// [`ObjectStore`](source::ObjectStore): the openers' way to the network.
 /// Objects on the bucket or host of the first one asked for share its runtime, connection
 /// pool, request limit and outage state ([`ObjectClient::sibling`]); others get their own
 /// client.
@@ -647,8 +666,8 @@ impl Remote {
     }
 }
 
-impl super::object_source::ObjectStore for Remote {
-    fn object(&self, url: &str) -> Result<Arc<dyn super::object_source::ObjectSource>> {
+impl source::ObjectStore for Remote {
+    fn object(&self, url: &str) -> Result<Arc<dyn source::ObjectSource>> {
         Ok(Arc::new(self.client(url)?))
     }
 

@@ -9,7 +9,7 @@ use super::{RemoteDataset, object_name};
 use crate::formats::index::{self, RemoteEntry};
 use crate::open::OpenOptions;
 use crate::storage::block_cache::{self as cache, BlockCache, CacheDir};
-use crate::storage::object_source::OfflineObject;
+use crate::storage::object::source::OfflineObject;
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -66,7 +66,7 @@ pub(super) fn record(ds: &RemoteDataset, dir: &str, args: &OpenOptions, index_di
 pub(super) fn open(
     url: &str,
     args: &OpenOptions,
-    store: Arc<dyn crate::storage::object_source::ObjectStore>,
+    store: Arc<dyn crate::storage::object::source::ObjectStore>,
 ) -> Result<RemoteDataset> {
     let index_dir = index::cache_dir(args.index_dir.as_deref());
     let path = record_path(url, args, &index_dir);

@@ -15,8 +15,8 @@
 use super::{Names, object_name};
 use crate::formats::index::{self, Foreign, RemoteEntry, shared::SUFFIX};
 use crate::open::OpenOptions;
+use crate::storage::object::source::{ObjectStore, Pin};
 use crate::storage::object::{error_kind, is_url};
-use crate::storage::object_source::{ObjectStore, Pin};
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

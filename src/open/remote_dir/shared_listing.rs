@@ -21,8 +21,8 @@
 
 use crate::formats::index::shared::SUFFIX;
 use crate::open::OpenOptions;
+use crate::storage::object::source::{Level, Listed, ObjectStore, Pin};
 use crate::storage::object::{error_kind, is_url};
-use crate::storage::object_source::{Level, Listed, ObjectStore, Pin};
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::Path;
 

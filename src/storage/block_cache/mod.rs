@@ -35,8 +35,8 @@ pub use exact::{GAP, HELD_MAX};
 
 use super::Storage;
 use super::local::{LocalObject, LocalStorage};
-use super::object_source::ObjectSource;
-use crate::catalog::ObjectId;
+use super::object::source::ObjectSource;
+use crate::storage::ObjectId;
 use blocks::Blocks;
 use exact::Exact;
 use std::fs::File;

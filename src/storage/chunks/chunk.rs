@@ -35,7 +35,7 @@ pub enum ChunkFile {
     /// A local file, shared by every chunk of it (a zip of many members opens it once).
     Local(Arc<File>),
     /// Object `1` of a storage (a remote shard through its block cache: fetched, checked).
-    Stored(Arc<dyn crate::storage::Storage>, crate::catalog::ObjectId),
+    Stored(Arc<dyn crate::storage::Storage>, crate::storage::ObjectId),
 }
 
 impl std::fmt::Debug for ChunkFile {
@@ -90,7 +90,7 @@ impl ChunkFile {
 }
 
 /// A stored chunk file as the `parquet` crate reads files: ranges of the object.
-struct StoredParquet(Arc<dyn crate::storage::Storage>, crate::catalog::ObjectId);
+struct StoredParquet(Arc<dyn crate::storage::Storage>, crate::storage::ObjectId);
 
 impl parquet::file::reader::Length for StoredParquet {
     fn len(&self) -> u64 {

@@ -25,7 +25,7 @@ pub use chunk::{Chunk, ChunkFile, Codec, MAX_CHUNK, StoredRead};
 
 use super::Storage;
 use super::local::{LocalObject, LocalStorage};
-use crate::catalog::ObjectId;
+use crate::storage::ObjectId;
 use std::collections::HashMap;
 use std::io;
 use std::ops::Range;

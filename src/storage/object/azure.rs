@@ -10,16 +10,15 @@
 //! "Configure Azure Storage connection strings"); the crates that parse it (azure_storage,
 //! OpenDAL's) would bring a second Azure client for forty lines.
 
-use super::stores::{Setup, Store, bucket_and_key, env, has_scheme};
-use crate::storage::endpoints::Lister;
-use crate::storage::remote_config::RemoteConfig;
+use super::store::{Lister, Setup, Store, bucket_and_key, env, has_scheme};
+use crate::storage::object::remote_config::RemoteConfig;
 use anyhow::{Result, anyhow, bail};
 use object_store::ObjectStore;
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use std::sync::Arc;
 
 /// The Azure Blob store.
-pub(in crate::storage) struct Azure;
+pub(super) struct Azure;
 
 /// The schemes of Azure's own URL forms (fsspec's `az://`, Hadoop's `abfs[s]://`).
 const SCHEMES: [&str; 4] = ["az://", "azure://", "abfs://", "abfss://"];
@@ -43,7 +42,7 @@ fn account_host(url: &str) -> Option<&str> {
 
 /// What `$AZURE_STORAGE_CONNECTION_STRING` holds, as far as a blob client goes.
 #[derive(Debug, Default, PartialEq)]
-pub(in crate::storage) struct ConnectionString {
+pub(super) struct ConnectionString {
     pub account: Option<String>,
     pub key: Option<String>,
     pub sas: Option<String>,
@@ -57,7 +56,7 @@ pub(in crate::storage) struct ConnectionString {
 /// Parses a connection string: `Key=Value` pairs separated by `;` (values may hold `=`, as
 /// account keys and SAS tokens do), names compared without case. Errors: a pair without `=`,
 /// naming it (never its value: it may be a secret).
-pub(in crate::storage) fn parse_connection_string(s: &str) -> Result<ConnectionString> {
+pub(super) fn parse_connection_string(s: &str) -> Result<ConnectionString> {
     let mut out = ConnectionString::default();
     let (mut protocol, mut suffix) = (None, None);
     for (i, pair) in s.split(';').enumerate() {
@@ -212,7 +211,7 @@ impl Store for Azure {
         }
         let store = b
             .with_client_options(client)
-            .with_http_connector(crate::storage::fail_fast::FailFast::default())
+            .with_http_connector(crate::storage::object::fail_fast::FailFast::default())
             .build()?;
         let store = Arc::new(store);
         Ok((store.clone(), Lister::Pages(store)))

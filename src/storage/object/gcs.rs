@@ -2,16 +2,15 @@
 //! credentials as Google's tools find them, an emulator at `$STORAGE_EMULATOR_HOST` as Google's
 //! client libraries reach one, listing by pages, GETs pinned to the object's generation.
 
-use super::stores::{Setup, Store, bucket_and_key, env, has_scheme};
-use crate::storage::endpoints::Lister;
-use crate::storage::remote_config::RemoteConfig;
+use super::store::{Lister, Setup, Store, bucket_and_key, env, has_scheme};
+use crate::storage::object::remote_config::RemoteConfig;
 use anyhow::{Result, bail};
 use object_store::ObjectStore;
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use std::sync::Arc;
 
 /// The GCS store.
-pub(in crate::storage) struct Gcs;
+pub(super) struct Gcs;
 
 const SCHEME: &str = "gs://";
 
@@ -83,7 +82,7 @@ impl Store for Gcs {
         }
         let store = b
             .with_client_options(client)
-            .with_http_connector(crate::storage::fail_fast::FailFast::default())
+            .with_http_connector(crate::storage::object::fail_fast::FailFast::default())
             .build()?;
         let store = Arc::new(store);
         Ok((store.clone(), Lister::Pages(store)))

@@ -1,10 +1,9 @@
 //! Plain HTTP(S) servers (`https://HOST/PATH`, `http://HOST/PATH` with `--allow-http`): ranged
 //! GETs of one URL each, prefixes listed through the server's directory pages
-//! ([`crate::storage::http_listing`]), paths percent-encoded, read only.
+//! ([`crate::storage::object::http_listing`]), paths percent-encoded, read only.
 
-use super::stores::{Setup, Store, has_scheme};
-use crate::storage::endpoints::Lister;
-use crate::storage::remote_config::RemoteConfig;
+use super::store::{Lister, Setup, Store, has_scheme};
+use crate::storage::object::remote_config::RemoteConfig;
 use anyhow::{Result, anyhow, bail};
 use object_store::ObjectStore;
 use object_store::client::HttpConnector;
@@ -12,7 +11,7 @@ use object_store::http::HttpBuilder;
 use std::sync::Arc;
 
 /// The HTTP(S) store.
-pub(in crate::storage) struct Http;
+pub(super) struct Http;
 
 impl Store for Http {
     fn name(&self) -> &'static str {
@@ -51,8 +50,8 @@ impl Store for Http {
         if has_scheme(url, "http://") && !setup.args.allow_http {
             bail!("{url}: plain http needs --allow-http (bytes travel unencrypted)");
         }
-        let connector = crate::storage::fail_fast::FailFast::default;
-        let dirs = crate::storage::http_listing::DirLister {
+        let connector = crate::storage::object::fail_fast::FailFast::default;
+        let dirs = crate::storage::object::http_listing::DirLister {
             client: connector().connect(&setup.client)?,
             retries: setup.retry.max_retries,
             retry_timeout: setup.retry.retry_timeout,

@@ -2,9 +2,9 @@
 //! `delimiter=/`, then the first page of the whole listing, then runs of subdirectories at
 //! once), or an HTTP server's directory listings ([`super::super::http_listing`]).
 
+use super::store::Lister;
 use super::{ObjectClient, describe};
-use crate::storage::endpoints::Lister;
-use crate::storage::object_source::{Level, Listed, Pin};
+use crate::storage::object::source::{Level, Listed, Pin};
 use anyhow::{Result, anyhow};
 use object_store::ObjectStore;
 use object_store::path::Path as ObjectPath;
@@ -215,7 +215,7 @@ impl ObjectClient {
         &self,
         mut level: Level,
         token: &str,
-        pages: &crate::storage::endpoints::Pages,
+        pages: &super::store::Pages,
     ) -> Result<Level> {
         let url = self.url.clone();
         let at = as_dir(&self.path);

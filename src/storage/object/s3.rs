@@ -1,11 +1,10 @@
 //! Amazon S3 and S3-compatible servers (`s3://BUCKET/KEY`): endpoint (`--endpoint-url`,
 //! `$AWS_ENDPOINT_URL`), region (`--region`, `$AWS_REGION`, the profile's), credentials from the
-//! AWS chain ([`crate::storage::credentials`]) or none (`--no-sign-request`), listing by
+//! AWS chain ([`crate::storage::object::credentials`]) or none (`--no-sign-request`), listing by
 //! `ListObjectsV2` pages.
 
-use super::stores::{Setup, Store, bucket_and_key, env, has_scheme};
-use crate::storage::endpoints::Lister;
-use crate::storage::remote_config::RemoteConfig;
+use super::store::{Lister, Setup, Store, bucket_and_key, env, has_scheme};
+use crate::storage::object::remote_config::RemoteConfig;
 use anyhow::{Result, bail};
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
@@ -13,13 +12,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The S3 store.
-pub(in crate::storage) struct S3;
+pub(super) struct S3;
 
 const SCHEME: &str = "s3://";
 
 /// The region of `profile` in the shared AWS config file: `$AWS_CONFIG_FILE` (default
 /// `~/.aws/config`, sections `[profile name]`, or `[default]`), as the AWS CLI documents it.
-/// Its credentials are the credential chain's ([`crate::storage::credentials`]).
+/// Its credentials are the credential chain's ([`crate::storage::object::credentials`]).
 fn profile_region(profile: &str) -> Option<String> {
     let path = std::env::var_os("AWS_CONFIG_FILE")
         .map(PathBuf::from)
@@ -88,11 +87,13 @@ impl Store for S3 {
         if args.no_sign_request {
             b = b.with_skip_signature(true);
         } else {
-            b = b.with_credentials(Arc::new(crate::storage::credentials::Chain::new(profile)));
+            b = b.with_credentials(Arc::new(crate::storage::object::credentials::Chain::new(
+                profile,
+            )));
         }
         let store = b
             .with_client_options(setup.client)
-            .with_http_connector(crate::storage::fail_fast::FailFast::default())
+            .with_http_connector(crate::storage::object::fail_fast::FailFast::default())
             .build()?;
         let store = Arc::new(store);
         Ok((store.clone(), Lister::Pages(store)))

@@ -5,8 +5,8 @@
 
 use super::*;
 use crate::storage::block_cache::{CacheDir, check_root};
-use crate::storage::fake_object::FakeObject;
-use crate::storage::object_source::ObjectSource;
+use crate::storage::object::fake::FakeObject;
+use crate::storage::object::source::ObjectSource;
 use std::io::Write;
 use std::sync::atomic::Ordering::SeqCst;
 

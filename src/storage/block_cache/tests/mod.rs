@@ -5,7 +5,7 @@
 mod exact;
 
 use super::*;
-use crate::storage::fake_object::FakeObject;
+use crate::storage::object::fake::FakeObject;
 use std::sync::Barrier;
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -225,8 +225,8 @@ fn a_replaced_object_fails_uncached_reads_and_cached_bytes_stay_the_mounted_vers
     assert!(
         matches!(
             e.get_ref()
-                .and_then(|i| i.downcast_ref::<crate::storage::object_source::ObjectError>()),
-            Some(crate::storage::object_source::ObjectError::Replaced { .. })
+                .and_then(|i| i.downcast_ref::<crate::storage::object::source::ObjectError>()),
+            Some(crate::storage::object::source::ObjectError::Replaced { .. })
         ),
         "{e:?}"
     );
@@ -388,7 +388,7 @@ fn a_refetch_is_counted_as_fetched() {
 
 #[test]
 fn offline_a_clean_complete_cache_serves_without_a_request_and_a_missing_block_fails_at_once() {
-    use crate::storage::object_source::OfflineObject;
+    use crate::storage::object::source::OfflineObject;
     let w = World::new(4);
     let len = w.data.len() as u64;
     let c = w.open(4 * BLOCK);

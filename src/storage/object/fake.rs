@@ -3,9 +3,7 @@
 //! sources do). Both count what a server would see (GETs, bytes, LISTs), so tests assert the
 //! requests an open or a read costs without a server.
 
-use super::object_source::{
-    Level, Listed, ObjectError, ObjectSource, ObjectStats, ObjectStore, Pin,
-};
+use super::source::{Level, Listed, ObjectError, ObjectSource, ObjectStats, ObjectStore, Pin};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use std::collections::BTreeMap;
@@ -325,7 +323,7 @@ impl ObjectStore for FakeStore {
 /// LISTs the real store makes for the runs of `dirs` subdirectories (one for a run of one,
 /// else two; at least one page each).
 fn fake_runs(dirs: usize) -> u64 {
-    let per = dirs.div_ceil(super::object::LISTS_AT_ONCE.min(dirs));
+    let per = dirs.div_ceil(super::LISTS_AT_ONCE.min(dirs));
     (0..dirs)
         .step_by(per)
         .map(|i| if i + 1 < dirs && per > 1 { 2 } else { 1 })

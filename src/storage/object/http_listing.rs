@@ -8,7 +8,7 @@
 //! Such a listing gives no ETag: an object listed here is pinned to its size and
 //! `Last-Modified` ([`Pin::modified`]), which every GET then checks.
 
-use super::object_source::{Level, Listed, Pin};
+use super::source::{Level, Listed, Pin};
 use anyhow::{Context, Result, anyhow, bail};
 use object_store::client::{HttpClient, HttpRequestBody};
 use std::time::Duration;

@@ -3,10 +3,10 @@
 //! [`super::block_cache::BlockCache`], pinned to its own ETag. Every verb goes to the object it
 //! names; the counters of `stats` are the sums over the objects.
 
-use super::Storage;
-use super::block_cache::BlockCache;
-use crate::catalog::ObjectId;
 use crate::report::RemoteReport;
+use crate::storage::ObjectId;
+use crate::storage::Storage;
+use crate::storage::block_cache::BlockCache;
 use std::io;
 use std::ops::Range;
 use std::sync::Arc;
@@ -138,8 +138,8 @@ impl Storage for ObjectSet {
 mod tests {
     use super::*;
     use crate::storage::block_cache::{BLOCK, CacheDir, check_root};
-    use crate::storage::fake_object::FakeObject;
-    use crate::storage::object_source::ObjectSource;
+    use crate::storage::object::fake::FakeObject;
+    use crate::storage::object::source::ObjectSource;
 
     /// Three objects of different bytes and sizes, each in its own block cache.
     fn set(tmp: &std::path::Path) -> (ObjectSet, Vec<Vec<u8>>, Vec<Arc<FakeObject>>) {

@@ -1,6 +1,6 @@
 //! The seam between the block cache and the network: an [`ObjectSource`] is one remote object
-//! pinned to one version, read by ranged GETs. [`super::object::ObjectClient`] (object_store
-//! over S3 and HTTPS) is the real one; [`super::fake_object::FakeObject`] holds the bytes in memory and can fail,
+//! pinned to one version, read by ranged GETs. [`super::ObjectClient`] (object_store
+//! over S3 and HTTPS) is the real one; [`super::fake::FakeObject`] holds the bytes in memory and can fail,
 //! stall, flip bytes or be replaced, so the block cache's claim, hold, check and evict logic is
 //! tested in plain `cargo test` (as mountpoint-s3 tests its prefetcher over a mock client and a
 //! failure-injecting wrapper).
@@ -196,7 +196,7 @@ pub trait ObjectSource: Send + Sync + std::fmt::Debug {
 
 /// Where a source's objects are: the buckets and hosts one set of remote options reaches
 /// (endpoint, credentials, TLS, request limits). The openers of remote sources take one, so
-/// they run over [`super::object::Remote`] (S3 and HTTPS) and over the in-memory fake store
+/// they run over [`super::Remote`] (S3 and HTTPS) and over the in-memory fake store
 /// of the tests alike.
 pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// A handle on the object at `url`, not yet pinned (nothing is requested). Handles of

@@ -14,7 +14,7 @@
 //! retries fails the whole GET, as for any object (nothing is stored; the next read tries
 //! again).
 
-use super::object_source::{ObjectSource, ObjectStats, Pin};
+use super::source::{ObjectSource, ObjectStats, Pin};
 use anyhow::bail;
 use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
@@ -255,8 +255,8 @@ impl ObjectSource for EndToEnd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::fake_object::FakeStore;
-    use crate::storage::object_source::ObjectStore;
+    use crate::storage::object::fake::FakeStore;
+    use crate::storage::object::source::ObjectStore;
 
     /// Three objects of the fake store laid out at 0, 4096 and 8192; the run and the store.
     fn run() -> (EndToEnd, FakeStore) {

@@ -1,10 +1,11 @@
 //! How a URL becomes a configured `object_store` client: the store that claims it
-//! ([`super::object::stores`]) builds the client, with the timeouts, retries and CA bundle of
+//! ([`super::stores`]) builds the client, with the timeouts, retries and CA bundle of
 //! [`RemoteConfig`] set here for all; where its key begins and how keys and URLs map to each
 //! other; the preflight that fails fast on an endpoint nothing listens at.
 
-use super::object::stores::{Setup, Store, all_forms, env, store_of};
 use super::remote_config::RemoteConfig;
+use super::store::{Lister, Setup, Store, env};
+use super::stores::{all_forms, store_of};
 use anyhow::{Context, Result, anyhow, bail};
 use object_store::path::Path as ObjectPath;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Whether `src` names a remote object: a URL one of the stores claims
-/// ([`super::object::stores::STORES`]).
+/// ([`super::stores::STORES`]).
 pub fn is_url(src: &str) -> bool {
     store_of(src).is_some()
 }
@@ -26,7 +27,7 @@ pub fn is_bucket_url(url: &str) -> bool {
 
 /// The URL forms indexes and packs can be written to, for messages ("s3://BUCKET/KEY, …").
 pub fn bucket_forms() -> String {
-    super::object::stores::bucket_forms()
+    super::stores::bucket_forms()
 }
 
 /// The store of `url`. Errors: no store claims it, naming the forms loosefs reads.
@@ -34,7 +35,7 @@ fn store(url: &str) -> Result<&'static dyn Store> {
     store_of(url).ok_or_else(|| anyhow!("{url}: not a URL loosefs reads (give {})", all_forms()))
 }
 
-/// The store and object path of `url` (any form of [`super::object::stores::STORES`]), and the
+/// The store and object path of `url` (any form of [`super::stores::STORES`]), and the
 /// same store's way of listing prefixes. Nothing is requested yet.
 ///
 /// Errors: a malformed URL, plain http without `--allow-http`, an unreadable CA bundle, a
@@ -129,18 +130,6 @@ pub(super) fn preflight(url: &str, args: &RemoteConfig) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// A store that lists one page per request (S3's `ListObjectsV2`).
-pub(super) type Pages = Arc<dyn object_store::list::PaginatedListStore>;
-
-/// How a store's prefixes are listed.
-#[derive(Clone)]
-pub(super) enum Lister {
-    /// An object store's paginated LIST (S3).
-    Pages(Pages),
-    /// An HTTP server's directory listings, one level per GET.
-    Dirs(super::http_listing::DirLister),
 }
 
 /// Where the store of a URL ends and the object's key begins ([`Store::split`]): (`s3://bucket`
