@@ -72,6 +72,10 @@ pub fn quoted_etag(etag: &str) -> String {
     }
 }
 
+/// Bytes of one part of a multipart upload; a file of at most this goes up in one PUT (as the
+/// AWS CLI's multipart threshold does, at 8 MiB).
+const UPLOAD_PART: usize = 16 << 20;
+
 /// An outage of a store (bucket or host), shared by the clients of its objects: set when a
 /// GET failed after all its retries (`--retry-timeout` spent), cleared by the next GET that
 /// succeeds. While it lasts, each GET makes one attempt without retries, so a reader sees EIO
@@ -475,8 +479,8 @@ impl ObjectClient {
         self.rt.block_on(self.get(r))
     }
 
-    /// Uploads the local file `src` to the object (multipart, in 16 MiB parts), replacing
-    /// any object there. Errors: the file cannot be read, or the store refuses the upload.
+    /// Uploads the local file `src` to the object, replacing any object there: one PUT up to
+    /// [`UPLOAD_PART`], else a multipart upload in parts of that size. Errors: the file cannot be read, or the store refuses the upload.
     pub fn upload(&self, src: &std::path::Path) -> Result<()> {
         use tokio::io::AsyncReadExt;
         let url = self.url.clone();
@@ -484,12 +488,23 @@ impl ObjectClient {
             let mut f = tokio::fs::File::open(src)
                 .await
                 .with_context(|| format!("cannot open {}", src.display()))?;
+            let len = f.metadata().await?.len();
+            if len <= UPLOAD_PART as u64 {
+                // One part's worth: one PUT, not a multipart upload's three requests.
+                let mut bytes = Vec::with_capacity(len as usize);
+                f.read_to_end(&mut bytes).await?;
+                self.store
+                    .put(&self.path, bytes.into())
+                    .await
+                    .with_context(|| format!("{url}: cannot upload"))?;
+                return Ok(());
+            }
             let upload = self
                 .store
                 .put_multipart(&self.path)
                 .await
                 .with_context(|| format!("{url}: cannot start the upload"))?;
-            let mut w = object_store::WriteMultipart::new_with_chunk_size(upload, 16 << 20);
+            let mut w = object_store::WriteMultipart::new_with_chunk_size(upload, UPLOAD_PART);
             let mut buf = vec![0u8; 8 << 20];
             loop {
                 let n = f.read(&mut buf).await?;

@@ -145,3 +145,13 @@ def test_without_an_account_an_azure_mount_fails_at_once_naming_where_one_is_giv
     assert m.r.returncode != 0, m.r.stdout
     assert "which Azure storage account" in m.r.stderr and "AZURE_STORAGE_CONNECTION_STRING" in m.r.stderr, \
         m.r.stderr
+
+
+def test_a_pack_written_to_azure_by_loosefs_pack_mounts_byte_identical(azure):
+    env = azure_env(azure["server"])
+    r = subprocess.run([loosefs_bin(), "pack", str(azure["source"]), "az://data/written/train.pack"], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    with Mount("az://data/written/train.pack", azure["work"], *cache(azure["work"]), env=env) as mnt:
+        got, want = tree(mnt), tree(azure["source"])
+        assert got.keys() == want.keys() and all(got[k] == want[k] for k in want)

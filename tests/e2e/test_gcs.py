@@ -107,3 +107,5 @@ def test_without_credentials_a_gcs_mount_fails_at_once_naming_what_was_looked_fo
     m = Mount("gs://bkt/data.pack", tmp_path, *cache(tmp_path), "--retries", "0", env=env, check=False)
     assert m.r.returncode != 0, m.r.stdout
     assert "no GCS credentials" in m.r.stderr and "STORAGE_EMULATOR_HOST" in m.r.stderr, m.r.stderr
+
+

@@ -5,8 +5,8 @@
 use super::store::{Lister, Setup, Store, bucket_and_key, env, has_scheme};
 use crate::storage::object::remote_config::RemoteConfig;
 use anyhow::{Result, bail};
-use object_store::ObjectStore;
-use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder, GoogleConfigKey};
+use object_store::{ObjectStore, StaticCredentialProvider};
 use std::sync::Arc;
 
 /// The GCS store.
@@ -65,7 +65,8 @@ impl Store for Gcs {
             .with_bucket_name(&store[SCHEME.len()..])
             .with_retry(setup.retry);
         let mut client = setup.client;
-        let mut anonymous = args.no_sign_request;
+        let anonymous = args.no_sign_request;
+        let mut on_emulator = false;
         if let Some((ep, emulator)) = gcs_endpoint(args) {
             let http = ep.to_ascii_lowercase().starts_with("http://");
             if http && !emulator && !args.allow_http {
@@ -74,11 +75,18 @@ impl Store for Gcs {
             if http {
                 client = client.with_allow_http(true);
             }
-            anonymous |= emulator;
+            on_emulator = emulator;
             b = b.with_config(GoogleConfigKey::BaseUrl, ep.trim_end_matches('/'));
         }
         if anonymous {
             b = b.with_config(GoogleConfigKey::SkipSignature, "true");
+        } else if on_emulator {
+            // An emulator takes any token. Not SkipSignature: object_store 0.14's uploads ask
+            // the credential chain whatever it says (the metadata server, then a failure).
+            let token = GcpCredential {
+                bearer: "emulator".into(),
+            };
+            b = b.with_credentials(Arc::new(StaticCredentialProvider::new(token)));
         }
         let store = b
             .with_client_options(client)
