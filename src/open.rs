@@ -5,8 +5,12 @@
 //! | a native pack (a local file) | `open/pack.rs` |
 //! | a dataset in another packed format (local) | `open/foreign.rs` (scanned by [`crate::formats`]) |
 //! | a plain directory, served in place | `open/dir.rs` (its live changes: [`crate::fs::changes`]) |
-//! | a native pack at an `s3://` or `https://` URL | `open/remote_pack.rs` |
+//! | a native pack at a URL | `open/remote_pack.rs` |
 //! | a foreign dataset at a URL (prefix, brace pattern, `index.json`) | `open/remote_dataset.rs`, `open/remote_dataset/` |
+//! | loose objects under a prefix, or a directory an HTTP server lists | `open/remote_dir.rs`, `open/remote_dir/` |
+//!
+//! A URL is understood once (`open/url.rs`: its store and shape) and opened by one documented
+//! sequence of probes; `loosefs index URL` is there too ([`index_url`]).
 //!
 //! Remote openers reach objects through an [`ObjectStore`] (the network's, from
 //! [`crate::storage::object::connect`], or the tests' in-memory store) and share one rule for
@@ -42,6 +46,8 @@ mod probed;
 pub mod remote_dataset;
 pub mod remote_dir;
 pub mod remote_pack;
+mod url;
+pub use url::index_url;
 #[cfg(test)]
 mod tests;
 
@@ -223,48 +229,6 @@ fn metadata(path: &Path) -> Result<std::fs::Metadata> {
         .with_context(|| format!("cannot read the metadata of {}", path.display()))
 }
 
-/// `loosefs index URL [--out DEST]`: the shared index of the dataset at `url`, written beside
-/// it (or at `out`). An S3 prefix or listed HTTP directory of loose objects gets its listing
-/// ([`remote_dir::listing`]); a foreign dataset its index ([`remote_dataset::shared`]).
-/// Returns the line to print: where it went and what it holds.
-///
-/// Errors: the listing fails or is empty, the dataset cannot be indexed, the index cannot be
-/// written or uploaded.
-pub fn index_url(
-    url: &str,
-    out: Option<&Path>,
-    args: &OpenOptions,
-    store: Arc<dyn ObjectStore>,
-) -> Result<String> {
-    if args.format.is_none() && remote_dataset::is_prefix(url) {
-        let cannot = || format!("cannot index {url}");
-        let level = match store.list_level(url) {
-            Ok(level) => level,
-            // An HTTP directory its server does not list: a dataset by its `index.json`.
-            Err(_) if !remote_dataset::is_bucket_prefix(url) => {
-                return remote_dataset::shared::index(url, out, args, store);
-            }
-            Err(e) => return Err(e.context(cannot())),
-        };
-        let listed = store.list_below(url, level).with_context(cannot)?;
-        let keys: Vec<String> = listed.iter().map(|l| l.key.clone()).collect();
-        if keys.is_empty() {
-            anyhow::bail!("cannot index {url}: no objects under this prefix");
-        }
-        if !remote_dir::holds_a_format(&keys) {
-            return remote_dir::shared_listing::write(url, &listed, out, &*store)
-                .with_context(cannot);
-        }
-        let store: Arc<dyn ObjectStore> = Arc::new(ListedOnce {
-            inner: store,
-            url: url.to_string(),
-            listed: std::sync::Mutex::new(Some(listed)),
-        });
-        return remote_dataset::shared::index(url, out, args, store);
-    }
-    remote_dataset::shared::index(url, out, args, store)
-}
-
 /// The frame view of a prefix of loose objects (`--decode frames`): the files it decodes from
 /// copied out of the block cache into a directory of their own under the cache root
 /// ([`RemoteDir::spool_for_frames`], removed when the mount ends), then served as a local
@@ -320,8 +284,8 @@ impl Dataset {
         progress: bool,
         store: Arc<dyn ObjectStore>,
     ) -> Result<Dataset> {
-        if let Some(url) = src.to_str().filter(|s| crate::storage::object::is_url(s)) {
-            return Dataset::open_url(url, opts, progress, store);
+        if let Some(url) = src.to_str().and_then(url::SourceUrl::parse) {
+            return url::open(&url, opts, progress, store);
         }
         let scan = opts.scan_options()?;
         if scan.format.is_none() && src.is_file() {
@@ -332,224 +296,6 @@ impl Dataset {
         }
         crate::formats::index::open(src, &scan, opts.index_dir.as_deref(), progress)
             .map(Dataset::Foreign)
-    }
-
-    /// A URL: a dataset when it names many objects or `--format` is given; else a native
-    /// pack, or (its trailer missing) one object in another format (a zip, a `.beton`, a
-    /// Parquet file, a tar). Offline, no GET tells a pack from a dataset: a recorded dataset
-    /// is tried too.
-    fn open_url(
-        url: &str,
-        opts: &OpenOptions,
-        progress: bool,
-        store: Arc<dyn ObjectStore>,
-    ) -> Result<Dataset> {
-        let dataset = |store| Dataset::open_remote_set(url, opts, progress, store);
-        // A prefix of loose objects (not a packed format) on S3, or a directory an HTTP
-        // server lists, is served as files from its listing alone.
-        if opts.format.is_none() && remote_dataset::is_prefix(url) && !opts.remote.offline {
-            let cannot = || format!("cannot open {url}");
-            let bucket = remote_dataset::is_bucket_prefix(url);
-            if !bucket && opts.shared_index.is_none() {
-                return Dataset::open_http_dir(url, opts, progress, store);
-            }
-            // An HTTP directory may have no listing: a named shared listing may describe it.
-            let (level, unlisted) = match store.list_level(url) {
-                Ok(l) => (Some(l), None),
-                Err(e) if !bucket => (None, Some(e)),
-                Err(e) => return Err(e.context(cannot())),
-            };
-            match remote_dir::shared_listing::find(url, level.as_ref(), opts, &*store) {
-                Ok(Some((listed, at))) => {
-                    let mut r = RemoteDir::open(url, listed, opts, &*store).with_context(cannot)?;
-                    r.shared = Some(at);
-                    return Ok(Dataset::RemoteDir(Box::new(r)));
-                }
-                Ok(None) => {}
-                Err(e) => match (e.downcast_ref::<remote_dir::shared_listing::Stale>(), level) {
-                    (Some(stale), Some(level)) if opts.refresh_index => {
-                        let at = stale.at.clone();
-                        return Dataset::refresh(url, &at, level, opts, store);
-                    }
-                    _ => return Err(e.context(cannot())),
-                },
-            }
-            let Some(level) = level else {
-                let unlisted = unlisted.map(|e| format!("{e:#}")).unwrap_or_default();
-                return Dataset::open_remote_set(url, opts, progress, store)
-                    .map_err(|d| anyhow::anyhow!("{d:#}\n  as loose files: {unlisted}"));
-            };
-            return Dataset::open_listed(url, level, opts, progress, store);
-        }
-        if opts.format.is_some() || remote_dataset::names_many(url) {
-            return dataset(store);
-        }
-        match RemotePack::open(url, &*store, &opts.remote) {
-            Ok(r) => Ok(Dataset::Remote(r)),
-            Err(e @ OpenError::NotAPack { .. }) => {
-                dataset(store).map_err(|d| anyhow::anyhow!("{d:#}\n  loosefs pack: {e:#}"))
-            }
-            Err(e) if opts.remote.offline => {
-                dataset(store).map_err(|d| anyhow::anyhow!("{d:#}\n  loosefs pack: {e:#}"))
-            }
-            Err(e) => Err(anyhow::Error::new(e).context(format!("cannot open {url}"))),
-        }
-    }
-
-    /// `--refresh` of the prefix `url` (first level `level`) whose shared listing `at` is
-    /// stale: the prefix listed again, the new listing written over `at` (a warning if it
-    /// cannot be: the mount goes on from the fresh listing), then served as loose files.
-    fn refresh(
-        url: &str,
-        at: &str,
-        level: crate::storage::object::source::Level,
-        opts: &OpenOptions,
-        store: Arc<dyn ObjectStore>,
-    ) -> Result<Dataset> {
-        let cannot = || format!("cannot open {url}");
-        eprintln!("loosefs: {at} is stale: --refresh lists {url} again");
-        let listed = store.list_below(url, level).with_context(cannot)?;
-        match remote_dir::shared_listing::write(url, &listed, Some(Path::new(at)), &*store) {
-            Ok(line) => eprintln!("loosefs: {line}"),
-            Err(e) => {
-                log::warn!("--refresh: the shared index {at} was not rewritten: {e:#}");
-                eprintln!("loosefs: --refresh: the shared index {at} was not rewritten: {e:#}");
-            }
-        }
-        RemoteDir::open(url, listed, opts, &*store)
-            .with_context(cannot)
-            .map(|r| Dataset::RemoteDir(Box::new(r)))
-    }
-
-    /// A foreign dataset at `url`, through `store`.
-    fn open_remote_set(
-        url: &str,
-        opts: &OpenOptions,
-        progress: bool,
-        store: Arc<dyn ObjectStore>,
-    ) -> Result<Dataset> {
-        RemoteDataset::open(url, opts, progress, store)
-            .with_context(|| format!("cannot open {url}"))
-            .map(|r| Dataset::RemoteSet(Box::new(r)))
-    }
-
-    /// The prefix `url` whose first level is `level`: listed whole, then loose files, or a
-    /// packed format handed to its opener with that listing (one listing per open).
-    fn open_listed(
-        url: &str,
-        level: crate::storage::object::source::Level,
-        opts: &OpenOptions,
-        progress: bool,
-        store: Arc<dyn ObjectStore>,
-    ) -> Result<Dataset> {
-        let cannot = || format!("cannot open {url}");
-        let listed = store.list_below(url, level).with_context(cannot)?;
-        let keys: Vec<String> = listed.iter().map(|l| l.key.clone()).collect();
-        if keys.is_empty() {
-            anyhow::bail!("cannot open {url}: no objects under this prefix");
-        }
-        if !remote_dir::holds_a_format(&keys) {
-            return RemoteDir::open(url, listed, opts, &*store)
-                .with_context(cannot)
-                .map(|r| Dataset::RemoteDir(Box::new(r)));
-        }
-        let store: Arc<dyn ObjectStore> = Arc::new(ListedOnce {
-            inner: store,
-            url: url.to_string(),
-            listed: std::sync::Mutex::new(Some(listed)),
-        });
-        Dataset::open_remote_set(url, opts, progress, store)
-    }
-
-    /// An `https://host/dir/` directory. Its `.loosefs-index` is asked for first (an HTTP
-    /// listing hides names starting with `.`): a shared listing of loose objects is checked
-    /// against the directory's listing when the server gives one (2 requests); a foreign
-    /// dataset's shared index goes to that opener as fetched (1 request). With none, the
-    /// directory's listing: loose files or a packed format; without a listing, the dataset
-    /// opener (`index.json`, told the index is absent), else refused naming both ways.
-    fn open_http_dir(
-        url: &str,
-        opts: &OpenOptions,
-        progress: bool,
-        store: Arc<dyn ObjectStore>,
-    ) -> Result<Dataset> {
-        use probed::{Answer, Probed};
-        let cannot = || format!("cannot open {url}");
-        let at = format!("{url}{}", crate::formats::index::shared::SUFFIX);
-        let client = store.object(&at).with_context(cannot)?;
-        let dir = crate::formats::index::cache_dir(opts.index_dir.as_deref());
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create the index directory {}", dir.display()))?;
-        let tmp = tempfile::NamedTempFile::new_in(&dir)
-            .with_context(|| format!("cannot write in {}", dir.display()))?;
-        let answer = match client.fetch_to(tmp.path()) {
-            Ok(_) => {
-                let bytes = std::fs::read(tmp.path())
-                    .with_context(|| format!("cannot read the shared index {at}"))?;
-                match remote_dir::shared_listing::decode(&bytes, &at)? {
-                    Some(listed) => {
-                        let stale = match store.list_level(url) {
-                            Ok(level) => {
-                                remote_dir::shared_listing::check_level(&level, &listed, &at, url)
-                                    .err()
-                            }
-                            Err(e) => {
-                                log::info!(
-                                    "{at}: taken as it is, with nothing to check it against ({e:#})"
-                                );
-                                None
-                            }
-                        };
-                        match stale {
-                            None => {
-                                let mut r = RemoteDir::open(url, listed, opts, &*store)
-                                    .with_context(cannot)?;
-                                r.shared = Some(at);
-                                return Ok(Dataset::RemoteDir(Box::new(r)));
-                            }
-                            Some(e) if !opts.refresh_index => return Err(e),
-                            // Over HTTP the listing cannot be written back: the directory's
-                            // own listing is served, and the shared one left to its publisher.
-                            Some(e) => {
-                                let why = format!(
-                                    "{e:#}\n--refresh: serving the directory's listing instead (publish a new shared listing with `loosefs index {url} --out FILE`)"
-                                );
-                                log::warn!("{why}");
-                                eprintln!("loosefs: {why}");
-                                Answer::Absent
-                            }
-                        }
-                    }
-                    None => Answer::Fetched(client, tmp.into_temp_path()),
-                }
-            }
-            Err(e)
-                if matches!(
-                    crate::storage::object::error_kind(&e),
-                    Some(std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied)
-                ) =>
-            {
-                Answer::Absent
-            }
-            Err(e) => return Err(e.context(format!("cannot read the shared index {at}"))),
-        };
-        let foreign = matches!(answer, Answer::Fetched(..));
-        let store: Arc<dyn ObjectStore> = Arc::new(Probed {
-            inner: store,
-            at: at.clone(),
-            answer: std::sync::Mutex::new(Some(answer)),
-        });
-        if foreign {
-            return Dataset::open_remote_set(url, opts, progress, store);
-        }
-        match store.list_level(url) {
-            Ok(level) => Dataset::open_listed(url, level, opts, progress, store),
-            Err(unlisted) => Dataset::open_remote_set(url, opts, progress, store).map_err(|d| {
-                anyhow::anyhow!(
-                    "{d:#}\n  as loose files: {unlisted:#}\n  and there is no shared listing {at}"
-                )
-            }),
-        }
     }
 
     /// The source's path (a foreign source's canonical path).
@@ -751,37 +497,5 @@ impl Dataset {
     pub fn server(self, views: Views, opts: FsOptions, chunk_cache: u64) -> Result<Fs> {
         let views = self.views(views)?;
         Ok(self.opened(views, &opts.decode, chunk_cache)?.into_fs(opts))
-    }
-}
-
-/// A store whose first LIST of `url` is answered from a listing made already (one LIST per
-/// open, whichever opener needs it); everything else goes to `inner`.
-#[derive(Debug)]
-struct ListedOnce {
-    inner: Arc<dyn ObjectStore>,
-    url: String,
-    listed: std::sync::Mutex<Option<Listing>>,
-}
-
-/// A prefix's listing: each key below it, with the pin its listing gave.
-type Listing = Vec<crate::storage::object::source::Listed>;
-
-impl ObjectStore for ListedOnce {
-    fn object(&self, url: &str) -> Result<Arc<dyn crate::storage::object::source::ObjectSource>> {
-        self.inner.object(url)
-    }
-
-    fn list(&self, url: &str) -> Result<Listing> {
-        let kept = (url == self.url)
-            .then(|| self.listed.lock().ok()?.take())
-            .flatten();
-        match kept {
-            Some(l) => Ok(l),
-            None => self.inner.list(url),
-        }
-    }
-
-    fn upload(&self, url: &str, src: &Path) -> Result<()> {
-        self.inner.upload(url, src)
     }
 }

