@@ -8,7 +8,7 @@
 //! which `--retry-timeout` rides out; before the first request [`super::endpoints`]'s
 //! preflight already fails fast on them.
 //!
-//! S3 listing pages pass through [`super::s3_pages`] on their way to `object_store`'s parser.
+//! Listing pages pass through [`super::list_pages`] on their way to `object_store`'s parser.
 
 use async_trait::async_trait;
 use object_store::ClientOptions;
@@ -38,7 +38,7 @@ struct Service(HttpClient);
 #[async_trait]
 impl HttpService for Service {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
-        let listing = super::s3_pages::list_request(req.uri());
+        let listing = super::list_pages::list_request(req.uri());
         let resp = self.0.execute(req).await.map_err(|e| {
             if is_permanent(&e) {
                 HttpError::new(HttpErrorKind::Unknown, Permanent(e))
@@ -47,11 +47,11 @@ impl HttpService for Service {
             }
         })?;
         match listing {
-            Some(asked) if resp.status().is_success() => {
+            Some((dialect, asked)) if resp.status().is_success() => {
                 // A listing page: read whole (at most 1000 entries) and tidied for the parser.
                 let (parts, body) = resp.into_parts();
                 let body = body.bytes().await?;
-                let body = match super::s3_pages::tidy(&body, asked.as_deref()) {
+                let body = match super::list_pages::tidy(&body, dialect, asked.as_deref()) {
                     Ok(None) => body,
                     Ok(Some(tidied)) => tidied.into(),
                     Err(why) => {
