@@ -1,4 +1,5 @@
-//! Google Cloud Storage (`gs://BUCKET/KEY`) through `object_store`'s GCS client (its XML API):
+//! Google Cloud Storage (`gs://BUCKET/KEY`, and `https://storage.googleapis.com/BUCKET/KEY` as
+//! the console's "public URL" and `gsutil` give it) through `object_store`'s GCS client (its XML API):
 //! credentials as Google's tools find them, an emulator at `$STORAGE_EMULATOR_HOST` as Google's
 //! client libraries reach one, listing by pages, GETs pinned to the object's generation.
 
@@ -13,6 +14,17 @@ use std::sync::Arc;
 pub(super) struct Gcs;
 
 const SCHEME: &str = "gs://";
+
+/// Google's hosts whose `https://` URLs name `BUCKET/KEY` (path style).
+const HOSTS: [&str; 2] = ["storage.googleapis.com", "storage.cloud.google.com"];
+
+/// The length of `https://HOST/` when `url` is a path-style URL of Google's hosts.
+fn https_form(url: &str) -> Option<usize> {
+    HOSTS.iter().find_map(|h| {
+        let head = format!("https://{h}/");
+        has_scheme(url, &head).then_some(head.len())
+    })
+}
 
 /// Where a GCS client sends its requests instead of Google's: `--endpoint-url`, else
 /// `$STORAGE_EMULATOR_HOST` (`host:port` or a URL), as Google's client libraries read it for
@@ -35,19 +47,35 @@ impl Store for Gcs {
     }
 
     fn forms(&self) -> &'static [&'static str] {
-        &["gs://BUCKET/KEY"]
+        &[
+            "gs://BUCKET/KEY",
+            "https://storage.googleapis.com/BUCKET/KEY",
+        ]
     }
 
     fn claims(&self, url: &str) -> bool {
-        has_scheme(url, SCHEME)
+        has_scheme(url, SCHEME) || https_form(url).is_some()
+    }
+
+    /// The `https://` form is a URL: its path percent-encoded.
+    fn encoded_keys(&self, url: &str) -> bool {
+        https_form(url).is_some()
     }
 
     fn is_bucket(&self) -> bool {
         true
     }
 
+    /// (`gs://BUCKET` or `https://storage.googleapis.com/BUCKET`, key).
     fn split<'a>(&self, url: &'a str) -> Result<(&'a str, &'a str)> {
-        bucket_and_key(url, self.forms()[0])
+        let Some(head) = https_form(url) else {
+            return bucket_and_key(url, self.forms()[0]);
+        };
+        url[head..]
+            .split_once('/')
+            .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+            .map(|(b, k)| (&url[..head + b.len()], k))
+            .ok_or_else(|| anyhow::anyhow!("{url}: give {}", self.forms()[1]))
     }
 
     /// The GCS client of the bucket: credentials as Google's tools find them (object_store's
@@ -62,7 +90,7 @@ impl Store for Gcs {
     ) -> Result<(Arc<dyn ObjectStore>, Lister)> {
         let args = setup.args;
         let mut b = GoogleCloudStorageBuilder::from_env()
-            .with_bucket_name(&store[SCHEME.len()..])
+            .with_bucket_name(&store[https_form(store).unwrap_or(SCHEME.len())..])
             .with_retry(setup.retry);
         let mut client = setup.client;
         let anonymous = args.no_sign_request;
@@ -112,5 +140,30 @@ impl Store for Gcs {
              --no-sign-request for a public bucket, or $STORAGE_EMULATOR_HOST for an emulator"
                 .to_string()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_url_forms_split_at_the_bucket() {
+        assert_eq!(
+            Gcs.split("gs://b/d/x.pack").unwrap(),
+            ("gs://b", "d/x.pack")
+        );
+        let u = "https://storage.googleapis.com/b/d/x%20y.pack";
+        assert_eq!(
+            Gcs.split(u).unwrap(),
+            ("https://storage.googleapis.com/b", "d/x%20y.pack")
+        );
+        assert!(Gcs.encoded_keys(u) && !Gcs.encoded_keys("gs://b/k"));
+        let e = Gcs.split("https://storage.googleapis.com/b").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("give https://storage.googleapis.com/BUCKET/KEY")
+        );
+        assert!(!Gcs.claims("https://storage.googleapis.com.evil/b/k"));
     }
 }

@@ -9,8 +9,8 @@
 
 use super::store::Store;
 
-/// Every store, asked in this order: Azure's `https://ACCOUNT.blob.core.windows.net/` URLs
-/// before plain HTTP(S).
+/// Every store, asked in this order: Google's and Azure's own `https://` URLs before plain
+/// HTTP(S).
 pub(super) static STORES: [&dyn Store; 4] = [
     &super::s3::S3,
     &super::gcs::Gcs,
@@ -55,6 +55,7 @@ mod tests {
             ("az://c/k", "Azure"),
             ("abfss://c@acct.dfs.core.windows.net/k", "Azure"),
             ("https://acct.blob.core.windows.net/c/k", "Azure"),
+            ("https://storage.googleapis.com/b/k", "GCS"),
             ("https://h/k", "HTTP"),
             ("http://h/k", "HTTP"),
         ] {
@@ -73,7 +74,15 @@ mod tests {
     fn scheme_strings_live_in_the_store_files() {
         let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let own = ["s3.rs", "gcs.rs", "azure.rs", "http.rs", "stores.rs"];
-        let schemes = ["s3://", "gs://", "az://", "abfs", "azure://", "windows.net"];
+        let schemes = [
+            "s3://",
+            "gs://",
+            "az://",
+            "abfs",
+            "azure://",
+            "windows.net",
+            "googleapis",
+        ];
         let mut found = Vec::new();
         let mut stack = vec![here.clone()];
         while let Some(d) = stack.pop() {
