@@ -108,7 +108,7 @@ enum Cmd {
     /// container): to COMMAND as its fd N, or over a Unix socket (`--send`) to a `--receive`
     /// in another container. Waits for the daemon's side to end and unmounts then.
     ///
-    /// Example: loosefs fuse-fd /mnt/train --allow-other -- setpriv --reuid=nobody
+    /// Example: loosefs fuse-fd /mnt/train --owner nobody -- setpriv --reuid=nobody
     /// --regid=nogroup --clear-groups loosefs mount train.pack /dev/fd/3 --foreground
     FuseFd {
         /// Where to mount (not with `--receive`).
@@ -117,6 +117,10 @@ enum Cmd {
         /// Let users other than the daemon's (root included) use the mount.
         #[arg(long)]
         allow_other: bool,
+        /// The user the mount belongs to (a name or a uid; default: root): without
+        /// --allow-other only that user can use it. Give the user the daemon runs as.
+        #[arg(long, value_name = "USER", conflicts_with = "receive")]
+        owner: Option<String>,
         /// The descriptor number COMMAND gets (also in its environment as LOOSEFS_FUSE_FD).
         #[arg(long, default_value_t = 3)]
         fd: i32,
@@ -456,6 +460,7 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::FuseFd {
             mountpoint,
             allow_other,
+            owner,
             fd,
             read_ahead_kb,
             send,
@@ -471,7 +476,7 @@ fn run(cli: Cli) -> Result<i32> {
                 None => handover::Handover::Run { fd, command },
             };
             let mnt = mountpoint.expect("clap requires it without --receive");
-            return handover::fuse_fd(&mnt, allow_other, read_ahead_kb, &to);
+            return handover::fuse_fd(&mnt, allow_other, owner.as_deref(), read_ahead_kb, &to);
         }
         Cmd::Index { source, out, args } => cmd_index(&source, out.as_deref(), &args)?,
         Cmd::Verify {

@@ -1,11 +1,50 @@
 #!/bin/bash
-# Slurm Prolog (runs as root on each node before a job): mounts the dataset a job asks for
-# with `#SBATCH --comment=loosefs:SOURCE` at /mnt/loosefs/$SLURM_JOB_ID, readable by every user
-# (--allow-other; the job sees it as an ordinary directory). Pair with epilog.sh.
+# Slurm Prolog (runs as root on each node before a job): mounts the dataset a job asks for with
+# `#SBATCH --comment=loosefs:SOURCE` at /mnt/loosefs/$SLURM_JOB_ID for the job's user alone.
+# Root only mounts (`loosefs fuse-fd`); the daemon that reads SOURCE runs as the job's user,
+# without privileges, so it reads only what that user may read; the mount belongs to that user
+# and no other (no --allow-other: other users of the node, root included, are refused). A
+# source the user cannot read is not mounted: said in the job's log below and in slurmd's log,
+# and the job runs without it (a prolog failure would drain the node). Pair with epilog.sh.
 # slurm.conf: Prolog=/etc/slurm/loosefs-prolog.sh  Epilog=/etc/slurm/loosefs-epilog.sh
-set -euo pipefail
+# Logs: /var/log/loosefs/$SLURM_JOB_ID/ (daemon.log, the daemon's; fuse-fd.log, the mount's).
+set -uo pipefail
 comment=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/.*Comment=loosefs:\([^ ]*\).*/\1/p')
 [ -n "$comment" ] || exit 0
+user=${SLURM_JOB_USER:?the prolog runs under slurmd, which sets SLURM_JOB_USER}
+uid=${SLURM_JOB_UID:-$(id -u "$user")}
+gid=${SLURM_JOB_GID:-$(id -g "$user")}
+bin=$(command -v loosefs) || { echo "loosefs prolog: loosefs is not on slurmd's PATH" >&2; exit 0; }
+logs=/var/log/loosefs/$SLURM_JOB_ID
+mkdir -p "$logs" && chown "$uid:$gid" "$logs" && chmod 0700 "$logs"
+say() { echo "loosefs prolog: job $SLURM_JOB_ID ($user): $*" | tee -a "$logs/prolog.log" >&2; }
+# The job's user, as login would make them (groups, HOME and USER from passwd).
+as_user=(setpriv --reuid="$uid" --regid="$gid" --init-groups --reset-env)
+case "$comment" in
+  *://*) ;;  # a URL: the daemon reaches it with the user's own credentials (~/.aws, ...)
+  *)
+    if ! "${as_user[@]}" test -r "$comment"; then
+      say "$comment: not readable by $user: not mounted"
+      exit 0
+    fi ;;
+esac
 mnt=/mnt/loosefs/$SLURM_JOB_ID
 mkdir -p "$mnt"
-exec loosefs mount "$comment" "$mnt" --allow-other --log "/var/log/loosefs-$SLURM_JOB_ID.log"
+# fuse-fd mounts (root), hands the connection to the daemon as the user, and stays until the
+# daemon ends (the epilog's unmount ends it); setsid keeps both out of the prolog's session.
+setsid "$bin" fuse-fd "$mnt" --owner "$uid" -- "${as_user[@]}" "$bin" mount "$comment" /dev/fd/3 \
+  --foreground --log "$logs/daemon.log" </dev/null >>"$logs/fuse-fd.log" 2>&1 &
+fuse_fd=$!
+# Ready once mounted and the daemon answers the user's statfs (which waits for the daemon's
+# FUSE_INIT). A daemon that gives up ends fuse-fd, which unmounts: then no wait is left.
+is_mounted() { [ "$(findmnt -n -o FSTYPE --mountpoint "$mnt")" = fuse.loosefs ]; }
+deadline=$((SECONDS + 120))
+until { is_mounted && "${as_user[@]}" timeout 120 stat -f "$mnt" >/dev/null 2>&1; } \
+  || ! kill -0 "$fuse_fd" 2>/dev/null || [ "$SECONDS" -ge "$deadline" ]; do
+  sleep 0.1
+done
+if ! is_mounted; then
+  say "$comment: the daemon did not start: $(tail -3 "$logs/daemon.log" "$logs/fuse-fd.log" 2>/dev/null | tr '\n' ' ')"
+  rmdir "$mnt" 2>/dev/null
+fi
+exit 0

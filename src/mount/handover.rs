@@ -110,22 +110,30 @@ pub enum Handover {
 /// How long `--send` keeps trying to reach a receiver that is not listening yet.
 const CONNECT_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// `loosefs fuse-fd MNT [--allow-other] [--read-ahead-kb K] (-- COMMAND… | --send SOCKET)`
-/// (root): mounts a FUSE connection at `mnt` (type `fuse.loosefs`, `nosuid,nodev,noatime,
-/// default_permissions`, `allow_other` when asked), hands its descriptor over as `to` says,
+/// `loosefs fuse-fd MNT [--allow-other] [--owner USER] [--read-ahead-kb K] (-- COMMAND… |
+/// --send SOCKET)` (root): mounts a FUSE connection at `mnt` (type `fuse.loosefs`,
+/// `nosuid,nodev,noatime,default_permissions`, `allow_other` when asked, belonging to `owner`
+/// (default root): without `allow_other` only that user can use it), hands its descriptor over as `to` says,
 /// waits until the daemon's side ends (the command exits, or the receiver closes the socket),
 /// then unmounts `mnt` if it is still that mount. Returns the command's exit code (128 +
 /// signal if it was killed; 0 for `--send`).
 ///
 /// Errors: not root, `mnt` cannot be mounted, the command cannot start, no receiver listens
 /// at the socket within a minute.
-pub fn fuse_fd(mnt: &Path, allow_other: bool, read_ahead_kb: u32, to: &Handover) -> Result<i32> {
+pub fn fuse_fd(
+    mnt: &Path,
+    allow_other: bool,
+    owner: Option<&str>,
+    read_ahead_kb: u32,
+    to: &Handover,
+) -> Result<i32> {
     if let Handover::Run { fd, command } = to {
         check_command(*fd, command)?;
     }
     if !nix::unistd::geteuid().is_root() {
         bail!("loosefs fuse-fd mounts (mount(2)) and must run as root");
     }
+    let owner = owner.map(user_ids).transpose()?;
     let abs = super::check_mountpoint(mnt)?;
     let mnt = abs.as_path();
     // A receiver is reached before anything is mounted: a mount no daemon serves yet would
@@ -163,7 +171,7 @@ pub fn fuse_fd(mnt: &Path, allow_other: bool, read_ahead_kb: u32, to: &Handover)
             }
         });
     }
-    let dev = mount_fuse(mnt, &format!("loosefs:{name}"), allow_other)
+    let dev = mount_fuse(mnt, &format!("loosefs:{name}"), allow_other, owner)
         .with_context(|| format!("cannot mount at {}", mnt.display()))?;
     let device = mount_device(mnt);
     *ours.lock().unwrap_or_else(|p| p.into_inner()) = device.clone();
@@ -186,6 +194,24 @@ pub fn fuse_fd(mnt: &Path, allow_other: bool, read_ahead_kb: u32, to: &Handover)
         log::info!("the daemon's side ended; unmounted {}", mnt.display());
     }
     served
+}
+
+/// The uid and primary gid of `user` (a name, or a number with or without a passwd entry).
+/// Errors: a name no passwd entry has.
+fn user_ids(user: &str) -> Result<(u32, u32)> {
+    use nix::unistd::{Uid, User};
+    let found = match user.parse::<u32>() {
+        Ok(uid) => User::from_uid(Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .map_or((uid, uid), |u| (uid, u.gid.as_raw())),
+        Err(_) => User::from_name(user)
+            .ok()
+            .flatten()
+            .map(|u| (u.uid.as_raw(), u.gid.as_raw()))
+            .ok_or_else(|| anyhow::anyhow!("--owner {user}: no such user"))?,
+    };
+    Ok(found)
 }
 
 /// `loosefs fuse-fd --receive SOCKET -- COMMAND…` (no privilege): listens at `socket` (a

@@ -70,7 +70,7 @@ pub(super) fn open_session(
         Session::from_fd(fs, fd, acl, cfg)
     } else if nix::unistd::geteuid().is_root() {
         let source = format!("loosefs:{name}");
-        let fd = mount_fuse(mnt, &source, opts.allow_other)
+        let fd = mount_fuse(mnt, &source, opts.allow_other, None)
             .with_context(|| format!("cannot mount at {}", mnt.display()))?;
         let acl = cfg.acl;
         Session::from_fd(fs, fd, acl, cfg)
@@ -166,9 +166,15 @@ pub(super) fn serve_until_signal(
 
 /// Mounts a FUSE filesystem of type [`FS_TYPE`] at `mnt` (root only) and returns the
 /// `/dev/fuse` descriptor that serves it: read-only, `nosuid`, `nodev`, `noatime`,
-/// `default_permissions`, and `allow_other` when asked. (fuser's own mount names every
-/// filesystem plain `fuse`.)
-pub(super) fn mount_fuse(mnt: &Path, source: &str, allow_other: bool) -> Result<OwnedFd> {
+/// `default_permissions`, and `allow_other` when asked. It belongs to `owner` (uid, gid;
+/// default: this process's): without `allow_other`, the kernel lets only that user use it.
+/// (fuser's own mount names every filesystem plain `fuse`.)
+pub(super) fn mount_fuse(
+    mnt: &Path,
+    source: &str,
+    allow_other: bool,
+    owner: Option<(u32, u32)>,
+) -> Result<OwnedFd> {
     use nix::mount::MsFlags;
     use std::os::unix::fs::PermissionsExt;
     let dev = std::fs::OpenOptions::new()
@@ -177,11 +183,13 @@ pub(super) fn mount_fuse(mnt: &Path, source: &str, allow_other: bool) -> Result<
         .open("/dev/fuse")
         .context("cannot open /dev/fuse (is the fuse module loaded?)")?;
     let rootmode = std::fs::metadata(mnt)?.permissions().mode();
+    let (uid, gid) = owner.unwrap_or((
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getgid().as_raw(),
+    ));
     let mut data = format!(
-        "fd={},rootmode={rootmode:o},user_id={},group_id={},default_permissions",
+        "fd={},rootmode={rootmode:o},user_id={uid},group_id={gid},default_permissions",
         dev.as_raw_fd(),
-        nix::unistd::getuid(),
-        nix::unistd::getgid()
     );
     if allow_other {
         data.push_str(",allow_other");

@@ -1,8 +1,10 @@
 """The Slurm recipe in deploy/slurm/ on a one-node Slurm cluster started here (munged,
 slurmctld and slurmd from Debian's slurm-wlm, on free ports, in a temporary directory): a job
 that names its dataset (`--comment=loosefs:SOURCE`) finds it mounted by the root Prolog at
-/mnt/loosefs/$SLURM_JOB_ID, reads it as an unprivileged user byte for byte, and the Epilog
-leaves no mount behind."""
+/mnt/loosefs/$SLURM_JOB_ID and reads it byte for byte as its own unprivileged user; the daemon
+serving it runs as that user with no capability; another user of the node is refused the mount;
+a dataset the job's user cannot read (a root-only 0600 pack) is not mounted, saying why; the
+Epilog leaves no mount behind."""
 import contextlib
 import hashlib
 import json
@@ -108,7 +110,46 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         shutil.rmtree(d, ignore_errors=True)
 
 
-def test_a_job_finds_its_dataset_mounted_by_the_prolog_and_the_epilog_unmounts_it(pack, source):
+def sbatch(env, work, comment, script) -> str:
+    """Submits `script` (Python) as user 65534 with `--comment=loosefs:COMMENT`; its job id."""
+    job = work / f"job{len(list(work.glob('job*.py')))}.py"
+    job.write_text(script)
+    job.chmod(0o644)
+    r = subprocess.run(["sbatch", "--parsable", "--uid=65534", "--gid=65534", f"--comment=loosefs:{comment}",
+                        f"--output={work}/slurm-%j.out", "--chdir=/tmp", f"--wrap=python3 {job}"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().split(";")[0]
+
+
+def wait_done(env, jid):
+    def done():
+        q = subprocess.run(["squeue", "-h", "-j", jid], env=env, capture_output=True, text=True, timeout=30)
+        return q.stdout.strip() == ""
+    wait_for(f"job {jid} to end", done, timeout=300)
+
+
+def mounted(mnt: str) -> bool:
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split(" ")[4] == mnt for line in f)
+
+
+def daemon_of(mnt: str) -> int:
+    """The pid of the `loosefs mount … /dev/fd/3` whose log is the job's (its mountpoint is
+    the handed descriptor, so the log path names the job)."""
+    jid = mnt.rsplit("/", 1)[1]
+    for d in pathlib.Path("/proc").iterdir():
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"loosefs") and argv[1:2] == [b"mount"] and b"/dev/fd/3" in argv \
+                and f"/var/log/loosefs/{jid}/daemon.log".encode() in argv:
+            return int(d.name)
+    raise AssertionError(f"no daemon for {mnt}")
+
+
+def test_a_job_reads_its_dataset_as_its_own_user_and_no_one_else_can(pack, source):
     need_mount()
     want = {str(p.relative_to(source)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(source.rglob("*")) if p.is_file()}
@@ -119,32 +160,86 @@ def test_a_job_finds_its_dataset_mounted_by_the_prolog_and_the_epilog_unmounts_i
         work = d / "work"
         work.mkdir()
         os.chown(work, 65534, 65534)
-        out = work / "job.out"
-        job = d / "job.py"
-        job.write_text(
-            "import hashlib, json, os, pathlib\n"
+        out, release = work / "job.out", work / "release"
+        # The job reads every file, says so, then stays until the test has looked at its mount.
+        jid = sbatch(env, work, shared, (
+            "import hashlib, json, os, pathlib, time\n"
             "r = pathlib.Path('/mnt/loosefs') / os.environ['SLURM_JOB_ID']\n"
             f"pathlib.Path({str(out)!r}).write_text(json.dumps({{str(p.relative_to(r)):"
             " hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(r.rglob('*'))"
+            " if p.is_file() and '.loosefs' not in p.parts}))\n"
+            "deadline = time.monotonic() + 240\n"
+            f"while not pathlib.Path({str(release)!r}).exists() and time.monotonic() < deadline:\n"
+            "    time.sleep(0.1)\n"))
+        mnt = f"/mnt/loosefs/{jid}"
+        try:
+            wait_for("the job to read its dataset", out.exists, timeout=240)
+            got = json.loads(out.read_text())
+            log = (work / f"slurm-{jid}.out").read_text() if (work / f"slurm-{jid}.out").exists() else ""
+            assert got == want, (log, (d / "slurmd.log").read_text()[-2000:])
+            # The daemon runs as the job's user, with no capability.
+            status = pathlib.Path(f"/proc/{daemon_of(mnt)}/status").read_text()
+            fields = dict(line.split(":", 1) for line in status.splitlines())
+            assert fields["Uid"].split()[:2] == ["65534", "65534"], fields["Uid"]
+            assert int(fields["CapEff"].strip(), 16) == 0, fields["CapEff"]
+            # Another user of the node (uid 1, daemon) is refused the job's mount.
+            other = subprocess.run(["setpriv", "--reuid=1", "--regid=1", "--clear-groups", "ls", mnt],
+                                   capture_output=True, text=True, timeout=30)
+            assert other.returncode != 0 and "Permission denied" in other.stderr, other
+        finally:
+            release.write_text("")
+        wait_done(env, jid)
+        wait_for("the epilog to unmount", lambda: not mounted(mnt))
+        assert not pathlib.Path(mnt).exists()
+
+
+def test_a_dataset_the_jobs_user_cannot_read_is_not_mounted_saying_why(pack):
+    need_mount()
+    with cluster() as (d, env):
+        secret = d / "secret.pack"
+        shutil.copyfile(pack, secret)
+        secret.chmod(0o600)  # root's alone
+        work = d / "work"
+        work.mkdir()
+        os.chown(work, 65534, 65534)
+        out = work / "job.out"
+        jid = sbatch(env, work, secret, (
+            "import os, pathlib\n"
+            "r = pathlib.Path('/mnt/loosefs') / os.environ['SLURM_JOB_ID']\n"
+            f"pathlib.Path({str(out)!r}).write_text(repr(sorted(os.listdir(r)) if r.exists() else None))\n"))
+        wait_done(env, jid)
+        assert out.read_text() == "None", out.read_text()
+        said = pathlib.Path(f"/var/log/loosefs/{jid}/prolog.log").read_text()
+        assert f"{secret}: not readable by nobody: not mounted" in said, said
+        assert not mounted(f"/mnt/loosefs/{jid}")
+
+
+def test_train_sbatch_mounts_for_the_whole_job_and_unmounts_after(pack, source):
+    # deploy/slurm/train.sbatch as written (one node here), as root, its command reading every
+    # file in a step after the one that checked the mount: the daemon outlives steps.
+    need_mount()
+    want = {str(p.relative_to(source)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(source.rglob("*")) if p.is_file()}
+    with cluster() as (d, env):
+        data = d / "data.pack"
+        shutil.copyfile(pack, data)
+        out = d / "train.out"
+        reader = d / "read.py"
+        reader.write_text(
+            "import hashlib, json, os, pathlib\n"
+            "r = pathlib.Path(os.environ['LOOSEFS_MNT'])\n"
+            f"pathlib.Path({str(out)!r}).write_text(json.dumps({{str(p.relative_to(r)):"
+            " hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(r.rglob('*'))"
             " if p.is_file() and '.loosefs' not in p.parts}))\n")
-        job.chmod(0o644)
-        r = subprocess.run(["sbatch", "--parsable", "--uid=65534", "--gid=65534", f"--comment=loosefs:{shared}",
-                            f"--output={work}/slurm-%j.out", "--chdir=/tmp",
-                            f"--wrap=python3 {job}"], env=env, capture_output=True, text=True, timeout=60)
+        bin_dir = pathlib.Path(loosefs_bin()).parent
+        r = subprocess.run(["sbatch", "--parsable", "--nodes=1", f"--output={d}/train-%j.out", "--chdir=/tmp",
+                            f"--export=ALL,PATH={bin_dir}:{os.environ['PATH']}",
+                            str(DEPLOY / "train.sbatch"), str(data), "python3", str(reader)],
+                           env=env, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         jid = r.stdout.strip().split(";")[0]
-
-        def done():
-            q = subprocess.run(["squeue", "-h", "-j", jid], env=env, capture_output=True, text=True, timeout=30)
-            return q.stdout.strip() == ""
-        wait_for(f"job {jid} to end", done, timeout=300)
-        mnt = f"/mnt/loosefs/{jid}"
-
-        def unmounted():
-            with open("/proc/self/mountinfo") as f:
-                return not any(line.split(" ")[4] == mnt for line in f)
-        wait_for("the epilog to unmount", unmounted)
-        log = (work / f"slurm-{jid}.out").read_text() if (work / f"slurm-{jid}.out").exists() else ""
+        wait_done(env, jid)
+        log = (d / f"train-{jid}.out").read_text() if (d / f"train-{jid}.out").exists() else ""
         got = json.loads(out.read_text()) if out.exists() else {}
-        assert got == want, (log, (d / "slurmd.log").read_text()[-2000:])
-        assert not pathlib.Path(mnt).exists()
+        assert got == want, log[-3000:]
+        wait_for("the job's daemon to unmount", lambda: not mounted(f"/tmp/loosefs-{jid}"))
