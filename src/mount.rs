@@ -301,13 +301,17 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     drop(tx);
     let mut msg = String::new();
     let _ = std::fs::File::from(rx).read_to_string(&mut msg);
-    if msg.trim() == "ready" {
+    if let Some(rest) = msg.trim().strip_prefix("ready") {
         let log = match opts.logs_to_stderr() {
             true => "on stderr".to_string(),
             false => opts.log_path(mnt).display().to_string(),
         };
+        let metrics = match rest.trim() {
+            "" => String::new(),
+            url => format!(", metrics {url}"),
+        };
         eprintln!(
-            "loosefs: mounted {} at {} (daemon pid {}, log {log})",
+            "loosefs: mounted {} at {} (daemon pid {}, log {log}{metrics})",
             pack_path.display(),
             mnt.display(),
             child.id()
@@ -375,8 +379,8 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     let ring = daemon::transport(&built, opts)?;
     let connected = daemon::connect(&built, ring, mnt, opts)?;
     let lease = (built.lease_file.take()).and_then(|f| Lease::take(&built.path, f));
-    daemon::serve_metrics(metrics, &built, mnt)?;
-    daemon::announce(ready, &built, mnt, opts)?;
+    let metrics = daemon::serve_metrics(metrics, &built, mnt)?;
+    daemon::announce(ready, &built, mnt, opts, metrics.as_deref())?;
     serve_until_signal(
         mnt,
         signals,

@@ -5,6 +5,27 @@ pub use crate::fs::FsOptions;
 
 mod decode;
 use crate::memory::{parse_bytes, parse_size};
+
+/// `HOST:PORT` (a name, an IPv4 address, or `[IPv6]`) as the first address the name resolves
+/// to. Errors: no port, or a name that does not resolve, said with what to give.
+pub fn parse_socket_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    let (host, port) = s
+        .rsplit_once(':')
+        .filter(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+        .ok_or_else(|| format!("{s}: give HOST:PORT, e.g. localhost:9464 or 127.0.0.1:9464"))?;
+    (
+        host.trim_start_matches('[').trim_end_matches(']'),
+        port.parse::<u16>().unwrap_or(0),
+    )
+        .to_socket_addrs()
+        .map_err(|e| format!("{s}: cannot resolve {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{s}: {host} resolves to no address"))
+}
 use crate::readahead::ReadAheadOptions;
 use crate::storage::object::remote_config::{self, RemoteConfig};
 use anyhow::Result;
@@ -112,11 +133,12 @@ pub struct MountArgs {
     /// `stats` shows which one serves. Default from `LOOSEFS_TRANSPORT`.
     #[arg(long, value_enum, default_value_t = Transport::Auto, env = "LOOSEFS_TRANSPORT")]
     pub transport: Transport,
-    /// Serve the mount's statistics over HTTP at ADDR (IP:PORT, e.g. `127.0.0.1:9464`) for a
+    /// Serve the mount's statistics over HTTP at ADDR (HOST:PORT, e.g. `localhost:9464` or
+    /// `127.0.0.1:9464`; port 0 picks a free one, said when the mount is ready) for a
     /// Prometheus server to scrape: `GET /metrics` answers what `stats --format prometheus`
     /// prints (OpenMetrics when the scrape asks for it). The address is bound before the mount
     /// is made: one in use fails the mount. Off by default.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = parse_socket_addr)]
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// Decoded views and their decoder.
     #[command(flatten)]

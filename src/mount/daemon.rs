@@ -226,13 +226,14 @@ pub(super) fn serve_metrics(
     metrics: Option<metrics_endpoint::Endpoint>,
     built: &Built,
     mnt: &Path,
-) -> Result<()> {
-    if let Some(m) = metrics {
-        let addr = m.addr();
-        m.serve(built.server.clone(), mnt.display().to_string())?;
-        log::info!("metrics of {} at http://{addr}/metrics", mnt.display());
-    }
-    Ok(())
+) -> Result<Option<String>> {
+    let Some(m) = metrics else {
+        return Ok(None);
+    };
+    let url = format!("http://{}/metrics", m.addr());
+    m.serve(built.server.clone(), mnt.display().to_string())?;
+    log::info!("metrics of {} at {url}", mnt.display());
+    Ok(Some(url))
 }
 
 /// Tells whoever waits that the mount answers: `ready\n` on `ready` (the `loosefs mount`
@@ -245,14 +246,30 @@ pub(super) fn announce(
     built: &Built,
     mnt: &Path,
     opts: &MountArgs,
+    metrics: Option<&str>,
 ) -> Result<()> {
     if let Some(fd) = ready {
         let mut f = std::fs::File::from(fd);
-        let _ = f.write_all(b"ready\n");
+        let line = match metrics {
+            Some(url) => format!("ready {url}\n"),
+            None => "ready\n".to_string(),
+        };
+        let _ = f.write_all(line.as_bytes());
         drop(f);
         if !opts.logs_to_stderr() {
             super::redirect_stderr(&opts.log_path(mnt), opts.log.is_some())?;
         }
+    } else {
+        // In the foreground: the same line `loosefs mount` prints for its daemon.
+        let metrics = metrics
+            .map(|u| format!(", metrics {u}"))
+            .unwrap_or_default();
+        eprintln!(
+            "loosefs: mounted {} at {} (pid {}{metrics})",
+            built.path.display(),
+            mnt.display(),
+            std::process::id()
+        );
     }
     let status = format!("serving {} at {}", built.path.display(), mnt.display());
     log::info!("{status}");

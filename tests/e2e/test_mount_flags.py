@@ -303,6 +303,41 @@ def test_metrics_addr_serves_what_stats_prints_to_a_scraper(pack, tmp_path):
         run("umount", mnt)
 
 
+def test_metrics_addr_takes_a_host_name_and_port_0_and_says_the_bound_url(pack, tmp_path):
+    """`--metrics-addr localhost:0`: a name, not only an IP, and port 0 picks a free port, which
+    the mount's line says; that URL serves the metrics. `mount -f` says the same line when the
+    mount is ready (its stderr, read up to that line while the daemon serves)."""
+    need_mount()
+    import re
+    import urllib.request
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = run("mount", pack, mnt, "--metrics-addr", "localhost:0")
+    try:
+        url = re.search(r"metrics (http://[^ )]+/metrics)", r.stderr)
+        assert url and not url.group(1).endswith(":0/metrics"), r.stderr
+        with urllib.request.urlopen(url.group(1), timeout=30) as resp:
+            assert "loosefs_bytes_served" in resp.read().decode()
+    finally:
+        run("umount", mnt)
+    bad = run("mount", pack, mnt, "--metrics-addr", "localhost", check=False)
+    assert bad.returncode != 0 and "give HOST:PORT" in bad.stderr, bad.stderr
+    fg = subprocess.Popen([loosefs_bin(), "mount", str(pack), str(mnt), "--foreground", "--log", "-"],
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in fg.stderr:  # ends at the ready line (or at exit, failing below)
+            lines.append(line)
+            if line.startswith("loosefs: mounted"):
+                break
+        assert lines and lines[-1].startswith(f"loosefs: mounted {pack} at {mnt}"), lines
+        assert os.path.ismount(mnt)
+    finally:
+        run("umount", mnt)
+        fg.wait(timeout=60)
+
+
 class Nobody:
     """A copy of the pack readable by `nobody` and an empty mountpoint it owns, under a
     directory it owns; `run(...)` runs a command as `nobody` there."""
