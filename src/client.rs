@@ -47,6 +47,17 @@ pub fn format_stats(r: &Report) -> String {
         d.threads,
         if d.log == "-" { "on stderr" } else { &d.log }
     );
+    let t = &d.transport;
+    if !t.kind.is_empty() {
+        out += &match t.kind.as_str() {
+            "uring" => format!(
+                "transport   FUSE over io_uring ({} queues, {} ring threads, {} requests through the ring)\n",
+                t.queues, t.ring_threads, t.ring_requests
+            ),
+            "classic" => "transport   /dev/fuse (classic reads and writes)\n".to_string(),
+            other => format!("transport   {other}\n"),
+        };
+    }
     out += &format!(
         "served      {:.1} MB, {} errors{}\n",
         mb(r.bytes_served),
@@ -223,4 +234,22 @@ pub fn wait_pin_and_warm(mnt: &Path, pin: bool, warm: bool) -> Result<()> {
 /// Errors: the mount cannot be read, or the warm failed.
 pub fn wait_warm(mnt: &Path) -> Result<()> {
     wait_pin_and_warm(mnt, false, true)
+}
+
+/// A drop-cache report as text: what was cached before and after, what pins kept, how many
+/// files the kernel forgot, and why eviction failed if it did.
+pub fn format_drop_cache(r: &crate::report::DropCacheReport) -> String {
+    let mb = |b: u64| b as f64 / 1e6;
+    let mut out = format!(
+        "cached bytes of the source: {:.1} MB before, {:.1} MB after ({:.1} MB pinned stay)\n\
+         files whose pages the kernel dropped: {}\n",
+        mb(r.pack_resident_bytes_before),
+        mb(r.pack_resident_bytes_after),
+        mb(r.pinned_bytes),
+        r.inodes_invalidated
+    );
+    if let Some(e) = &r.error {
+        out += &format!("eviction failed: {e}\n");
+    }
+    out
 }

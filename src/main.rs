@@ -92,6 +92,9 @@ enum Cmd {
     DropCache {
         /// A loosefs mount's mountpoint.
         mountpoint: PathBuf,
+        /// Print the report as JSON (what `<mnt>/.loosefs/drop-cache` holds).
+        #[arg(long)]
+        json: bool,
     },
     /// Unmount a loosefs mount (also stale ones left by a killed daemon).
     ///
@@ -450,10 +453,13 @@ fn run(cli: Cli) -> Result<i32> {
                 loosefs::client::wait_warm(&mountpoint)?;
             }
         }
-        Cmd::DropCache { mountpoint } => {
+        Cmd::DropCache { mountpoint, json } => {
             let v: loosefs::report::DropCacheReport =
                 loosefs::client::read_control(&mountpoint, "drop-cache")?;
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            match json {
+                true => println!("{}", serde_json::to_string_pretty(&v)?),
+                false => print!("{}", loosefs::client::format_drop_cache(&v)),
+            }
         }
         Cmd::Umount { mountpoint, lazy } => loosefs::mount::unmount_and_wait(&mountpoint, lazy)?,
         Cmd::Info { pack, json, source } => cmd_info(&pack, json, &source)?,

@@ -118,7 +118,7 @@ fn in_order_reads_prefetch_ahead_and_drop_cache_makes_reads_cold() {
     let m = mount(&pack, &tmp.path().join("mnt"), &["--push-ahead", "0"]);
     let names = files(&src);
     // Cold start: evict the pack's pages.
-    let d = loosefs(&[&"drop-cache", &m.mnt]);
+    let d = loosefs(&[&"drop-cache", &m.mnt, &"--json"]);
     assert!(d.status.success());
     let dv: Value = serde_json::from_slice(&d.stdout).unwrap();
     let pack_len = std::fs::metadata(&pack).unwrap().len();
@@ -164,7 +164,7 @@ fn in_order_reads_prefetch_ahead_and_drop_cache_makes_reads_cold() {
     // drop-cache empties the kernel's copies of the files too, so the next pass goes back to
     // the daemon and to disk.
     let reads_before = n(&s, &["requests", "read"]);
-    let d = loosefs(&[&"drop-cache", &m.mnt]);
+    let d = loosefs(&[&"drop-cache", &m.mnt, &"--json"]);
     let dv: Value = serde_json::from_slice(&d.stdout).unwrap();
     assert!(n(&dv, &["inodes_invalidated"]) >= names.len() as u64);
     assert!(
@@ -411,7 +411,7 @@ fn pinned_pack_survives_drop_caches_and_oversize_pins_are_refused() {
         "VmLck {vmlck} kB < pack {pack_len} B"
     );
     drop_all_caches();
-    let d = loosefs(&[&"drop-cache", &m.mnt]);
+    let d = loosefs(&[&"drop-cache", &m.mnt, &"--json"]);
     let dv: Value = serde_json::from_slice(&d.stdout).unwrap();
     assert!(
         n(&dv, &["pack_resident_bytes_after"]) >= pack_len / 4096 * 4096,
