@@ -8,7 +8,7 @@ use std::path::PathBuf;
 #[derive(Parser)]
 #[command(
     name = "loosefs",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("LOOSEFS_COMMIT"), ")"),
     about = "Mount a packed ML dataset so unmodified loaders see ordinary files"
 )]
 struct Cli {

@@ -252,6 +252,9 @@ pub fn prometheus(r: &Report, mountpoint: &str) -> String {
     let counters: std::collections::HashSet<&str> = (om.lines())
         .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
         .collect();
+    let infos: std::collections::HashSet<&str> = (om.lines())
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" info"))
+        .collect();
     let mut out = String::with_capacity(om.len() + 8 * counters.len());
     for line in om.lines().filter(|l| *l != "# EOF") {
         let head = ["# HELP ", "# TYPE "]
@@ -260,6 +263,13 @@ pub fn prometheus(r: &Report, mountpoint: &str) -> String {
         match head.and_then(|h| Some((h, line[h.len()..].split_once(' ')?))) {
             Some((h, (name, rest))) if counters.contains(name) => {
                 out += &format!("{h}{name}_total {rest}\n");
+            }
+            // Text 0.0.4 has no info type: the `_info` sample is a gauge of value 1.
+            Some((h, (name, "info"))) if h == "# TYPE " => {
+                out += &format!("# TYPE {name}_info gauge\n");
+            }
+            Some((h, (name, rest))) if infos.contains(name) => {
+                out += &format!("{h}{name}_info {rest}\n");
             }
             _ => {
                 out += line;
@@ -286,6 +296,15 @@ pub fn openmetrics(r: &Report, mountpoint: &str) -> String {
         }
     }
     plain.sort_by(|a, b| a.0.cmp(&b.0));
+    // Which build serves: `loosefs_build_info{version, commit} 1` (the `_info` convention).
+    registry.register(
+        "loosefs_build",
+        "The loosefs build serving this mount",
+        prometheus_client::metrics::info::Info::new(vec![
+            ("version".to_string(), env!("CARGO_PKG_VERSION").to_string()),
+            ("commit".to_string(), env!("LOOSEFS_COMMIT").to_string()),
+        ]),
+    );
     for (leaf, x) in plain {
         let (name, help) = (exposed(&leaf), help_of(&docs, &leaf));
         if is_gauge(&leaf) {

@@ -305,7 +305,8 @@ def test_metrics_addr_serves_what_stats_prints_to_a_scraper(pack, tmp_path):
 
 def test_metrics_addr_takes_a_host_name_and_port_0_and_says_the_bound_url(pack, tmp_path):
     """`--metrics-addr localhost:0`: a name, not only an IP, and port 0 picks a free port, which
-    the mount's line says; that URL serves the metrics. Text `stats` names the transport;
+    the mount's line says; that URL serves the metrics, `loosefs_build_info` among them with the
+    version and commit `--version` says. Text `stats` names the transport;
     `drop-cache` prints text (`--json`: its report). `mount -f` says the same line when the
     mount is ready (its stderr, read up to that line while the daemon serves)."""
     need_mount()
@@ -319,7 +320,13 @@ def test_metrics_addr_takes_a_host_name_and_port_0_and_says_the_bound_url(pack, 
         url = re.search(r"metrics (http://[^ )]+/metrics)", r.stderr)
         assert url and not url.group(1).endswith(":0/metrics"), r.stderr
         with urllib.request.urlopen(url.group(1), timeout=30) as resp:
-            assert "loosefs_bytes_served" in resp.read().decode()
+            scraped = resp.read().decode()
+        assert "loosefs_bytes_served" in scraped
+        # The build serving it, as `--version` names it (a bug report can name its build).
+        version = run("--version").stdout.split()
+        commit = version[2].strip("()")
+        assert re.search(rf'^loosefs_build_info{{.*version="{version[1]}",commit="{commit}"}} 1', scraped, re.M), \
+            scraped[:500]
         # Text by default, as every command: stats names the transport, drop-cache what it did.
         assert re.search(r"^transport   (FUSE over io_uring|/dev/fuse)", run("stats", mnt).stdout, re.M)
         assert run("drop-cache", mnt).stdout.startswith("cached bytes of the source: ")
