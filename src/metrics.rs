@@ -265,7 +265,7 @@ pub fn prometheus(r: &Report, mountpoint: &str) -> String {
                 out += &format!("{h}{name}_total {rest}\n");
             }
             // Text 0.0.4 has no info type: the `_info` sample is a gauge of value 1.
-            Some((h, (name, "info"))) if h == "# TYPE " => {
+            Some(("# TYPE ", (name, "info"))) => {
                 out += &format!("# TYPE {name}_info gauge\n");
             }
             Some((h, (name, rest))) if infos.contains(name) => {
