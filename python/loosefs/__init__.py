@@ -24,8 +24,8 @@ import tempfile
 import threading
 from typing import Any, Dict, Iterable, List, Optional, Union
 
-__all__ = ["LoosefsError", "MountError", "Mount", "Info", "PackResult", "Stats", "announce_order", "binary", "mount",
-           "pack", "info", "stats", "unmount"]
+__all__ = ["LoosefsError", "MountError", "Mount", "Info", "PackResult", "Stats", "announce_order", "binary", "index",
+           "mount", "pack", "patch_open", "info", "stats", "unmount"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 

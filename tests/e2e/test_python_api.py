@@ -391,3 +391,16 @@ def test_a_child_forked_inside_the_block_that_exits_leaves_the_parents_mount(pac
     path, still, n = r.stdout.split()
     assert still == "True" and int(n) > 0, "the child's exit unmounted the parent's mount"
     assert not mounted(path) and not os.path.exists(path)
+
+
+def test_every_public_function_is_exported_by_star_import():
+    # `from loosefs import *` gives every public function and class of the module (index and
+    # patch_open were missing from __all__).
+    import inspect
+    import loosefs
+
+    public = {n for n, v in vars(loosefs).items()
+              if not n.startswith("_") and (inspect.isfunction(v) or inspect.isclass(v))
+              and getattr(v, "__module__", "") == "loosefs"}
+    assert public <= set(loosefs.__all__), public - set(loosefs.__all__)
+    assert all(hasattr(loosefs, n) for n in loosefs.__all__)
