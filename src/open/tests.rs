@@ -241,6 +241,15 @@ fn a_missing_object_is_refused_naming_the_url() {
     );
     let e = format!("{:#}", r.unwrap_err());
     assert!(e.contains("s3://b/none.pack") && e.contains("404"), "{e}");
+    // A prefix given without its trailing `/`: the 404 says what to give (one LIST after it).
+    loose(&store, "s3://b/train/", 3, 100);
+    let e = open_err("s3://b/train", &options(tmp.path(), "n1"), &store);
+    assert!(
+        e.contains("404") && e.contains("give s3://b/train/, with its trailing `/`"),
+        "{e}"
+    );
+    let e = open_err("s3://b/none.pack", &options(tmp.path(), "n1"), &store);
+    assert!(e.contains("404") && !e.contains("trailing"), "{e}");
 }
 
 #[test]

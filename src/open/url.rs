@@ -69,6 +69,21 @@ impl SourceUrl {
     }
 }
 
+/// For a missing object `url` of a bucket store that names a prefix without its trailing `/`:
+/// what to give instead (one LIST of `url/`, made only after the 404). Else nothing.
+fn prefix_hint(url: &str, store: &dyn ObjectStore) -> String {
+    let prefix = format!("{url}/");
+    if !crate::storage::object::is_bucket_url(url) {
+        return String::new();
+    }
+    match store.list_level(&prefix) {
+        Ok(l) if !l.objects.is_empty() || !l.dirs.is_empty() => {
+            format!(" (it is a prefix of objects: give {prefix}, with its trailing `/`)")
+        }
+        _ => String::new(),
+    }
+}
+
 /// Opens the dataset `src` names, by the sequence in this module's documentation.
 ///
 /// Errors: each way tried failed; the message names each and why.
@@ -126,6 +141,11 @@ pub(super) fn open(
         }
         Err(e) if opts.remote.offline => {
             dataset(store).map_err(|d| anyhow::anyhow!("{d:#}\n  loosefs pack: {e:#}"))
+        }
+        Err(OpenError::Other(e))
+            if crate::storage::object::error_kind(&e) == Some(std::io::ErrorKind::NotFound) =>
+        {
+            Err(e.context(format!("cannot open {url}{}", prefix_hint(url, &*store))))
         }
         Err(e) => Err(anyhow::Error::new(e).context(format!("cannot open {url}"))),
     }

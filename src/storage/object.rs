@@ -317,7 +317,11 @@ impl ObjectClient {
         }
         .await;
         let (meta, bytes) = r.map_err(|e| match e {
-            object_store::Error::NotFound { .. } => anyhow!("{url}: no such object (404)"),
+            // Kinds kept (`error_kind`): the opener tells a missing object from the rest.
+            object_store::Error::NotFound { .. } => anyhow::Error::new(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{url}: no such object (404)"),
+            )),
             object_store::Error::PermissionDenied { .. }
             | object_store::Error::Unauthenticated { .. } => anyhow!(
                 "{url}: access denied (403): check the credentials, region and endpoint ({e})"

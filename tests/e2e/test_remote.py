@@ -169,11 +169,14 @@ def test_info_verify_and_pack_upload_on_urls(world, source):
     assert v.returncode == 0 and "identical to the source" in v.stdout, v.stdout + v.stderr
 
 
-def test_wrong_credentials_and_missing_object_fail_the_mount_clearly(world):
+def test_wrong_credentials_and_missing_object_fail_the_mount_clearly(world, loose):
     r = Mount("s3://packs/data.pack", world["work"], *s3_args(world, proxy=False), env=s3_env("wrong-secret"), check=False).r
     assert r.returncode != 0 and "access denied (403)" in r.stderr, r.stderr
     r = Mount("s3://packs/missing.pack", world["work"], *s3_args(world, proxy=False), check=False).r
     assert r.returncode != 0 and "no such object (404)" in r.stderr, r.stderr
+    # A prefix of loose objects given without its trailing `/`: the 404 says what to give.
+    r = Mount("s3://packs/loose", world["work"], *s3_args(world, proxy=False), check=False).r
+    assert r.returncode != 0 and "give s3://packs/loose/, with its trailing `/`" in r.stderr, r.stderr
     r = Mount(world["nginx"].url("missing.pack"), world["work"], "--allow-http", check=False).r
     assert r.returncode != 0 and "404" in r.stderr, r.stderr
 
