@@ -14,10 +14,10 @@ comment=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/.*Comment=loosefs:\([^ ]
 user=${SLURM_JOB_USER:?the prolog runs under slurmd, which sets SLURM_JOB_USER}
 uid=${SLURM_JOB_UID:-$(id -u "$user")}
 gid=${SLURM_JOB_GID:-$(id -g "$user")}
-bin=$(command -v loosefs) || { echo "loosefs prolog: loosefs is not on slurmd's PATH" >&2; exit 0; }
+bin=$(command -v loosefs) || { echo "prolog.sh: slurmd's PATH has no loosefs" >&2; exit 0; }
 logs=/var/log/loosefs/$SLURM_JOB_ID
 mkdir -p "$logs" && chown "$uid:$gid" "$logs" && chmod 0700 "$logs"
-say() { echo "loosefs prolog: job $SLURM_JOB_ID ($user): $*" | tee -a "$logs/prolog.log" >&2; }
+say() { echo "prolog.sh: job $SLURM_JOB_ID ($user): $*" | tee -a "$logs/prolog.log" >&2; }
 # The job's user, as login would make them (groups, HOME and USER from passwd).
 as_user=(setpriv --reuid="$uid" --regid="$gid" --init-groups --reset-env)
 case "$comment" in
