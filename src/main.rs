@@ -308,6 +308,17 @@ fn cmd_pack(args: PackCmd) -> Result<()> {
             r.bytes as f64 / 1e6 / r.seconds
         );
     }
+    if align > 1 && r.bytes > 0 && r.pack_bytes > 2 * r.bytes {
+        // Many files far smaller than the alignment: padding, headers and the index dominate.
+        eprintln!(
+            "loosefs: warning: the pack is {:.1}x its files' bytes ({} files of {:.0} bytes on \
+             average, each aligned to {align} bytes, with its zip headers and index entry); \
+             `--align 1` leaves out the padding",
+            r.pack_bytes as f64 / r.bytes as f64,
+            r.files,
+            r.bytes as f64 / r.files.max(1) as f64,
+        );
+    }
     Ok(())
 }
 

@@ -246,3 +246,30 @@ fn a_pack_gets_the_mode_the_umask_gives_a_new_file() {
         assert_eq!(got, mode, "umask {umask}: mode {got:o}");
     }
 }
+
+#[test]
+fn a_pack_inflated_past_twice_its_files_by_alignment_says_so_and_how_to_avoid_it() {
+    // 200 files of 64 bytes: at the default alignment (512) the pack is ~10x the files, said
+    // once with the fix; at --align 1 nothing is left to leave out, and nothing is said.
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("tiny");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    for i in 0..200 {
+        std::fs::write(src.join("d").join(format!("f{i}.txt")), [b'x'; 64]).unwrap();
+    }
+    let o = loosefs(&[&"pack", &src, &tmp.path().join("a.pack")]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("warning: the pack is") && err.contains("`--align 1` leaves out the padding"),
+        "{err}"
+    );
+    let o = loosefs(&[&"pack", &src, &tmp.path().join("b.pack"), &"--align", &"1"]);
+    assert!(o.status.success());
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("warning"));
+    // A tree of ordinary JPEGs: no warning.
+    let jpegs = tmp.path().join("jpegs");
+    make_tree(&jpegs);
+    let o = loosefs(&[&"pack", &jpegs, &tmp.path().join("c.pack")]);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("warning"));
+}
