@@ -174,6 +174,11 @@ def test_wrong_credentials_and_missing_object_fail_the_mount_clearly(world, loos
     assert r.returncode != 0 and "access denied (403)" in r.stderr, r.stderr
     r = Mount("s3://packs/missing.pack", world["work"], *s3_args(world, proxy=False), check=False).r
     assert r.returncode != 0 and "no such object (404)" in r.stderr, r.stderr
+    # A bucket that does not exist: said in words, not the server's XML.
+    r = Mount("s3://nosuchbucket/train/", world["work"], *s3_args(world, proxy=False), "--retries", "0",
+              check=False).r
+    assert r.returncode != 0 and "<" not in r.stderr, r.stderr
+    assert "no such bucket or container: check its name in the URL" in r.stderr, r.stderr
     # A prefix of loose objects given without its trailing `/`: the 404 says what to give.
     r = Mount("s3://packs/loose", world["work"], *s3_args(world, proxy=False), check=False).r
     assert r.returncode != 0 and "give s3://packs/loose/, with its trailing `/`" in r.stderr, r.stderr
