@@ -1,37 +1,32 @@
 //! Records the git commit the binary is built from (`LOOSEFS_COMMIT`: `loosefs --version`, the
-//! `loosefs_build_info` metric), so a bug report names its build: the short hash, `-dirty`
-//! when the work tree has changes, `unknown` outside a git checkout (a source archive).
+//! `loosefs_build_info` metric), so a bug report names its build: the short hash, `unknown`
+//! outside a git checkout (a source archive). Only `git rev-parse` runs: `git status` would
+//! rewrite the index, and a build that watched the index would then never be up to date.
 
 use std::path::Path;
 use std::process::Command;
 
-fn git(args: &[&str]) -> Option<String> {
-    let out = Command::new("git").args(args).output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 fn main() {
-    let commit = git(&["rev-parse", "--short=12", "HEAD"]).map_or("unknown".into(), |c| {
-        let dirty =
-            git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-        if dirty { format!("{c}-dirty") } else { c }
-    });
+    let commit = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=LOOSEFS_COMMIT={commit}");
     // Built again when HEAD moves (a commit, a checkout), not on every build: only paths that
     // exist are named (a missing one would run this script every time).
+    println!("cargo:rerun-if-changed=build.rs");
     let git_dir = Path::new(".git");
-    if git_dir.is_dir() {
+    if git_dir.join("HEAD").is_file() {
         println!("cargo:rerun-if-changed=.git/HEAD");
-        println!("cargo:rerun-if-changed=.git/index");
         if let Ok(head) = std::fs::read_to_string(git_dir.join("HEAD"))
             && let Some(r) = head.trim().strip_prefix("ref: ")
-            && git_dir.join(r).exists()
+            && git_dir.join(r).is_file()
         {
             println!("cargo:rerun-if-changed=.git/{r}");
         }
-    } else {
-        println!("cargo:rerun-if-changed=build.rs");
     }
 }
