@@ -8,21 +8,14 @@ an account the mount fails at once saying which variables name one."""
 import errno
 import os
 import pathlib
-import random
 import subprocess
 
 import pytest
 
 from conftest import DATA, loosefs_bin, missing_prerequisite, need_mount
 import servers
+from test_gcs import NAMES, cache, content, tree  # the same names, the same helpers
 from test_remote import Mount, epoch_through_outage
-
-NAMES = ["café.txt", "数据.txt", "50%off.txt", "a%20b.txt", "a b.txt", "x#y.txt", "sub dir/é.txt"]
-
-
-def content(name: str) -> bytes:
-    return (name.encode() * 64)[:64] + b"|" + name.encode().ljust(64, b".")[:64]
-
 
 @pytest.fixture(scope="module")
 def azure(tmp_path_factory, pack, source):
@@ -56,15 +49,6 @@ def azure_env(server, proxy=None) -> dict:
         cs = cs.replace(f":{server.port}/", f":{proxy.port}/")
     env["AZURE_STORAGE_CONNECTION_STRING"] = cs
     return env
-
-
-def cache(work: pathlib.Path) -> list:
-    """A block cache of the mount's own (`test_remote.Mount` leaves the default)."""
-    return ["--cache-dir", str(work / f"cache{random.randrange(1 << 30)}")]
-
-
-def tree(root: pathlib.Path) -> dict:
-    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def test_a_pack_on_azure_mounts_byte_identical_in_each_url_form_and_info_names_it(azure):

@@ -10,7 +10,7 @@
 //! "Configure Azure Storage connection strings"); the crates that parse it (azure_storage,
 //! OpenDAL's) would bring a second Azure client for forty lines.
 
-use super::store::{Lister, Setup, Store, bucket_and_key, env, has_scheme};
+use super::store::{Lister, Setup, Store, bucket_and_key, bucket_and_key_after, env, has_scheme};
 use crate::storage::object::remote_config::RemoteConfig;
 use anyhow::{Result, anyhow, bail};
 use object_store::ObjectStore;
@@ -144,12 +144,7 @@ impl Store for Azure {
             };
             return bucket_and_key(url, form);
         };
-        let after = 8 + host.len() + 1;
-        url.get(after..)
-            .and_then(|rest| rest.split_once('/'))
-            .filter(|(c, k)| !c.is_empty() && !k.is_empty())
-            .map(|(c, k)| (&url[..after + c.len()], k))
-            .ok_or_else(|| anyhow!("{url}: give {}", self.forms()[2]))
+        bucket_and_key_after(url, "https://".len() + host.len() + 1, self.forms()[2])
     }
 
     fn build(

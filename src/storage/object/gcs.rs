@@ -3,7 +3,7 @@
 //! credentials as Google's tools find them, an emulator at `$STORAGE_EMULATOR_HOST` as Google's
 //! client libraries reach one, listing by pages, GETs pinned to the object's generation.
 
-use super::store::{Lister, Setup, Store, bucket_and_key, env, has_scheme};
+use super::store::{Lister, Setup, Store, bucket_and_key, bucket_and_key_after, env, has_scheme};
 use crate::storage::object::remote_config::RemoteConfig;
 use anyhow::{Result, bail};
 use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder, GoogleConfigKey};
@@ -71,11 +71,7 @@ impl Store for Gcs {
         let Some(head) = https_form(url) else {
             return bucket_and_key(url, self.forms()[0]);
         };
-        url[head..]
-            .split_once('/')
-            .filter(|(b, k)| !b.is_empty() && !k.is_empty())
-            .map(|(b, k)| (&url[..head + b.len()], k))
-            .ok_or_else(|| anyhow::anyhow!("{url}: give {}", self.forms()[1]))
+        bucket_and_key_after(url, head, self.forms()[1])
     }
 
     /// The GCS client of the bucket: credentials as Google's tools find them (object_store's

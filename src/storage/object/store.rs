@@ -88,8 +88,19 @@ pub(super) fn has_scheme(url: &str, scheme: &str) -> bool {
 /// `SCHEME://BUCKET/KEY` split at the bucket: (`SCHEME://BUCKET`, key). Errors: no bucket or
 /// no key, naming `form`.
 pub(super) fn bucket_and_key<'a>(url: &'a str, form: &str) -> Result<(&'a str, &'a str)> {
-    let start = url.find("://").map_or(0, |p| p + 3);
-    url[start..]
+    bucket_and_key_after(url, url.find("://").map_or(0, |p| p + 3), form)
+}
+
+/// `url` split at the bucket (or container) that starts at byte `start` and ends at the next
+/// `/`: (`url` up to the bucket's end, key), as path-style `https://HOST/BUCKET/KEY` URLs need.
+/// Errors: no bucket or no key, naming `form`.
+pub(super) fn bucket_and_key_after<'a>(
+    url: &'a str,
+    start: usize,
+    form: &str,
+) -> Result<(&'a str, &'a str)> {
+    url.get(start..)
+        .unwrap_or("")
         .split_once('/')
         .filter(|(b, k)| !b.is_empty() && !k.is_empty())
         .map(|(b, k)| (&url[..start + b.len()], k))
