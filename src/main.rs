@@ -141,6 +141,47 @@ enum Cmd {
         #[arg(last = true)]
         command: Vec<std::ffi::OsString>,
     },
+    /// Run the Kubernetes CSI node plugin (root, in the driver's privileged container): serves
+    /// the CSI Identity and Node services at --endpoint, mounts each published volume at its
+    /// pod's target path and hands it to `loosefs csi-mounter`, which serves it unprivileged.
+    /// See docs/CLUSTERS.md.
+    ///
+    /// Example: loosefs csi --endpoint unix:///csi/csi.sock --node-id "$NODE_NAME"
+    Csi {
+        /// The Unix socket the kubelet (through node-driver-registrar) calls.
+        #[arg(long, default_value = "unix:///csi/csi.sock")]
+        endpoint: String,
+        /// This node's id, normally its Kubernetes name (the downward API's spec.nodeName).
+        #[arg(long, env = "NODE_NAME")]
+        node_id: String,
+        /// The driver's name: the CSIDriver object's and the PersistentVolumes' `driver`.
+        #[arg(long, default_value = "csi.loosefs.dev")]
+        driver_name: String,
+        /// The Unix socket of `loosefs csi-mounter`.
+        #[arg(long, value_name = "SOCKET", default_value = "/loosefs/mounter.sock")]
+        mounter: PathBuf,
+        /// A directory shared with the mounter at the same path: each published volume gets a
+        /// directory there, owned by the mounter's user, for its caches and log.
+        #[arg(long, value_name = "DIR", default_value = "/loosefs/volumes")]
+        work_dir: PathBuf,
+        /// The kubelet's directory: target paths outside it are refused.
+        #[arg(long, value_name = "DIR", default_value = "/var/lib/kubelet")]
+        kubelet_dir: PathBuf,
+        /// Seconds a publish waits for its daemon to serve before answering ABORTED (the
+        /// kubelet retries; the daemon keeps starting).
+        #[arg(long, value_name = "SECONDS", default_value_t = 100)]
+        publish_timeout: u64,
+    },
+    /// Run the CSI driver's mounter (as a user other than root, with no capability): takes each
+    /// volume `loosefs csi` hands over at --socket and serves it with a `loosefs mount` daemon
+    /// of its own user. See docs/CLUSTERS.md.
+    ///
+    /// Example: loosefs csi-mounter --socket /loosefs/mounter.sock
+    CsiMounter {
+        /// The Unix socket to listen at (shared with `loosefs csi`).
+        #[arg(long, value_name = "SOCKET", default_value = "/loosefs/mounter.sock")]
+        socket: PathBuf,
+    },
     /// Summarise a pack: samples, directories, bytes, alignment, index version, JPEG counts;
     /// or a dataset in another format: format, samples, classes, fields, compression,
     /// zero-copy or not, its files and where its index is kept.
@@ -495,6 +536,29 @@ fn run(cli: Cli) -> Result<i32> {
             let mnt = mountpoint.expect("clap requires it without --receive");
             return handover::fuse_fd(&mnt, allow_other, owner.as_deref(), read_ahead_kb, &to);
         }
+        Cmd::Csi {
+            endpoint,
+            node_id,
+            driver_name,
+            mounter,
+            work_dir,
+            kubelet_dir,
+            publish_timeout,
+        } => {
+            let socket = loosefs::csi::endpoint_path(&endpoint)?;
+            loosefs::csi::serve(
+                &socket,
+                loosefs::csi::NodeConfig {
+                    driver_name,
+                    node_id,
+                    mounter,
+                    work_dir,
+                    kubelet_dir,
+                    publish_timeout: std::time::Duration::from_secs(publish_timeout),
+                },
+            )?
+        }
+        Cmd::CsiMounter { socket } => loosefs::csi::mounter::run(&socket)?,
         Cmd::Index { source, out, args } => cmd_index(&source, out.as_deref(), &args)?,
         Cmd::Verify {
             pack,

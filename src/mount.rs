@@ -22,6 +22,7 @@ use std::time::Duration;
 
 mod daemon;
 pub mod handover;
+pub(crate) use session::mount_fuse;
 mod metrics_endpoint;
 mod session;
 use session::{Lease, serve_until_signal};
@@ -94,7 +95,7 @@ pub fn mount_fstype(path: &Path) -> Option<String> {
 
 /// The source of the mount at exactly `path` (`loosefs:NAME` for a loosefs mount), from
 /// /proc/self/mountinfo (no request reaches the filesystem).
-fn mount_source(path: &Path) -> Option<String> {
+pub(crate) fn mount_source(path: &Path) -> Option<String> {
     mountinfo_field(path, |f, sep| f.get(sep + 2).copied())
 }
 

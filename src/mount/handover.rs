@@ -171,7 +171,7 @@ pub fn fuse_fd(
             }
         });
     }
-    let dev = mount_fuse(mnt, &format!("loosefs:{name}"), allow_other, owner)
+    let dev = mount_fuse(mnt, &format!("loosefs:{name}"), allow_other, owner, false)
         .with_context(|| format!("cannot mount at {}", mnt.display()))?;
     let device = mount_device(mnt);
     *ours.lock().unwrap_or_else(|p| p.into_inner()) = device.clone();
@@ -222,7 +222,6 @@ fn user_ids(user: &str) -> Result<(u32, u32)> {
 /// Errors: the socket cannot be made, the sender sends no descriptor, the command cannot
 /// start.
 pub fn receive(socket: &Path, fd: RawFd, command: &[std::ffi::OsString]) -> Result<i32> {
-    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     check_command(fd, command)?;
     if std::fs::symlink_metadata(socket).is_ok_and(|m| {
         use std::os::unix::fs::FileTypeExt;
@@ -236,29 +235,7 @@ pub fn receive(socket: &Path, fd: RawFd, command: &[std::ffi::OsString]) -> Resu
     let (conn, _) = listener
         .accept()
         .with_context(|| format!("cannot accept at {}", socket.display()))?;
-    let mut byte = [0u8; 1];
-    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
-    let mut space = nix::cmsg_space!([RawFd; 1]);
-    let msg = recvmsg::<()>(
-        conn.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .with_context(|| format!("cannot receive from {}", socket.display()))?;
-    let mut got = None;
-    for c in msg.cmsgs()? {
-        if let ControlMessageOwned::ScmRights(fds) = c {
-            for f in fds {
-                // SAFETY: SCM_RIGHTS gave this process a new descriptor that nothing owns yet.
-                let owned =
-                    unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(f) };
-                got.get_or_insert(owned);
-            }
-        }
-    }
-    let dev =
-        got.ok_or_else(|| anyhow::anyhow!("{}: the sender sent no descriptor", socket.display()))?;
+    let dev = recv_fd(&conn, socket)?;
     check_handed(dev.as_raw_fd())?;
     let _ = std::fs::remove_file(socket);
     let code = run_with(dev, fd, command);
@@ -349,8 +326,55 @@ fn send(
     mut conn: std::os::unix::net::UnixStream,
     socket: &Path,
 ) -> Result<()> {
-    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
     use std::io::Read;
+    send_fd(&conn, dev, socket)?;
+    // The receiver holds the connection while its daemon runs.
+    let mut rest = Vec::new();
+    let _ = conn.read_to_end(&mut rest);
+    Ok(())
+}
+
+/// Receives one descriptor (SCM_RIGHTS, with its one-byte message) from `conn`, connected
+/// through `socket` (named in errors). Errors: the peer sent no descriptor, or closed.
+pub(crate) fn recv_fd(
+    conn: &std::os::unix::net::UnixStream,
+    socket: &Path,
+) -> Result<std::os::fd::OwnedFd> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let mut byte = [0u8; 1];
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let msg = recvmsg::<()>(
+        conn.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .with_context(|| format!("cannot receive from {}", socket.display()))?;
+    let mut got = None;
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            for f in fds {
+                // SAFETY: SCM_RIGHTS gave this process a new descriptor that nothing owns yet.
+                let owned =
+                    unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(f) };
+                got.get_or_insert(owned);
+            }
+        }
+    }
+    let dev =
+        got.ok_or_else(|| anyhow::anyhow!("{}: the sender sent no descriptor", socket.display()))?;
+    Ok(dev)
+}
+
+/// Sends `dev` over `conn` (SCM_RIGHTS with a one-byte message), connected through `socket`
+/// (named in errors); this process's copy is closed.
+pub(crate) fn send_fd(
+    conn: &std::os::unix::net::UnixStream,
+    dev: std::os::fd::OwnedFd,
+    socket: &Path,
+) -> Result<()> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
     let fds = [dev.as_raw_fd()];
     let iov = [std::io::IoSlice::new(b"F")];
     sendmsg::<()>(
@@ -362,9 +386,6 @@ fn send(
     )
     .with_context(|| format!("cannot send the descriptor to {}", socket.display()))?;
     drop(dev);
-    // The receiver holds the connection while its daemon runs.
-    let mut rest = Vec::new();
-    let _ = conn.read_to_end(&mut rest);
     Ok(())
 }
 

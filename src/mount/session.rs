@@ -70,7 +70,7 @@ pub(super) fn open_session(
         Session::from_fd(fs, fd, acl, cfg)
     } else if nix::unistd::geteuid().is_root() {
         let source = format!("loosefs:{name}");
-        let fd = mount_fuse(mnt, &source, opts.allow_other, None)
+        let fd = mount_fuse(mnt, &source, opts.allow_other, None, false)
             .with_context(|| format!("cannot mount at {}", mnt.display()))?;
         let acl = cfg.acl;
         Session::from_fd(fs, fd, acl, cfg)
@@ -166,14 +166,16 @@ pub(super) fn serve_until_signal(
 
 /// Mounts a FUSE filesystem of type [`FS_TYPE`] at `mnt` (root only) and returns the
 /// `/dev/fuse` descriptor that serves it: read-only, `nosuid`, `nodev`, `noatime`,
-/// `default_permissions`, and `allow_other` when asked. It belongs to `owner` (uid, gid;
+/// `default_permissions`, and `allow_other` when asked (`MS_RDONLY` too when `read_only`:
+/// opens for writing then fail with EROFS in the kernel). It belongs to `owner` (uid, gid;
 /// default: this process's): without `allow_other`, the kernel lets only that user use it.
 /// (fuser's own mount names every filesystem plain `fuse`.)
-pub(super) fn mount_fuse(
+pub(crate) fn mount_fuse(
     mnt: &Path,
     source: &str,
     allow_other: bool,
     owner: Option<(u32, u32)>,
+    read_only: bool,
 ) -> Result<OwnedFd> {
     use nix::mount::MsFlags;
     use std::os::unix::fs::PermissionsExt;
@@ -194,7 +196,10 @@ pub(super) fn mount_fuse(
     if allow_other {
         data.push_str(",allow_other");
     }
-    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOATIME;
+    let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOATIME;
+    if read_only {
+        flags |= MsFlags::MS_RDONLY;
+    }
     nix::mount::mount(Some(source), mnt, Some(FS_TYPE), flags, Some(data.as_str()))
         .with_context(|| format!("mount(2) of type {FS_TYPE}"))?;
     Ok(OwnedFd::from(dev))

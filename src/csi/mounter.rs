@@ -1,0 +1,322 @@
+//! The mounter: the unprivileged half of the CSI driver (`loosefs csi-mounter`), and the
+//! protocol the node plugin speaks to it.
+//!
+//! The node plugin (root) mounts `/dev/fuse` at a pod's target path, connects to the mounter's
+//! Unix socket and sends, on one connection:
+//! 1. the descriptor (SCM_RIGHTS, with a one-byte message);
+//! 2. one JSON line, a [`Request`]: the volume, its source, the `loosefs mount` options, and the
+//!    volume's directory (made by the plugin, owned by the mounter's user) for the daemon's
+//!    caches and log.
+//!
+//! The mounter answers with JSON lines ([`Event`]): `started` (the daemon's pid in the
+//! mounter's pid namespace), then `exited` with its exit code and the last lines it wrote, when
+//! it ends. The daemon is `loosefs mount SOURCE /dev/fd/3 --foreground …` run as the mounter's
+//! own user, with no capability (the mounter refuses to run as root). It ends when the target
+//! is unmounted (its connection closes), or on its own when it cannot serve the source.
+//!
+//! The daemons are children of the mounter, not of the node plugin: a restarted node plugin
+//! (a crash, an upgrade of its container) leaves every volume serving.
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+/// What the node plugin asks the mounter to serve (one JSON line after the descriptor).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request {
+    /// The CSI volume id (a PersistentVolume's `volumeHandle`), for logs.
+    pub volume_id: String,
+    /// Any source `loosefs mount` takes: a path on the node, or a URL.
+    pub source: String,
+    /// `loosefs mount` options (`--decode`, `npy`, `--warm`, …), already checked.
+    pub args: Vec<String>,
+    /// The volume's directory, owned by the mounter's user: the daemon's caches
+    /// (`cache/`, `index/`) and its log (`daemon.log`) go there.
+    pub dir: PathBuf,
+}
+
+/// What the mounter tells the node plugin about the daemon it started (JSON lines).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    /// The daemon runs, with this pid (in the mounter's pid namespace).
+    Started {
+        /// Its process id.
+        pid: u32,
+    },
+    /// The daemon ended.
+    Exited {
+        /// Its exit code (128 + the signal that ended it).
+        code: i32,
+        /// The last lines of its log and standard error: why, when it failed.
+        tail: String,
+    },
+}
+
+/// `loosefs csi-mounter --socket PATH`: listens at `socket` (a stale socket file there is
+/// replaced; the socket is made 0600) and serves every connection from root or its own user
+/// as the module comment says, a thread each, until it is killed.
+///
+/// Errors: run as root (the daemons must not be), the socket cannot be made.
+pub fn run(socket: &Path) -> Result<()> {
+    if nix::unistd::geteuid().is_root() {
+        bail!(
+            "loosefs csi-mounter runs every volume's daemon with its own user and no \
+             privilege: run it as a user other than root (its container's runAsUser)"
+        );
+    }
+    if std::fs::symlink_metadata(socket).is_ok() {
+        std::fs::remove_file(socket)
+            .with_context(|| format!("cannot replace {}", socket.display()))?;
+    }
+    let listener = UnixListener::bind(socket)
+        .with_context(|| format!("cannot listen at {}", socket.display()))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("cannot make {} 0600", socket.display()))?;
+    }
+    eprintln!(
+        "loosefs csi-mounter: listening at {} as uid {}",
+        socket.display(),
+        nix::unistd::getuid()
+    );
+    for conn in listener.incoming() {
+        let conn = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                log::warn!("cannot accept at {}: {e}", socket.display());
+                continue;
+            }
+        };
+        let socket = socket.to_path_buf();
+        std::thread::spawn(move || {
+            if let Err(e) = serve_one(conn, &socket) {
+                eprintln!("loosefs csi-mounter: {e:#}");
+            }
+        });
+    }
+    Ok(())
+}
+
+/// One request: takes the descriptor and the request, starts the daemon, reports `started`,
+/// waits for it and reports `exited`.
+fn serve_one(conn: UnixStream, socket: &Path) -> Result<()> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let peer = getsockopt(&conn, PeerCredentials).context("cannot read the peer's credentials")?;
+    let me = nix::unistd::getuid().as_raw();
+    if peer.uid() != 0 && peer.uid() != me {
+        bail!(
+            "refused a request from uid {}: only the node plugin (root) may hand over a volume",
+            peer.uid()
+        );
+    }
+    let dev = crate::mount::handover::recv_fd(&conn, socket)?;
+    let mut line = String::new();
+    BufReader::new(&conn)
+        .read_line(&mut line)
+        .context("cannot read the request")?;
+    let req: Request = serde_json::from_str(&line).context("the request is not valid JSON")?;
+    let mut out = &conn;
+    let mut child = match spawn_daemon(&req, dev) {
+        Ok(c) => c,
+        Err(e) => {
+            let tail = format!("{e:#}");
+            send_event(&mut out, &Event::Exited { code: 127, tail });
+            return Err(e);
+        }
+    };
+    eprintln!(
+        "loosefs csi-mounter: volume {}: serving {} (pid {})",
+        req.volume_id,
+        req.source,
+        child.id()
+    );
+    send_event(&mut out, &Event::Started { pid: child.id() });
+    let status = child.wait().context("cannot wait for the daemon")?;
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    let tail = tail_of(&req.dir);
+    eprintln!(
+        "loosefs csi-mounter: volume {}: daemon {} ended ({code}){}",
+        req.volume_id,
+        child.id(),
+        if code == 0 {
+            String::new()
+        } else {
+            format!(": {tail}")
+        }
+    );
+    send_event(&mut out, &Event::Exited { code, tail });
+    Ok(())
+}
+
+/// Writes one event line; a node plugin that stopped listening is not an error.
+fn send_event(out: &mut &UnixStream, event: &Event) {
+    if let Ok(mut s) = serde_json::to_string(event) {
+        s.push('\n');
+        let _ = out.write_all(s.as_bytes());
+    }
+}
+
+/// Starts `loosefs mount SOURCE /dev/fd/3 --foreground` for `req` on `dev`, in its own
+/// session, its standard error in `<dir>/daemon.err`, with no way to gain privileges.
+/// Errors: the volume's directory is not this user's, the binary cannot start.
+fn spawn_daemon(req: &Request, dev: OwnedFd) -> Result<std::process::Child> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = &req.dir;
+    let meta =
+        std::fs::metadata(dir).with_context(|| format!("volume directory {}", dir.display()))?;
+    if !dir.is_absolute() || meta.uid() != nix::unistd::getuid().as_raw() {
+        bail!(
+            "volume directory {} is not an absolute directory of uid {}",
+            dir.display(),
+            nix::unistd::getuid()
+        );
+    }
+    let exe = std::env::current_exe().context("cannot find the loosefs binary")?;
+    let err = std::fs::File::create(dir.join("daemon.err"))
+        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    let src = dev.as_raw_fd();
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("mount")
+        .arg(&req.source)
+        .arg("/dev/fd/3")
+        .arg("--foreground")
+        .arg("--log")
+        .arg(dir.join("daemon.log"))
+        .arg("--cache-dir")
+        .arg(dir.join("cache"))
+        .arg("--index-dir")
+        .arg(dir.join("index"))
+        .args(&req.args)
+        .env("LOOSEFS_FUSE_FD", "3")
+        .stdin(std::process::Stdio::null())
+        .stdout(err.try_clone()?)
+        .stderr(err);
+    // SAFETY: between fork and exec only async-signal-safe calls: setsid, prctl, dup2 and
+    // fcntl.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::setsid();
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if src == 3 {
+                let flags = libc::fcntl(3, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(src, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().context("cannot start the daemon")?;
+    drop(dev);
+    Ok(child)
+}
+
+/// The last lines (at most 5, 1 KiB) the daemon wrote to its standard error and its log.
+fn tail_of(dir: &Path) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    for name in ["daemon.err", "daemon.log"] {
+        if let Ok(text) = std::fs::read_to_string(dir.join(name)) {
+            lines.extend(
+                text.lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .map(str::to_string),
+            );
+        }
+    }
+    lines.dedup();
+    let start = lines.len().saturating_sub(5);
+    let mut tail = lines[start..].join(" | ");
+    if tail.len() > 1024 {
+        let mut cut = tail.len() - 1024;
+        while !tail.is_char_boundary(cut) {
+            cut += 1;
+        }
+        tail = tail[cut..].to_string();
+    }
+    tail
+}
+
+/// The node plugin's side: a connection to the mounter at `socket`, and the mounter's user
+/// (uid, gid), read from the socket (SO_PEERCRED), who must own the volume's directory.
+/// Errors: no mounter listens there (named, with what to check).
+pub fn connect(socket: &Path) -> Result<(UnixStream, (u32, u32))> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let conn = UnixStream::connect(socket).with_context(|| {
+        format!(
+            "no loosefs csi-mounter answers at {} (is its container running, sharing that \
+             directory with the node plugin?)",
+            socket.display()
+        )
+    })?;
+    let peer = getsockopt(&conn, PeerCredentials).context("cannot read the mounter's uid")?;
+    if peer.uid() == 0 {
+        bail!(
+            "the mounter at {} runs as root: volumes are served only by an unprivileged mounter",
+            socket.display()
+        );
+    }
+    Ok((conn, (peer.uid(), peer.gid())))
+}
+
+/// Hands `dev` and `req` over on `conn` (from [`connect`]) and returns a reader of the
+/// mounter's [`Event`]s. Errors: the mounter closed the connection.
+pub fn hand_over(
+    conn: UnixStream,
+    dev: OwnedFd,
+    req: &Request,
+    socket: &Path,
+) -> Result<impl Iterator<Item = Event> + Send + 'static> {
+    crate::mount::handover::send_fd(&conn, dev, socket)?;
+    let mut line = serde_json::to_string(req)?;
+    line.push('\n');
+    (&conn)
+        .write_all(line.as_bytes())
+        .with_context(|| format!("cannot send the request to {}", socket.display()))?;
+    Ok(BufReader::new(conn)
+        .lines()
+        .map_while(|l| l.ok())
+        .filter_map(|l| serde_json::from_str(&l).ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_one_json_line_each_way() {
+        let e = Event::Exited {
+            code: 1,
+            tail: "cannot open /data: Permission denied".into(),
+        };
+        let s = serde_json::to_string(&e).unwrap();
+        assert!(!s.contains('\n'));
+        assert_eq!(serde_json::from_str::<Event>(&s).unwrap(), e);
+        let s = serde_json::to_string(&Event::Started { pid: 7 }).unwrap();
+        assert_eq!(s, r#"{"started":{"pid":7}}"#);
+    }
+
+    #[test]
+    fn the_tail_keeps_the_last_lines_of_both_files() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("daemon.err"), "a\nb\n").unwrap();
+        let log: String = (0..10).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(d.path().join("daemon.log"), log).unwrap();
+        assert_eq!(
+            tail_of(d.path()),
+            "line 5 | line 6 | line 7 | line 8 | line 9"
+        );
+    }
+}

@@ -1,0 +1,538 @@
+//! The CSI Node service: NodePublishVolume mounts a volume at the pod's target path and hands
+//! it to the mounter; NodeUnpublishVolume unmounts it (which ends its daemon). Both are
+//! idempotent and keep no state of their own: what is published is read from the mount table
+//! (a target mounted as `fuse.loosefs` with the source `loosefs:csi/VOLUME`), so a restarted
+//! node plugin finds every volume its predecessor published.
+//!
+//! Errors are CSI codes (spec.md, "Error Scheme"): `INVALID_ARGUMENT` for a missing or bad
+//! field or option (nothing is mounted), `ALREADY_EXISTS` for a target that holds another
+//! volume, `ABORTED` while another call works on the same target or a daemon is still starting,
+//! `NOT_FOUND` / `PERMISSION_DENIED` when the daemon cannot find or read the source,
+//! `UNAVAILABLE` when no mounter answers, `INTERNAL` otherwise; the message says what to do.
+
+use super::NodeConfig;
+use super::mounter::{self, Event, Request};
+use super::proto::volume_capability::{AccessType, access_mode::Mode};
+use super::proto::{self, node_server::Node};
+use std::collections::HashSet;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tonic::{Request as Rpc, Response, Status};
+
+/// How long a health check of an existing mount (its `statfs`) may take.
+const HEALTH_CHECK: Duration = Duration::from_secs(5);
+
+/// The Node service over a [`NodeConfig`].
+pub struct NodeService {
+    config: Arc<NodeConfig>,
+    /// Target paths a call is working on (a second call on one of them is `ABORTED`).
+    busy: Arc<Mutex<HashSet<PathBuf>>>,
+}
+
+impl NodeService {
+    /// The service for `config`.
+    pub fn new(config: Arc<NodeConfig>) -> NodeService {
+        NodeService {
+            config,
+            busy: Arc::default(),
+        }
+    }
+
+    /// Runs `work` on a blocking thread while holding the lock on `target`.
+    async fn locked<T: Send + 'static>(
+        &self,
+        target: PathBuf,
+        work: impl FnOnce(&NodeConfig, &Path) -> Result<T, Status> + Send + 'static,
+    ) -> Result<T, Status> {
+        {
+            let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+            if !busy.insert(target.clone()) {
+                return Err(Status::aborted(format!(
+                    "{}: another call is working on this target; retry",
+                    target.display()
+                )));
+            }
+        }
+        let (config, busy) = (self.config.clone(), self.busy.clone());
+        let result = tokio::task::spawn_blocking(move || {
+            let r = work(&config, &target);
+            busy.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&target);
+            r
+        })
+        .await;
+        result.unwrap_or_else(|e| Err(Status::internal(format!("the call failed: {e}"))))
+    }
+}
+
+/// The mount source that names `volume_id`'s mounts (`loosefs:csi/VOLUME`; what `loosefs
+/// umount` and the mount table show), with spaces and commas, which mount(2) would split on,
+/// replaced.
+fn mount_source(volume_id: &str) -> String {
+    let safe: String = volume_id
+        .chars()
+        .map(|c| {
+            if c.is_whitespace() || c == ',' {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect();
+    format!("loosefs:csi/{safe}")
+}
+
+/// The volume's directory under the work directory: one per target path (a pod's use of a
+/// volume), named by a hash of it.
+fn volume_dir(config: &NodeConfig, target: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let h = xxhash_rust::xxh3::xxh3_64(target.as_os_str().as_bytes());
+    config.work_dir.join(format!("{h:016x}"))
+}
+
+/// Checks a target path the kubelet gave: absolute, no `..`, under the kubelet directory.
+fn check_target(config: &NodeConfig, target: &str) -> Result<PathBuf, Status> {
+    if target.is_empty() {
+        return Err(Status::invalid_argument("target_path is missing"));
+    }
+    let path = PathBuf::from(target);
+    if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
+        return Err(Status::invalid_argument(format!(
+            "target_path {target}: not an absolute path without `..`"
+        )));
+    }
+    if !path.starts_with(&config.kubelet_dir) {
+        return Err(Status::invalid_argument(format!(
+            "target_path {target}: not under the kubelet directory {} (set --kubelet-dir where \
+             this node's kubelet keeps its pods)",
+            config.kubelet_dir.display()
+        )));
+    }
+    Ok(path)
+}
+
+/// `statfs` of `target` on another thread, for at most `limit`: `None` when it did not answer
+/// in time (a daemon still starting, or hung).
+fn statfs_within(target: &Path, limit: Duration) -> Option<nix::Result<()>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = target.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(nix::sys::statfs::statfs(&t).map(|_| ()));
+    });
+    rx.recv_timeout(limit).ok()
+}
+
+/// Unmounts whatever is mounted at `target` (lazily when busy), every layer of it.
+fn unmount_all(target: &Path) -> Result<(), Status> {
+    use nix::mount::{MntFlags, umount2};
+    while crate::mount::mount_fstype(target).is_some() {
+        match umount2(target, MntFlags::empty()) {
+            Ok(()) => {}
+            Err(nix::errno::Errno::EBUSY) => {
+                umount2(target, MntFlags::MNT_DETACH).map_err(|e| {
+                    Status::internal(format!("cannot detach {}: {e}", target.display()))
+                })?
+            }
+            Err(nix::errno::Errno::EINVAL) => break,
+            Err(e) => {
+                return Err(Status::internal(format!(
+                    "cannot unmount {}: {e}",
+                    target.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes a directory tree, absent or not.
+fn remove_tree(dir: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(dir)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        log::warn!("cannot remove {}: {e}", dir.display());
+    }
+}
+
+/// What a publish asks for, checked.
+struct Publish {
+    volume_id: String,
+    source: String,
+    args: Vec<String>,
+}
+
+/// Checks a NodePublishVolume request. Errors: `INVALID_ARGUMENT`, naming the field.
+fn check_publish(r: &proto::NodePublishVolumeRequest) -> Result<Publish, Status> {
+    if r.volume_id.is_empty() {
+        return Err(Status::invalid_argument("volume_id is missing"));
+    }
+    let cap = r
+        .volume_capability
+        .as_ref()
+        .ok_or_else(|| Status::invalid_argument("volume_capability is missing"))?;
+    let flags = match &cap.access_type {
+        Some(AccessType::Mount(m)) => m.mount_flags.clone(),
+        Some(AccessType::Block(_)) => {
+            return Err(Status::invalid_argument(
+                "a loosefs volume is a file system: use volumeMode: Filesystem, not Block",
+            ));
+        }
+        None => {
+            return Err(Status::invalid_argument(
+                "volume_capability has no access_type",
+            ));
+        }
+    };
+    let mode = cap
+        .access_mode
+        .map(|m| Mode::try_from(m.mode).unwrap_or(Mode::Unknown))
+        .unwrap_or(Mode::Unknown);
+    if !matches!(mode, Mode::SingleNodeReaderOnly | Mode::MultiNodeReaderOnly) {
+        return Err(Status::invalid_argument(format!(
+            "access mode {}: a loosefs volume is read-only; use accessModes: [ReadOnlyMany]",
+            mode.as_str_name()
+        )));
+    }
+    let source = r
+        .volume_context
+        .get("source")
+        .filter(|s| !s.trim().is_empty())
+        .ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "volume {}: volumeAttributes has no `source` (a path on the node, or an \
+                 s3://, gs://, az:// or https:// URL)",
+                r.volume_id
+            ))
+        })?
+        .trim()
+        .to_string();
+    let args = super::mount_options::mount_args(
+        &flags,
+        r.volume_context.get("mountOptions").map(String::as_str),
+    )
+    .map_err(|e| Status::invalid_argument(format!("volume {}: {e}", r.volume_id)))?;
+    Ok(Publish {
+        volume_id: r.volume_id.clone(),
+        source,
+        args,
+    })
+}
+
+/// NodePublishVolume on `target`, once checked: already published (healthy) is `OK`; a mount
+/// whose daemon died is taken down and made again.
+fn publish(config: &NodeConfig, target: &Path, p: &Publish) -> Result<(), Status> {
+    let want = mount_source(&p.volume_id);
+    if let Some(fstype) = crate::mount::mount_fstype(target) {
+        let source = crate::mount::mount_source(target).unwrap_or_default();
+        if fstype != "fuse.loosefs" || source != want {
+            return Err(Status::already_exists(format!(
+                "{}: already holds another mount ({fstype} of {source})",
+                target.display()
+            )));
+        }
+        match statfs_within(target, HEALTH_CHECK) {
+            Some(Ok(())) => return Ok(()),
+            None => {
+                return Err(Status::aborted(format!(
+                    "volume {}: its daemon is still starting; retry",
+                    p.volume_id
+                )));
+            }
+            Some(Err(e)) => {
+                log::warn!(
+                    "volume {}: the mount at {} answers {e} (its daemon ended): mounting it again",
+                    p.volume_id,
+                    target.display()
+                );
+                unmount_all(target)?;
+            }
+        }
+    }
+    let (conn, owner) =
+        mounter::connect(&config.mounter).map_err(|e| Status::unavailable(format!("{e:#}")))?;
+    let dir = volume_dir(config, target);
+    prepare_dir(&dir, owner)?;
+    if let Err(e) = std::fs::create_dir_all(target) {
+        return Err(Status::internal(format!(
+            "cannot make the target {}: {e}",
+            target.display()
+        )));
+    }
+    let dev = crate::mount::mount_fuse(target, &want, true, Some(owner), true)
+        .map_err(|e| Status::internal(format!("{}: {e:#}", target.display())))?;
+    let req = Request {
+        volume_id: p.volume_id.clone(),
+        source: p.source.clone(),
+        args: p.args.clone(),
+        dir: dir.clone(),
+    };
+    let outcome = mounter::hand_over(conn, dev, &req, &config.mounter)
+        .map_err(|e| Status::unavailable(format!("{e:#}")))
+        .and_then(|events| wait_ready(config, target, &p.volume_id, events));
+    match outcome {
+        Ok(()) => {
+            log::info!(
+                "volume {}: {} published at {}",
+                p.volume_id,
+                p.source,
+                target.display()
+            );
+            Ok(())
+        }
+        Err(status) if status.code() == tonic::Code::Aborted => Err(status),
+        Err(status) => {
+            // Nothing is left mounted after a failure.
+            let _ = unmount_all(target);
+            let _ = std::fs::remove_dir(target);
+            remove_tree(&dir);
+            Err(status)
+        }
+    }
+}
+
+/// Makes the volume's directory, empty, owned by the mounter's user, 0700.
+fn prepare_dir(dir: &Path, (uid, gid): (u32, u32)) -> Result<(), Status> {
+    use std::os::unix::fs::PermissionsExt;
+    remove_tree(dir);
+    let made = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)))
+        .and_then(|()| std::os::unix::fs::chown(dir, Some(uid), Some(gid)));
+    made.map_err(|e| {
+        Status::internal(format!(
+            "cannot make the volume directory {} (--work-dir): {e}",
+            dir.display()
+        ))
+    })
+}
+
+/// Waits until the mount answers `statfs` (the daemon is serving), or the daemon ends, or
+/// the publish timeout passes.
+fn wait_ready(
+    config: &NodeConfig,
+    target: &Path,
+    volume_id: &str,
+    events: impl Iterator<Item = Event> + Send + 'static,
+) -> Result<(), Status> {
+    enum Seen {
+        Ready(nix::Result<()>),
+        Daemon(Event),
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let (tx, t) = (tx.clone(), target.to_path_buf());
+        std::thread::spawn(move || {
+            let _ = tx.send(Seen::Ready(nix::sys::statfs::statfs(&t).map(|_| ())));
+        });
+    }
+    std::thread::spawn(move || {
+        for e in events {
+            if tx.send(Seen::Daemon(e)).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + config.publish_timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(Seen::Ready(Ok(()))) => return Ok(()),
+            Ok(Seen::Daemon(Event::Started { pid })) => {
+                log::info!("volume {volume_id}: daemon pid {pid} (in the mounter) starting");
+            }
+            Ok(Seen::Daemon(Event::Exited { code, tail })) => {
+                return Err(daemon_failed(volume_id, code, &tail));
+            }
+            // statfs failed: the daemon ended; its `exited` event says why.
+            Ok(Seen::Ready(Err(e))) => match rx.recv_timeout(Duration::from_secs(10)) {
+                Ok(Seen::Daemon(Event::Exited { code, tail })) => {
+                    return Err(daemon_failed(volume_id, code, &tail));
+                }
+                _ => {
+                    return Err(Status::internal(format!(
+                        "volume {volume_id}: the mount answers {e} and the mounter said nothing \
+                         (see the loosefs-mounter container's log)"
+                    )));
+                }
+            },
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                return Err(Status::aborted(format!(
+                    "volume {volume_id}: its daemon is not serving after {} s (a first index \
+                     of a large source takes a while); the kubelet retries",
+                    config.publish_timeout.as_secs()
+                )));
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(Status::internal(format!(
+                    "volume {volume_id}: the mounter closed the connection (see the \
+                     loosefs-mounter container's log)"
+                )));
+            }
+        }
+    }
+}
+
+/// The status for a daemon that ended before serving, from what it wrote last.
+fn daemon_failed(volume_id: &str, code: i32, tail: &str) -> Status {
+    let msg = format!("volume {volume_id}: the daemon ended ({code}) before serving: {tail}");
+    let t = tail.to_ascii_lowercase();
+    if t.contains("permission denied") || t.contains("access denied") || t.contains("accessdenied")
+    {
+        Status::permission_denied(msg)
+    } else if t.contains("no such file")
+        || t.contains("not found")
+        || t.contains("no such object")
+        || t.contains("nosuchbucket")
+        || t.contains("does not exist")
+    {
+        Status::not_found(msg)
+    } else {
+        Status::internal(msg)
+    }
+}
+
+/// NodeUnpublishVolume on `target`: unmounts it (its daemon then ends), removes it and the
+/// volume's directory. `OK` when nothing is there.
+fn unpublish(config: &NodeConfig, target: &Path) -> Result<(), Status> {
+    unmount_all(target)?;
+    match std::fs::remove_dir(target) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(Status::internal(format!(
+                "cannot remove the target {}: {e}",
+                target.display()
+            )));
+        }
+    }
+    remove_tree(&volume_dir(config, target));
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl Node for NodeService {
+    async fn node_publish_volume(
+        &self,
+        request: Rpc<proto::NodePublishVolumeRequest>,
+    ) -> Result<Response<proto::NodePublishVolumeResponse>, Status> {
+        let r = request.into_inner();
+        let p = check_publish(&r)?;
+        let target = check_target(&self.config, &r.target_path)?;
+        self.locked(target, move |c, t| publish(c, t, &p)).await?;
+        Ok(Response::new(proto::NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Rpc<proto::NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<proto::NodeUnpublishVolumeResponse>, Status> {
+        let r = request.into_inner();
+        if r.volume_id.is_empty() {
+            return Err(Status::invalid_argument("volume_id is missing"));
+        }
+        let target = check_target(&self.config, &r.target_path)?;
+        self.locked(target, unpublish).await?;
+        log::info!("volume {}: unpublished {}", r.volume_id, r.target_path);
+        Ok(Response::new(proto::NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _: Rpc<proto::NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<proto::NodeGetCapabilitiesResponse>, Status> {
+        // No staging, no stats, no expansion: publish and unpublish only.
+        Ok(Response::new(proto::NodeGetCapabilitiesResponse {
+            capabilities: vec![],
+        }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Rpc<proto::NodeGetInfoRequest>,
+    ) -> Result<Response<proto::NodeGetInfoResponse>, Status> {
+        Ok(Response::new(proto::NodeGetInfoResponse {
+            node_id: self.config.node_id.clone(),
+            max_volumes_per_node: 0,
+            accessible_topology: None,
+        }))
+    }
+
+    async fn node_stage_volume(
+        &self,
+        _: Rpc<proto::NodeStageVolumeRequest>,
+    ) -> Result<Response<proto::NodeStageVolumeResponse>, Status> {
+        Err(Status::unimplemented("loosefs does not stage volumes"))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        _: Rpc<proto::NodeUnstageVolumeRequest>,
+    ) -> Result<Response<proto::NodeUnstageVolumeResponse>, Status> {
+        Err(Status::unimplemented("loosefs does not stage volumes"))
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        _: Rpc<proto::NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<proto::NodeGetVolumeStatsResponse>, Status> {
+        Err(Status::unimplemented(
+            "no volume stats: `loosefs stats TARGET` shows a volume's",
+        ))
+    }
+
+    async fn node_expand_volume(
+        &self,
+        _: Rpc<proto::NodeExpandVolumeRequest>,
+    ) -> Result<Response<proto::NodeExpandVolumeResponse>, Status> {
+        Err(Status::unimplemented("a loosefs volume is read-only"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> NodeConfig {
+        NodeConfig {
+            driver_name: "csi.loosefs.dev".into(),
+            node_id: "n1".into(),
+            mounter: "/run/m.sock".into(),
+            work_dir: "/var/lib/loosefs-csi".into(),
+            kubelet_dir: "/var/lib/kubelet".into(),
+            publish_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn targets_outside_the_kubelet_directory_are_refused() {
+        let c = config();
+        assert!(check_target(&c, "/var/lib/kubelet/pods/u/volumes/x/mount").is_ok());
+        for bad in [
+            "",
+            "relative",
+            "/etc",
+            "/var/lib/kubelet/../../etc",
+            "/var/lib/kubeletx/a",
+        ] {
+            let e = check_target(&c, bad).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_volume_names_its_mount_without_separators() {
+        assert_eq!(mount_source("pv a,b"), "loosefs:csi/pv_a_b");
+    }
+
+    #[test]
+    fn a_daemon_failure_is_told_apart_by_what_it_said() {
+        let code = |t: &str| daemon_failed("v", 1, t).code();
+        assert_eq!(
+            code("cannot open /d: Permission denied (os error 13)"),
+            tonic::Code::PermissionDenied
+        );
+        assert_eq!(code("/d: No such file or directory"), tonic::Code::NotFound);
+        assert_eq!(code("something else"), tonic::Code::Internal);
+    }
+}

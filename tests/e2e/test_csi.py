@@ -1,0 +1,330 @@
+"""The CSI driver (`loosefs csi` + `loosefs csi-mounter`) driven as the kubelet drives it: a gRPC
+client compiled here from the spec's own proto/csi.proto (grpcio-tools) calls the Identity and
+Node services over the driver's Unix socket. A fake kubelet directory is laid out as the kubelet
+lays it out (root-only, pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount); the mounter runs as
+uid 65534 as its container would. A pod's containers are played by a bind mount of the target
+read as a non-root user, as the container runtime would give it."""
+import contextlib
+import hashlib
+import importlib
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import pytest
+
+from conftest import ROOT, loosefs_bin, missing_prerequisite, need_mount
+
+DRIVER = "csi.loosefs.dev"
+MOUNTER_UID = 65534
+POD_UID = 1000
+
+
+@pytest.fixture(scope="module")
+def csi():
+    """The csi_pb2 / csi_pb2_grpc modules, compiled from proto/csi.proto, and grpc."""
+    try:
+        import grpc
+        from grpc_tools import protoc
+    except ImportError:
+        missing_prerequisite("grpcio and grpcio-tools are not installed (scripts/python.lock has them)")
+    out = tempfile.mkdtemp(prefix="loosefs-csi-proto-")
+    include = str(pathlib.Path(protoc.__file__).parent / "_proto")
+    rc = protoc.main(["protoc", f"-I{ROOT / 'proto'}", f"-I{include}", f"--python_out={out}",
+                      f"--grpc_python_out={out}", str(ROOT / "proto" / "csi.proto")])
+    assert rc == 0, "grpc_tools.protoc failed on proto/csi.proto"
+    sys.path.insert(0, out)
+    try:
+        pb2 = importlib.import_module("csi_pb2")
+        pb2_grpc = importlib.import_module("csi_pb2_grpc")
+        yield grpc, pb2, pb2_grpc
+    finally:
+        sys.path.remove(out)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def wait_for(what: str, check, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.05)
+
+
+def mounts_at(path) -> int:
+    with open("/proc/self/mountinfo") as f:
+        return sum(1 for line in f if line.split(" ")[4] == str(path))
+
+
+class Node:
+    """A node with the driver's two processes, a fake kubelet directory and the data."""
+
+    def __init__(self, base: pathlib.Path, csi):
+        self.base = base
+        self.grpc, self.pb2, self.pb2_grpc = csi
+        self.kubelet = base / "kubelet"
+        self.kubelet.mkdir(mode=0o750)  # as the kubelet keeps /var/lib/kubelet: root only
+        shared = base / "loosefs"  # the pod's emptyDir both containers mount
+        shared.mkdir()
+        shared.chmod(0o777)
+        self.socket = base / "plugin" / "csi.sock"
+        self.mounter_socket = shared / "mounter.sock"
+        self.work = shared / "volumes"
+        self.mounter = None
+        self.driver = None
+
+    def start_mounter(self):
+        log = open(self.base / "mounter.log", "ab")
+        self.mounter = subprocess.Popen(
+            ["setpriv", f"--reuid={MOUNTER_UID}", f"--regid={MOUNTER_UID}", "--clear-groups",
+             "--reset-env", loosefs_bin(), "csi-mounter", "--socket", str(self.mounter_socket)],
+            stdout=log, stderr=log)
+        wait_for("the mounter to listen", self.mounter_socket.exists, timeout=30)
+
+    def start_driver(self):
+        log = open(self.base / "driver.log", "ab")
+        self.driver = subprocess.Popen(
+            [loosefs_bin(), "csi", "--endpoint", f"unix://{self.socket}", "--node-id", "node-1",
+             "--mounter", str(self.mounter_socket), "--work-dir", str(self.work),
+             "--kubelet-dir", str(self.kubelet), "--publish-timeout", "60"],
+            stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "info"})
+        # The kubelet (grpc-go) sends `:authority: localhost` over a Unix socket; grpc's C core
+        # would send the socket's path, which the driver's HTTP/2 server refuses as an authority.
+        self.channel = self.grpc.insecure_channel(f"unix://{self.socket}",
+                                                  options=[("grpc.default_authority", "localhost")])
+        self.grpc.channel_ready_future(self.channel).result(timeout=30)
+        self.identity = self.pb2_grpc.IdentityStub(self.channel)
+        self.node = self.pb2_grpc.NodeStub(self.channel)
+
+    def kill_driver(self):
+        self.channel.close()
+        self.driver.send_signal(signal.SIGKILL)
+        self.driver.wait(timeout=30)
+
+    def target(self, pv="pv-data") -> pathlib.Path:
+        """A pod's target path: its parent exists (the kubelet makes it), `mount` does not."""
+        parent = self.kubelet / "pods" / str(uuid.uuid4()) / "volumes" / "kubernetes.io~csi" / pv
+        parent.mkdir(parents=True)
+        return parent / "mount"
+
+    def capability(self, flags=(), mode=None):
+        pb2 = self.pb2
+        mode = pb2.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY if mode is None else mode
+        return pb2.VolumeCapability(mount=pb2.VolumeCapability.MountVolume(mount_flags=list(flags)),
+                                    access_mode=pb2.VolumeCapability.AccessMode(mode=mode))
+
+    def publish(self, target, source, volume_id="pv-data", flags=(), context=None, **kw):
+        ctx = {"source": str(source), "csi.storage.k8s.io/pod.name": "train-0",
+               "csi.storage.k8s.io/pod.namespace": "default", "csi.storage.k8s.io/ephemeral": "false"}
+        ctx.update(context or {})
+        req = self.pb2.NodePublishVolumeRequest(
+            volume_id=volume_id, target_path=str(target), readonly=True,
+            volume_capability=kw.pop("capability", self.capability(flags)), volume_context=ctx, **kw)
+        return self.node.NodePublishVolume(req, timeout=120)
+
+    def unpublish(self, target, volume_id="pv-data"):
+        return self.node.NodeUnpublishVolume(
+            self.pb2.NodeUnpublishVolumeRequest(volume_id=volume_id, target_path=str(target)),
+            timeout=60)
+
+    def code_of(self, call) -> tuple:
+        with pytest.raises(self.grpc.RpcError) as e:
+            call()
+        return e.value.code(), e.value.details()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {n}\n" + (self.base / n).read_text(errors="replace")[-3000:]
+                         for n in ("driver.log", "mounter.log") if (self.base / n).exists())
+
+    def daemons(self) -> list:
+        """The pids of the daemons the mounter runs (their log is in the work directory)."""
+        found = []
+        for d in pathlib.Path("/proc").iterdir():
+            try:
+                argv = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[1:2] == [b"mount"] and b"/dev/fd/3" in argv \
+                    and any(a.startswith(str(self.work).encode()) for a in argv):
+                found.append(int(d.name))
+        return found
+
+
+@contextlib.contextmanager
+def node_with_driver(csi, pack):
+    need_mount()
+    if shutil.which("setpriv") is None:
+        missing_prerequisite("setpriv is not installed (util-linux)")
+    base = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-csi-", dir="/tmp"))
+    base.chmod(0o755)
+    n = Node(base, csi)
+    data = base / "data.pack"
+    shutil.copyfile(pack, data)
+    data.chmod(0o644)
+    n.data = data
+    try:
+        n.start_mounter()
+        n.start_driver()
+        yield n
+    finally:
+        for p in (n.driver, n.mounter):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+        with open("/proc/self/mountinfo") as f:
+            left = [line.split(" ")[4] for line in f if line.split(" ")[4].startswith(str(base))]
+        for m in reversed(left):
+            subprocess.run(["umount", "-l", m], timeout=30)
+        for pid in n.daemons():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def tree_digest_as(uid: int, root) -> dict:
+    """sha256 of every file under `root`, read by a process of `uid` (no capability)."""
+    script = ("import hashlib, json, pathlib, sys\n"
+              "r = pathlib.Path(sys.argv[1])\n"
+              "print(json.dumps({str(p.relative_to(r)): hashlib.sha256(p.read_bytes()).hexdigest()"
+              " for p in sorted(r.rglob('*')) if p.is_file() and '.loosefs' not in p.parts}))\n")
+    out = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                          sys.executable, "-c", script, str(root)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_identity_and_node_info_answer_as_the_kubelet_expects(csi, pack):
+    with node_with_driver(csi, pack) as n:
+        info = n.identity.GetPluginInfo(n.pb2.GetPluginInfoRequest(), timeout=10)
+        assert info.name == DRIVER and info.vendor_version
+        caps = n.identity.GetPluginCapabilities(n.pb2.GetPluginCapabilitiesRequest(), timeout=10)
+        assert list(caps.capabilities) == []  # node only: no controller service
+        assert n.identity.Probe(n.pb2.ProbeRequest(), timeout=10).ready.value is True
+        got = n.node.NodeGetInfo(n.pb2.NodeGetInfoRequest(), timeout=10)
+        assert got.node_id == "node-1" and got.max_volumes_per_node == 0
+        n.node.NodeGetCapabilities(n.pb2.NodeGetCapabilitiesRequest(), timeout=10)
+        code, _ = n.code_of(lambda: n.node.NodeStageVolume(n.pb2.NodeStageVolumeRequest(), timeout=10))
+        assert code == n.grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_a_pod_reads_its_volume_served_unprivileged_across_a_driver_restart(csi, pack, source):
+    want = {str(p.relative_to(source)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(source.rglob("*")) if p.is_file()}
+    with node_with_driver(csi, pack) as n:
+        target = n.target()
+        n.publish(target, n.data, flags=["ro"], context={"mountOptions": "threads=2"})
+        # A second publish of the same target (the kubelet retries) is OK and mounts nothing more.
+        n.publish(target, n.data, flags=["ro"], context={"mountOptions": "threads=2"})
+        assert mounts_at(target) == 1, n.logs()
+        # The pod's container sees the target through a bind mount; its user is not root.
+        view = n.base / "pod-view"
+        view.mkdir()
+        subprocess.run(["mount", "--bind", str(target), str(view)], check=True, timeout=30)
+        try:
+            assert tree_digest_as(POD_UID, view) == want
+        finally:
+            subprocess.run(["umount", str(view)], check=True, timeout=30)
+        # The node's other users cannot reach it through the host path (the kubelet's directory
+        # is root-only), and the mount is read-only.
+        other = subprocess.run(["setpriv", f"--reuid={POD_UID}", f"--regid={POD_UID}",
+                                "--clear-groups", "ls", str(target)],
+                               capture_output=True, text=True, timeout=30)
+        assert other.returncode != 0 and "Permission denied" in other.stderr, other
+        with open("/proc/self/mountinfo") as f:
+            line = next(x for x in f if x.split(" ")[4] == str(target))
+        assert "ro" in line.split(" ")[5].split(","), line
+        assert "fuse.loosefs loosefs:csi/pv-data" in line, line
+        # One daemon, of the mounter's user, without any capability.
+        (pid,) = n.daemons()
+        fields = dict(x.split(":", 1) for x in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines())
+        assert fields["Uid"].split()[:2] == [str(MOUNTER_UID)] * 2, fields["Uid"]
+        assert int(fields["CapEff"].strip(), 16) == 0, fields["CapEff"]
+        # The driver is killed and started again: the volume keeps serving, with the same daemon.
+        n.kill_driver()
+        first = next(p for p in sorted(target.rglob("*")) if p.is_file())
+        assert hashlib.sha256(first.read_bytes()).hexdigest() == want[str(first.relative_to(target))]
+        n.start_driver()
+        n.publish(target, n.data, flags=["ro"], context={"mountOptions": "threads=2"})
+        assert mounts_at(target) == 1 and n.daemons() == [pid], n.logs()
+        # Unpublished (twice: the second finds nothing and is OK): no mount, target, daemon or
+        # volume directory is left.
+        n.unpublish(target)
+        n.unpublish(target)
+        assert mounts_at(target) == 0 and not target.exists()
+        wait_for("the daemon to end", lambda: not n.daemons(), timeout=30)
+        assert not any(n.work.iterdir()), list(n.work.iterdir())
+
+
+def test_a_daemon_that_died_is_replaced_by_the_next_publish(csi, pack, source):
+    with node_with_driver(csi, pack) as n:
+        target = n.target()
+        n.publish(target, n.data)
+        (pid,) = n.daemons()
+        os.kill(pid, signal.SIGKILL)
+        wait_for("the daemon to end", lambda: pid not in n.daemons(), timeout=30)
+        n.publish(target, n.data)
+        assert mounts_at(target) == 1, n.logs()
+        assert len(n.daemons()) == 1 and n.daemons() != [pid]
+        some = next(p for p in sorted(source.rglob("*")) if p.is_file())
+        assert (target / some.relative_to(source)).read_bytes() == some.read_bytes()
+        n.unpublish(target)
+
+
+def test_bad_requests_get_their_codes_and_mount_nothing(csi, pack):
+    with node_with_driver(csi, pack) as n:
+        pb2, INVALID = n.pb2, n.grpc.StatusCode.INVALID_ARGUMENT
+        cases = {
+            "no volume id": dict(volume_id=""),
+            "no source": dict(context={"source": ""}),
+            "an unknown option": dict(flags=["wram"]),
+            "a bad value": dict(context={"mountOptions": "threads=many"}),
+            "an option the driver owns": dict(flags=["log=/etc/passwd"]),
+            "a writer access mode": dict(capability=n.capability(
+                mode=pb2.VolumeCapability.AccessMode.SINGLE_NODE_WRITER)),
+            "a block volume": dict(capability=pb2.VolumeCapability(
+                block=pb2.VolumeCapability.BlockVolume(),
+                access_mode=pb2.VolumeCapability.AccessMode(
+                    mode=pb2.VolumeCapability.AccessMode.MULTI_NODE_READER_ONLY))),
+        }
+        for what, kw in cases.items():
+            target = n.target()
+            code, details = n.code_of(lambda: n.publish(target, n.data, **kw))
+            assert code == INVALID, (what, code, details)
+            assert mounts_at(target) == 0 and not target.exists(), what
+        code, details = n.code_of(lambda: n.node.NodePublishVolume(pb2.NodePublishVolumeRequest(
+            volume_id="pv", target_path=str(n.target())), timeout=30))
+        assert code == INVALID and "volume_capability" in details, details
+        code, details = n.code_of(lambda: n.publish("", n.data))
+        assert code == INVALID and "target_path" in details, details
+        outside = n.base / "elsewhere"
+        code, details = n.code_of(lambda: n.publish(outside, n.data))
+        assert code == INVALID and "kubelet" in details, details
+        assert not outside.exists()
+        code, _ = n.code_of(lambda: n.unpublish(n.target(), volume_id=""))
+        assert code == INVALID
+        assert n.mounter.poll() is None and not n.daemons()
+
+
+def test_a_source_the_mounter_cannot_read_is_refused_saying_why(csi, pack):
+    with node_with_driver(csi, pack) as n:
+        secret = n.base / "secret.pack"
+        shutil.copyfile(pack, secret)
+        secret.chmod(0o600)  # root's only
+        target = n.target()
+        code, details = n.code_of(lambda: n.publish(target, secret))
+        assert code == n.grpc.StatusCode.PERMISSION_DENIED, (code, details, n.logs())
+        assert str(secret) in details and "ermission denied" in details, details
+        assert mounts_at(target) == 0 and not target.exists()
+        missing = n.base / "missing.pack"
+        code, details = n.code_of(lambda: n.publish(target, missing))
+        assert code == n.grpc.StatusCode.NOT_FOUND and str(missing) in details, (code, details)
+        assert mounts_at(target) == 0 and not target.exists()
+        wait_for("no daemon left", lambda: not n.daemons(), timeout=30)
+        assert not any(n.work.iterdir())
