@@ -158,7 +158,11 @@ enum Cmd {
         #[arg(long, default_value = "csi.loosefs.dev")]
         driver_name: String,
         /// The Unix socket of `loosefs csi-mounter`.
-        #[arg(long, value_name = "SOCKET", default_value = "/loosefs/mounter.sock")]
+        #[arg(
+            long,
+            value_name = "SOCKET",
+            default_value = "/loosefs/run/mounter.sock"
+        )]
         mounter: PathBuf,
         /// A directory shared with the mounter at the same path: each published volume gets a
         /// directory there, owned by the mounter's user, for its caches and log.
@@ -179,7 +183,11 @@ enum Cmd {
     /// Example: loosefs csi-mounter --socket /loosefs/mounter.sock
     CsiMounter {
         /// The Unix socket to listen at (shared with `loosefs csi`).
-        #[arg(long, value_name = "SOCKET", default_value = "/loosefs/mounter.sock")]
+        #[arg(
+            long,
+            value_name = "SOCKET",
+            default_value = "/loosefs/run/mounter.sock"
+        )]
         socket: PathBuf,
     },
     /// Summarise a pack: samples, directories, bytes, alignment, index version, JPEG counts;

@@ -655,3 +655,31 @@ mod tests {
         );
     }
 }
+
+/// The arguments of `loosefs mount SOURCE MOUNTPOINT`, as the command parses them.
+#[derive(clap::Parser)]
+#[command(name = "loosefs mount", no_binary_name = true)]
+struct MountCommand {
+    source: String,
+    mountpoint: String,
+    #[command(flatten)]
+    opts: MountArgs,
+}
+
+/// Checks `args` (options only: `--decode`, `npy`, `--warm`, …) as `loosefs mount` parses
+/// them, for a caller that passes them on to a daemon (the CSI driver's volume options).
+/// Errors: the parser's first line, without its `error: ` (names the option and the problem).
+pub fn check_mount_args(args: &[String]) -> Result<(), String> {
+    use clap::Parser;
+    let argv = ["SOURCE".to_string(), "/dev/fd/3".to_string()]
+        .into_iter()
+        .chain(args.iter().cloned());
+    MountCommand::try_parse_from(argv).map(|_| ()).map_err(|e| {
+        let text = e.to_string();
+        let first = text.lines().next().unwrap_or("").trim();
+        format!(
+            "mount options: {}",
+            first.strip_prefix("error: ").unwrap_or(first)
+        )
+    })
+}

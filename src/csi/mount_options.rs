@@ -8,8 +8,6 @@
 //! node's files or processes outside the volume are refused: the mounter chooses the log, the
 //! caches and the mount's permissions itself.
 
-use clap::Parser;
-
 /// Options a volume may not set, with why: they belong to the driver.
 const REFUSED: &[(&str, &str)] = &[
     (
@@ -70,33 +68,8 @@ pub fn mount_args(flags: &[String], attribute: Option<&str>) -> Result<Vec<Strin
         args.push(format!("--{name}"));
         args.extend(value.map(str::to_string));
     }
-    check(&args)?;
+    crate::options::check_mount_args(&args)?;
     Ok(args)
-}
-
-/// The arguments of `loosefs mount SOURCE MOUNTPOINT`, as the command parses them.
-#[derive(Parser)]
-#[command(name = "loosefs mount", no_binary_name = true)]
-struct MountCommand {
-    source: String,
-    mountpoint: String,
-    #[command(flatten)]
-    opts: crate::options::MountArgs,
-}
-
-/// Parses `args` as `loosefs mount` would. Errors: clap's first line, without its `error: `.
-fn check(args: &[String]) -> Result<(), String> {
-    let argv = ["SOURCE".to_string(), "/dev/fd/3".to_string()]
-        .into_iter()
-        .chain(args.iter().cloned());
-    MountCommand::try_parse_from(argv).map(|_| ()).map_err(|e| {
-        let text = e.to_string();
-        let first = text.lines().next().unwrap_or("").trim();
-        format!(
-            "mount options: {}",
-            first.strip_prefix("error: ").unwrap_or(first)
-        )
-    })
 }
 
 #[cfg(test)]
