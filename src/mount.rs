@@ -71,6 +71,39 @@ fn check_mountpoint(mnt: &Path) -> Result<PathBuf> {
     Ok(abs)
 }
 
+/// Why `mnt`'s control file could not be read (`error`, the read's), in one line with its fix:
+/// not mounted, another file system's mount, a mount whose daemon died (with where its log
+/// is, when it is the default one), or else `error` itself. Reads only the mount table and
+/// `statfs`, never a file of the mount.
+pub fn why_no_answer(mnt: &Path, error: &std::io::Error) -> String {
+    let abs = std::fs::canonicalize(mnt)
+        .or_else(|_| std::path::absolute(mnt))
+        .unwrap_or_else(|_| mnt.to_path_buf());
+    let gone = |e: i32| daemon_gone(e);
+    if error.raw_os_error().is_some_and(gone) {
+        let log = MountArgs::default_log_path(&abs);
+        let stale = stale_message(mnt).replace('\n', " ");
+        return format!(
+            "{} Why it died is in its log ({}, unless it was started with --log).",
+            stale.trim_end(),
+            log.display()
+        );
+    }
+    match mount_fstype(&abs) {
+        None => format!(
+            "{} is not mounted (mount it with `loosefs mount SOURCE {0}`)",
+            mnt.display()
+        ),
+        Some(t)
+            if !t.starts_with("fuse")
+                || mount_source(&abs).is_none_or(|s| !s.starts_with("loosefs:")) =>
+        {
+            format!("{} is a {t} mount, not a loosefs mount", mnt.display())
+        }
+        Some(_) => format!("{}: {error}", mnt.display()),
+    }
+}
+
 /// Whether `errno`, answered for a FUSE mountpoint, means its daemon is gone: ENOTCONN or
 /// ECONNABORTED once the kernel has aborted the connection, and ECANCELED before that over
 /// FUSE-over-io_uring — a request queued to a ring entry whose task died is cancelled

@@ -325,6 +325,11 @@ impl MountArgs {
         if let Some(p) = &self.log {
             return p.clone();
         }
+        Self::default_log_path(mnt)
+    }
+
+    /// The daemon's log when no `--log` is given (see [`MountArgs::log_path`]).
+    pub fn default_log_path(mnt: &Path) -> PathBuf {
         let abs = std::fs::canonicalize(mnt).unwrap_or_else(|_| mnt.to_path_buf());
         let name = abs.to_string_lossy().trim_matches('/').replace('/', "_");
         let base = std::env::var_os("XDG_STATE_HOME")

@@ -34,6 +34,8 @@ fn mask() -> WatchMask {
         | WatchMask::MODIFY
         | WatchMask::CLOSE_WRITE
         | WatchMask::ATTRIB
+        | WatchMask::DELETE_SELF
+        | WatchMask::MOVE_SELF
         | WatchMask::ONLYDIR
         | WatchMask::DONT_FOLLOW
         | WatchMask::EXCL_UNLINK
@@ -168,6 +170,24 @@ impl Watcher {
             for n in self.changes.rescan() {
                 (self.forget)(&n);
             }
+            return;
+        }
+        if mask.intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF)
+            && self
+                .dirs
+                .get(&wd)
+                .is_some_and(|(ino, _)| *ino == crate::ino::ROOT_INO)
+        {
+            log::error!(
+                "the source directory {} was {} while mounted: the mount shows no file of it \
+                 from now on; put it back, then unmount and mount it again",
+                self.changes.root().display(),
+                if mask.contains(EventMask::DELETE_SELF) {
+                    "deleted"
+                } else {
+                    "moved away"
+                }
+            );
             return;
         }
         if mask.contains(EventMask::IGNORED) {

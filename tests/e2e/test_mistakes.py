@@ -10,6 +10,8 @@ import re
 import resource
 import socket
 import subprocess
+import time
+
 import pytest
 
 from conftest import ROOT, loosefs_bin, need_mount
@@ -143,6 +145,28 @@ def made_here(pack, tmp_path, mounted):
     except OSError as e:
         seen["Transport endpoint is not connected"] = os.strerror(e.errno)
     seen["mountpoint … is a stale FUSE mount"] = loosefs("mount", pack, mounted).stderr
+    r = loosefs("stats", mounted)
+    assert r.returncode != 0 and "mountpoint" in r.stderr and "is a stale FUSE mount" in r.stderr \
+        and "loosefs umount" in r.stderr and "log" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    # Nothing mounted there.
+    r = loosefs("stats", tmp_path)
+    seen["… is not mounted (mount it with …)"] = r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    # A directory mount whose source is deleted: said in the log at once (no poll beyond 10 s).
+    src, mnt3, log = tmp_path / "src", tmp_path / "mnt3", tmp_path / "mnt3.log"
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "x.txt").write_text("x")
+    mnt3.mkdir()
+    r = loosefs("mount", src, mnt3, "--log", log)
+    assert r.returncode == 0, r.stderr
+    try:
+        subprocess.run(["rm", "-rf", str(src)], check=True, timeout=10)
+        deadline = time.monotonic() + 10
+        while "was deleted" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen["the source directory … was deleted while mounted"] = log.read_text()
+    finally:
+        loosefs("umount", "--lazy", mnt3)
     # Remote sources: nothing listening, plain http, no credentials.
     port = free_port()
     r = loosefs("info", f"https://127.0.0.1:{port}/data.pack")
