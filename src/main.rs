@@ -32,6 +32,7 @@ enum Cmd {
     Mount {
         /// The dataset: a pack, a directory, a dataset in another format, or a URL of one
         /// (s3://, gs://, az://, https://; or of a prefix or directory of loose files).
+        #[arg(value_name = "SOURCE")]
         pack: PathBuf,
         /// An empty directory to mount on, or /dev/fd/N: a FUSE connection handed over as
         /// descriptor N (see `loosefs fuse-fd`).

@@ -57,67 +57,98 @@ pub enum Transport {
 /// Options of `loosefs mount` (everything but the pack and the mountpoint).
 #[derive(Args, Debug, Clone)]
 pub struct MountArgs {
+    /// How a source that is not a loosefs pack is read.
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Decoded views and their decoder.
+    #[command(flatten)]
+    pub decode: DecodeArgs,
     /// Serve in the foreground instead of starting a daemon.
-    #[arg(long, short = 'f')]
+    #[arg(long, short = 'f', help_heading = "Daemon and logs", env = "LOOSEFS_FOREGROUND", value_parser = clap::builder::FalseyValueParser::new())]
     pub foreground: bool,
     /// FUSE worker threads. A thread waiting for the disk serves nothing else, so this caps
     /// the reads in flight on a cold pack.
-    #[arg(long, default_value_t = 16)]
+    #[arg(
+        long,
+        default_value_t = 16,
+        help_heading = "Daemon and logs",
+        env = "LOOSEFS_THREADS"
+    )]
     pub threads: usize,
     /// Kernel read-ahead for this mount, KiB (0 keeps the kernel's default, 128). Larger
     /// helps readers in storage order and hurts shuffled ones (docs/TUNING.md).
-    #[arg(long, default_value_t = 0)]
+    #[arg(
+        long,
+        default_value_t = 0,
+        help_heading = "Read-ahead",
+        env = "LOOSEFS_READ_AHEAD_KB"
+    )]
     pub read_ahead_kb: u32,
     /// Log file of the background daemon (default: `~/.local/state/loosefs/log/<mountpoint>.log`,
     /// or under `$XDG_STATE_HOME`; `loosefs stats` names it). A log past 8 MiB is renamed to
     /// `<log>.1` when a mount starts; `/dev/null` discards it; `-` keeps it on the stderr
     /// `loosefs mount` was given (whoever reads that pipe waits until the daemon exits). Level
     /// from RUST_LOG.
-    #[arg(long)]
+    #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_LOG")]
     pub log: Option<PathBuf>,
     /// Log loosefs's debug messages too (each failed request with its path and error, each
     /// remote GET with its range and time): the same as `RUST_LOG=loosefs=debug`, into the
     /// log file.
-    #[arg(long)]
+    #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_DEBUG", value_parser = clap::builder::FalseyValueParser::new())]
     pub debug: bool,
     /// Largest read-ahead window in pack order, MiB (0 disables read-ahead across samples).
-    #[arg(long, default_value_t = 64)]
+    #[arg(
+        long,
+        default_value_t = 64,
+        help_heading = "Read-ahead",
+        env = "LOOSEFS_PREFETCH_MAX_MB"
+    )]
     pub prefetch_max_mb: u64,
     /// Largest read-ahead window along an announced epoch order (`<mnt>/.loosefs/order`):
     /// bytes read ahead and not yet served, MiB (0: orders are counted, not read ahead).
-    #[arg(long, default_value_t = 256)]
+    #[arg(
+        long,
+        default_value_t = 256,
+        help_heading = "Read-ahead",
+        env = "LOOSEFS_ORDER_WINDOW_MB"
+    )]
     pub order_window_mb: u64,
     /// Keep this much of the pack resident (mlock), from its start: a size such as 2G or
     /// 512M, or `all`. Refused when it does not fit in available memory or the cgroup limit.
-    #[arg(long, value_parser = parse_pin)]
+    #[arg(long, value_parser = parse_pin, help_heading = "Caches and memory", env = "LOOSEFS_PIN")]
     pub pin: Option<u64>,
     /// Stream the whole pack into the page cache in the background after mounting.
-    #[arg(long)]
+    #[arg(long, help_heading = "Caches and memory", env = "LOOSEFS_WARM", value_parser = clap::builder::FalseyValueParser::new())]
     pub warm: bool,
     /// Return only once `--pin` and `--warm` are complete, showing their progress (without it
     /// they proceed in the background and `loosefs stats` shows how far they are).
-    #[arg(long)]
+    #[arg(long, help_heading = "Caches and memory", env = "LOOSEFS_WAIT", value_parser = clap::builder::FalseyValueParser::new())]
     pub wait: bool,
     /// Keep a sample's pack pages cached after serving it. By default they are dropped: the
     /// mount's own page cache holds the same bytes, and keeping both caches them twice.
-    #[arg(long)]
+    #[arg(long, help_heading = "Caches and memory", env = "LOOSEFS_KEEP_PACK_CACHE", value_parser = clap::builder::FalseyValueParser::new())]
     pub keep_pack_cache: bool,
     /// While a reader walks the pack in order, push this many following samples into the
     /// kernel's page cache ahead of it (FUSE_NOTIFY_STORE), so their reads need no round
     /// trip to the daemon; a reader following an announced order is pushed the samples the
     /// order read ahead (up to 256 MiB past its last READ) whatever this number. 0 disables
     /// both.
-    #[arg(long, default_value_t = 64)]
+    #[arg(
+        long,
+        default_value_t = 64,
+        help_heading = "Read-ahead",
+        env = "LOOSEFS_PUSH_AHEAD"
+    )]
     pub push_ahead: usize,
     /// Let every local user read the mount (FUSE `allow_other`; a non-root user needs
     /// `user_allow_other` in /etc/fuse.conf). By default only the user who mounted it can,
     /// whatever the files' permission bits say. Control commands (`warm`, `drop-cache`) stay
     /// the owner's and root's.
-    #[arg(long)]
+    #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_ALLOW_OTHER", value_parser = clap::builder::FalseyValueParser::new())]
     pub allow_other: bool,
     /// Mount over a directory that holds files (they are hidden while mounted). By default a
     /// non-empty mountpoint is refused, as rclone and s3fs refuse it.
-    #[arg(long)]
+    #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_ALLOW_NON_EMPTY", value_parser = clap::builder::FalseyValueParser::new())]
     pub allow_non_empty: bool,
     /// How a loose directory's files reach readers: `off` (default) the daemon reads them and
     /// the kernel keeps them in the mount's page cache (warm reads need no round trip at all);
@@ -125,27 +156,21 @@ pub struct MountArgs {
     /// copy in memory, but an OPEN and a RELEASE round trip per open file, so many small
     /// files read slower than with `off`) where the kernel and privileges allow it, else the
     /// daemon. Packs: the daemon.
-    #[arg(long, value_enum, default_value_t = Passthrough::Off)]
+    #[arg(long, value_enum, default_value_t = Passthrough::Off, help_heading = "Daemon and logs", env = "LOOSEFS_PASSTHROUGH")]
     pub passthrough: Passthrough,
     /// How requests reach the daemon: `uring` (FUSE over io_uring, Linux 6.14+: a reply and
     /// the wait for the next request in one system call, per-CPU queues), `classic`
     /// (`/dev/fuse`), `auto` (uring where the kernel offers it; passthrough needs classic).
     /// `stats` shows which one serves. Default from `LOOSEFS_TRANSPORT`.
-    #[arg(long, value_enum, default_value_t = Transport::Auto, env = "LOOSEFS_TRANSPORT")]
+    #[arg(long, value_enum, default_value_t = Transport::Auto, env = "LOOSEFS_TRANSPORT", help_heading = "Daemon and logs")]
     pub transport: Transport,
     /// Serve the mount's statistics over HTTP at ADDR (HOST:PORT, e.g. `localhost:9464` or
     /// `127.0.0.1:9464`; port 0 picks a free one, said when the mount is ready) for a
     /// Prometheus server to scrape: `GET /metrics` answers what `stats --format prometheus`
     /// prints (OpenMetrics when the scrape asks for it). The address is bound before the mount
     /// is made: one in use fails the mount. Off by default.
-    #[arg(long, value_name = "ADDR", value_parser = parse_socket_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = parse_socket_addr, help_heading = "Daemon and logs", env = "LOOSEFS_METRICS_ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
-    /// Decoded views and their decoder.
-    #[command(flatten)]
-    pub decode: DecodeArgs,
-    /// How a source that is not a loosefs pack is read.
-    #[command(flatten)]
-    pub source: SourceArgs,
 }
 
 /// Options for sources in other packed formats (`mount`, `info`, `pack`).
@@ -153,46 +178,46 @@ pub struct MountArgs {
 pub struct SourceArgs {
     /// Read the source as this format instead of detecting it: tar (webdataset), zip,
     /// tfrecord, mds, litdata, gulpio, ffcv, parquet (hf-parquet).
-    #[arg(long, value_parser = parse_format)]
+    #[arg(long, value_parser = parse_format, help_heading = "Source", env = "LOOSEFS_FORMAT")]
     pub format: Option<crate::formats::Format>,
     /// Class directory names, one per line: line i names the i-th smallest label (overrides
     /// the format's own names).
-    #[arg(long)]
+    #[arg(long, help_heading = "Source", env = "LOOSEFS_CLASS_NAMES")]
     pub class_names: Option<PathBuf>,
     /// The field holding the label, instead of the format's usual one: a WebDataset member
     /// extension (default cls), a TFRecord int64 feature (default image/class/label), an MDS
     /// integer column or a Parquet column (default: its ClassLabel).
-    #[arg(long)]
+    #[arg(long, help_heading = "Source", env = "LOOSEFS_LABEL")]
     pub label: Option<String>,
     /// Which fields of each sample are files: `image` (default: one file per sample, what
     /// ImageFolder expects) or `all` (every other field stored in place too, as
     /// `<stem>.<field>` beside the image, e.g. `<key>.cls`, `<key>.txt` for WebDataset).
-    #[arg(long, default_value = "image", value_parser = ["image", "all"])]
+    #[arg(long, default_value = "image", value_parser = ["image", "all"], help_heading = "Source", env = "LOOSEFS_FIELDS")]
     pub fields: String,
     /// How a foreign dataset is checked: `lazy` (default) indexes it reading each sample's
     /// head only (the JPEG header) and checks each sample against its
     /// format's checksum, or else against the CRC-32 of its first read, on every read; `full`
     /// reads every sample once at indexing (a CRC-32 each) before the mount serves any.
-    #[arg(long, default_value = "lazy", value_parser = ["lazy", "full"])]
+    #[arg(long, default_value = "lazy", value_parser = ["lazy", "full"], help_heading = "Source", env = "LOOSEFS_VERIFY")]
     pub verify: String,
     /// A shared index of the dataset written by `loosefs index` (default: `<SRC>.loosefs-index`
     /// beside the dataset, used when it exists and fits this mount's options; for a bucket prefix
     /// of loose objects, its listing): a stale one is refused, naming the file that changed.
-    #[arg(long = "index")]
+    #[arg(long = "index", help_heading = "Source", env = "LOOSEFS_INDEX")]
     pub shared_index: Option<PathBuf>,
     /// A stale shared listing of loose objects (objects added, removed or replaced since
     /// `loosefs index`) is replaced: the prefix listed again and the listing rewritten in its
     /// place (over HTTPS: the server's listing served instead). Default: refused, naming one
     /// object that changed.
-    #[arg(long = "refresh")]
+    #[arg(long = "refresh", help_heading = "Source", env = "LOOSEFS_REFRESH", value_parser = clap::builder::FalseyValueParser::new())]
     pub refresh_index: bool,
     /// Where the index of a foreign source is kept (default: $LOOSEFS_CACHE_DIR, else
     /// ~/.cache/loosefs/index).
-    #[arg(long)]
+    #[arg(long, help_heading = "Source", env = "LOOSEFS_INDEX_DIR")]
     pub index_dir: Option<PathBuf>,
     /// Memory for decompressed chunks of a compressed source (zstd MDS shards and LitData
     /// chunks, deflated zip members), e.g. 2G; the least recently used chunk goes first.
-    #[arg(long, value_parser = parse_bytes, default_value = "1G")]
+    #[arg(long, value_parser = parse_bytes, default_value = "1G", help_heading = "Caches and memory", env = "LOOSEFS_CHUNK_CACHE")]
     pub chunk_cache: u64,
     /// How a dataset at a URL (s3://, gs://, az://, https://) is reached and cached.
     #[command(flatten)]
@@ -211,54 +236,70 @@ pub struct RemoteArgs {
     /// http://127.0.0.1:8333 (default: $AWS_ENDPOINT_URL, else AWS), a GCS emulator (default:
     /// $STORAGE_EMULATOR_HOST), an Azure blob endpoint with its account, e.g.
     /// http://127.0.0.1:10000/devstoreaccount1 (default: the connection string's BlobEndpoint).
-    #[arg(long)]
+    #[arg(
+        long,
+        help_heading = "Remote sources (s3://, gs://, az://, https://)",
+        env = "LOOSEFS_ENDPOINT_URL"
+    )]
     pub endpoint_url: Option<String>,
     /// S3 region (default: $AWS_REGION, the profile's region, else us-east-1).
-    #[arg(long)]
+    #[arg(
+        long,
+        help_heading = "Remote sources (s3://, gs://, az://, https://)",
+        env = "LOOSEFS_REGION"
+    )]
     pub region: Option<String>,
     /// Send unsigned requests (public buckets and containers); no credentials are looked up.
-    #[arg(long)]
+    #[arg(long, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_NO_SIGN_REQUEST", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_sign_request: bool,
     /// Profile of the shared AWS files to take credentials and region from (default:
     /// $AWS_PROFILE, else `default`).
-    #[arg(long)]
+    #[arg(
+        long,
+        help_heading = "Remote sources (s3://, gs://, az://, https://)",
+        env = "LOOSEFS_PROFILE"
+    )]
     pub profile: Option<String>,
     /// Allow plain `http://` URLs and endpoints (bytes unencrypted on the wire).
-    #[arg(long)]
+    #[arg(long, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_ALLOW_HTTP", value_parser = clap::builder::FalseyValueParser::new())]
     pub allow_http: bool,
     /// PEM file of extra CA certificates to trust for https (default: $AWS_CA_BUNDLE).
-    #[arg(long)]
+    #[arg(
+        long,
+        help_heading = "Remote sources (s3://, gs://, az://, https://)",
+        env = "LOOSEFS_CA_BUNDLE"
+    )]
     pub ca_bundle: Option<PathBuf>,
     /// Local block cache of remote packs: blocks fetched are kept here across mounts of the
     /// same object (keyed by URL and ETag) (default: $LOOSEFS_CACHE_DIR/blocks, else
     /// ~/.cache/loosefs/blocks).
-    #[arg(long)]
+    #[arg(long, help_heading = "Remote sources (s3://, gs://, az://, https://)")]
     pub cache_dir: Option<PathBuf>,
     /// Most bytes the cache directory holds, e.g. 20G: this pack's blocks (at most its size)
     /// and other packs' (removed least recently used first) (default: what it holds now plus
     /// the free space of its file system, less 5% of that file system's size).
-    #[arg(long, value_parser = parse_bytes)]
+    #[arg(long, value_parser = parse_bytes, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_CACHE_SIZE")]
     pub cache_size: Option<u64>,
     /// Concurrent GETs of 1 MiB or more at most; smaller GETs count for less, down to 1/8 for
     /// 128 KiB or less (so up to 8× as many small objects are fetched at once).
-    #[arg(long, default_value_t = remote_config::DEFAULT_MAX_REQUESTS)]
+    #[arg(long, default_value_t = remote_config::DEFAULT_MAX_REQUESTS, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_MAX_REQUESTS")]
     pub max_requests: usize,
     /// Most retries of a failed GET (5xx, SlowDown, reset, refused, timeout), with jittered
     /// exponential backoff from 100 ms up to 15 s, before the read answers EIO; the default is
     /// as many as fit in --retry-timeout, so an outage shorter than it fails no read.
     /// 403/404/412 are never retried.
-    #[arg(long, default_value_t = remote_config::DEFAULT_RETRIES)]
+    #[arg(long, default_value_t = remote_config::DEFAULT_RETRIES, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_RETRIES")]
     pub retries: usize,
     /// Longest time spent retrying one GET, seconds.
-    #[arg(long, default_value_t = remote_config::DEFAULT_RETRY_TIMEOUT)]
+    #[arg(long, default_value_t = remote_config::DEFAULT_RETRY_TIMEOUT, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_RETRY_TIMEOUT")]
     pub retry_timeout: u64,
     /// Time limit of one GET, seconds.
-    #[arg(long, default_value_t = remote_config::DEFAULT_REQUEST_TIMEOUT)]
+    #[arg(long, default_value_t = remote_config::DEFAULT_REQUEST_TIMEOUT, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_REQUEST_TIMEOUT")]
     pub request_timeout: u64,
     /// Mount without reaching the server: from a complete block cache of the URL (every
     /// block of the samples and the index kept, closed cleanly by an earlier mount), at the
     /// ETag recorded there. No request is made; refused when the cache is not complete.
-    #[arg(long)]
+    #[arg(long, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_OFFLINE", value_parser = clap::builder::FalseyValueParser::new())]
     pub offline: bool,
 }
 

@@ -24,28 +24,50 @@ pub enum ViewArg {
 pub struct DecodeArgs {
     /// Serve decoded views of every JPEG (`npy`, `ppm`, or both: `--decode npy,ppm`) and the
     /// frames of a LeRobot dataset's videos (`frames`).
-    #[arg(long, value_enum, value_delimiter = ',')]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        help_heading = "Views (decoded JPEGs, video frames)",
+        env = "LOOSEFS_DECODE"
+    )]
     pub decode: Vec<ViewArg>,
     /// With `--decode npy`: list only the `.npy` views, not the JPEGs.
-    #[arg(long)]
+    #[arg(long, help_heading = "Views (decoded JPEGs, video frames)", env = "LOOSEFS_DECODED_ONLY", value_parser = clap::builder::FalseyValueParser::new())]
     pub decoded_only: bool,
     /// Decode at the smallest DCT scale (1/2, 1/4, 1/8) whose longer side is still ≥ N pixels.
-    #[arg(long, value_name = "N")]
+    #[arg(
+        long,
+        value_name = "N",
+        help_heading = "Views (decoded JPEGs, video frames)",
+        env = "LOOSEFS_DECODE_MAX_SIDE"
+    )]
     pub decode_max_side: Option<u32>,
     /// Budget of the decoded cache (bytes of pixels, least recently used evicted), e.g. 2G
     /// [default: 1G; for video frames, half the memory available, at least 256M].
-    #[arg(long, value_name = "SIZE", value_parser = parse_budget)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_budget, help_heading = "Views (decoded JPEGs, video frames)", env = "LOOSEFS_DECODE_CACHE")]
     pub decode_cache: Option<u64>,
     /// Decode threads (default: one per core).
-    #[arg(long, value_name = "N")]
+    #[arg(
+        long,
+        value_name = "N",
+        help_heading = "Views (decoded JPEGs, video frames)",
+        env = "LOOSEFS_DECODE_THREADS"
+    )]
     pub decode_threads: Option<usize>,
     /// JPEGs decoded ahead of a reader that walks the pack in order (0 disables).
-    #[arg(long, value_name = "N", default_value_t = 8)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 8,
+        help_heading = "Views (decoded JPEGs, video frames)",
+        env = "LOOSEFS_DECODE_AHEAD"
+    )]
     pub decode_ahead: usize,
     /// Serve what libjpeg recovers from truncated or corrupt JPEGs (grey where data is missing),
     /// as Pillow does with `ImageFile.LOAD_TRUNCATED_IMAGES = True`. By default their views
     /// answer EIO, as Pillow refuses them.
-    #[arg(long)]
+    #[arg(long, help_heading = "Views (decoded JPEGs, video frames)", env = "LOOSEFS_DECODE_ACCEPT_DAMAGED", value_parser = clap::builder::FalseyValueParser::new())]
     pub decode_accept_damaged: bool,
 }
 

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -551,3 +552,32 @@ def test_mounts_leave_one_log_per_mountpoint_and_no_empty_ones(pack, tmp_path):
     left = list(logs.glob("*"))
     assert [p for p in left if p.stat().st_size == 0] == [], left
     assert len(left) == 11, left
+
+
+def test_every_mount_option_comes_from_its_environment_variable_too(pack, tmp_path):
+    """As rclone's RCLONE_<FLAG>: LOOSEFS_<FLAG> sets `--flag` (a flag's variable is true but
+    for 0, false, no, off or empty), the command line wins, and a bad value is named."""
+    need_mount()
+    helptext = run("mount", "--help").stdout
+    flags = set(re.findall(r"^\s+(?:-\w, )?--([a-z][a-z-]*)", helptext, re.M)) - {"help"}
+    # --cache-dir's variable is LOOSEFS_CACHE_DIR, the root of both caches (blocks/, index/).
+    missing = sorted(f for f in flags - {"cache-dir"}
+                     if f"[env: LOOSEFS_{f.upper().replace('-', '_')}=" not in helptext)
+    assert missing == [], missing
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = {**os.environ, "LOOSEFS_DECODE": "npy", "LOOSEFS_DECODE_THREADS": "3", "LOOSEFS_WARM": "0"}
+    r = subprocess.run([loosefs_bin(), "mount", str(pack), str(mnt), "--decode-threads", "5"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    try:
+        assert any(p.suffix == ".npy" for p in mnt.rglob("*.npy")), "LOOSEFS_DECODE=npy made no view"
+        names = task_names(daemon_pid(mnt))
+        assert sum(x.startswith("loosefs-decode") for x in names) == 5, names  # the flag wins
+        assert json.loads(run("stats", mnt, "--json").stdout)["warm"]["state"] in ("off", "idle", "none")
+    finally:
+        run("umount", mnt)
+    env = {**os.environ, "LOOSEFS_THREADS": "many"}
+    r = subprocess.run([loosefs_bin(), "mount", str(pack), str(mnt)], env=env, capture_output=True, text=True,
+                       timeout=10)
+    assert r.returncode != 0 and "many" in r.stderr and "--threads" in r.stderr, r.stderr
