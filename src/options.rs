@@ -238,68 +238,68 @@ pub struct RemoteArgs {
     /// http://127.0.0.1:10000/devstoreaccount1 (default: the connection string's BlobEndpoint).
     #[arg(
         long,
-        help_heading = "Remote sources (s3://, gs://, az://, https://)",
+        help_heading = "Remote sources (buckets, HTTPS)",
         env = "LOOSEFS_ENDPOINT_URL"
     )]
     pub endpoint_url: Option<String>,
     /// S3 region (default: $AWS_REGION, the profile's region, else us-east-1).
     #[arg(
         long,
-        help_heading = "Remote sources (s3://, gs://, az://, https://)",
+        help_heading = "Remote sources (buckets, HTTPS)",
         env = "LOOSEFS_REGION"
     )]
     pub region: Option<String>,
     /// Send unsigned requests (public buckets and containers); no credentials are looked up.
-    #[arg(long, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_NO_SIGN_REQUEST", value_parser = clap::builder::FalseyValueParser::new())]
+    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_NO_SIGN_REQUEST", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_sign_request: bool,
     /// Profile of the shared AWS files to take credentials and region from (default:
     /// $AWS_PROFILE, else `default`).
     #[arg(
         long,
-        help_heading = "Remote sources (s3://, gs://, az://, https://)",
+        help_heading = "Remote sources (buckets, HTTPS)",
         env = "LOOSEFS_PROFILE"
     )]
     pub profile: Option<String>,
     /// Allow plain `http://` URLs and endpoints (bytes unencrypted on the wire).
-    #[arg(long, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_ALLOW_HTTP", value_parser = clap::builder::FalseyValueParser::new())]
+    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_ALLOW_HTTP", value_parser = clap::builder::FalseyValueParser::new())]
     pub allow_http: bool,
     /// PEM file of extra CA certificates to trust for https (default: $AWS_CA_BUNDLE).
     #[arg(
         long,
-        help_heading = "Remote sources (s3://, gs://, az://, https://)",
+        help_heading = "Remote sources (buckets, HTTPS)",
         env = "LOOSEFS_CA_BUNDLE"
     )]
     pub ca_bundle: Option<PathBuf>,
     /// Local block cache of remote packs: blocks fetched are kept here across mounts of the
     /// same object (keyed by URL and ETag) (default: $LOOSEFS_CACHE_DIR/blocks, else
     /// ~/.cache/loosefs/blocks).
-    #[arg(long, help_heading = "Remote sources (s3://, gs://, az://, https://)")]
+    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)")]
     pub cache_dir: Option<PathBuf>,
     /// Most bytes the cache directory holds, e.g. 20G: this pack's blocks (at most its size)
     /// and other packs' (removed least recently used first) (default: what it holds now plus
     /// the free space of its file system, less 5% of that file system's size).
-    #[arg(long, value_parser = parse_bytes, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_CACHE_SIZE")]
+    #[arg(long, value_parser = parse_bytes, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_CACHE_SIZE")]
     pub cache_size: Option<u64>,
     /// Concurrent GETs of 1 MiB or more at most; smaller GETs count for less, down to 1/8 for
     /// 128 KiB or less (so up to 8× as many small objects are fetched at once).
-    #[arg(long, default_value_t = remote_config::DEFAULT_MAX_REQUESTS, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_MAX_REQUESTS")]
+    #[arg(long, default_value_t = remote_config::DEFAULT_MAX_REQUESTS, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_MAX_REQUESTS")]
     pub max_requests: usize,
     /// Most retries of a failed GET (5xx, SlowDown, reset, refused, timeout), with jittered
     /// exponential backoff from 100 ms up to 15 s, before the read answers EIO; the default is
     /// as many as fit in --retry-timeout, so an outage shorter than it fails no read.
     /// 403/404/412 are never retried.
-    #[arg(long, default_value_t = remote_config::DEFAULT_RETRIES, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_RETRIES")]
+    #[arg(long, default_value_t = remote_config::DEFAULT_RETRIES, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_RETRIES")]
     pub retries: usize,
     /// Longest time spent retrying one GET, seconds.
-    #[arg(long, default_value_t = remote_config::DEFAULT_RETRY_TIMEOUT, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_RETRY_TIMEOUT")]
+    #[arg(long, default_value_t = remote_config::DEFAULT_RETRY_TIMEOUT, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_RETRY_TIMEOUT")]
     pub retry_timeout: u64,
     /// Time limit of one GET, seconds.
-    #[arg(long, default_value_t = remote_config::DEFAULT_REQUEST_TIMEOUT, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_REQUEST_TIMEOUT")]
+    #[arg(long, default_value_t = remote_config::DEFAULT_REQUEST_TIMEOUT, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_REQUEST_TIMEOUT")]
     pub request_timeout: u64,
     /// Mount without reaching the server: from a complete block cache of the URL (every
     /// block of the samples and the index kept, closed cleanly by an earlier mount), at the
     /// ETag recorded there. No request is made; refused when the cache is not complete.
-    #[arg(long, help_heading = "Remote sources (s3://, gs://, az://, https://)", env = "LOOSEFS_OFFLINE", value_parser = clap::builder::FalseyValueParser::new())]
+    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_OFFLINE", value_parser = clap::builder::FalseyValueParser::new())]
     pub offline: bool,
 }
 

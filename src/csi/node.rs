@@ -201,8 +201,8 @@ fn check_publish(r: &proto::NodePublishVolumeRequest) -> Result<Publish, Status>
         .filter(|s| !s.trim().is_empty())
         .ok_or_else(|| {
             Status::invalid_argument(format!(
-                "volume {}: volumeAttributes has no `source` (a path on the node, or an \
-                 s3://, gs://, az:// or https:// URL)",
+                "volume {}: volumeAttributes has no `source` (a path on the node, or the \
+                 URL of a bucket's object or prefix, or of a web server's file)",
                 r.volume_id
             ))
         })?
