@@ -636,6 +636,8 @@ fn init_logging(debug: bool) {
     if debug {
         b.filter_module("loosefs", log::LevelFilter::Debug);
     }
+    // The daemon's log file, once it has one, rotated by size while it runs.
+    b.target(env_logger::Target::Pipe(Box::new(loosefs::mount::LogSink)));
     b.init();
 }
 

@@ -22,6 +22,8 @@ use std::time::Duration;
 
 mod daemon;
 pub mod handover;
+mod log_file;
+pub use log_file::LogSink;
 pub(crate) use session::mount_fuse;
 mod metrics_endpoint;
 mod session;
@@ -484,15 +486,12 @@ fn wants_uring(opts: &MountArgs) -> Result<bool> {
 /// Filesystem type of a loosefs mount, as `/proc/mounts`, `findmnt`, `df -T` and fstab name it.
 pub const FS_TYPE: &str = "fuse.loosefs";
 
-/// Largest default log file, bytes: past this, it is renamed to `<name>.1` (replacing an
-/// older one) when a mount starts.
-const LOG_ROTATE: u64 = 8 << 20;
-
-/// Points the daemon's stderr (its log) at `log`, appending. A log (default or `--log`) that is
-/// a regular file past [`LOG_ROTATE`] bytes is first renamed to `<log>.1`, so a log never grows
-/// past twice that. A missing parent directory is made with mode 0700, a new log file 0600
-/// (messages name the dataset's files). A default log that cannot be opened is given up (the
-/// daemon logs to `/dev/null`); with `explicit` (`--log` was given) that is an error.
+/// Points the daemon's stderr (its log) at `log`, appending, and log records into it rotated
+/// by size while it runs ([`log_file`]: at most three files of about 8 MiB). A log already past
+/// that size when the mount starts is rotated first. A missing parent directory is made with
+/// mode 0700, a new log file 0600 (messages name the dataset's files). A default log that
+/// cannot be opened is given up (the daemon logs to `/dev/null`); with `explicit` (`--log` was
+/// given) that is an error.
 fn redirect_stderr(log: &Path, explicit: bool) -> Result<()> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     if let Some(dir) = log.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -501,7 +500,7 @@ fn redirect_stderr(log: &Path, explicit: bool) -> Result<()> {
             .mode(0o700)
             .create(dir);
     }
-    if std::fs::metadata(log).is_ok_and(|m| m.is_file() && m.len() > LOG_ROTATE) {
+    if std::fs::metadata(log).is_ok_and(|m| m.is_file() && m.len() > log_file::LOG_ROTATE as u64) {
         let mut old = log.as_os_str().to_owned();
         old.push(".1");
         let _ = std::fs::rename(log, old);
@@ -520,6 +519,11 @@ fn redirect_stderr(log: &Path, explicit: bool) -> Result<()> {
     let mut stderr = std::io::stderr().lock();
     let _ = stderr.flush();
     nix::unistd::dup2_stderr(&target)?;
+    drop(stderr);
+    // A log file (not /dev/null, a pipe or a terminal) is rotated by size from now on.
+    if std::fs::metadata(log).is_ok_and(|m| m.is_file()) {
+        log_file::rotate_into(log);
+    }
     Ok(())
 }
 

@@ -92,7 +92,7 @@ pub struct OpenOptions {
     /// A stale shared listing of loose objects is replaced (the prefix listed again), not
     /// refused (`--refresh`).
     pub refresh_index: bool,
-    /// Where kept indexes live (default: `$LOOSEFS_CACHE_DIR`, else `~/.cache/loosefs/index`).
+    /// Where kept indexes live (default: `index/` under [`crate::storage::cache_root`]).
     pub index_dir: Option<PathBuf>,
     /// Memory for decompressed chunks of a compressed source, bytes.
     pub chunk_cache: u64,

@@ -85,8 +85,9 @@ pub struct MountArgs {
     )]
     pub read_ahead_kb: u32,
     /// Log file of the background daemon (default: `~/.local/state/loosefs/log/<mountpoint>.log`,
-    /// or under `$XDG_STATE_HOME`; `loosefs stats` names it). A log past 8 MiB is renamed to
-    /// `<log>.1` when a mount starts; `/dev/null` discards it; `-` keeps it on the stderr
+    /// or under `$XDG_STATE_HOME`; `loosefs stats` names it). A log past 8 MiB is rotated while
+    /// the daemon runs (to `<log>.1`, the one before to `<log>.2`; older ones removed);
+    /// `/dev/null` discards it; `-` keeps it on the stderr
     /// `loosefs mount` was given (whoever reads that pipe waits until the daemon exits). Level
     /// from RUST_LOG.
     #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_LOG")]
@@ -211,8 +212,8 @@ pub struct SourceArgs {
     /// object that changed.
     #[arg(long = "refresh", help_heading = "Source", env = "LOOSEFS_REFRESH", value_parser = clap::builder::FalseyValueParser::new())]
     pub refresh_index: bool,
-    /// Where the index of a foreign source is kept (default: $LOOSEFS_CACHE_DIR, else
-    /// ~/.cache/loosefs/index).
+    /// Where the index of a foreign source is kept (default: `index/` under
+    /// $LOOSEFS_CACHE_DIR, else $XDG_CACHE_HOME/loosefs, else ~/.cache/loosefs).
     #[arg(long, help_heading = "Source", env = "LOOSEFS_INDEX_DIR")]
     pub index_dir: Option<PathBuf>,
     /// Memory for decompressed chunks of a compressed source (zstd MDS shards and LitData
@@ -271,8 +272,8 @@ pub struct RemoteArgs {
     )]
     pub ca_bundle: Option<PathBuf>,
     /// Local block cache of remote packs: blocks fetched are kept here across mounts of the
-    /// same object (keyed by URL and ETag) (default: $LOOSEFS_CACHE_DIR/blocks, else
-    /// ~/.cache/loosefs/blocks).
+    /// same object (keyed by URL and ETag) (default: `blocks/` under $LOOSEFS_CACHE_DIR, else
+    /// $XDG_CACHE_HOME/loosefs, else ~/.cache/loosefs).
     #[arg(long, help_heading = "Remote sources (buckets, HTTPS)")]
     pub cache_dir: Option<PathBuf>,
     /// Most bytes the cache directory holds, e.g. 20G: this pack's blocks (at most its size)

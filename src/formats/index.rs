@@ -268,20 +268,14 @@ impl Foreign {
     }
 }
 
-/// The cache directory for indexes: `dir` if given, else `$LOOSEFS_CACHE_DIR`, else
-/// `$XDG_CACHE_HOME/loosefs/index`, else `~/.cache/loosefs/index`.
+/// The cache directory for indexes: `dir` if given, else `index/` under
+/// [`crate::storage::cache_root`] (`$LOOSEFS_CACHE_DIR`, else `$XDG_CACHE_HOME/loosefs`, else
+/// `~/.cache/loosefs`).
 pub fn cache_dir(dir: Option<&Path>) -> PathBuf {
-    if let Some(d) = dir {
-        return d.to_path_buf();
+    match dir {
+        Some(d) => d.to_path_buf(),
+        None => crate::storage::cache_root().join("index"),
     }
-    if let Some(d) = std::env::var_os("LOOSEFS_CACHE_DIR") {
-        return PathBuf::from(d);
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from("/var/cache"));
-    base.join("loosefs").join("index")
 }
 
 fn object_entry(p: &Path) -> Result<ObjectEntry> {

@@ -11,6 +11,19 @@ pub mod files;
 pub mod local;
 pub mod object;
 
+/// The root of loosefs's caches on this machine: `$LOOSEFS_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/loosefs` (the XDG base directory spec), else `~/.cache/loosefs`, else
+/// `/var/cache/loosefs`. The block cache of remote objects is `blocks/` under it, the kept
+/// indexes of foreign sources `index/`.
+pub fn cache_root() -> std::path::PathBuf {
+    use std::path::PathBuf;
+    std::env::var_os("LOOSEFS_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("loosefs")))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/loosefs")))
+        .unwrap_or_else(|| PathBuf::from("/var/cache/loosefs"))
+}
+
 use nix::fcntl::PosixFadviseAdvice;
 use std::io;
 use std::ops::Range;

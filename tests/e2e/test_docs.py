@@ -86,8 +86,44 @@ def test_shell_completions_and_the_man_page_are_generated_from_the_definitions(t
 
 
 def test_the_user_docs_carry_no_words_of_the_projects_own_notes():
-    """What a user reads (README, docs/ but the BENCHMARKS and DESIGN notebooks) names no issue
-    numbers, disk "moods", targets or paths of the development machine."""
-    internal = re.compile(r"issue \d+|\bmood\b|\.\./shared|\(target [0-9.]+×\)", re.I)
-    found = [(p, m.group(0)) for p in USER_DOCS for m in internal.finditer((ROOT / p).read_text())]
+    """What a user reads (README, docs/ but the BENCHMARKS and DESIGN notebooks, and every
+    command's `--help`) names no issue numbers, disk "moods" or the bench's disk profiles by
+    their names, targets, the project's own phrases, or paths of the development machine."""
+    internal = re.compile(r"issue \d+|\bmood\b|\.\./shared|\(target [0-9.]+×\)|main job|embedded default"
+                          r"|`(?:cloud|host|hdd|ssd)` profile|these VMs", re.I)
+    texts = {p: (ROOT / p).read_text() for p in USER_DOCS}
+    texts.update({f"loosefs {c} --help": run_help(c) for c in commands()})
+    texts["loosefs --help"] = run_help()
+    found = [(p, m.group(0)) for p, t in texts.items() for m in internal.finditer(t)]
     assert not found, found
+
+
+def github_anchors(page) -> set:
+    """The anchors GitHub makes of a page's headings: lower case, punctuation but `-` and `_`
+    dropped, spaces as `-`."""
+    out = set()
+    for line in page.read_text().splitlines():
+        m = re.match(r"#+\s+(.*)", line)
+        if m:
+            out.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+    return out
+
+
+def test_every_link_in_the_readme_and_docs_resolves():
+    """Relative links (and images) of README.md and every page under docs/ name a file of the
+    checkout, and a `#fragment` one of that page's headings."""
+    pages = [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
+    broken = []
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for m in re.finditer(r"\]\(([^)\s]+)\)", text):
+            link = m.group(1)
+            if re.match(r"[a-z]+:", link):
+                continue
+            path, _, frag = link.partition("#")
+            target = (page.parent / path) if path else page
+            if not target.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {link}")
+            elif frag and target.suffix == ".md" and frag not in github_anchors(target):
+                broken.append(f"{page.relative_to(ROOT)}: {link} (no such heading)")
+    assert broken == [], broken

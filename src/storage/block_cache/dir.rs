@@ -14,13 +14,10 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// The default cache root: `$LOOSEFS_CACHE_DIR/blocks`, else `~/.cache/loosefs/blocks`.
+/// The default block cache: `blocks/` under [`crate::storage::cache_root`]
+/// (`$LOOSEFS_CACHE_DIR`, else `$XDG_CACHE_HOME/loosefs`, else `~/.cache/loosefs`).
 pub fn default_root() -> PathBuf {
-    std::env::var_os("LOOSEFS_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/loosefs")))
-        .unwrap_or_else(|| PathBuf::from("/var/cache/loosefs"))
-        .join("blocks")
+    crate::storage::cache_root().join("blocks")
 }
 
 /// The start of the name of every cache directory of `url`, whatever its version:

@@ -29,8 +29,7 @@ pub struct RemoteConfig {
     pub allow_http: bool,
     /// PEM file of extra CA certificates to trust for https (`None`: `$AWS_CA_BUNDLE`).
     pub ca_bundle: Option<PathBuf>,
-    /// Root of the local block cache (`None`: `$LOOSEFS_CACHE_DIR/blocks`, else
-    /// `~/.cache/loosefs/blocks`).
+    /// Root of the local block cache (`None`: `blocks/` under [`crate::storage::cache_root`]).
     pub cache_dir: Option<PathBuf>,
     /// Most bytes the cache root holds (`None`: what it holds now plus the free space of its
     /// file system, less a reserve).
