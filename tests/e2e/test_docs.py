@@ -9,7 +9,7 @@ from conftest import ROOT, loosefs_bin
 
 USER_DOCS = ["README.md"] + [f"docs/{p}.md" for p in (
     "INSTALL", "CONFIGURATION", "PYTHON", "SEMANTICS", "TUNING", "REMOTE", "DIRECTORIES", "FORMATS",
-    "VIEWS", "CLUSTERS", "TROUBLESHOOTING")]
+    "VIEWS", "CLUSTERS", "TROUBLESHOOTING", "CACHES", "GLOSSARY")]
 
 
 def run_help(*args) -> str:
