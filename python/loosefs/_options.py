@@ -4,6 +4,10 @@ scripts/gen-python-options from `loosefs COMMAND --help`; do not edit (regenerat
 Each: (keyword, value name or None for a flag, default or None, choices or None, help).
 """
 
+import os
+from typing import Literal, Sequence, TypedDict, Union
+
+
 OPTIONS = {
     'mount': (
         ('format', 'FORMAT', None, None, 'Read the source as this format instead of detecting it: tar (webdataset), zip, tfrecord, mds, litdata, gulpio, ffcv, parquet (hf-parquet)'),
@@ -130,3 +134,149 @@ OPTIONS = {
         ('offline', None, None, None, 'Mount without reaching the server: from a complete block cache of the URL (every block of the samples and the index kept, closed cleanly by an earlier mount), at the ETag recorded there'),
     ),
 }
+
+
+# What each option's value is, for the checks `loosefs.mount(...)` makes before a process
+# starts: flag, int (a whole number), size (bytes or 512M, 2G, 8GiB), choice, or text.
+KINDS = {
+    'mount': {'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'pin': 'size', 'warm': 'flag', 'wait': 'flag', 'keep_pack_cache': 'flag', 'endpoint_url': 'text', 'region': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag', 'decode': 'choice', 'decoded_only': 'flag', 'decode_max_side': 'int', 'decode_cache': 'size', 'decode_threads': 'int', 'decode_ahead': 'int', 'decode_accept_damaged': 'flag', 'threads': 'int', 'log': 'text', 'debug': 'flag', 'allow_other': 'flag', 'allow_non_empty': 'flag', 'passthrough': 'choice', 'transport': 'choice', 'metrics_addr': 'text', 'read_ahead_kb': 'int', 'prefetch_max_mb': 'int', 'order_window_mb': 'int', 'push_ahead': 'int'},
+    'pack': {'jobs': 'int', 'align': 'int', 'follow_links': 'flag', 'force': 'flag', 'progress_lines': 'flag', 'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'endpoint_url': 'text', 'region': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag'},
+    'info': {'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'endpoint_url': 'text', 'region': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag'},
+    'index': {'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'endpoint_url': 'text', 'region': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag'},
+}
+
+
+class MountOptions(TypedDict, total=False):
+    """The keyword options of `loosefs.mount(...)` (those of `loosefs mount`), for type checkers."""
+
+    format: Union[str, "os.PathLike[str]"]
+    class_names: Union[str, "os.PathLike[str]"]
+    label: Union[str, "os.PathLike[str]"]
+    fields: Literal['image', 'all']
+    verify: Literal['lazy', 'full']
+    index: Union[str, "os.PathLike[str]"]
+    refresh: bool
+    index_dir: Union[str, "os.PathLike[str]"]
+    chunk_cache: Union[int, str]
+    pin: Union[int, str]
+    warm: bool
+    wait: bool
+    keep_pack_cache: bool
+    endpoint_url: Union[str, "os.PathLike[str]"]
+    region: Union[str, "os.PathLike[str]"]
+    no_sign_request: bool
+    profile: Union[str, "os.PathLike[str]"]
+    allow_http: bool
+    ca_bundle: Union[str, "os.PathLike[str]"]
+    cache_dir: Union[str, "os.PathLike[str]"]
+    cache_size: Union[int, str]
+    max_requests: int
+    retries: int
+    retry_timeout: int
+    request_timeout: int
+    offline: bool
+    decode: Union[Literal['npy', 'ppm', 'frames'], Sequence[Literal['npy', 'ppm', 'frames']]]
+    decoded_only: bool
+    decode_max_side: int
+    decode_cache: Union[int, str]
+    decode_threads: int
+    decode_ahead: int
+    decode_accept_damaged: bool
+    threads: int
+    log: Union[str, "os.PathLike[str]"]
+    debug: bool
+    allow_other: bool
+    allow_non_empty: bool
+    passthrough: Union[bool, Literal['on', 'off']]
+    transport: Literal['auto', 'uring', 'classic']
+    metrics_addr: Union[str, "os.PathLike[str]"]
+    read_ahead_kb: int
+    prefetch_max_mb: int
+    order_window_mb: int
+    push_ahead: int
+
+
+class PackOptions(TypedDict, total=False):
+    """The keyword options of `loosefs.pack(...)` (those of `loosefs pack`), for type checkers."""
+
+    jobs: int
+    align: int
+    follow_links: bool
+    force: bool
+    progress_lines: bool
+    format: Union[str, "os.PathLike[str]"]
+    class_names: Union[str, "os.PathLike[str]"]
+    label: Union[str, "os.PathLike[str]"]
+    fields: Literal['image', 'all']
+    verify: Literal['lazy', 'full']
+    index: Union[str, "os.PathLike[str]"]
+    refresh: bool
+    index_dir: Union[str, "os.PathLike[str]"]
+    chunk_cache: Union[int, str]
+    endpoint_url: Union[str, "os.PathLike[str]"]
+    region: Union[str, "os.PathLike[str]"]
+    no_sign_request: bool
+    profile: Union[str, "os.PathLike[str]"]
+    allow_http: bool
+    ca_bundle: Union[str, "os.PathLike[str]"]
+    cache_dir: Union[str, "os.PathLike[str]"]
+    cache_size: Union[int, str]
+    max_requests: int
+    retries: int
+    retry_timeout: int
+    request_timeout: int
+    offline: bool
+
+
+class InfoOptions(TypedDict, total=False):
+    """The keyword options of `loosefs.info(...)` (those of `loosefs info`), for type checkers."""
+
+    format: Union[str, "os.PathLike[str]"]
+    class_names: Union[str, "os.PathLike[str]"]
+    label: Union[str, "os.PathLike[str]"]
+    fields: Literal['image', 'all']
+    verify: Literal['lazy', 'full']
+    index: Union[str, "os.PathLike[str]"]
+    refresh: bool
+    index_dir: Union[str, "os.PathLike[str]"]
+    chunk_cache: Union[int, str]
+    endpoint_url: Union[str, "os.PathLike[str]"]
+    region: Union[str, "os.PathLike[str]"]
+    no_sign_request: bool
+    profile: Union[str, "os.PathLike[str]"]
+    allow_http: bool
+    ca_bundle: Union[str, "os.PathLike[str]"]
+    cache_dir: Union[str, "os.PathLike[str]"]
+    cache_size: Union[int, str]
+    max_requests: int
+    retries: int
+    retry_timeout: int
+    request_timeout: int
+    offline: bool
+
+
+class IndexOptions(TypedDict, total=False):
+    """The keyword options of `loosefs.index(...)` (those of `loosefs index`), for type checkers."""
+
+    format: Union[str, "os.PathLike[str]"]
+    class_names: Union[str, "os.PathLike[str]"]
+    label: Union[str, "os.PathLike[str]"]
+    fields: Literal['image', 'all']
+    verify: Literal['lazy', 'full']
+    index: Union[str, "os.PathLike[str]"]
+    refresh: bool
+    index_dir: Union[str, "os.PathLike[str]"]
+    chunk_cache: Union[int, str]
+    endpoint_url: Union[str, "os.PathLike[str]"]
+    region: Union[str, "os.PathLike[str]"]
+    no_sign_request: bool
+    profile: Union[str, "os.PathLike[str]"]
+    allow_http: bool
+    ca_bundle: Union[str, "os.PathLike[str]"]
+    cache_dir: Union[str, "os.PathLike[str]"]
+    cache_size: Union[int, str]
+    max_requests: int
+    retries: int
+    retry_timeout: int
+    request_timeout: int
+    offline: bool

@@ -55,7 +55,8 @@ def _default_path_of(dataset: Any) -> Callable[[int], str]:
     for attr in ("samples", "imgs"):
         items = getattr(dataset, attr, None)
         if items is not None:
-            return lambda i, items=items: items[i][0]
+            listed: Any = items
+            return lambda i: str(listed[i][0])
     files = getattr(dataset, "files", None)
     if files is not None:
         return lambda i: files[i]
@@ -83,7 +84,7 @@ class EpochSampler(torch.utils.data.Sampler):
         (rank and world size from `rank_and_world()`), so each rank's mount fetches only its
         own samples. Call `set_epoch(e)` each epoch, as with DistributedSampler."""
         rank, world = rank_and_world()
-        sampler = torch.utils.data.DistributedSampler(dataset, num_replicas=world, rank=rank,
+        sampler: Any = torch.utils.data.DistributedSampler(dataset, num_replicas=world, rank=rank,
                                                       shuffle=shuffle, seed=seed, drop_last=drop_last)
         return cls(sampler, dataset, mountpoint, path_of=path_of)
 

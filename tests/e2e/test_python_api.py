@@ -404,3 +404,69 @@ def test_every_public_function_is_exported_by_star_import():
               and getattr(v, "__module__", "") == "loosefs"}
     assert public <= set(loosefs.__all__), public - set(loosefs.__all__)
     assert all(hasattr(loosefs, n) for n in loosefs.__all__)
+
+
+def test_a_type_checker_flags_a_misspelled_option_and_a_wrong_type(tmp_path):
+    """The keyword options are typed (PEP 692 TypedDicts generated with them): mypy accepts
+    the right calls and names the misspelled keyword, the wrong type and the unknown choice."""
+    code = tmp_path / "train.py"
+    code.write_text("import loosefs\n"
+                    "\n"
+                    "loosefs.mount('train.pack', warm=True, threads=4, pin='8G', decode=['npy'], passthrough=True)\n"
+                    "loosefs.mount('train.pack', wram=True)\n"
+                    "loosefs.mount('train.pack', threads='many')\n"
+                    "loosefs.mount('train.pack', decode='jpeg')\n"
+                    "loosefs.info('shards/', verify='full', chunk_cache='2G')\n")
+    r = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--cache-dir", os.devnull, str(code)],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "MYPYPATH": str(ROOT / "python")},
+                       cwd=tmp_path)
+    if "No module named mypy" in r.stderr:
+        missing_prerequisite("mypy is not installed (scripts/python.lock has it)")
+    errors = [line for line in r.stdout.splitlines() if ": error:" in line]
+    assert [e.split(":")[1] for e in errors] == ["4", "5", "6"], r.stdout
+    assert '"wram"' in errors[0] and '"threads"' in errors[1] and "'jpeg'" in errors[2], r.stdout
+    # The package itself type-checks.
+    r = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--cache-dir", os.devnull, "-p", "loosefs"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT / "python")
+    assert r.returncode == 0, r.stdout
+
+
+def test_bad_values_raise_value_error_naming_the_keyword_before_any_process(monkeypatch, tmp_path):
+    import time
+    marker = tmp_path / "ran"
+    trap = tmp_path / "loosefs"
+    trap.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    trap.chmod(0o755)
+    monkeypatch.setenv("LOOSEFS_BIN", str(trap))
+    for kw, said in [({"pin": "8X"}, "pin='8X'"), ({"threads": "many"}, "threads='many'"),
+                     ({"decode": "jpeg"}, "decode='jpeg'"), ({"cache_size": -1}, "cache_size=-1"),
+                     ({"transport": "fast"}, "transport='fast'")]:
+        t0 = time.monotonic()
+        with pytest.raises(ValueError) as e:
+            loosefs.mount("train.pack", tmp_path, **kw)
+        assert time.monotonic() - t0 < 1 and said in str(e.value), str(e.value)
+    with pytest.raises(ValueError, match="chunk_cache='lots'"):
+        loosefs.info("x", chunk_cache="lots")
+    assert not marker.exists(), "a process was started for a bad value"
+
+
+def test_errors_are_file_not_found_and_permission_errors_where_they_mean_that(pack, tmp_path):
+    with pytest.raises(FileNotFoundError) as e:
+        loosefs.info(tmp_path / "missing.pack")
+    assert isinstance(e.value, loosefs.LoosefsError) and "missing.pack" in e.value.reason
+    need_mount()
+    with pytest.raises(FileNotFoundError) as e:
+        loosefs.mount(tmp_path / "missing.pack")
+    assert isinstance(e.value, loosefs.MountError)
+    # As another user, a root-only source: PermissionError (and still a LoosefsError).
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    script = ("import loosefs, sys\n"
+              "try:\n"
+              f"    loosefs.info({str(secret / 'data.pack')!r})\n"
+              "except PermissionError as e:\n"
+              "    assert isinstance(e, loosefs.LoosefsError); print('PermissionError')\n")
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", script],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT / "python"), "LOOSEFS_BIN": loosefs_bin()})
+    assert r.stdout.strip() == "PermissionError", (r.stdout, r.stderr)
