@@ -173,46 +173,42 @@ pub fn format_stats(r: &Report) -> String {
 /// Errors: the mount cannot be read, the pin stopped short (no progress for 60 s; the daemon
 /// logged why), or the warm failed.
 pub fn wait_pin_and_warm(mnt: &Path, pin: bool, warm: bool) -> Result<()> {
+    use std::io::IsTerminal;
     let mut last = u64::MAX;
     let mut progress = std::time::Instant::now();
-    let mut printed: Option<std::time::Instant> = None;
+    // Bars (bytes, rate, ETA) on a terminal; elsewhere (a log, a pipe) one line when done.
+    let bars = Bars::new(std::io::stderr().is_terminal(), pin, warm);
     loop {
         let r = read_control::<Report>(mnt, "stats")?;
         let (p, w) = (&r.pin, &r.warm);
         let pin_done = !pin || p.pinned_bytes >= p.target_bytes;
-        let mut line = Vec::new();
-        if pin {
-            line.push(format!(
-                "pin: {:.1}/{:.1} MB",
-                p.pinned_bytes as f64 / 1e6,
-                p.target_bytes as f64 / 1e6
-            ));
-        }
-        if warm {
-            line.push(format!(
-                "warm: {} {:.1}/{:.1} MB ({:.0} MB/s)",
-                w.state.as_str(),
-                w.bytes_done as f64 / 1e6,
-                w.bytes_total as f64 / 1e6,
-                w.mb_per_s
-            ));
-        }
+        bars.show(p.pinned_bytes, p.target_bytes, w.bytes_done, w.bytes_total);
         let done = pin_done && (!warm || w.state == WarmState::Done);
-        // Polled every 20 ms (so `--wait` returns as soon as it is done), printed every 500.
-        if done || printed.is_none_or(|t| t.elapsed() >= Duration::from_millis(500)) {
-            eprintln!("{}", line.join("; "));
-            printed = Some(std::time::Instant::now());
-        }
         if warm && w.state == WarmState::Failed {
+            bars.abandon();
             anyhow::bail!("the warm failed; see the daemon log");
         }
         if done {
+            bars.finish();
+            let mut line = Vec::new();
+            if pin {
+                line.push(format!("pinned {:.1} MB", p.pinned_bytes as f64 / 1e6));
+            }
+            if warm {
+                line.push(format!(
+                    "warmed {:.1} MB ({:.0} MB/s)",
+                    w.bytes_done as f64 / 1e6,
+                    w.mb_per_s
+                ));
+            }
+            eprintln!("loosefs: {}", line.join("; "));
             return Ok(());
         }
         if pin_done || p.pinned_bytes != last {
             progress = std::time::Instant::now();
         }
         if progress.elapsed() >= Duration::from_secs(60) {
+            bars.abandon();
             anyhow::bail!(
                 "the pin stopped at {} of {} bytes; see the daemon log",
                 p.pinned_bytes,
@@ -220,7 +216,61 @@ pub fn wait_pin_and_warm(mnt: &Path, pin: bool, warm: bool) -> Result<()> {
             );
         }
         last = p.pinned_bytes;
+        // Polled every 20 ms, so `--wait` returns as soon as it is done.
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The progress bars of `--wait` (indicatif): one for the pin, one for the warm, in bytes with
+/// their rate and ETA; hidden when stderr is not a terminal.
+struct Bars {
+    pin: Option<indicatif::ProgressBar>,
+    warm: Option<indicatif::ProgressBar>,
+    _multi: indicatif::MultiProgress,
+}
+
+impl Bars {
+    fn new(terminal: bool, pin: bool, warm: bool) -> Bars {
+        use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+        let multi = MultiProgress::with_draw_target(match terminal {
+            true => ProgressDrawTarget::stderr(),
+            false => ProgressDrawTarget::hidden(),
+        });
+        let style = ProgressStyle::with_template(
+            "{prefix:>5} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+        let bar = |name: &str| {
+            let b = multi.add(ProgressBar::new(0).with_style(style.clone()));
+            b.set_prefix(name.to_string());
+            b
+        };
+        Bars {
+            pin: pin.then(|| bar("pin")),
+            warm: warm.then(|| bar("warm")),
+            _multi: multi,
+        }
+    }
+
+    fn show(&self, pinned: u64, pin_target: u64, warmed: u64, warm_total: u64) {
+        for (bar, done, total) in [
+            (&self.pin, pinned, pin_target),
+            (&self.warm, warmed, warm_total),
+        ] {
+            if let Some(b) = bar {
+                b.set_length(total);
+                b.set_position(done.min(total));
+            }
+        }
+    }
+
+    fn finish(&self) {
+        self.pin.iter().chain(&self.warm).for_each(|b| b.finish());
+    }
+
+    fn abandon(&self) {
+        self.pin.iter().chain(&self.warm).for_each(|b| b.abandon());
     }
 }
 

@@ -276,8 +276,7 @@ def pack(source: PathLike, out: PathLike, progress: Optional[bool] = None, **opt
     (the default) shows it when stderr is a terminal, `True` always, `False` never. Raises
     LoosefsError with the CLI's reason; OUT is never left half-written."""
     flags = _checked("pack", options)
-    if progress is None:
-        progress = sys.stderr.isatty()
+    progress = _progress_wanted(progress)
     try:
         from tqdm.auto import tqdm  # type: ignore
     except ImportError:
@@ -484,7 +483,57 @@ class Mount(os.PathLike):
             self.unmount(lazy=True)
 
 
-def mount(source: PathLike, mountpoint: Optional[PathLike] = None, **options: Unpack[MountOptions]) -> Mount:
+def _progress_wanted(progress: Optional[bool]) -> bool:
+    """`progress`, or when None: stderr is a terminal, or this runs in a Jupyter kernel."""
+    if progress is not None:
+        return progress
+    return sys.stderr.isatty() or "ipykernel" in sys.modules
+
+
+def _tqdm() -> Any:
+    try:
+        from tqdm.auto import tqdm  # type: ignore
+        return tqdm
+    except ImportError:
+        return None
+
+
+def _wait_with_bars(path: pathlib.Path, pin: bool, warm: bool, tqdm: Any) -> None:
+    """Polls the mount's stats until its pin and warm are done, drawing a tqdm bar (bytes)
+    for each. Raises MountError when the warm fails or the pin stops for a minute."""
+    import time
+    bars = {k: tqdm(total=0, unit="B", unit_scale=True, desc=f"loosefs {k}") for k, on in
+            (("pin", pin), ("warm", warm)) if on}
+    last, moved = -1, time.monotonic()
+    try:
+        while True:
+            with open(path / ".loosefs" / "stats") as f:
+                r = json.load(f)
+            p, w = r.get("pin", {}), r.get("warm", {})
+            now = {"pin": (p.get("pinned_bytes", 0), p.get("target_bytes", 0)),
+                   "warm": (w.get("bytes_done", 0), w.get("bytes_total", 0))}
+            for k, bar in bars.items():
+                done, total = now[k]
+                bar.total = total
+                bar.n = min(done, total)
+                bar.refresh()
+            if warm and w.get("state") == "failed":
+                raise MountError(f"the warm of {path} failed; see the daemon log ({r.get('daemon', {}).get('log')})")
+            pin_done = not pin or now["pin"][0] >= now["pin"][1]
+            if pin_done and (not warm or w.get("state") == "done"):
+                return
+            if now["pin"][0] != last:
+                last, moved = now["pin"][0], time.monotonic()
+            elif not pin_done and time.monotonic() - moved > 60:
+                raise MountError(f"the pin of {path} stopped at {last} of {now['pin'][1]} bytes; see the daemon log")
+            time.sleep(0.1)
+    finally:
+        for bar in bars.values():
+            bar.close()
+
+
+def mount(source: PathLike, mountpoint: Optional[PathLike] = None, progress: Optional[bool] = None,
+          **options: Unpack[MountOptions]) -> Mount:
     """Mounts SOURCE (a pack, a dataset in another format, a plain directory served in place,
     an `s3://` or `https://` URL) at MOUNTPOINT, or at a new temporary directory, and returns
     once it answers. Options are the
@@ -492,8 +541,15 @@ def mount(source: PathLike, mountpoint: Optional[PathLike] = None, **options: Un
     Use it as a context manager; it is unmounted at interpreter exit in any case. Raises
     MountError carrying the CLI's reason. `log="-"` sends the daemon's log to this process's
     stderr (the CLI's own messages then go there too, and the error carries only the exit
-    status)."""
+    status). With `wait=True` and `warm` or `pin`, the call returns once they are done, showing
+    a tqdm bar for each (when tqdm is installed) if `progress` is True, or when None (the
+    default) if stderr is a terminal or this runs in a Jupyter notebook."""
     flags = _checked("mount", options)
+    tqdm = _tqdm()
+    bars = bool(flags.get("wait") and (flags.get("warm") or flags.get("pin")) and tqdm is not None
+                and _progress_wanted(progress))
+    if bars:
+        flags["wait"] = None  # waited for here, with bars
     made = mountpoint is None
     path = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-") if mountpoint is None else mountpoint)
     # A captured stderr would stay open in the daemon with `--log -`: the call would wait for it.
@@ -514,6 +570,12 @@ def mount(source: PathLike, mountpoint: Optional[PathLike] = None, **options: Un
     m = Mount(source, path, made)
     with _LOCK:
         _LIVE[str(path)] = m
+    if bars:
+        try:
+            _wait_with_bars(path, bool(flags.get("pin")), bool(flags.get("warm")), tqdm)
+        except BaseException:
+            m.unmount(lazy=True)
+            raise
     return m
 
 

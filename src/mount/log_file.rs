@@ -79,9 +79,7 @@ fn follow_with_stderr(path: &Path) {
 
 /// The file `fd`'s (device, inode).
 fn identity(fd: std::os::fd::BorrowedFd) -> Option<(u64, u64)> {
-    nix::sys::stat::fstat(fd)
-        .ok()
-        .map(|s| (s.st_dev, s.st_ino))
+    nix::sys::stat::fstat(fd).ok().map(|s| (s.st_dev, s.st_ino))
 }
 
 /// From now on, log records go to `path` (a regular file, normally already the daemon's

@@ -470,3 +470,13 @@ def test_errors_are_file_not_found_and_permission_errors_where_they_mean_that(pa
                        capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PYTHONPATH": str(ROOT / "python"), "LOOSEFS_BIN": loosefs_bin()})
     assert r.stdout.strip() == "PermissionError", (r.stdout, r.stderr)
+
+
+def test_mount_with_wait_draws_a_tqdm_bar_for_the_warm_and_the_pin(pack, capsys):
+    need_mount()
+    import tqdm  # noqa: F401  (installed by scripts/python-env.sh)
+    with loosefs.mount(pack, warm=True, pin="1M", wait=True, progress=True) as m:
+        st = json.loads((m.path / ".loosefs" / "stats").read_text())
+        assert st["warm"]["state"] == "done" and st["pin"]["pinned_bytes"] >= st["pin"]["target_bytes"]
+    err = capsys.readouterr().err
+    assert "loosefs warm" in err and "loosefs pin" in err and "100%" in err, err[-800:]
