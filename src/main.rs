@@ -641,6 +641,44 @@ fn init_logging(debug: bool) {
     b.init();
 }
 
+/// An error and its causes in one line, each subject said once: a cause that repeats what the
+/// message before it is about (`cannot mount URL` then `cannot open URL`, or `URL: …` after a
+/// message ending in URL) keeps only what it adds.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut subject: Option<String> = None;
+    for cause in e.chain() {
+        let mut text = cause.to_string();
+        if let Some(s) = &subject {
+            // `cannot VERB SUBJECT` (and `: rest`) about the same subject: only the rest.
+            if let Some(rest) = text.strip_prefix("cannot ").and_then(|t| {
+                let (_, after_verb) = t.split_once(' ')?;
+                let object = after_verb.strip_prefix("source ").unwrap_or(after_verb);
+                object
+                    .strip_prefix(s.as_str())
+                    .filter(|r| r.is_empty() || r.starts_with(':'))
+            }) {
+                text = rest.trim_start_matches(':').trim_start().to_string();
+            } else if let Some(rest) = text.strip_prefix(&format!("{s}: ")) {
+                text = rest.to_string();
+            }
+        }
+        if text.is_empty() {
+            continue;
+        }
+        subject = text
+            .strip_prefix("cannot ")
+            .and_then(|t| t.split_once(' '))
+            .map(|(_, s)| s.split(": ").next().unwrap_or(s).to_string())
+            .or(subject);
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
 fn main() {
     panic_hook();
     // Called by mount(8) as a helper (`mount -t fuse.loosefs`, an fstab line): the options
@@ -671,8 +709,15 @@ fn main() {
     init_logging(matches!(&cli.cmd, Cmd::Mount { opts, .. } if opts.debug));
     match run(cli) {
         Ok(code) => std::process::exit(code),
+        // The daemon said why already, on the same stderr.
+        Err(e) if e.downcast_ref::<loosefs::mount::DaemonFailed>().is_some() => {
+            let code = e
+                .downcast_ref::<loosefs::mount::DaemonFailed>()
+                .map_or(2, |d| d.0);
+            std::process::exit(code)
+        }
         Err(e) => {
-            eprintln!("loosefs: error: {e:#}");
+            eprintln!("loosefs: error: {}", one_line(&e));
             std::process::exit(2);
         }
     }

@@ -358,8 +358,35 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
         return Ok(());
     }
     let status = child.wait()?;
-    bail!("the loosefs daemon failed to mount ({status}); see its message above")
+    use std::os::unix::process::ExitStatusExt;
+    match status.code() {
+        // The daemon said why on this stderr (`loosefs: error: …`): nothing to add.
+        Some(code) => Err(DaemonFailed(code).into()),
+        None => bail!(
+            "the loosefs daemon was killed (signal {}) before the mount was ready; its log: {}",
+            status.signal().unwrap_or(0),
+            opts.log_path(mnt).display()
+        ),
+    }
 }
+
+/// The background daemon ended before the mount was ready with this exit code, after printing
+/// why on the stderr it shares with `loosefs mount`: the command exits with that code and
+/// prints nothing more.
+#[derive(Debug)]
+pub struct DaemonFailed(pub i32);
+
+impl std::fmt::Display for DaemonFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the loosefs daemon failed to mount (exit code {})",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for DaemonFailed {}
 
 /// A directory mount shows every file as owned by the tree's owner (`root`'s `meta`), whose
 /// own mode bits then apply: with `--allow-other` that would let the tree's owner read through

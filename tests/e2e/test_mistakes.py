@@ -171,6 +171,12 @@ def made_here(pack, tmp_path, mounted):
     port = free_port()
     r = loosefs("info", f"https://127.0.0.1:{port}/data.pack")
     seen["nothing listens at HOST:PORT (connection refused …)"] = r.stderr
+    # A mount of it: one line, the URL said once, no second line from the launcher.
+    (tmp_path / "m4").mkdir()
+    url = f"https://127.0.0.1:{port}/data.pack"
+    r = loosefs("mount", url, tmp_path / "m4")
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and r.stderr.count(url) == 1, r.stderr
+    assert pattern("nothing listens at HOST:PORT").search(r.stderr), r.stderr
     # In a network namespace of its own (loopback only): the name is never asked of a resolver
     # beyond this machine.
     r = subprocess.run(["unshare", "--net", loosefs_bin(), "info", "https://no-such-host.invalid/data.pack"],
