@@ -398,8 +398,13 @@ pub fn open(
             dir.display()
         );
     }
-    let scan = super::scan(&src, format, opts)?;
-    let (header, bytes) = build(&src, &scan, opts, options)?;
+    let scanning = build::spinner(
+        progress,
+        format!("scanning {} ({})", src.display(), format.name()),
+    );
+    let scan = super::scan(&src, format, opts);
+    scanning.finish_and_clear();
+    let (header, bytes) = build(&src, &scan?, opts, options, progress)?;
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create the index directory {}", dir.display()))?;
     write(&path, &header, &bytes)?;

@@ -79,7 +79,44 @@ fn probe_head(
 /// they pass, so memory holds one sample per worker thread, never a whole chunk.
 /// `--verify lazy` ([`crate::formats::Verify::Lazy`]) reads only the plain samples' heads
 /// ([`probe_head`]); their CRC-32 is the format's own, if any.
-fn probe_all(scan: &Scan, objects: &[ObjectEntry], lazy: bool) -> Result<Vec<Probed>> {
+/// A spinner on stderr with `what` and the time spent, while a step without a known length
+/// runs: shown only with `progress` on a terminal.
+pub(super) fn spinner(progress: bool, what: String) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !(progress && std::io::stderr().is_terminal()) {
+        return indicatif::ProgressBar::hidden();
+    }
+    let s = indicatif::ProgressBar::new_spinner().with_message(what);
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        s.set_style(style);
+    }
+    s.enable_steady_tick(std::time::Duration::from_millis(120));
+    s
+}
+
+/// A bar over the `n` samples being read for the index (their heads, or all of them with
+/// `--verify full`), with the rate and ETA: shown only with `progress` on a terminal.
+fn samples_bar(progress: bool, n: usize) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !(progress && std::io::stderr().is_terminal()) {
+        return indicatif::ProgressBar::hidden();
+    }
+    let b = indicatif::ProgressBar::new(n as u64);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "indexing [{bar:30}] {human_pos}/{human_len} samples ({elapsed}, ETA {eta})",
+    ) {
+        b.set_style(style.progress_chars("=> "));
+    }
+    b
+}
+
+fn probe_all(
+    scan: &Scan,
+    objects: &[ObjectEntry],
+    lazy: bool,
+    progress: bool,
+) -> Result<Vec<Probed>> {
+    let bar = samples_bar(progress, scan.samples.len());
     let plain = crate::formats::open_files(scan.objects.iter().map(|p| p.as_path()))?;
     let mut by_chunk: Vec<Vec<usize>> = vec![Vec::new(); objects.len()];
     let mut loose = Vec::new();
@@ -101,6 +138,7 @@ fn probe_all(scan: &Scan, objects: &[ObjectEntry], lazy: bool) -> Result<Vec<Pro
                 r.end
             )
         };
+        bar.inc(1);
         if lazy {
             let jpeg = probe_head(&plain[path], &s.range).with_context(failed)?;
             return Ok((*i, (s.crc32, jpeg)));
@@ -130,6 +168,7 @@ fn probe_all(scan: &Scan, objects: &[ObjectEntry], lazy: bool) -> Result<Vec<Pro
                 .for_each_range(&ranges, |k, piece, last| {
                     p.update(piece);
                     if last {
+                        bar.inc(1);
                         let (i, s) = (ids[k], &scan.samples[ids[k]]);
                         match std::mem::take(&mut p).finish(scan, s) {
                             Ok(p) => out.push((i, p)),
@@ -149,6 +188,7 @@ fn probe_all(scan: &Scan, objects: &[ObjectEntry], lazy: bool) -> Result<Vec<Pro
         })
         .collect::<Result<_>>()?;
     found.extend(chunked.into_iter().flatten());
+    bar.finish_and_clear();
     let mut out = vec![(None, None); scan.samples.len()];
     for (i, p) in found {
         out[i] = p;
@@ -244,6 +284,7 @@ pub(super) fn build(
     scan: &Scan,
     opts: &ScanOptions,
     options: String,
+    progress: bool,
 ) -> Result<(Header, Vec<u8>)> {
     let mut objects: Vec<ObjectEntry> = Vec::with_capacity(scan.objects.len());
     for (k, p) in scan.objects.iter().enumerate() {
@@ -265,7 +306,7 @@ pub(super) fn build(
     let probed = if opts.tables_only {
         scan.samples.iter().map(|s| (s.crc32, None)).collect()
     } else {
-        probe_all(scan, &objects, lazy)?
+        probe_all(scan, &objects, lazy, progress)?
     };
     let dirs = name_classes(&scan.samples, opts.class_names.as_deref());
     let (nodes, classes) = tree(scan, &probed, &dirs, &bases);
