@@ -79,11 +79,15 @@ class Node:
         self.mounter = None
         self.driver = None
 
-    def start_mounter(self):
+    def start_mounter(self, env=None):
+        """The mounter as its container runs it: uid 65534, the environment its manifest gives
+        (`env`: credentials for a store) and nothing else."""
         log = open(self.base / "mounter.log", "ab")
+        self.mounter_socket.unlink(missing_ok=True)  # a killed mounter's: listening is awaited below
+        given = [f"{k}={v}" for k, v in (env or {}).items()]
         self.mounter = subprocess.Popen(
             ["setpriv", f"--reuid={MOUNTER_UID}", f"--regid={MOUNTER_UID}", "--clear-groups",
-             "--reset-env", loosefs_bin(), "csi-mounter", "--socket", str(self.mounter_socket)],
+             "--reset-env", "env", *given, loosefs_bin(), "csi-mounter", "--socket", str(self.mounter_socket)],
             stdout=log, stderr=log)
         wait_for("the mounter to listen", self.mounter_socket.exists, timeout=30)
 
@@ -157,7 +161,7 @@ class Node:
 
 
 @contextlib.contextmanager
-def node_with_driver(csi, pack):
+def node_with_driver(csi, pack, mounter_env=None):
     need_mount()
     if shutil.which("setpriv") is None:
         missing_prerequisite("setpriv is not installed (util-linux)")
@@ -169,7 +173,7 @@ def node_with_driver(csi, pack):
     data.chmod(0o644)
     n.data = data
     try:
-        n.start_mounter()
+        n.start_mounter(mounter_env)
         n.start_driver()
         yield n
     finally:
@@ -328,3 +332,43 @@ def test_a_source_the_mounter_cannot_read_is_refused_saying_why(csi, pack):
         assert mounts_at(target) == 0 and not target.exists()
         wait_for("no daemon left", lambda: not n.daemons(), timeout=30)
         assert not any(n.work.iterdir())
+
+
+def test_a_volume_in_a_bucket_is_read_with_the_mounters_credentials(csi, pack, source, tmp_path_factory):
+    """A PV whose source is an s3:// pack on SeaweedFS: its mountOptions reach the daemon
+    (endpoint, plain http), the mounter's environment gives the credentials, and a pod user
+    reads every file byte-identical."""
+    import servers
+    need_mount()
+    want = {str(p.relative_to(source)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(source.rglob("*")) if p.is_file()}
+    weed = servers.Seaweed(tmp_path_factory.mktemp("csi-weed"))
+    try:
+        weed.start()
+        weed.put("train.pack", pack)
+        env = {"AWS_ACCESS_KEY_ID": servers.ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": servers.SECRET_KEY,
+               "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true", "HOME": "/nonexistent"}
+        with node_with_driver(csi, pack, mounter_env=env) as n:
+            target = n.target("pv-s3")
+            n.publish(target, f"s3://{weed.bucket}/train.pack", volume_id="pv-s3",
+                      flags=[f"endpoint-url={weed.endpoint}", "allow-http"])
+            view = n.base / "pod-view"
+            view.mkdir()
+            subprocess.run(["mount", "--bind", str(target), str(view)], check=True, timeout=30)
+            try:
+                assert tree_digest_as(POD_UID, view) == want
+            finally:
+                subprocess.run(["umount", str(view)], check=True, timeout=30)
+            n.unpublish(target, volume_id="pv-s3")
+            assert mounts_at(target) == 0
+            # Without credentials the mounter's daemon is refused, and the driver says so.
+            n.mounter.kill()
+            n.mounter.wait(timeout=30)
+            n.start_mounter({"AWS_EC2_METADATA_DISABLED": "true", "HOME": "/nonexistent"})
+            code, details = n.code_of(lambda: n.publish(target, f"s3://{weed.bucket}/train.pack",
+                                                        volume_id="pv-s3",
+                                                        flags=[f"endpoint-url={weed.endpoint}", "allow-http"]))
+            assert code != n.grpc.StatusCode.OK and "credentials" in details, (code, details)
+            assert mounts_at(target) == 0 and not target.exists()
+    finally:
+        weed.stop()
