@@ -249,6 +249,10 @@ pub(super) fn announce(
     metrics: Option<&str>,
 ) -> Result<()> {
     if let Some(fd) = ready {
+        // The log's path resolves the mountpoint (a request to this very mount): asked while
+        // the mount is served for sure, not after `ready`, when the caller may stop the daemon
+        // (a debugger, SIGSTOP) and leave this thread waiting on itself.
+        let log = opts.log_path(mnt);
         let mut f = std::fs::File::from(fd);
         let line = match metrics {
             Some(url) => format!("ready {url}\n"),
@@ -257,7 +261,7 @@ pub(super) fn announce(
         let _ = f.write_all(line.as_bytes());
         drop(f);
         if !opts.logs_to_stderr() {
-            super::redirect_stderr(&opts.log_path(mnt), opts.log.is_some())?;
+            super::redirect_stderr(&log, opts.log.is_some())?;
         }
     } else {
         // In the foreground: the same line `loosefs mount` prints for its daemon.
