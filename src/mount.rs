@@ -426,6 +426,10 @@ fn same_owner_throughout(root: &Path, meta: &std::fs::Metadata) -> Result<()> {
 /// any) receives `ready\n` once the mount answers.
 fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Result<()> {
     daemon::tune_allocator(opts.decode.views()?);
+    // The log's path resolves the mountpoint: done once, before it is mounted. Resolving it
+    // later is a request to this very mount, which waits forever once the session's threads
+    // are stopped (SIGSTOP) or gone (at the end).
+    let log = opts.log_path(mnt);
     let mut built = daemon::build(pack, mnt, opts)?;
     let metrics = opts
         .metrics_addr
@@ -443,7 +447,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     let connected = daemon::connect(&built, ring, mnt, opts)?;
     let lease = (built.lease_file.take()).and_then(|f| Lease::take(&built.path, f));
     let metrics = daemon::serve_metrics(metrics, &built, mnt)?;
-    daemon::announce(ready, &built, mnt, opts, metrics.as_deref())?;
+    daemon::announce(ready, &built, mnt, opts, metrics.as_deref(), &log)?;
     serve_until_signal(
         mnt,
         signals,
@@ -452,7 +456,7 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         lease.as_ref(),
         &built.path,
     );
-    daemon::finish(connected, &built, mnt, opts);
+    daemon::finish(connected, &built, mnt, opts, &log);
     Ok(())
 }
 

@@ -247,12 +247,9 @@ pub(super) fn announce(
     mnt: &Path,
     opts: &MountArgs,
     metrics: Option<&str>,
+    log: &Path,
 ) -> Result<()> {
     if let Some(fd) = ready {
-        // The log's path resolves the mountpoint (a request to this very mount): asked while
-        // the mount is served for sure, not after `ready`, when the caller may stop the daemon
-        // (a debugger, SIGSTOP) and leave this thread waiting on itself.
-        let log = opts.log_path(mnt);
         let mut f = std::fs::File::from(fd);
         let line = match metrics {
             Some(url) => format!("ready {url}\n"),
@@ -261,7 +258,7 @@ pub(super) fn announce(
         let _ = f.write_all(line.as_bytes());
         drop(f);
         if !opts.logs_to_stderr() {
-            super::redirect_stderr(&log, opts.log.is_some())?;
+            super::redirect_stderr(log, opts.log.is_some())?;
         }
     } else {
         // In the foreground: the same line `loosefs mount` prints for its daemon.
@@ -294,7 +291,7 @@ pub(super) fn announce(
 /// After the signal loop: tells systemd, waits (at most 10 s) for the kernel to end the
 /// session of a mount of ours, closes the filesystem, and removes a default log this mount
 /// left empty (temporary mountpoints, the Python API's, would otherwise leave one each).
-pub(super) fn finish(c: Connected, built: &Built, mnt: &Path, opts: &MountArgs) {
+pub(super) fn finish(c: Connected, built: &Built, mnt: &Path, opts: &MountArgs, log: &Path) {
     if std::env::var_os("NOTIFY_SOCKET").is_some() {
         let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     }
@@ -306,11 +303,8 @@ pub(super) fn finish(c: Connected, built: &Built, mnt: &Path, opts: &MountArgs) 
     }
     log::info!("unmounted {}", mnt.display());
     built.server.close();
-    if opts.log.is_none() {
-        let log = opts.log_path(mnt);
-        if std::fs::metadata(&log).is_ok_and(|m| m.is_file() && m.len() == 0) {
-            let _ = std::fs::remove_file(&log);
-        }
+    if opts.log.is_none() && std::fs::metadata(log).is_ok_and(|m| m.is_file() && m.len() == 0) {
+        let _ = std::fs::remove_file(log);
     }
     // The session is over: the kernel has let go of this mount. Dropping `bg` would unmount
     // `mnt` by path, which by now may be a new mount of the same directory; so it is not
