@@ -531,10 +531,8 @@ fn redirect_stderr(log: &Path, explicit: bool) -> Result<()> {
             .mode(0o700)
             .create(dir);
     }
-    if std::fs::metadata(log).is_ok_and(|m| m.is_file() && m.len() > log_file::LOG_ROTATE as u64) {
-        let mut old = log.as_os_str().to_owned();
-        old.push(".1");
-        let _ = std::fs::rename(log, old);
+    if std::fs::metadata(log).is_ok_and(|m| m.is_file() && m.len() > log_file::LOG_ROTATE) {
+        let _ = log_file::rotate(log);
     }
     let target = std::fs::OpenOptions::new()
         .create(true)

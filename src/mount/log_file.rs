@@ -1,33 +1,34 @@
-//! The daemon's log file, rotated by size while the daemon runs (file-rotate): past
-//! [`LOG_ROTATE`] bytes the log becomes `<log>.1`, the one before `<log>.2`, and older ones are
-//! removed, so a long run with `--debug` keeps at most three files of about that size.
+//! The daemon's log file, rotated by size while the daemon runs: past [`LOG_ROTATE`] bytes the
+//! log becomes `<log>.1`, the one before `<log>.2`, and the oldest is replaced, so a long run
+//! with `--debug` keeps at most three files of about that size.
 //!
 //! The logger (env_logger, set up by the command line) writes through [`LogSink`]: to the
 //! standard error until [`rotate_into`] names a log file, then into that file. The daemon's
 //! standard error is the same file (panics and libraries' own messages land there): after a
 //! rotation it is pointed at the new file too.
+//!
+//! Our own code, not the file-rotate crate: that crate lists the log's directory and stats
+//! every entry of it at start and on each rotation, and a log kept beside the mountpoint (as
+//! `--log MNT.log` is) then makes the daemon stat its own mount from the logging thread, which
+//! waits forever whenever the serving threads are stopped; it also panics on a directory it
+//! cannot read. The three renames here touch the log's own names only.
 
-use file_rotate::{ContentLimit, FileRotate, compression::Compression, suffix::AppendCount};
 use std::io::Write;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// Size of a log file past which it is rotated, bytes.
-pub const LOG_ROTATE: usize = 8 << 20;
-
-/// Rotated files kept besides the live one (`<log>.1`, `<log>.2`).
-const KEPT: usize = 2;
+pub const LOG_ROTATE: u64 = 8 << 20;
 
 struct Rotating {
-    file: FileRotate<AppendCount>,
+    file: std::fs::File,
     path: PathBuf,
+    /// Bytes in the live file.
+    size: u64,
+    /// The size past which a file is rotated.
+    limit: u64,
     /// Whether the standard error is the log file too, and follows it across rotations.
     follow: bool,
-    /// Bytes written since standard error was last checked to be the live file.
-    since_check: usize,
-    /// The size past which a file is rotated.
-    limit: usize,
 }
 
 static SINK: Mutex<Option<Rotating>> = Mutex::new(None);
@@ -43,10 +44,17 @@ impl Write for LogSink {
             return std::io::stderr().write(buf);
         };
         r.file.write_all(buf)?;
-        r.since_check += buf.len();
-        if r.follow && r.since_check >= r.limit / 8 {
-            r.since_check = 0;
-            follow_with_stderr(&r.path);
+        r.size += buf.len() as u64;
+        if r.size > r.limit {
+            // A log that cannot be rotated (a read-only directory) keeps growing rather than
+            // losing messages.
+            if let Ok(file) = rotate(&r.path) {
+                if r.follow {
+                    let _ = nix::unistd::dup2_stderr(&file);
+                }
+                r.file = file;
+                r.size = 0;
+            }
         }
         Ok(buf.len())
     }
@@ -60,21 +68,32 @@ impl Write for LogSink {
     }
 }
 
-/// Points the standard error at `path` again when the file there is no longer the one it
-/// writes to (a rotation renamed that one to `<log>.1`).
-fn follow_with_stderr(path: &Path) {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let live = std::fs::metadata(path).map(|m| (m.dev(), m.ino()));
-    let err = identity(std::io::stderr().as_fd());
-    if let (Ok(live), Some(err)) = (live, err)
-        && live != err
-        && let Ok(f) = std::fs::OpenOptions::new()
-            .append(true)
-            .mode(0o600)
-            .open(path)
-    {
-        let _ = nix::unistd::dup2_stderr(&f);
+/// `<path>.N`.
+fn numbered(path: &Path, n: u32) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(format!(".{n}"));
+    PathBuf::from(p)
+}
+
+/// Shifts `<path>.1` to `<path>.2` (replacing it) and `<path>` to `<path>.1`, then opens a new
+/// `<path>` (0600, appending). Errors: the renames or the open failed.
+pub(super) fn rotate(path: &Path) -> std::io::Result<std::fs::File> {
+    let one = numbered(path, 1);
+    if one.exists() {
+        std::fs::rename(&one, numbered(path, 2))?;
     }
+    std::fs::rename(path, &one)?;
+    open(path)
+}
+
+/// Opens `path` for appending, made 0600 when new.
+fn open(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
 }
 
 /// The file `fd`'s (device, inode).
@@ -83,32 +102,28 @@ fn identity(fd: std::os::fd::BorrowedFd) -> Option<(u64, u64)> {
 }
 
 /// From now on, log records go to `path` (a regular file, normally already the daemon's
-/// standard error, which then follows it), rotated by size as the module comment says; new
-/// files are made 0600.
+/// standard error, which then follows it), rotated by size as the module comment says.
 pub fn rotate_into(path: &Path) {
     rotate_past(path, LOG_ROTATE)
 }
 
 /// [`rotate_into`], rotating past `limit` bytes.
-fn rotate_past(path: &Path, limit: usize) {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let follow = std::fs::metadata(path)
-        .is_ok_and(|m| identity(std::io::stderr().as_fd()) == Some((m.dev(), m.ino())));
-    let mut opts = std::fs::OpenOptions::new();
-    opts.read(true).create(true).append(true).mode(0o600);
-    let file = FileRotate::new(
-        path,
-        AppendCount::new(KEPT),
-        ContentLimit::BytesSurpassed(limit),
-        Compression::None,
-        Some(opts),
-    );
+fn rotate_past(path: &Path, limit: u64) {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let Ok(file) = open(path) else {
+        return;
+    };
+    let Ok(meta) = file.metadata() else {
+        return;
+    };
+    let follow = identity(std::io::stderr().as_fd()) == Some((meta.dev(), meta.ino()));
     *SINK.lock().unwrap_or_else(|p| p.into_inner()) = Some(Rotating {
         file,
         path: path.to_path_buf(),
-        follow,
-        since_check: 0,
+        size: meta.len(),
         limit,
+        follow,
     });
 }
 
@@ -121,6 +136,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let log = d.path().join("daemon.log");
         std::fs::write(&log, b"").unwrap();
+        // A directory beside the log (as a mountpoint beside `MNT.log`) is never looked at.
+        std::fs::create_dir(d.path().join("mnt")).unwrap();
         rotate_past(&log, 64 << 10);
         let line = format!("{}\n", "x".repeat(99));
         for _ in 0..(64 << 10) * 7 / 2 / line.len() {
@@ -131,6 +148,7 @@ mod tests {
         let mut names: Vec<String> = std::fs::read_dir(d.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "mnt")
             .collect();
         names.sort();
         assert_eq!(names, ["daemon.log", "daemon.log.1", "daemon.log.2"]);
