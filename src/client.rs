@@ -13,8 +13,8 @@ use std::time::Duration;
 /// Errors: `mnt` is not a loosefs mount (no control directory), or the content is not a `T`.
 pub fn read_control<T: DeserializeOwned>(mnt: &Path, name: &str) -> Result<T> {
     let p = mnt.join(".loosefs").join(name);
-    let bytes =
-        std::fs::read(&p).map_err(|e| anyhow::anyhow!(crate::mount::why_no_answer(mnt, &e)))?;
+    let bytes = std::fs::read(&p)
+        .map_err(|e| anyhow::anyhow!(crate::mount_table::why_no_answer(mnt, &e)))?;
     serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a report this loosefs understands", p.display()))
 }

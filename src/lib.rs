@@ -33,6 +33,7 @@ pub mod ino;
 pub mod memory;
 pub mod metrics;
 pub mod mount;
+pub mod mount_table;
 pub mod open;
 pub mod options;
 pub mod pack;

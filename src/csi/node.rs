@@ -127,7 +127,7 @@ fn statfs_within(target: &Path, limit: Duration) -> Option<nix::Result<()>> {
 /// Unmounts whatever is mounted at `target` (lazily when busy), every layer of it.
 fn unmount_all(target: &Path) -> Result<(), Status> {
     use nix::mount::{MntFlags, umount2};
-    while crate::mount::mount_fstype(target).is_some() {
+    while crate::mount_table::mount_fstype(target).is_some() {
         match umount2(target, MntFlags::empty()) {
             Ok(()) => {}
             Err(nix::errno::Errno::EBUSY) => {
@@ -224,8 +224,8 @@ fn check_publish(r: &proto::NodePublishVolumeRequest) -> Result<Publish, Status>
 /// whose daemon died is taken down and made again.
 fn publish(config: &NodeConfig, target: &Path, p: &Publish) -> Result<(), Status> {
     let want = mount_source(&p.volume_id);
-    if let Some(fstype) = crate::mount::mount_fstype(target) {
-        let source = crate::mount::mount_source(target).unwrap_or_default();
+    if let Some(fstype) = crate::mount_table::mount_fstype(target) {
+        let source = crate::mount_table::mount_source(target).unwrap_or_default();
         if fstype != "fuse.loosefs" || source != want {
             return Err(Status::already_exists(format!(
                 "{}: already holds another mount ({fstype} of {source})",

@@ -19,7 +19,8 @@
 //!   session and so the daemon; no stale mount is left.
 
 use super::session::{mount_fuse, set_read_ahead};
-use super::{mount_device, unmount};
+use super::unmount;
+use crate::mount_table::mount_device;
 use anyhow::{Context, Result, bail};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::CommandExt;

@@ -204,6 +204,18 @@ def tree_digest_as(uid: int, root) -> dict:
     return json.loads(out.stdout)
 
 
+def pod_reads(n: Node, target) -> dict:
+    """sha256 of every file of the volume at `target` as a pod's container reads it: through
+    a bind mount (as the container runtime gives it), as a user other than root."""
+    view = n.base / "pod-view"
+    view.mkdir(exist_ok=True)
+    subprocess.run(["mount", "--bind", str(target), str(view)], check=True, timeout=30)
+    try:
+        return tree_digest_as(POD_UID, view)
+    finally:
+        subprocess.run(["umount", str(view)], check=True, timeout=30)
+
+
 def test_identity_and_node_info_answer_as_the_kubelet_expects(csi, pack):
     with node_with_driver(csi, pack) as n:
         info = n.identity.GetPluginInfo(n.pb2.GetPluginInfoRequest(), timeout=10)
@@ -228,13 +240,7 @@ def test_a_pod_reads_its_volume_served_unprivileged_across_a_driver_restart(csi,
         n.publish(target, n.data, flags=["ro"], context={"mountOptions": "threads=2"})
         assert mounts_at(target) == 1, n.logs()
         # The pod's container sees the target through a bind mount; its user is not root.
-        view = n.base / "pod-view"
-        view.mkdir()
-        subprocess.run(["mount", "--bind", str(target), str(view)], check=True, timeout=30)
-        try:
-            assert tree_digest_as(POD_UID, view) == want
-        finally:
-            subprocess.run(["umount", str(view)], check=True, timeout=30)
+        assert pod_reads(n, target) == want
         # The node's other users cannot reach it through the host path (the kubelet's directory
         # is root-only), and the mount is read-only.
         other = subprocess.run(["setpriv", f"--reuid={POD_UID}", f"--regid={POD_UID}",
@@ -352,13 +358,7 @@ def test_a_volume_in_a_bucket_is_read_with_the_mounters_credentials(csi, pack, s
             target = n.target("pv-s3")
             n.publish(target, f"s3://{weed.bucket}/train.pack", volume_id="pv-s3",
                       flags=[f"endpoint-url={weed.endpoint}", "allow-http"])
-            view = n.base / "pod-view"
-            view.mkdir()
-            subprocess.run(["mount", "--bind", str(target), str(view)], check=True, timeout=30)
-            try:
-                assert tree_digest_as(POD_UID, view) == want
-            finally:
-                subprocess.run(["umount", str(view)], check=True, timeout=30)
+            assert pod_reads(n, target) == want
             n.unpublish(target, volume_id="pv-s3")
             assert mounts_at(target) == 0
             # Without credentials the mounter's daemon is refused, and the driver says so.

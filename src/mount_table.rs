@@ -1,0 +1,112 @@
+//! The mount table (`/proc/self/mountinfo`) as loosefs reads it, and what a mount that does not
+//! answer means: the file system type, source and device of the mount at a path, read without
+//! any request reaching the mount (so never waiting on a FUSE daemon), and the one-line
+//! messages for a mount whose daemon is gone or that is not loosefs's.
+
+use crate::options::MountArgs;
+use std::path::Path;
+
+/// Why `mnt`'s control file could not be read (`error`, the read's), in one line with its fix:
+/// not mounted, another file system's mount, a mount whose daemon died (with where its log
+/// is, when it is the default one), or else `error` itself. Reads only the mount table and
+/// `statfs`, never a file of the mount.
+pub fn why_no_answer(mnt: &Path, error: &std::io::Error) -> String {
+    let abs = std::fs::canonicalize(mnt)
+        .or_else(|_| std::path::absolute(mnt))
+        .unwrap_or_else(|_| mnt.to_path_buf());
+    let gone = |e: i32| daemon_gone(e);
+    if error.raw_os_error().is_some_and(gone) {
+        let log = MountArgs::default_log_path(&abs);
+        let stale = stale_message(mnt).replace('\n', " ");
+        return format!(
+            "{} Why it died is in its log ({}, unless it was started with --log).",
+            stale.trim_end(),
+            log.display()
+        );
+    }
+    match mount_fstype(&abs) {
+        None => format!(
+            "{} is not mounted (mount it with `loosefs mount SOURCE {0}`)",
+            mnt.display()
+        ),
+        Some(t)
+            if !t.starts_with("fuse")
+                || mount_source(&abs).is_none_or(|s| !s.starts_with("loosefs:")) =>
+        {
+            format!("{} is a {t} mount, not a loosefs mount", mnt.display())
+        }
+        Some(_) => format!("{}: {error}", mnt.display()),
+    }
+}
+
+/// Whether `errno`, answered for a FUSE mountpoint, means its daemon is gone: ENOTCONN or
+/// ECONNABORTED once the kernel has aborted the connection, and ECANCELED before that over
+/// FUSE-over-io_uring — a request queued to a ring entry whose task died is cancelled
+/// (`fs/fuse/dev_uring.c`) until the ring's teardown, which runs after the process has exited,
+/// releases `/dev/fuse` and aborts the connection.
+pub(crate) fn daemon_gone(errno: i32) -> bool {
+    matches!(errno, libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED)
+}
+
+pub(crate) fn stale_message(mnt: &Path) -> String {
+    format!(
+        "mountpoint {0} is a stale FUSE mount: the daemon that served it has died, so using it fails with \"Transport endpoint is not connected\", \"Software caused connection abort\" or \"Operation canceled\".\n\
+         Fix: `loosefs umount {0}` (or `umount -l {0}` / `fusermount3 -uz {0}`), then mount again.",
+        mnt.display()
+    )
+}
+
+/// The filesystem type of the mount at exactly `path`, from /proc/self/mountinfo.
+pub fn mount_fstype(path: &Path) -> Option<String> {
+    mountinfo_field(path, |f, sep| f.get(sep + 1).copied())
+}
+
+/// The source of the mount at exactly `path` (`loosefs:NAME` for a loosefs mount), from
+/// /proc/self/mountinfo (no request reaches the filesystem).
+pub(crate) fn mount_source(path: &Path) -> Option<String> {
+    mountinfo_field(path, |f, sep| f.get(sep + 2).copied())
+}
+
+/// The device (`major:minor`) of the mount at exactly `path`, from /proc/self/mountinfo (no
+/// request reaches the filesystem, so this never waits on a FUSE daemon).
+pub(crate) fn mount_device(path: &Path) -> Option<String> {
+    mountinfo_field(path, |f, _| f.get(2).copied())
+}
+
+/// A field (chosen by `pick` from the line's fields and the position of its `-` separator) of
+/// the last line of /proc/self/mountinfo whose mount point is exactly `path`. Compared as
+/// bytes: a mount point that is not UTF-8 is found too (the kernel escapes only space, tab,
+/// newline and backslash), and such a line elsewhere does not hide the others.
+fn mountinfo_field(
+    path: &Path,
+    pick: impl for<'a> Fn(&[&'a [u8]], usize) -> Option<&'a [u8]>,
+) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let info = std::fs::read("/proc/self/mountinfo").ok()?;
+    let want = path.as_os_str().as_bytes();
+    info.split(|&b| b == b'\n').rev().find_map(|line| {
+        let f: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        let sep = f.iter().position(|&x| x == b"-")?;
+        (unescape_mountinfo(f.get(4)?) == want)
+            .then(|| pick(&f, sep).map(|v| String::from_utf8_lossy(v).into_owned()))?
+    })
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, etc.).
+fn unescape_mountinfo(b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
