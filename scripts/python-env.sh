@@ -45,7 +45,7 @@ if [ "${1:-}" = --relock ]; then
   "$fresh/venv/bin/pip" install --quiet $WRITERS
   # shellcheck disable=SC2086
   "$fresh/venv/bin/pip" install --quiet --no-deps $NODEPS
-  { sed -n '/^#/p' "$LOCK"; "$fresh/venv/bin/pip" freeze --exclude-editable | grep '=='; } > "$LOCK.new"
+  { sed -n '/^#/p' "$LOCK"; "$fresh/venv/bin/pip" freeze --all --exclude-editable | grep '==' | grep -v '^pip==\|^setuptools=='; } > "$LOCK.new"
   mv "$LOCK.new" "$LOCK"
   rm -rf "$fresh"
   echo "python-env: wrote $LOCK" >&2

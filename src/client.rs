@@ -2,6 +2,7 @@
 //! read `<mnt>/.loosefs/<name>` (one lookup runs the command) into the typed reports of
 //! [`crate::report`].
 
+use crate::progress::{Meter, Progress, Unit};
 use crate::report::{Report, WarmState};
 use anyhow::{Context, Result};
 use serde::de::DeserializeOwned;
@@ -167,29 +168,40 @@ pub fn format_stats(r: &Report) -> String {
     out
 }
 
-/// Prints the progress of the pin and the warm of the mount at `mnt` until both are complete
-/// (`loosefs mount --wait`, `loosefs warm --wait`); `pin` and `warm` say which to wait for.
+/// Shows the progress of the pin and the warm of the mount at `mnt` until both are complete
+/// (`loosefs mount --wait`, `loosefs warm --wait`): `pin` and `warm` say which to wait for,
+/// `progress` how to show them (bars of bytes with their rate and ETA on a terminal, JSON
+/// lines, or only the closing line).
 ///
 /// Errors: the mount cannot be read, the pin stopped short (no progress for 60 s; the daemon
 /// logged why), or the warm failed.
-pub fn wait_pin_and_warm(mnt: &Path, pin: bool, warm: bool) -> Result<()> {
-    use std::io::IsTerminal;
+pub fn wait_pin_and_warm(mnt: &Path, pin: bool, warm: bool, progress: Progress) -> Result<()> {
     let mut last = u64::MAX;
-    let mut progress = std::time::Instant::now();
-    // Bars (bytes, rate, ETA) on a terminal; elsewhere (a log, a pipe) one line when done.
-    let bars = Bars::new(std::io::stderr().is_terminal(), pin, warm);
+    let mut moved = std::time::Instant::now();
+    let bars = progress.group();
+    let pin_bar = pin.then(|| bars.meter("pin", Unit::Bytes, Some(0)));
+    let warm_bar = warm.then(|| bars.meter("warm", Unit::Bytes, Some(0)));
+    let ends = |end: fn(&Meter)| pin_bar.iter().chain(&warm_bar).for_each(end);
     loop {
         let r = read_control::<Report>(mnt, "stats")?;
         let (p, w) = (&r.pin, &r.warm);
         let pin_done = !pin || p.pinned_bytes >= p.target_bytes;
-        bars.show(p.pinned_bytes, p.target_bytes, w.bytes_done, w.bytes_total);
+        for (bar, done, total) in [
+            (&pin_bar, p.pinned_bytes, p.target_bytes),
+            (&warm_bar, w.bytes_done, w.bytes_total),
+        ] {
+            if let Some(b) = bar {
+                b.set_total(total);
+                b.set(done.min(total));
+            }
+        }
         let done = pin_done && (!warm || w.state == WarmState::Done);
         if warm && w.state == WarmState::Failed {
-            bars.abandon();
+            ends(Meter::abandon);
             anyhow::bail!("the warm failed; see the daemon log");
         }
         if done {
-            bars.finish();
+            ends(Meter::finish);
             let mut line = Vec::new();
             if pin {
                 line.push(format!("pinned {:.1} MB", p.pinned_bytes as f64 / 1e6));
@@ -201,14 +213,15 @@ pub fn wait_pin_and_warm(mnt: &Path, pin: bool, warm: bool) -> Result<()> {
                     w.mb_per_s
                 ));
             }
-            eprintln!("loosefs: {}", line.join("; "));
+            // A log or a pipe gets this line and no bars.
+            progress.note(&line.join("; "));
             return Ok(());
         }
         if pin_done || p.pinned_bytes != last {
-            progress = std::time::Instant::now();
+            moved = std::time::Instant::now();
         }
-        if progress.elapsed() >= Duration::from_secs(60) {
-            bars.abandon();
+        if moved.elapsed() >= Duration::from_secs(60) {
+            ends(Meter::abandon);
             anyhow::bail!(
                 "the pin stopped at {} of {} bytes; see the daemon log",
                 p.pinned_bytes,
@@ -221,64 +234,11 @@ pub fn wait_pin_and_warm(mnt: &Path, pin: bool, warm: bool) -> Result<()> {
     }
 }
 
-/// The progress bars of `--wait` (indicatif): one for the pin, one for the warm, in bytes with
-/// their rate and ETA; hidden when stderr is not a terminal.
-struct Bars {
-    pin: Option<indicatif::ProgressBar>,
-    warm: Option<indicatif::ProgressBar>,
-    _multi: indicatif::MultiProgress,
-}
-
-impl Bars {
-    fn new(terminal: bool, pin: bool, warm: bool) -> Bars {
-        use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-        let multi = MultiProgress::with_draw_target(match terminal {
-            true => ProgressDrawTarget::stderr(),
-            false => ProgressDrawTarget::hidden(),
-        });
-        let style = ProgressStyle::with_template(
-            "{prefix:>5} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> ");
-        let bar = |name: &str| {
-            let b = multi.add(ProgressBar::new(0).with_style(style.clone()));
-            b.set_prefix(name.to_string());
-            b
-        };
-        Bars {
-            pin: pin.then(|| bar("pin")),
-            warm: warm.then(|| bar("warm")),
-            _multi: multi,
-        }
-    }
-
-    fn show(&self, pinned: u64, pin_target: u64, warmed: u64, warm_total: u64) {
-        for (bar, done, total) in [
-            (&self.pin, pinned, pin_target),
-            (&self.warm, warmed, warm_total),
-        ] {
-            if let Some(b) = bar {
-                b.set_length(total);
-                b.set_position(done.min(total));
-            }
-        }
-    }
-
-    fn finish(&self) {
-        self.pin.iter().chain(&self.warm).for_each(|b| b.finish());
-    }
-
-    fn abandon(&self) {
-        self.pin.iter().chain(&self.warm).for_each(|b| b.abandon());
-    }
-}
-
 /// Starts a warm if none is running and prints progress until it is done.
 ///
 /// Errors: the mount cannot be read, or the warm failed.
 pub fn wait_warm(mnt: &Path) -> Result<()> {
-    wait_pin_and_warm(mnt, false, true)
+    wait_pin_and_warm(mnt, false, true, Progress::Bar)
 }
 
 /// A drop-cache report as text: what was cached before and after, what pins kept, how many

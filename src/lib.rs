@@ -38,6 +38,7 @@ pub mod open;
 pub mod options;
 pub mod pack;
 pub mod packer;
+pub mod progress;
 pub mod readahead;
 pub mod report;
 pub mod samples;

@@ -3,6 +3,7 @@
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use loosefs::pack::reader::Pack;
+use loosefs::progress::Progress;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -53,6 +54,12 @@ enum Cmd {
         /// Where to write it (default `<SOURCE>.loosefs-index`): a path or a bucket URL (s3://, gs://, az://).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Progress for programs that wrap `loosefs index` (the Python package's tqdm bars):
+        /// one JSON object per line on stderr instead of the terminal's bars, at most five a
+        /// second per step, `{"progress": {"step": "index", "unit": "samples", "done": N,
+        /// "total": N}}`, and `{"note": "..."}` for what a terminal shows as `loosefs: ...`.
+        #[arg(long)]
+        progress_lines: bool,
         #[command(flatten)]
         args: loosefs::options::SourceArgs,
     },
@@ -271,8 +278,9 @@ struct PackCmd {
     #[arg(long)]
     json: bool,
     /// Progress for programs that wrap `loosefs pack` (the Python package's tqdm bar): one
-    /// JSON object per line on stderr, at most five a second and one at the end,
-    /// `{"progress": {"bytes": N, "total": N, "files": N}}` (sample bytes written, of all).
+    /// JSON object per line on stderr, at most five a second per step and one at its end,
+    /// `{"progress": {"step": "pack", "unit": "bytes", "done": N, "total": N, "files": N}}`
+    /// (sample bytes written, of all; a directory's walk comes first as step `walk`).
     #[arg(long)]
     progress_lines: bool,
     #[command(flatten)]
@@ -324,11 +332,7 @@ fn cmd_pack(args: PackCmd) -> Result<()> {
         align,
         follow_links,
         force: force || url.is_some(),
-        progress: match (progress_lines, json) {
-            (true, _) => loosefs::packer::Progress::Lines,
-            (false, true) => loosefs::packer::Progress::None,
-            (false, false) => loosefs::packer::Progress::Bar,
-        },
+        progress: Progress::from_flags(progress_lines, json),
         source: source.open_options(),
     };
     let r = loosefs::packer::pack_dir(&src, &out, &opts)?;
@@ -378,6 +382,7 @@ fn cmd_index(
     src: &std::path::Path,
     out: Option<&std::path::Path>,
     args: &loosefs::options::SourceArgs,
+    progress: Progress,
 ) -> Result<()> {
     use loosefs::formats::index::shared;
     if let Some(url) = src.to_str().filter(|s| loosefs::storage::object::is_url(s)) {
@@ -387,7 +392,8 @@ fn cmd_index(
                 url,
                 out,
                 &args.open_options(),
-                loosefs::storage::object::connect(args.remote.config())
+                loosefs::storage::object::connect(args.remote.config()),
+                progress,
             )?
         );
         return Ok(());
@@ -396,7 +402,7 @@ fn cmd_index(
         shared_index: loosefs::formats::SharedIndex::Off,
         ..args.open_options().scan_options()?
     };
-    let f = loosefs::formats::index::open(src, &opts, args.index_dir.as_deref(), true)?;
+    let f = loosefs::formats::index::open(src, &opts, args.index_dir.as_deref(), progress)?;
     let src = &f.header.source;
     let dest = out.map_or_else(|| shared::default_path(src), std::path::Path::to_path_buf);
     shared::write(&f, src, &dest)?;
@@ -420,7 +426,8 @@ fn cmd_info(
     source: &loosefs::options::SourceArgs,
 ) -> Result<()> {
     let source = source.open_options().for_info(pack);
-    let d = loosefs::open::Dataset::open(pack, &source, !json)?.info()?;
+    let progress = Progress::from_flags(false, json);
+    let d = loosefs::open::Dataset::open(pack, &source, progress)?.info()?;
     match json {
         true => println!("{}", d.json),
         false => print!("{}", d.text),
@@ -568,7 +575,17 @@ fn run(cli: Cli) -> Result<i32> {
             )?
         }
         Cmd::CsiMounter { socket } => loosefs::csi::mounter::run(&socket)?,
-        Cmd::Index { source, out, args } => cmd_index(&source, out.as_deref(), &args)?,
+        Cmd::Index {
+            source,
+            out,
+            progress_lines,
+            args,
+        } => cmd_index(
+            &source,
+            out.as_deref(),
+            &args,
+            Progress::from_flags(progress_lines, false),
+        )?,
         Cmd::Verify {
             pack,
             against,

@@ -134,7 +134,7 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
         probe_jpegs: opts.decode.views()?.any(),
         ..opts.source.open_options()
     };
-    let pack = Dataset::open(pack_path, &source, !opts.foreground)
+    let pack = Dataset::open(pack_path, &source, opts.progress())
         .with_context(|| format!("cannot mount {}", pack_path.display()))?;
     // A view the source cannot have is refused here, before any daemon starts.
     pack.views(opts.decode.views()?)?;
@@ -250,7 +250,7 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
             child.id()
         );
         if opts.wait && (opts.pin.is_some() || opts.warm) {
-            crate::client::wait_pin_and_warm(mnt, opts.pin.is_some(), opts.warm)?;
+            crate::client::wait_pin_and_warm(mnt, opts.pin.is_some(), opts.warm, opts.progress())?;
         }
         return Ok(());
     }

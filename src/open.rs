@@ -272,7 +272,11 @@ impl Dataset {
     ///
     /// Errors: a damaged native pack (its own message); a source in no known format (the
     /// message lists what was tried); a damaged foreign source (names the file).
-    pub fn open(src: &Path, opts: &OpenOptions, progress: bool) -> Result<Dataset> {
+    pub fn open(
+        src: &Path,
+        opts: &OpenOptions,
+        progress: crate::progress::Progress,
+    ) -> Result<Dataset> {
         let store = crate::storage::object::connect(opts.remote.clone());
         Dataset::open_on(src, opts, progress, store)
     }
@@ -281,7 +285,7 @@ impl Dataset {
     pub fn open_on(
         src: &Path,
         opts: &OpenOptions,
-        progress: bool,
+        progress: crate::progress::Progress,
         store: Arc<dyn ObjectStore>,
     ) -> Result<Dataset> {
         if let Some(url) = src.to_str().and_then(url::SourceUrl::parse) {
@@ -292,7 +296,7 @@ impl Dataset {
             return pack::open(src, opts, &scan, progress);
         }
         if scan.format.is_none() && src.is_dir() && !crate::source::foreign_dir(src) {
-            return LooseDir::open(src, opts.probe_jpegs).map(Dataset::Dir);
+            return LooseDir::open(src, opts.probe_jpegs, progress).map(Dataset::Dir);
         }
         crate::formats::index::open(src, &scan, opts.index_dir.as_deref(), progress)
             .map(Dataset::Foreign)

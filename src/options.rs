@@ -97,6 +97,13 @@ pub struct MountArgs {
     /// log file.
     #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_DEBUG", value_parser = clap::builder::FalseyValueParser::new())]
     pub debug: bool,
+    /// Progress for programs that wrap `loosefs mount` (the Python package's tqdm bars): the
+    /// first mount's indexing and walk, and `--wait`'s pin and warm, as JSON lines on stderr
+    /// instead of the terminal's bars, `{"progress": {"step": "index", "unit": "samples",
+    /// "done": N, "total": N}}` at most five a second per step, and `{"note": "..."}` for
+    /// what a terminal shows as `loosefs: ...`.
+    #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_PROGRESS_LINES", value_parser = clap::builder::FalseyValueParser::new())]
+    pub progress_lines: bool,
     /// Largest read-ahead window in pack order, MiB (0 disables read-ahead across samples).
     #[arg(
         long,
@@ -355,6 +362,12 @@ impl SourceArgs {
 }
 
 impl MountArgs {
+    /// How the mount shows its progress: JSON lines with `--progress-lines`, else bars on a
+    /// terminal.
+    pub fn progress(&self) -> crate::progress::Progress {
+        crate::progress::Progress::from_flags(self.progress_lines, false)
+    }
+
     /// Whether `--log -` keeps the daemon's log on the stderr `loosefs mount` was given.
     pub fn logs_to_stderr(&self) -> bool {
         self.log.as_deref() == Some(Path::new("-"))

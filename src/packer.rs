@@ -10,13 +10,12 @@ use crate::pack::writer::{PackWriter, ROOT};
 use crate::source::{Item, ItemKind, Skipped, Source};
 
 mod foreign;
+use crate::progress::{Meter, Progress, Unit};
 use anyhow::{Context, Result, bail};
-use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Options of `loosefs pack`.
 #[derive(Debug, Clone)]
@@ -103,67 +102,6 @@ fn load(source: &Source, item: &Item) -> Result<Loaded> {
             Loaded::Whole { data, crc, jpeg }
         }
     })
-}
-
-/// How `pack` shows its progress.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Progress {
-    /// Nothing.
-    None,
-    /// An indicatif bar on stderr, drawn only when stderr is a terminal.
-    Bar,
-    /// JSON lines on stderr for a wrapping program (see `loosefs pack --progress-lines`).
-    Lines,
-}
-
-/// The progress display of one `pack`: the bar, or JSON lines at most every 200 ms.
-struct Meter {
-    bar: ProgressBar,
-    lines: bool,
-    total: u64,
-    last: Option<Instant>,
-}
-
-impl Meter {
-    fn new(total: u64, how: Progress) -> Meter {
-        let bar = if how != Progress::Bar || !std::io::stderr().is_terminal() {
-            ProgressBar::hidden()
-        } else {
-            let pb = ProgressBar::new(total);
-            pb.set_style(
-                ProgressStyle::with_template("{spinner} {elapsed_precise} [{wide_bar}] {bytes}/{total_bytes} {binary_bytes_per_sec} {msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
-            pb.enable_steady_tick(Duration::from_millis(200));
-            pb
-        };
-        let lines = how == Progress::Lines;
-        Meter {
-            bar,
-            lines,
-            total,
-            last: None,
-        }
-    }
-
-    /// `n` files and sample bytes are written; `last` forces a line.
-    fn update(&mut self, n: &Counts, t0: Instant, last: bool) {
-        let secs = t0.elapsed().as_secs_f64().max(1e-9);
-        self.bar.set_position(n.bytes);
-        self.bar.set_message(format!(
-            "{} files ({:.0} files/s)",
-            n.files,
-            n.files as f64 / secs
-        ));
-        let due = self
-            .last
-            .is_none_or(|t| t.elapsed() >= Duration::from_millis(200));
-        if self.lines && (due || last) {
-            self.last = Some(Instant::now());
-            let line = serde_json::json!({"progress": {"bytes": n.bytes, "total": self.total, "files": n.files}});
-            eprintln!("{line}");
-        }
-    }
 }
 
 /// Counts of what was written: (files, directories, sample bytes, JPEGs).
@@ -280,7 +218,7 @@ fn write_items(
     w: &mut PackWriter<std::fs::File>,
     source: &Source,
     pool: rayon::ThreadPool,
-    meter: &mut Meter,
+    meter: &Meter,
     stop: &Arc<AtomicBool>,
     out: &Path,
 ) -> Result<Counts> {
@@ -315,7 +253,9 @@ fn write_items(
                 node_of[next] = node;
                 next += 1;
             }
-            meter.update(&n, t0, false);
+            meter.set(n.bytes);
+            let secs = t0.elapsed().as_secs_f64().max(1e-9);
+            meter.set_files(n.files, n.files as f64 / secs);
             if stop.load(Ordering::Relaxed) {
                 bail!("interrupted; {} was not written", out.display());
             }
@@ -338,11 +278,11 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
     let out_dir = out_dir_of(out, opts.force)?;
     // A dataset of another format is walked as a mount opens it; a tree or zip as it is.
     let source = if Source::is_foreign(src, opts.source.format)? {
-        let s = foreign::walk(src, &opts.source)?;
+        let s = foreign::walk(src, &opts.source, opts.progress)?;
         s.check_reserved()?;
         s
     } else {
-        Source::open(src, out, opts.follow_links)?
+        Source::open(src, out, opts.follow_links, opts.progress)?
     };
     let total: u64 = (source.items.iter())
         .map(|i| match i.kind {
@@ -355,10 +295,9 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.jobs)
         .build()?;
-    let mut meter = Meter::new(total, opts.progress);
+    let meter = opts.progress.meter("pack", Unit::Bytes, Some(total));
     let mut w = PackWriter::new(tmp.as_file().try_clone()?, opts.align, source.root)?;
-    let n = write_items(&mut w, &source, pool, &mut meter, &stop, out)?;
-    meter.update(&n, t0, true);
+    let n = write_items(&mut w, &source, pool, &meter, &stop, out)?;
     let file = w
         .finish()
         .with_context(|| format!("cannot finish {}", out.display()))?;
@@ -379,7 +318,7 @@ pub fn pack_dir(src: &Path, out: &Path, opts: &PackOptions) -> Result<PackReport
     if let Ok(d) = std::fs::File::open(&out_dir) {
         let _ = d.sync_all();
     }
-    meter.bar.finish_and_clear();
+    meter.finish_and_clear();
     Ok(PackReport {
         files: n.files,
         dirs: n.dirs,

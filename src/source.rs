@@ -104,11 +104,16 @@ impl Source {
     ///
     /// Errors: `src` missing or unreadable; an unreadable entry; a zip that does not parse, has
     /// a member name escaping the tree, or names one path twice.
-    pub fn open(src: &Path, out: &Path, follow_links: bool) -> Result<Source> {
+    pub fn open(
+        src: &Path,
+        out: &Path,
+        follow_links: bool,
+        progress: crate::progress::Progress,
+    ) -> Result<Source> {
         let meta = std::fs::metadata(src)
             .with_context(|| format!("cannot read source {}", src.display()))?;
         let source = if meta.is_dir() {
-            walk_dir(src, out, follow_links)?
+            walk_dir(src, out, follow_links, progress)?
         } else if meta.is_file() {
             walk_zip(src, &meta)?
         } else {
@@ -278,7 +283,12 @@ fn entry_meta(m: &std::fs::Metadata) -> EntryMeta {
 
 /// Walks `src`, returning the items in pack order (depth first, names sorted by bytes) and the
 /// skipped entries.
-fn walk_dir(src: &Path, out: &Path, follow_links: bool) -> Result<Source> {
+fn walk_dir(
+    src: &Path,
+    out: &Path,
+    follow_links: bool,
+    progress: crate::progress::Progress,
+) -> Result<Source> {
     let root_meta = std::fs::metadata(src)
         .with_context(|| format!("cannot read source directory {}", src.display()))?;
     if !root_meta.is_dir() {
@@ -294,6 +304,8 @@ fn walk_dir(src: &Path, out: &Path, follow_links: bool) -> Result<Source> {
         .min_depth(1)
         .sort_by(|a, b| a.file_name().cmp(b.file_name()))
         .into_iter();
+    // A spinner counting the files found: a tree of millions takes minutes to walk.
+    let walked = progress.meter("walk", crate::progress::Unit::Files, None);
     while let Some(entry) = it.next() {
         let entry = entry.map_err(|e| {
             let p = e
@@ -333,6 +345,7 @@ fn walk_dir(src: &Path, out: &Path, follow_links: bool) -> Result<Source> {
                 meta: entry_meta(&meta),
             });
         } else if ft.is_file() {
+            walked.inc(1);
             items.push(Item {
                 path,
                 parent,

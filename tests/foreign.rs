@@ -67,7 +67,7 @@ fn server_verifying(src: &Path, index: &Path, verify: &str) -> Fs {
         verify_full: verify == "full",
         ..Default::default()
     };
-    let ds = loosefs::open::Dataset::open(src, &args, false).unwrap();
+    let ds = loosefs::open::Dataset::open(src, &args, loosefs::progress::Progress::None).unwrap();
     ds.server(Views::default(), server_options(), 64 << 20)
         .unwrap()
 }
@@ -299,21 +299,30 @@ fn an_index_is_built_once_and_rebuilt_when_a_file_changes() {
     let args = loosefs::open::OpenOptions::default();
     let opts = args.scan_options().unwrap();
     let index = d.path().join("index");
-    let first = open(&src, &opts, Some(&index), false).unwrap();
+    let first = open(&src, &opts, Some(&index), loosefs::progress::Progress::None).unwrap();
     assert!(first.built, "the first open builds the index");
-    let again = open(&src, &opts, Some(&index), false).unwrap();
+    let again = open(&src, &opts, Some(&index), loosefs::progress::Progress::None).unwrap();
     assert!(!again.built, "an unchanged source reuses it");
     let shard = src.join("shard.00001.mds");
     let f = std::fs::File::options().write(true).open(&shard).unwrap();
     f.set_modified(std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 30))
         .unwrap();
     drop(f);
-    let changed = open(&src, &opts, Some(&index), false).unwrap();
+    let changed = open(&src, &opts, Some(&index), loosefs::progress::Progress::None).unwrap();
     assert!(changed.built, "a shard with another mtime rebuilds it");
     // A different --label is another index, not a reuse of this one.
     let mut other = opts.clone();
     other.label = Some("label".into());
-    assert!(open(&src, &other, Some(&index), false).unwrap().built);
+    assert!(
+        open(
+            &src,
+            &other,
+            Some(&index),
+            loosefs::progress::Progress::None
+        )
+        .unwrap()
+        .built
+    );
 }
 
 /// A copy of `rel` of the formats directory in a temp dir.
@@ -400,7 +409,12 @@ fn fields_all_shows_every_member_beside_the_image() {
         fields_all: true,
         ..Default::default()
     };
-    let ds = loosefs::open::Dataset::open(&dir.join("webdataset"), &args, false).unwrap();
+    let ds = loosefs::open::Dataset::open(
+        &dir.join("webdataset"),
+        &args,
+        loosefs::progress::Progress::None,
+    )
+    .unwrap();
     let loosefs::open::Dataset::Foreign(f) = &ds else {
         panic!("a foreign dataset")
     };
@@ -485,7 +499,7 @@ fn a_lazy_index_learns_each_crc_at_the_first_read_and_refuses_other_bytes_later(
         ..Default::default()
     };
     let loosefs::open::Dataset::Foreign(f) =
-        loosefs::open::Dataset::open(&src, &args, false).unwrap()
+        loosefs::open::Dataset::open(&src, &args, loosefs::progress::Progress::None).unwrap()
     else {
         panic!("a foreign dataset")
     };
@@ -576,7 +590,13 @@ fn a_shared_index_mounts_the_dataset_elsewhere_without_a_scan_and_a_changed_shar
         shared_index: loosefs::formats::SharedIndex::Off,
         ..args("ix1").scan_options().unwrap()
     };
-    let f = loosefs::formats::index::open(&src, &opts, Some(&d.path().join("ix1")), false).unwrap();
+    let f = loosefs::formats::index::open(
+        &src,
+        &opts,
+        Some(&d.path().join("ix1")),
+        loosefs::progress::Progress::None,
+    )
+    .unwrap();
     assert!(f.built);
     let src = f.header.source.clone();
     shared::write(&f, &src, &shared::default_path(&src)).unwrap();
@@ -585,7 +605,9 @@ fn a_shared_index_mounts_the_dataset_elsewhere_without_a_scan_and_a_changed_shar
     copy_keeping_mtimes(&src, &other);
     std::fs::copy(shared::default_path(&src), shared::default_path(&other)).unwrap();
     let open = |src: &Path, a: &loosefs::open::OpenOptions| match loosefs::open::Dataset::open(
-        src, a, false,
+        src,
+        a,
+        loosefs::progress::Progress::None,
     ) {
         Ok(loosefs::open::Dataset::Foreign(f)) => Ok(f),
         Ok(_) => panic!("a foreign dataset"),

@@ -59,7 +59,7 @@ fn seed_pack() -> Vec<u8> {
         align: 1,
         follow_links: false,
         force: true,
-        progress: loosefs::packer::Progress::None,
+        progress: loosefs::progress::Progress::None,
         source: Default::default(),
     };
     loosefs::packer::pack_dir(&tree, &out, &opts).unwrap();

@@ -48,7 +48,7 @@ fn packed(tmp: &Path) -> (PathBuf, Pack) {
         align: loosefs::pack::DEFAULT_ALIGN,
         follow_links: false,
         force: true,
-        progress: loosefs::packer::Progress::None,
+        progress: loosefs::progress::Progress::None,
         source: Default::default(),
     };
     loosefs::packer::pack_dir(&src, &out, &opts).unwrap();

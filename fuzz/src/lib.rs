@@ -83,8 +83,12 @@ pub fn scan_dataset(format: loosefs::formats::Format, input: &[u8], names: &[&st
                 verify,
                 ..opts.clone()
             };
-            let _ =
-                loosefs::formats::index::open(&src, &opts, Some(&dir.path().join(".index")), false);
+            let _ = loosefs::formats::index::open(
+                &src,
+                &opts,
+                Some(&dir.path().join(".index")),
+                loosefs::progress::Progress::None,
+            );
         }
     }
     // The table-only scan and index of a dataset at a URL (a zip: its own central-directory
@@ -95,7 +99,12 @@ pub fn scan_dataset(format: loosefs::formats::Format, input: &[u8], names: &[&st
     };
     if loosefs::formats::scan(&src, format, &tabled).is_ok() {
         let at = dir.path().join(".index-table");
-        let _ = loosefs::formats::index::open(&src, &tabled, Some(&at), false);
+        let _ = loosefs::formats::index::open(
+            &src,
+            &tabled,
+            Some(&at),
+            loosefs::progress::Progress::None,
+        );
     }
 }
 
@@ -126,7 +135,7 @@ pub fn small_server() -> &'static (Arc<Fs>, u64, Vec<u64>) {
             align: 1,
             follow_links: false,
             force: true,
-            progress: loosefs::packer::Progress::None,
+            progress: loosefs::progress::Progress::None,
             source: Default::default(),
         };
         loosefs::packer::pack_dir(&tree, &pack, &opts).expect("pack");

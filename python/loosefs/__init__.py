@@ -275,65 +275,94 @@ def pack(source: PathLike, out: PathLike, progress: Optional[bool] = None, **opt
     is a tqdm bar when tqdm is installed, else the CLI's own bar on a terminal; `progress=None`
     (the default) shows it when stderr is a terminal, `True` always, `False` never. Raises
     LoosefsError with the CLI's reason; OUT is never left half-written."""
-    flags = _checked("pack", options)
-    progress = _progress_wanted(progress)
-    try:
-        from tqdm.auto import tqdm  # type: ignore
-    except ImportError:
-        tqdm = None
-    args = ["pack", os.fspath(source), os.fspath(out), "--json", *_flags(flags)]
-    if progress and tqdm is not None:
-        out_text = _run_with_progress_lines([*args, "--progress-lines"], tqdm)
-    else:
-        out_text = _run(args, stream_stderr=progress)
-    d = json.loads(out_text)
+    args = ["pack", os.fspath(source), os.fspath(out), "--json", *_flags(_checked("pack", options))]
+    d = json.loads(_run_showing_progress(args, progress))
     return PackResult(out=pathlib.Path(out), files=d["files"], dirs=d["dirs"], bytes=d["bytes"], jpegs=d["jpegs"],
                       pack_bytes=d["pack_bytes"], skipped=d.get("skipped", []), seconds=d["seconds"])
 
 
-def _run_with_progress_lines(args: List[str], tqdm: Any) -> str:
-    """Runs the CLI with `--progress-lines`, feeding its progress lines to a tqdm bar (bytes);
-    other stderr lines are kept for the error. Returns stdout."""
+def _run_showing_progress(args: List[str], progress: Optional[bool], error: Optional[type] = None) -> str:
+    """Runs the CLI, showing its progress (see `_progress_wanted`) as tqdm bars fed by its
+    `--progress-lines` when tqdm is installed, else as the CLI's own bars on this stderr.
+    Returns stdout; raises `error` (LoosefsError) with the CLI's reason."""
+    error = error or LoosefsError
+    if not _progress_wanted(progress):
+        return _run(args, error=error)
+    tqdm = _tqdm()
+    if tqdm is None:
+        return _run(args, error=error, stream_stderr=True)
+    return _run_with_progress_lines([*args, "--progress-lines"], tqdm, error)
+
+
+def _run_with_progress_lines(args: List[str], tqdm: Any, error: type) -> str:
+    """Runs the CLI with `--progress-lines`, drawing a tqdm bar per step it reports (`pack`,
+    `walk`, `index`, `download`, `pin`, `warm`, ...: bytes, or a count) and writing its notes
+    above them; other stderr lines are kept for the error. Returns stdout."""
     cmd = [binary(), *args]
     with tempfile.TemporaryFile("w+") as out, \
             subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True) as p:
-        bar, other = None, []
+        bars: Dict[str, Any] = {}
+        other: List[str] = []
         try:
             assert p.stderr is not None
             for line in p.stderr:
                 try:
-                    prog = json.loads(line)["progress"]
-                except (ValueError, KeyError, TypeError):
+                    msg = json.loads(line)
+                except ValueError:
+                    msg = None
+                if not isinstance(msg, dict):
                     other.append(line)
-                    continue
-                if bar is None:
-                    bar = tqdm(total=prog["total"], unit="B", unit_scale=True, desc="loosefs pack")
-                bar.n = prog["bytes"]
-                bar.set_postfix(files=prog["files"], refresh=False)
-                bar.refresh()
+                elif "note" in msg:
+                    tqdm.write(f"loosefs: {msg['note']}", file=sys.stderr)
+                elif isinstance(msg.get("progress"), dict):
+                    _show_step(bars, msg["progress"], tqdm)
+                else:
+                    other.append(line)
         finally:
-            if bar is not None:
+            for bar in bars.values():
                 bar.close()
         code = p.wait()
         out.seek(0)
         text = out.read()
     if code != 0:
         reason = "".join(other).strip() or f"{' '.join(cmd)} exited {code}"
-        raise _error_class(LoosefsError, reason)(reason, code, cmd)
+        raise _error_class(error, reason)(reason, code, cmd)
     return text
 
 
-def index(source: PathLike, out: Optional[PathLike] = None, **options: Unpack[IndexOptions]) -> str:
+def _show_step(bars: Dict[str, Any], prog: Dict[str, Any], tqdm: Any) -> None:
+    """One `--progress-lines` line: its step's tqdm bar made (bytes scaled, else a count),
+    moved, and closed at the step's end."""
+    step, unit, total = str(prog.get("step", "")), prog.get("unit"), prog.get("total")
+    bar = bars.get(step)
+    if bar is None:
+        kind = {"unit": "B", "unit_scale": True} if unit == "bytes" else {"unit": f" {unit}" if unit else "it"}
+        bar = bars[step] = tqdm(total=total, desc=f"loosefs {step}", **kind)
+    if total != bar.total:
+        bar.total = total
+    bar.n = prog.get("done", 0)
+    if "files" in prog:
+        bar.set_postfix(files=prog["files"], refresh=False)
+    bar.refresh()
+    if prog.get("end"):
+        bar.close()
+        del bars[step]
+
+
+def index(source: PathLike, out: Optional[PathLike] = None, progress: Optional[bool] = None,
+          **options: Unpack[IndexOptions]) -> str:
     """Indexes SOURCE (a dataset in another format: a path or an `s3://`/`https://` URL) once
     for every node, as `loosefs index` does, and returns where the shared index went: `OUT`,
     else `<SOURCE>.loosefs-index` beside the dataset (an object inside an `s3://` prefix). Mounts
     of SOURCE on any machine then use it (`mount(SOURCE, index=...)` names another place).
-    Options are the CLI's (`label=`, `verify="full"`, `endpoint_url=`, ...). Raises LoosefsError
-    carrying the CLI's reason."""
+    Options are the CLI's (`label=`, `verify="full"`, `endpoint_url=`, ...). Progress (the
+    scan, the samples read, a remote dataset's download) shows as tqdm bars as `pack`'s does.
+    Raises LoosefsError carrying the CLI's reason."""
     args = ["index", os.fspath(source)]
     if out is not None:
         args += ["--out", os.fspath(out)]
-    line = _run([*args, *_flags(_checked("index", options))]).strip().splitlines()[-1]
+    args += _flags(_checked("index", options))
+    line = _run_showing_progress(args, progress).strip().splitlines()[-1]
     return line.split(": shared index of ", 1)[0]
 
 
@@ -498,40 +527,6 @@ def _tqdm() -> Any:
         return None
 
 
-def _wait_with_bars(path: pathlib.Path, pin: bool, warm: bool, tqdm: Any) -> None:
-    """Polls the mount's stats until its pin and warm are done, drawing a tqdm bar (bytes)
-    for each. Raises MountError when the warm fails or the pin stops for a minute."""
-    import time
-    bars = {k: tqdm(total=0, unit="B", unit_scale=True, desc=f"loosefs {k}") for k, on in
-            (("pin", pin), ("warm", warm)) if on}
-    last, moved = -1, time.monotonic()
-    try:
-        while True:
-            with open(path / ".loosefs" / "stats") as f:
-                r = json.load(f)
-            p, w = r.get("pin", {}), r.get("warm", {})
-            now = {"pin": (p.get("pinned_bytes", 0), p.get("target_bytes", 0)),
-                   "warm": (w.get("bytes_done", 0), w.get("bytes_total", 0))}
-            for k, bar in bars.items():
-                done, total = now[k]
-                bar.total = total
-                bar.n = min(done, total)
-                bar.refresh()
-            if warm and w.get("state") == "failed":
-                raise MountError(f"the warm of {path} failed; see the daemon log ({r.get('daemon', {}).get('log')})")
-            pin_done = not pin or now["pin"][0] >= now["pin"][1]
-            if pin_done and (not warm or w.get("state") == "done"):
-                return
-            if now["pin"][0] != last:
-                last, moved = now["pin"][0], time.monotonic()
-            elif not pin_done and time.monotonic() - moved > 60:
-                raise MountError(f"the pin of {path} stopped at {last} of {now['pin'][1]} bytes; see the daemon log")
-            time.sleep(0.1)
-    finally:
-        for bar in bars.values():
-            bar.close()
-
-
 def mount(source: PathLike, mountpoint: Optional[PathLike] = None, progress: Optional[bool] = None,
           **options: Unpack[MountOptions]) -> Mount:
     """Mounts SOURCE (a pack, a dataset in another format, a plain directory served in place,
@@ -541,22 +536,23 @@ def mount(source: PathLike, mountpoint: Optional[PathLike] = None, progress: Opt
     Use it as a context manager; it is unmounted at interpreter exit in any case. Raises
     MountError carrying the CLI's reason. `log="-"` sends the daemon's log to this process's
     stderr (the CLI's own messages then go there too, and the error carries only the exit
-    status). With `wait=True` and `warm` or `pin`, the call returns once they are done, showing
-    a tqdm bar for each (when tqdm is installed) if `progress` is True, or when None (the
-    default) if stderr is a terminal or this runs in a Jupyter notebook."""
+    status). With `wait=True` and `warm` or `pin`, the call returns once they are done.
+    Progress (a first mount's indexing or directory walk, `wait`'s pin and warm) shows as a
+    tqdm bar per step (when tqdm is installed, else the CLI's own bars) if `progress` is True,
+    or when None (the default) if stderr is a terminal or this runs in a Jupyter notebook."""
     flags = _checked("mount", options)
-    tqdm = _tqdm()
-    bars = bool(flags.get("wait") and (flags.get("warm") or flags.get("pin")) and tqdm is not None
-                and _progress_wanted(progress))
-    if bars:
-        flags["wait"] = None  # waited for here, with bars
     made = mountpoint is None
     path = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-") if mountpoint is None else mountpoint)
     # A captured stderr would stay open in the daemon with `--log -`: the call would wait for it.
     to_stderr = str(flags.get("log")) == "-"
     _unmount_on_signals()
     try:
-        _run(["mount", os.fspath(source), str(path), *_flags(flags)], error=MountError, stream_stderr=to_stderr)
+        args = ["mount", os.fspath(source), str(path), *_flags(flags)]
+        if to_stderr or _tqdm() is None:
+            # Without tqdm the CLI's messages are kept for the error, not shown as bars.
+            _run(args, error=MountError, stream_stderr=to_stderr)
+        else:
+            _run_showing_progress(args, progress, MountError)
     except BaseException:
         # Interrupted (Ctrl-C) while the mount was being made or warmed: it may be up already.
         if os.path.ismount(path):
@@ -570,12 +566,6 @@ def mount(source: PathLike, mountpoint: Optional[PathLike] = None, progress: Opt
     m = Mount(source, path, made)
     with _LOCK:
         _LIVE[str(path)] = m
-    if bars:
-        try:
-            _wait_with_bars(path, bool(flags.get("pin")), bool(flags.get("warm")), tqdm)
-        except BaseException:
-            m.unmount(lazy=True)
-            raise
     return m
 
 

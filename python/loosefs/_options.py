@@ -46,6 +46,7 @@ OPTIONS = {
         ('threads', 'THREADS', '16', None, 'FUSE worker threads'),
         ('log', 'LOG', None, None, 'Log file of the background daemon (default: `~/.local/state/loosefs/log/<mountpoint>.log`, or under `$XDG_STATE_HOME`; `loosefs stats` names it)'),
         ('debug', None, None, None, "Log loosefs's debug messages too (each failed request with its path and error, each remote GET with its range and time): the same as `RUST_LOG=loosefs=debug`, into the log file"),
+        ('progress_lines', None, None, None, 'Progress for programs that wrap `loosefs mount` (the Python package\'s tqdm bars): the first mount\'s indexing and walk, and `--wait`\'s pin and warm, as JSON lines on stderr instead of the terminal\'s bars, `{"progress": {"step": "index", "unit": "samples", "done": N, "total": N}}` at most five a second per step, and `{"note": "..."}` for what a terminal shows as `loosefs: ...`'),
         ('allow_other', None, None, None, 'Let every local user read the mount (FUSE `allow_other`; a non-root user needs `user_allow_other` in /etc/fuse.conf)'),
         ('allow_non_empty', None, None, None, 'Mount over a directory that holds files (they are hidden while mounted)'),
         ('passthrough', 'PASSTHROUGH', 'off', ('on', 'off'), "How a loose directory's files reach readers: `off` (default) the daemon reads them and the kernel keeps them in the mount's page cache (warm reads need no round trip at all); `on` the kernel reads the original files itself (FUSE passthrough: no READ, no second copy in memory, but an OPEN and a RELEASE round trip per open file, so many small files read slower than with `off`) where the kernel and privileges allow it, else the daemon"),
@@ -61,7 +62,7 @@ OPTIONS = {
         ('align', 'ALIGN', '512', None, "Alignment of each sample's data in bytes: a power of two from 1 to 32768"),
         ('follow_links', None, None, None, 'Follow symbolic links (default: report and skip them)'),
         ('force', None, None, None, 'Replace OUT if it exists'),
-        ('progress_lines', None, None, None, 'Progress for programs that wrap `loosefs pack` (the Python package\'s tqdm bar): one JSON object per line on stderr, at most five a second and one at the end, `{"progress": {"bytes": N, "total": N, "files": N}}` (sample bytes written, of all)'),
+        ('progress_lines', None, None, None, 'Progress for programs that wrap `loosefs pack` (the Python package\'s tqdm bar): one JSON object per line on stderr, at most five a second per step and one at its end, `{"progress": {"step": "pack", "unit": "bytes", "done": N, "total": N, "files": N}}` (sample bytes written, of all; a directory\'s walk comes first as step `walk`)'),
         ('format', 'FORMAT', None, None, 'Read the source as this format instead of detecting it: tar (webdataset), zip, tfrecord, mds, litdata, gulpio, ffcv, parquet (hf-parquet)'),
         ('class_names', 'CLASS_NAMES', None, None, "Class directory names, one per line: line i names the i-th smallest label (overrides the format's own names)"),
         ('label', 'LABEL', None, None, "The field holding the label, instead of the format's usual one: a WebDataset member extension (default cls), a TFRecord int64 feature (default image/class/label), an MDS integer column or a Parquet column (default: its ClassLabel)"),
@@ -110,6 +111,7 @@ OPTIONS = {
         ('offline', None, None, None, 'Mount without reaching the server: from a complete block cache of the URL (every block of the samples and the index kept, closed cleanly by an earlier mount), at the ETag recorded there'),
     ),
     'index': (
+        ('progress_lines', None, None, None, 'Progress for programs that wrap `loosefs index` (the Python package\'s tqdm bars): one JSON object per line on stderr instead of the terminal\'s bars, at most five a second per step, `{"progress": {"step": "index", "unit": "samples", "done": N, "total": N}}`, and `{"note": "..."}` for what a terminal shows as `loosefs: ...`'),
         ('format', 'FORMAT', None, None, 'Read the source as this format instead of detecting it: tar (webdataset), zip, tfrecord, mds, litdata, gulpio, ffcv, parquet (hf-parquet)'),
         ('class_names', 'CLASS_NAMES', None, None, "Class directory names, one per line: line i names the i-th smallest label (overrides the format's own names)"),
         ('label', 'LABEL', None, None, "The field holding the label, instead of the format's usual one: a WebDataset member extension (default cls), a TFRecord int64 feature (default image/class/label), an MDS integer column or a Parquet column (default: its ClassLabel)"),
@@ -139,10 +141,10 @@ OPTIONS = {
 # What each option's value is, for the checks `loosefs.mount(...)` makes before a process
 # starts: flag, int (a whole number), size (bytes or 512M, 2G, 8GiB), choice, or text.
 KINDS = {
-    'mount': {'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'pin': 'size', 'warm': 'flag', 'wait': 'flag', 'keep_pack_cache': 'flag', 'endpoint_url': 'text', 'region': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag', 'decode': 'choice', 'decoded_only': 'flag', 'decode_max_side': 'int', 'decode_cache': 'size', 'decode_threads': 'int', 'decode_ahead': 'int', 'decode_accept_damaged': 'flag', 'threads': 'int', 'log': 'text', 'debug': 'flag', 'allow_other': 'flag', 'allow_non_empty': 'flag', 'passthrough': 'choice', 'transport': 'choice', 'metrics_addr': 'text', 'read_ahead_kb': 'int', 'prefetch_max_mb': 'int', 'order_window_mb': 'int', 'push_ahead': 'int'},
+    'mount': {'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'pin': 'size', 'warm': 'flag', 'wait': 'flag', 'keep_pack_cache': 'flag', 'endpoint_url': 'text', 'region': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag', 'decode': 'choice', 'decoded_only': 'flag', 'decode_max_side': 'int', 'decode_cache': 'size', 'decode_threads': 'int', 'decode_ahead': 'int', 'decode_accept_damaged': 'flag', 'threads': 'int', 'log': 'text', 'debug': 'flag', 'progress_lines': 'flag', 'allow_other': 'flag', 'allow_non_empty': 'flag', 'passthrough': 'choice', 'transport': 'choice', 'metrics_addr': 'text', 'read_ahead_kb': 'int', 'prefetch_max_mb': 'int', 'order_window_mb': 'int', 'push_ahead': 'int'},
     'pack': {'jobs': 'int', 'align': 'int', 'follow_links': 'flag', 'force': 'flag', 'progress_lines': 'flag', 'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'endpoint_url': 'text', 'region': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag'},
     'info': {'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'endpoint_url': 'text', 'region': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag'},
-    'index': {'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'endpoint_url': 'text', 'region': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag'},
+    'index': {'progress_lines': 'flag', 'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'endpoint_url': 'text', 'region': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag'},
 }
 
 
@@ -185,6 +187,7 @@ class MountOptions(TypedDict, total=False):
     threads: int
     log: Union[str, "os.PathLike[str]"]
     debug: bool
+    progress_lines: bool
     allow_other: bool
     allow_non_empty: bool
     passthrough: Union[bool, Literal['on', 'off']]
@@ -258,6 +261,7 @@ class InfoOptions(TypedDict, total=False):
 class IndexOptions(TypedDict, total=False):
     """The keyword options of `loosefs.index(...)` (those of `loosefs index`), for type checkers."""
 
+    progress_lines: bool
     format: Union[str, "os.PathLike[str]"]
     class_names: Union[str, "os.PathLike[str]"]
     label: Union[str, "os.PathLike[str]"]

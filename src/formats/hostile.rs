@@ -175,7 +175,12 @@ fn every_scanner_refuses_or_reads_damaged_and_crafted_inputs_without_panicking()
                             format: Some(format),
                             ..opts.clone()
                         };
-                        let _ = super::index::open(&src, &o, Some(&ix), false);
+                        let _ = super::index::open(
+                            &src,
+                            &o,
+                            Some(&ix),
+                            crate::progress::Progress::None,
+                        );
                         let _ = std::fs::remove_dir_all(&ix);
                     }
                     // The index from the tables alone (a zip or FFCV file at a URL).
@@ -188,7 +193,12 @@ fn every_scanner_refuses_or_reads_damaged_and_crafted_inputs_without_panicking()
                         && scan(&src, format, &t).is_ok()
                     {
                         let ix = tmp.path().join(format!("table{tried}"));
-                        let _ = super::index::open(&src, &t, Some(&ix), false);
+                        let _ = super::index::open(
+                            &src,
+                            &t,
+                            Some(&ix),
+                            crate::progress::Progress::None,
+                        );
                         let _ = std::fs::remove_dir_all(&ix);
                     }
                 }));

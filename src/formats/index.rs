@@ -318,7 +318,7 @@ pub fn options_string(format: Format, opts: &ScanOptions, verify: &str) -> Strin
 
 /// Opens `src` as a foreign dataset: loads its kept index when every file it names still has
 /// the recorded size and mtime, else scans the source and builds (and keeps) a new one.
-/// `progress` prints what is being done to stderr.
+/// `progress` shows what is being done and how far it is.
 ///
 /// Errors: the format is not detected or the source is damaged (the message names the file);
 /// a sample fails the format's own checksum; the cache directory cannot be written.
@@ -326,7 +326,7 @@ pub fn open(
     src: &Path,
     opts: &ScanOptions,
     cache: Option<&Path>,
-    progress: bool,
+    progress: crate::progress::Progress,
 ) -> Result<Foreign> {
     // A brace pattern (shards) does not exist as a path: its directory is made absolute.
     let src = match (super::brace_files(src), src.parent(), src.file_name()) {
@@ -360,11 +360,10 @@ pub fn open(
                 path.display(),
                 options[0]
             ),
-            None if progress => eprintln!(
-                "loosefs: {} was built with other options; not used",
+            None => progress.note(&format!(
+                "{} was built with other options; not used",
                 path.display()
-            ),
-            None => {}
+            )),
         }
     }
     let dir = cache_dir(cache);
@@ -390,18 +389,13 @@ pub fn open(
     }
     let options = options_of(wanted[0]);
     let path = path_of(&options);
-    if progress {
-        eprintln!(
-            "loosefs: indexing {} ({}) once; the index is kept in {}",
-            src.display(),
-            format.name(),
-            dir.display()
-        );
-    }
-    let scanning = build::spinner(
-        progress,
-        format!("scanning {} ({})", src.display(), format.name()),
-    );
+    progress.note(&format!(
+        "indexing {} ({}) once; the index is kept in {}",
+        src.display(),
+        format.name(),
+        dir.display()
+    ));
+    let scanning = progress.spinner("scan", format!("{} ({})", src.display(), format.name()));
     let scan = super::scan(&src, format, opts);
     scanning.finish_and_clear();
     let (header, bytes) = build(&src, &scan?, opts, options, progress)?;

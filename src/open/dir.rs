@@ -64,12 +64,13 @@ fn probe_file(path: &Path, len: u64) -> Option<crate::pack::jpeg::JpegInfo> {
 
 impl LooseDir {
     /// Walks directory `src`; with `views`, reads every file's JPEG header too (in parallel)
-    /// so decoded views have sizes. Errors: `src` unreadable, an entry that cannot be read,
-    /// a name reserved for the control directory at the top.
-    pub fn open(src: &Path, views: bool) -> Result<LooseDir> {
+    /// so decoded views have sizes. `progress` counts the files walked, then probed.
+    /// Errors: `src` unreadable, an entry that cannot be read, a name reserved for the
+    /// control directory at the top.
+    pub fn open(src: &Path, views: bool, progress: crate::progress::Progress) -> Result<LooseDir> {
         let root = std::fs::canonicalize(src)
             .with_context(|| format!("cannot read directory {}", src.display()))?;
-        let source = Source::open(&root, Path::new(""), false)?;
+        let source = Source::open(&root, Path::new(""), false, progress)?;
         let mut nodes = Vec::with_capacity(source.items.len() + 1);
         nodes.push(Node {
             parent: None,
@@ -107,9 +108,17 @@ impl LooseDir {
             });
         }
         if views {
+            let probed = progress.meter(
+                "probe",
+                crate::progress::Unit::Files,
+                Some(files.len() as u64),
+            );
             let found: Vec<_> = files
                 .par_iter()
-                .map(|(_, f)| probe_file(&root.join(&f.rel), f.stamp.len))
+                .map(|(_, f)| {
+                    probed.inc(1);
+                    probe_file(&root.join(&f.rel), f.stamp.len)
+                })
                 .collect();
             for ((n, _), info) in files.iter().zip(found) {
                 if let Some(j) = info {

@@ -23,7 +23,7 @@ pub(super) fn open(
     src: &Path,
     opts: &OpenOptions,
     scan: &ScanOptions,
-    progress: bool,
+    progress: crate::progress::Progress,
 ) -> Result<Dataset> {
     let why = match Pack::open(src) {
         Ok(p) => return Ok(Dataset::Pack(p)),

@@ -59,8 +59,13 @@ impl ObjectStore for Probed {
         self.inner.list_level(url)
     }
 
-    fn list_below(&self, url: &str, level: Level) -> Result<Vec<Listed>> {
-        self.inner.list_below(url, level)
+    fn list_below(
+        &self,
+        url: &str,
+        level: Level,
+        progress: crate::progress::Progress,
+    ) -> Result<Vec<Listed>> {
+        self.inner.list_below(url, level, progress)
     }
 
     fn upload(&self, url: &str, src: &Path) -> Result<()> {

@@ -342,7 +342,7 @@ impl RemoteDataset {
     pub fn open(
         url: &str,
         args: &OpenOptions,
-        progress: bool,
+        progress: crate::progress::Progress,
         store: Arc<dyn ObjectStore>,
     ) -> Result<RemoteDataset> {
         Self::open_with(url, args, progress, true, store)
@@ -353,7 +353,7 @@ impl RemoteDataset {
     pub fn open_unshared(
         url: &str,
         args: &OpenOptions,
-        progress: bool,
+        progress: crate::progress::Progress,
         store: Arc<dyn ObjectStore>,
     ) -> Result<RemoteDataset> {
         Self::open_with(url, args, progress, false, store)
@@ -362,7 +362,7 @@ impl RemoteDataset {
     fn open_with(
         url: &str,
         args: &OpenOptions,
-        progress: bool,
+        progress: crate::progress::Progress,
         use_shared: bool,
         store: Arc<dyn ObjectStore>,
     ) -> Result<RemoteDataset> {

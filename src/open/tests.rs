@@ -43,7 +43,7 @@ fn pack_bytes(
         align: 1,
         follow_links: false,
         force: true,
-        progress: crate::packer::Progress::None,
+        progress: crate::progress::Progress::None,
         source: OpenOptions::default(),
     };
     crate::packer::pack_dir(&src, &out, &opts).unwrap();
@@ -90,7 +90,12 @@ fn fs_options() -> FsOptions {
 }
 
 fn open(src: &str, opts: &OpenOptions, store: &Arc<FakeStore>) -> Result<Dataset> {
-    Dataset::open_on(Path::new(src), opts, false, store.clone())
+    Dataset::open_on(
+        Path::new(src),
+        opts,
+        crate::progress::Progress::None,
+        store.clone(),
+    )
 }
 
 /// The whole message of the error opening `src` fails with.
@@ -398,7 +403,12 @@ fn shards(tmp: &Path, store: &FakeStore, prefix: &str) -> BTreeMap<String, Vec<u
         std::fs::write(local.join(&name), &data).unwrap();
         store.put(&format!("{prefix}{name}"), data);
     }
-    let ds = Dataset::open(&local, &options(tmp, "local"), false).unwrap();
+    let ds = Dataset::open(
+        &local,
+        &options(tmp, "local"),
+        crate::progress::Progress::None,
+    )
+    .unwrap();
     walk(&serve(ds))
 }
 
@@ -450,6 +460,7 @@ fn a_shared_index_spares_another_node_the_download() {
         None,
         &options(tmp.path(), "n1"),
         store.clone(),
+        crate::progress::Progress::None,
     )
     .unwrap();
     assert!(line.starts_with("s3://b/wds/.loosefs-index"), "{line}");
@@ -564,7 +575,14 @@ fn loose_objects_under_a_prefix_mount_from_one_list_and_no_get_and_serve_every_b
 
 /// `loosefs index s3://b/train/` over `store`; the line it prints.
 fn index_prefix(tmp: &Path, store: &Arc<FakeStore>) -> String {
-    super::index_url("s3://b/train/", None, &options(tmp, "n1"), store.clone()).unwrap()
+    super::index_url(
+        "s3://b/train/",
+        None,
+        &options(tmp, "n1"),
+        store.clone(),
+        crate::progress::Progress::None,
+    )
+    .unwrap()
 }
 
 #[test]

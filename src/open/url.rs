@@ -90,7 +90,7 @@ fn prefix_hint(url: &str, store: &dyn ObjectStore) -> String {
 pub(super) fn open(
     src: &SourceUrl,
     opts: &OpenOptions,
-    progress: bool,
+    progress: crate::progress::Progress,
     store: Arc<dyn ObjectStore>,
 ) -> Result<Dataset> {
     let url = src.url.as_str();
@@ -119,7 +119,7 @@ pub(super) fn open(
             Err(e) => match (e.downcast_ref::<remote_dir::shared_listing::Stale>(), level) {
                 (Some(stale), Some(level)) if opts.refresh_index => {
                     let at = stale.at.clone();
-                    return refresh(url, &at, level, opts, store);
+                    return refresh(url, &at, level, opts, progress, store);
                 }
                 _ => return Err(e.context(cannot())),
             },
@@ -159,11 +159,14 @@ fn refresh(
     at: &str,
     level: crate::storage::object::source::Level,
     opts: &OpenOptions,
+    progress: crate::progress::Progress,
     store: Arc<dyn ObjectStore>,
 ) -> Result<Dataset> {
     let cannot = || format!("cannot open {url}");
     eprintln!("loosefs: {at} is stale: --refresh lists {url} again");
-    let listed = store.list_below(url, level).with_context(cannot)?;
+    let listed = store
+        .list_below(url, level, progress)
+        .with_context(cannot)?;
     match remote_dir::shared_listing::write(url, &listed, Some(Path::new(at)), &*store) {
         Ok(line) => eprintln!("loosefs: {line}"),
         Err(e) => {
@@ -180,7 +183,7 @@ fn refresh(
 fn open_remote_set(
     url: &str,
     opts: &OpenOptions,
-    progress: bool,
+    progress: crate::progress::Progress,
     store: Arc<dyn ObjectStore>,
 ) -> Result<Dataset> {
     RemoteDataset::open(url, opts, progress, store)
@@ -194,11 +197,13 @@ fn open_listed(
     url: &str,
     level: crate::storage::object::source::Level,
     opts: &OpenOptions,
-    progress: bool,
+    progress: crate::progress::Progress,
     store: Arc<dyn ObjectStore>,
 ) -> Result<Dataset> {
     let cannot = || format!("cannot open {url}");
-    let listed = store.list_below(url, level).with_context(cannot)?;
+    let listed = store
+        .list_below(url, level, progress)
+        .with_context(cannot)?;
     let keys: Vec<String> = listed.iter().map(|l| l.key.clone()).collect();
     if keys.is_empty() {
         anyhow::bail!("cannot open {url}: no objects under this prefix");
@@ -225,7 +230,7 @@ fn open_listed(
 fn open_http_dir(
     url: &str,
     opts: &OpenOptions,
-    progress: bool,
+    progress: crate::progress::Progress,
     store: Arc<dyn ObjectStore>,
 ) -> Result<Dataset> {
     use probed::{Answer, Probed};
@@ -318,6 +323,7 @@ pub fn index_url(
     out: Option<&Path>,
     args: &OpenOptions,
     store: Arc<dyn ObjectStore>,
+    progress: crate::progress::Progress,
 ) -> Result<String> {
     let shape = SourceUrl::parse(url).map_or(Shape::Object, |s| s.shape);
     if let (Shape::Prefix { bucket }, None) = (shape, &args.format) {
@@ -326,11 +332,13 @@ pub fn index_url(
             Ok(level) => level,
             // An HTTP directory its server does not list: a dataset by its `index.json`.
             Err(_) if !bucket => {
-                return remote_dataset::shared::index(url, out, args, store);
+                return remote_dataset::shared::index(url, out, args, store, progress);
             }
             Err(e) => return Err(e.context(cannot())),
         };
-        let listed = store.list_below(url, level).with_context(cannot)?;
+        let listed = store
+            .list_below(url, level, progress)
+            .with_context(cannot)?;
         let keys: Vec<String> = listed.iter().map(|l| l.key.clone()).collect();
         if keys.is_empty() {
             anyhow::bail!("cannot index {url}: no objects under this prefix");
@@ -344,9 +352,9 @@ pub fn index_url(
             url: url.to_string(),
             listed: std::sync::Mutex::new(Some(listed)),
         });
-        return remote_dataset::shared::index(url, out, args, store);
+        return remote_dataset::shared::index(url, out, args, store, progress);
     }
-    remote_dataset::shared::index(url, out, args, store)
+    remote_dataset::shared::index(url, out, args, store, progress)
 }
 
 /// A store whose first LIST of `url` is answered from a listing made already (one LIST per

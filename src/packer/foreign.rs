@@ -7,6 +7,7 @@ use crate::open::Dataset;
 use crate::open::OpenOptions;
 use crate::open::foreign::storage_of;
 use crate::pack::writer::EntryMeta;
+use crate::progress::Progress;
 use crate::source::{Item, ItemKind, Loc, Source};
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -16,9 +17,9 @@ use std::path::{Path, PathBuf};
 ///
 /// Errors: those of [`Dataset::open`]; `src` a loosefs pack or a plain directory (nothing
 /// foreign to convert).
-pub(super) fn walk(src: &Path, args: &OpenOptions) -> Result<Source> {
+pub(super) fn walk(src: &Path, args: &OpenOptions, progress: Progress) -> Result<Source> {
     let (f, storage): (_, std::sync::Arc<dyn crate::storage::Storage>) =
-        match Dataset::open(src, args, true)? {
+        match Dataset::open(src, args, progress)? {
             Dataset::Foreign(f) => {
                 let storage = storage_of(&f, args.chunk_cache.max(64 << 20))
                     .with_context(|| format!("cannot open the files of {}", src.display()))?;

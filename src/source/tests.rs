@@ -42,7 +42,13 @@ fn a_tree_is_walked_depth_first_in_byte_order_leaving_out_what_cannot_be_packed(
     let bad = std::ffi::OsStr::from_bytes(b"bad\xff.jpg");
     std::fs::write(r.join(bad), b"x").unwrap();
     std::fs::write(r.join("out.pack"), b"").unwrap();
-    let s = Source::open(r, &r.join("out.pack"), false).unwrap();
+    let s = Source::open(
+        r,
+        &r.join("out.pack"),
+        false,
+        crate::progress::Progress::None,
+    )
+    .unwrap();
     assert_eq!(
         names(&s),
         [
@@ -76,7 +82,13 @@ fn a_tree_is_walked_depth_first_in_byte_order_leaving_out_what_cannot_be_packed(
     ));
     assert_eq!(s.read(z).unwrap(), b"Z.txt");
     // Followed, the link is a file with its target's bytes.
-    let s = Source::open(r, &r.join("out.pack"), true).unwrap();
+    let s = Source::open(
+        r,
+        &r.join("out.pack"),
+        true,
+        crate::progress::Progress::None,
+    )
+    .unwrap();
     assert!(names(&s).contains(&"link".to_string()));
 }
 
@@ -86,14 +98,26 @@ fn the_reserved_top_name_and_a_missing_source_are_refused() {
     std::fs::create_dir(d.path().join(RESERVED_ROOT_NAME)).unwrap();
     let e = format!(
         "{:#}",
-        Source::open(d.path(), Path::new("o"), false).err().unwrap()
+        Source::open(
+            d.path(),
+            Path::new("o"),
+            false,
+            crate::progress::Progress::None
+        )
+        .err()
+        .unwrap()
     );
     assert!(e.contains("reserved"), "{e}");
     let e = format!(
         "{:#}",
-        Source::open(&d.path().join("nope"), Path::new("o"), false)
-            .err()
-            .unwrap()
+        Source::open(
+            &d.path().join("nope"),
+            Path::new("o"),
+            false,
+            crate::progress::Progress::None
+        )
+        .err()
+        .unwrap()
     );
     assert!(
         e.contains("cannot read source") && e.contains("nope"),
@@ -141,7 +165,12 @@ fn open_zip(bytes: &[u8]) -> (tempfile::TempDir, Result<Source>) {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("in.zip");
     std::fs::write(&p, bytes).unwrap();
-    let s = Source::open(&p, &d.path().join("out.pack"), false);
+    let s = Source::open(
+        &p,
+        &d.path().join("out.pack"),
+        false,
+        crate::progress::Progress::None,
+    );
     (d, s)
 }
 

@@ -739,12 +739,13 @@ impl source::ObjectStore for Remote {
         self.client(url)?.list_level()
     }
 
-    fn list_below(&self, url: &str, level: Level) -> Result<Vec<Listed>> {
-        let many = level.dirs.len() > 1;
-        self.client(url)?.list_below(
-            level,
-            many && std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        )
+    fn list_below(
+        &self,
+        url: &str,
+        level: Level,
+        progress: crate::progress::Progress,
+    ) -> Result<Vec<Listed>> {
+        self.client(url)?.list_below(level, progress)
     }
 
     fn upload(&self, url: &str, src: &std::path::Path) -> Result<()> {

@@ -369,7 +369,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir(d.path().join("meta")).unwrap();
         std::fs::write(d.path().join("meta/info.json"), b"{}").unwrap();
-        let dir = crate::open::dir::LooseDir::open(d.path(), false).unwrap();
+        let dir =
+            crate::open::dir::LooseDir::open(d.path(), false, crate::progress::Progress::None)
+                .unwrap();
         let base: Arc<dyn Catalog> = Arc::new(dir.catalog(Views::default()).unwrap());
         let mut b = Builder::default();
         b.file(&["frames", "cam", "episode_000000", "000001.npy"], 7, 100);
@@ -419,7 +421,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("clips/b")).unwrap();
         std::fs::write(d.path().join("clips/a.mp4"), b"x").unwrap();
-        let dir = crate::open::dir::LooseDir::open(d.path(), false).unwrap();
+        let dir =
+            crate::open::dir::LooseDir::open(d.path(), false, crate::progress::Progress::None)
+                .unwrap();
         let base: Arc<dyn Catalog> = Arc::new(dir.catalog(Views::default()).unwrap());
         let clips = base.lookup(ROOT_INO, b"clips").unwrap().ino;
         let mut b = Builder::default();

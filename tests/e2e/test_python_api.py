@@ -140,8 +140,64 @@ def test_pack_progress_reaches_a_tqdm_bar(source, tmp_path, capsys):
     raw = subprocess.run([loosefs_bin(), "pack", str(source), str(tmp_path / "q.pack"), "--json", "--progress-lines"],
                          capture_output=True, text=True, timeout=300)
     lines = [json.loads(x)["progress"] for x in raw.stderr.splitlines()]
-    assert lines and lines[-1] == {"bytes": r.bytes, "total": r.bytes, "files": r.files}, lines[-3:]
-    assert all(a["bytes"] <= b["bytes"] for a, b in zip(lines, lines[1:]))
+    # The directory's walk first (a count of its files), then the bytes written.
+    walk = [x for x in lines if x["step"] == "walk"]
+    assert walk[-1] == {"step": "walk", "unit": "files", "done": r.files, "total": None, "end": True}, walk[-2:]
+    packed = [x for x in lines if x["step"] == "pack"]
+    assert lines.index(walk[-1]) < lines.index(packed[0])
+    assert packed[-1] == {"step": "pack", "unit": "bytes", "done": r.bytes, "total": r.bytes, "files": r.files,
+                          "end": True}, packed[-3:]
+    assert all(a["done"] <= b["done"] for a, b in zip(packed, packed[1:]))
+
+
+def _progress_lines(stderr: str):
+    """The `{"progress": …}` objects of a `--progress-lines` stderr, and its notes."""
+    objs = [json.loads(x) for x in stderr.splitlines() if x.startswith("{")]
+    return [o["progress"] for o in objs if "progress" in o], [o["note"] for o in objs if "note" in o]
+
+
+def _foreign_copy(tmp_path) -> pathlib.Path:
+    src = DATA / "formats" / "webdataset"
+    if not src.is_dir():
+        missing_prerequisite("../shared/data/formats is missing")
+    import shutil
+    return pathlib.Path(shutil.copytree(src, tmp_path / "wds"))
+
+
+def test_index_progress_reaches_tqdm_bars_and_its_lines_count_every_sample(tmp_path, capsys):
+    """`loosefs index --progress-lines`: the note, the scan's spinner, then the samples read,
+    ending at all of them; `loosefs.index(progress=True)` draws them as tqdm bars."""
+    import tqdm  # noqa: F401  (installed by scripts/python-env.sh)
+    ds = _foreign_copy(tmp_path)
+    raw = subprocess.run([loosefs_bin(), "index", str(ds), "--out", str(tmp_path / "a.idx"), "--verify", "full",
+                          "--index-dir", str(tmp_path / "ix0"), "--progress-lines"],
+                         capture_output=True, text=True, timeout=300)
+    assert raw.returncode == 0, raw.stderr
+    lines, notes = _progress_lines(raw.stderr)
+    assert [x["step"] for x in lines if x.get("end")] == ["scan", "index"], lines
+    assert lines[-1] == {"step": "index", "unit": "samples", "done": 48, "total": 48, "end": True}, lines[-2:]
+    assert any("indexing" in n and str(ds) in n for n in notes), notes
+    where = loosefs.index(ds, index_dir=tmp_path / "ix1", progress=True)
+    assert pathlib.Path(where).is_file()
+    err = capsys.readouterr().err
+    assert "loosefs index" in err and "48/48" in err and "loosefs: indexing" in err, err[-800:]
+
+
+def test_a_first_mount_from_python_shows_its_indexing_and_a_directory_walk(tmp_path, source, capsys):
+    """`mount(progress=True)`: a foreign dataset's first mount draws the indexing's bar; a
+    directory's mount, the walk's count of its files (the launcher's and the daemon's)."""
+    need_mount()
+    import tqdm  # noqa: F401
+    ds = _foreign_copy(tmp_path)
+    with loosefs.mount(ds, index_dir=tmp_path / "ix", progress=True) as m:
+        assert len(list(m.path.rglob("*.jpg"))) == 48
+    err = capsys.readouterr().err
+    assert "loosefs index" in err and "48/48" in err, err[-800:]
+    files = sum(1 for p in source.rglob("*") if p.is_file())
+    with loosefs.mount(source, progress=True):
+        pass
+    err = capsys.readouterr().err
+    assert "loosefs walk" in err and f"{files} files" in err, err[-800:]
 
 
 def test_foreign_info(tmp_path):

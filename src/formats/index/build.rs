@@ -79,44 +79,18 @@ fn probe_head(
 /// they pass, so memory holds one sample per worker thread, never a whole chunk.
 /// `--verify lazy` ([`crate::formats::Verify::Lazy`]) reads only the plain samples' heads
 /// ([`probe_head`]); their CRC-32 is the format's own, if any.
-/// A spinner on stderr with `what` and the time spent, while a step without a known length
-/// runs: shown only with `progress` on a terminal.
-pub(super) fn spinner(progress: bool, what: String) -> indicatif::ProgressBar {
-    use std::io::IsTerminal;
-    if !(progress && std::io::stderr().is_terminal()) {
-        return indicatif::ProgressBar::hidden();
-    }
-    let s = indicatif::ProgressBar::new_spinner().with_message(what);
-    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
-        s.set_style(style);
-    }
-    s.enable_steady_tick(std::time::Duration::from_millis(120));
-    s
-}
-
-/// A bar over the `n` samples being read for the index (their heads, or all of them with
-/// `--verify full`), with the rate and ETA: shown only with `progress` on a terminal.
-fn samples_bar(progress: bool, n: usize) -> indicatif::ProgressBar {
-    use std::io::IsTerminal;
-    if !(progress && std::io::stderr().is_terminal()) {
-        return indicatif::ProgressBar::hidden();
-    }
-    let b = indicatif::ProgressBar::new(n as u64);
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "indexing [{bar:30}] {human_pos}/{human_len} samples ({elapsed}, ETA {eta})",
-    ) {
-        b.set_style(style.progress_chars("=> "));
-    }
-    b
-}
-
 fn probe_all(
     scan: &Scan,
     objects: &[ObjectEntry],
     lazy: bool,
-    progress: bool,
+    progress: crate::progress::Progress,
 ) -> Result<Vec<Probed>> {
-    let bar = samples_bar(progress, scan.samples.len());
+    // The samples read for the index: their heads, or all of them with `--verify full`.
+    let bar = progress.meter(
+        "index",
+        crate::progress::Unit::Samples,
+        Some(scan.samples.len() as u64),
+    );
     let plain = crate::formats::open_files(scan.objects.iter().map(|p| p.as_path()))?;
     let mut by_chunk: Vec<Vec<usize>> = vec![Vec::new(); objects.len()];
     let mut loose = Vec::new();
@@ -284,7 +258,7 @@ pub(super) fn build(
     scan: &Scan,
     opts: &ScanOptions,
     options: String,
-    progress: bool,
+    progress: crate::progress::Progress,
 ) -> Result<(Header, Vec<u8>)> {
     let mut objects: Vec<ObjectEntry> = Vec::with_capacity(scan.objects.len());
     for (k, p) in scan.objects.iter().enumerate() {

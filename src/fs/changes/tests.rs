@@ -22,7 +22,7 @@ fn changes_of(root: &Path) -> (Arc<Changes>, Arc<dyn Catalog>) {
 
 /// The changes of `root` mounted showing `views`, and the catalog served.
 pub(crate) fn changes_with(root: &Path, views: Views) -> (Arc<Changes>, Arc<dyn Catalog>) {
-    let d = LooseDir::open(root, views.any()).unwrap();
+    let d = LooseDir::open(root, views.any(), crate::progress::Progress::None).unwrap();
     let cat: Arc<dyn Catalog> = Arc::new(d.catalog(views).unwrap());
     let raw = Arc::new(d.catalog(Views::default()).unwrap());
     let ch = Changes::new(d.root.clone(), cat.clone(), raw, d.storage());

@@ -27,7 +27,7 @@ pub(super) fn build(
     (view, src): (&Path, &Path),
     kept: &Path,
     args: &OpenOptions,
-    progress: bool,
+    progress: crate::progress::Progress,
 ) -> Result<Foreign> {
     let _ = std::fs::remove_dir_all(view);
     let res = link(view, names, caches).and_then(|()| {
@@ -36,15 +36,13 @@ pub(super) fn build(
         if src != view {
             match tables(&caches[0], src, &opts) {
                 Ok(format) => {
-                    if progress {
-                        eprintln!("loosefs: indexing {url} once from its tables alone");
-                    }
+                    progress.note(&format!("indexing {url} once from its tables alone"));
                     let tabled = ScanOptions {
                         format: Some(format),
                         tables_only: true,
                         ..opts.clone()
                     };
-                    match scan(src, &tabled, kept) {
+                    match scan(src, &tabled, kept, progress) {
                         Ok(f) => return Ok(f),
                         Err(e) => log::info!("{url}: not indexed from its tables: {e:#}"),
                     }
@@ -53,7 +51,7 @@ pub(super) fn build(
             }
         }
         download_all(url, caches, args, progress)?;
-        scan(src, &opts, kept)
+        scan(src, &opts, kept, progress)
     });
     let _ = std::fs::remove_dir_all(view);
     let mut f = res.with_context(|| format!("cannot index {url}"))?;
@@ -82,10 +80,15 @@ fn link(view: &Path, names: &[String], caches: &[Arc<BlockCache>]) -> Result<()>
 }
 
 /// Scans `src` with `opts` and keeps the index at `kept` (built beside it, then renamed).
-fn scan(src: &Path, opts: &ScanOptions, kept: &Path) -> Result<Foreign> {
+fn scan(
+    src: &Path,
+    opts: &ScanOptions,
+    kept: &Path,
+    progress: crate::progress::Progress,
+) -> Result<Foreign> {
     let tmp = kept.with_extension("building");
     let _ = std::fs::remove_dir_all(&tmp);
-    let res = index::open(src, opts, Some(&tmp), false).and_then(|f| {
+    let res = index::open(src, opts, Some(&tmp), progress).and_then(|f| {
         std::fs::rename(&f.path, kept)
             .with_context(|| format!("cannot keep the index at {}", kept.display()))?;
         Ok(f)
@@ -144,7 +147,7 @@ fn download_all(
     url: &str,
     caches: &[Arc<BlockCache>],
     args: &OpenOptions,
-    progress: bool,
+    progress: crate::progress::Progress,
 ) -> Result<()> {
     let total: u64 = caches.iter().map(|c| c.len(0)).sum();
     let room: u64 = caches.iter().map(|c| c.limit()).sum();
@@ -153,12 +156,11 @@ fn download_all(
             "{url}: indexing reads every object once through the block cache, which needs {total} bytes but holds {room} (--cache-size, or the free space of the cache root); give more, or mount with --index from a `loosefs index` run elsewhere"
         );
     }
-    if progress {
-        eprintln!(
-            "loosefs: indexing {url} once: downloading {} objects ({total} bytes) into the block cache",
-            caches.len()
-        );
-    }
+    progress.note(&format!(
+        "indexing {url} once: downloading {} objects ({total} bytes) into the block cache",
+        caches.len()
+    ));
+    let meter = progress.meter("download", crate::progress::Unit::Bytes, Some(total));
     let max_requests = args.remote.max_requests;
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failed = std::sync::Mutex::new(None);
@@ -168,7 +170,9 @@ fn download_all(
                 while let Some(c) =
                     caches.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
                 {
-                    if let Err(e) = c.download() {
+                    let downloaded = c.download();
+                    meter.inc(c.len(0));
+                    if let Err(e) = downloaded {
                         failed
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())

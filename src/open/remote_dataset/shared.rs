@@ -288,8 +288,9 @@ pub fn index(
     out: Option<&Path>,
     args: &OpenOptions,
     store: Arc<dyn ObjectStore>,
+    progress: crate::progress::Progress,
 ) -> Result<String> {
-    let ds = super::RemoteDataset::open_unshared(url, args, true, store)?;
+    let ds = super::RemoteDataset::open_unshared(url, args, progress, store)?;
     let dir = index::cache_dir(args.index_dir.as_deref());
     let dest = write(&ds, out, &dir)?;
     let i = ds.info();

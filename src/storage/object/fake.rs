@@ -297,7 +297,12 @@ impl ObjectStore for FakeStore {
 
     /// As the real store: one LIST of the first 1000 keys, and past them one or two per run of
     /// subdirectories (up to `LISTS_AT_ONCE` runs).
-    fn list_below(&self, url: &str, level: Level) -> anyhow::Result<Vec<Listed>> {
+    fn list_below(
+        &self,
+        url: &str,
+        level: Level,
+        _progress: crate::progress::Progress,
+    ) -> anyhow::Result<Vec<Listed>> {
         if level.dirs.is_empty() {
             return Ok(level.objects);
         }

@@ -52,7 +52,7 @@ impl ObjectClient {
     /// by key: its first level, then its subdirectories concurrently ([`Self::list_below`]).
     /// Errors: the listing is refused (403), or the store cannot list (HTTP).
     pub fn list(&self) -> Result<Vec<Listed>> {
-        self.list_below(self.list_level()?, false)
+        self.list_below(self.list_level()?, crate::progress::Progress::None)
     }
 
     /// The first level under this client's key taken as a prefix: one LIST with
@@ -97,9 +97,13 @@ impl ObjectClient {
     /// subdirectories not reached are split into up to [`LISTS_AT_ONCE`] runs, contiguous in
     /// key order, listed at once (with the rest of the first page's): a run's first
     /// subdirectory by its prefix, then on from its last key (`start-after`) to the next run's
-    /// first: about one LIST per 1000 keys plus two per run, in the time of the longest run. With `progress`, a count of the
-    /// keys listed on stderr. Errors: as [`Self::list`].
-    pub fn list_below(&self, level: Level, progress: bool) -> Result<Vec<Listed>> {
+    /// first: about one LIST per 1000 keys plus two per run, in the time of the longest run. `progress` shows a count of
+    /// the keys listed. Errors: as [`Self::list`].
+    pub fn list_below(
+        &self,
+        level: Level,
+        progress: crate::progress::Progress,
+    ) -> Result<Vec<Listed>> {
         use futures::{StreamExt, TryStreamExt};
         let url = self.url.clone();
         let prefix = self.path.clone();
@@ -132,12 +136,10 @@ impl ObjectClient {
             v.sort_by(|a, b| a.key.cmp(&b.key));
             return Ok(v);
         }
-        let bar = match progress {
-            true => indicatif::ProgressBar::new_spinner(),
-            false => indicatif::ProgressBar::hidden(),
-        };
-        bar.set_message(format!("listing {url}"));
+        // A count of the keys listed: a prefix of millions takes a while.
+        let bar = progress.meter("list", crate::progress::Unit::Objects, None);
         bar.inc(found_first.len() as u64);
+        let bar = &bar;
         // In key order (`a-b/` lists before `a/`), those the first page did not reach.
         let mut dirs: Vec<String> = (level.dirs.iter())
             .map(|d| format!("{base}{d}/"))
@@ -158,7 +160,7 @@ impl ObjectClient {
             }
         }
         let runs = runs.into_iter().map(|(first, more, end)| {
-            let (store, prefix, bar) = (self.store.clone(), prefix.clone(), bar.clone());
+            let (store, prefix) = (self.store.clone(), prefix.clone());
             let mut from = after.clone();
             async move {
                 let err = |e: object_store::Error| anyhow!("{}", describe(&e));

@@ -231,11 +231,16 @@ pub trait ObjectStore: Send + Sync + std::fmt::Debug {
     /// Every object under the prefix `url` whose first level is `level` (from
     /// [`ObjectStore::list_level`]): `level`'s objects and every object below its
     /// subdirectories, these listed concurrently. Sorted by key. The default lists the whole
-    /// prefix again.
+    /// prefix again. `progress` shows a count of the keys listed.
     ///
     /// Errors: as [`ObjectStore::list`].
-    fn list_below(&self, url: &str, level: Level) -> anyhow::Result<Vec<Listed>> {
-        let _ = level;
+    fn list_below(
+        &self,
+        url: &str,
+        level: Level,
+        progress: crate::progress::Progress,
+    ) -> anyhow::Result<Vec<Listed>> {
+        let _ = (level, progress);
         self.list(url)
     }
 

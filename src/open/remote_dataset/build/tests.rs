@@ -90,7 +90,7 @@ impl World {
             (&view, &src),
             &self.kept(),
             &args,
-            false,
+            crate::progress::Progress::None,
         )
     }
 
@@ -107,7 +107,13 @@ impl World {
             .scan_options()
             .unwrap()
         };
-        index::open(&p, &opts, Some(&self.tmp.path().join("local.lfx")), false).unwrap()
+        index::open(
+            &p,
+            &opts,
+            Some(&self.tmp.path().join("local.lfx")),
+            crate::progress::Progress::None,
+        )
+        .unwrap()
     }
 
     fn received(&self) -> u64 {
