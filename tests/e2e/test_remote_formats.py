@@ -434,3 +434,26 @@ def test_an_index_json_naming_objects_outside_the_dataset_is_refused_and_nothing
     new = [p for p in set(w.rglob("*")) - before if not any(o == p or o in p.parents for o in own)]
     assert new == [], new
     assert not pathlib.Path("/tmp/escape.mds").exists() and not pathlib.Path("/etc/escape.mds").exists()
+
+
+def test_a_first_mount_by_url_reports_its_download_and_indexing_as_progress_lines(sets):
+    """`mount s3://… --progress-lines`: the daemon, which opens a URL, reports on the launcher's
+    stderr (what the Python package's tqdm bars read) the download of every shard into the
+    block cache, then every sample indexed, each step ending at its total; then it serves."""
+    w = sets["work"]
+    mnt = w / "progress-mnt"
+    mnt.mkdir()
+    r = subprocess.run([loosefs_bin(), "mount", "s3://packs/webdataset/", str(mnt), "--progress-lines",
+                        "--log", str(w / "progress.log"), *s3(sets)],
+                       env=s3_env(), capture_output=True, text=True, timeout=300)
+    try:
+        assert r.returncode == 0, r.stderr
+        objs = [json.loads(x) for x in r.stderr.splitlines() if x.startswith("{")]
+        ends = {o["progress"]["step"]: o["progress"] for o in objs if o.get("progress", {}).get("end")}
+        shards = sum(p.stat().st_size for p in (sets["www"] / "webdataset").glob("*.tar"))
+        assert ends["download"]["done"] == ends["download"]["total"] == shards, ends
+        assert ends["index"]["done"] == ends["index"]["total"] == 48, ends
+        assert any("downloading 3 objects" in o.get("note", "") for o in objs), objs
+        assert_same(mnt, sets["local"]["webdataset"])
+    finally:
+        subprocess.run([loosefs_bin(), "umount", str(mnt)], timeout=120)
