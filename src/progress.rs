@@ -154,7 +154,7 @@ impl Group {
         }
         bar.set_prefix(step);
         let bar = self.multi.add(bar);
-        if total.is_none() && self.mode == Progress::Bar {
+        if total.is_none() && !self.multi.is_hidden() {
             bar.enable_steady_tick(Duration::from_millis(120));
         }
         let m = Meter {

@@ -8,6 +8,7 @@ import os
 import pathlib
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -394,9 +395,18 @@ def test_a_credential_process_that_never_answers_fails_the_mount_saying_so(world
     """A `credential_process` that waits for ever (an MFA prompt with no terminal): the mount
     fails within the credential timeout (30 s) plus its retries' slack, naming the cause,
     instead of hanging; no daemon is left."""
-    env = credential_process_env(tmp_path, "hang", "exec sleep 3600\n")
+    pid = tmp_path / "helper.pid"
+    env = credential_process_env(tmp_path, "hang", f"echo $$ > {pid}\nexec sleep 3600\n")
     t0 = time.monotonic()
-    m = Mount("s3://packs/data.pack", world["work"], "--profile", "hang", *s3_args(world), env=env, check=False)
+    try:
+        m = Mount("s3://packs/data.pack", world["work"], "--profile", "hang", *s3_args(world), env=env, check=False)
+    finally:
+        # The helper outlives the daemon that gave up on it (aws-config leaves its child running).
+        if pid.exists():
+            try:
+                os.kill(int(pid.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
     took = time.monotonic() - t0
     assert m.r.returncode != 0 and "credentials" in m.r.stderr and "30 s" in m.r.stderr, m.r.stderr
     assert took < 200, took
