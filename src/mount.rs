@@ -4,7 +4,9 @@
 //! `loosefs mount` without `--foreground` re-executes itself with `--foreground` in a new
 //! process group and waits on a pipe: the daemon writes `ready` once the kernel has completed
 //! the FUSE handshake, so the command returns only when the mount answers, like `mount(8)`.
-//! Startup errors reach the caller's stderr and exit code. The daemon unmounts on
+//! Only the daemon opens the source: its progress and startup errors reach the caller's
+//! stderr (its own until `ready`) and exit code. A daemon whose `loosefs mount` ended before
+//! `ready` (Ctrl-C while a source was indexed) finds nobody reading the pipe, and unmounts. The daemon unmounts on
 //! SIGINT/SIGTERM/SIGHUP and exits when the filesystem is unmounted from outside (`umount`,
 //! `fusermount3 -u`, `loosefs umount`).
 //!
@@ -114,22 +116,19 @@ pub fn connection_dir(abs: &Path) -> Option<std::path::PathBuf> {
     Some(connections.join(minor))
 }
 
-/// `loosefs mount`: validates the pack and the mountpoint, then serves in the foreground or
-/// launches the daemon and waits until the mount is ready.
+/// `loosefs mount`: checks the mountpoint and launches the daemon, waiting until the mount is
+/// ready; as the daemon (`--foreground`), opens the source, checks the views and the pin
+/// against it, and serves.
 pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
-    if opts.foreground {
-        ready_fd_not_inherited();
-    }
     opts.decode.views()?;
-    let remote = pack_path
-        .to_str()
-        .is_some_and(crate::storage::object::is_url);
-    if remote && !opts.foreground {
-        // The daemon opens a remote pack (two GETs, or one with a cached index) and reports
-        // any error on this terminal: opening it here too would double the requests.
+    if !opts.foreground {
+        // Only the daemon opens the source, showing its progress and any error on this
+        // terminal (its stderr until ready): opening it here too would walk a directory and
+        // read its JPEG headers twice, or double a URL's requests.
         mountpoint_or_fd(mnt, opts.allow_non_empty)?;
         return launch(pack_path, mnt, opts);
     }
+    ready_fd_not_inherited();
     let source = crate::open::OpenOptions {
         probe_jpegs: opts.decode.views()?.any(),
         ..opts.source.open_options()
@@ -143,17 +142,13 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
         crate::memory::check_pin_budget(bytes.min(pack.stored_bytes()))
             .with_context(|| format!("cannot pin {}", pack_path.display()))?;
     }
-    if opts.foreground {
-        let ready = std::env::var(READY_FD_ENV)
-            .ok()
-            .and_then(|v| v.parse::<i32>().ok());
-        // SAFETY: the launcher passed this fd number for the write end of a pipe it created
-        // for us, and nothing else in this process owns it.
-        let ready = ready.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
-
-        return serve(pack, &mnt_abs, opts, ready);
-    }
-    launch(pack_path, mnt, opts)
+    let ready = std::env::var(READY_FD_ENV)
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok());
+    // SAFETY: the launcher passed this fd number for the write end of a pipe it created for
+    // us, and nothing else in this process owns it.
+    let ready = ready.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+    serve(pack, &mnt_abs, opts, ready)
 }
 
 /// The mountpoint made absolute ([`check_mountpoint`]; a directory holding files refused
@@ -344,7 +339,21 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
     let connected = daemon::connect(&built, ring, mnt, opts)?;
     let lease = (built.lease_file.take()).and_then(|f| Lease::take(&built.path, f));
     let metrics = daemon::serve_metrics(metrics, &built, mnt)?;
-    daemon::announce(ready, &built, mnt, opts, metrics.as_deref(), &log)?;
+    if !daemon::announce(ready, &built, mnt, opts, metrics.as_deref(), &log)? {
+        // The `loosefs mount` that started this daemon is gone (interrupted while the source
+        // was opened or indexed): nobody asked for this mount any more.
+        log::warn!(
+            "the loosefs mount that started this daemon ended before {} was ready; unmounting it",
+            mnt.display()
+        );
+        if connected.handed.is_none()
+            && let Err(e) = unmount(mnt, true)
+        {
+            log::warn!("{e:#}");
+        }
+        daemon::finish(connected, &built, mnt, opts, &log);
+        bail!("interrupted before the mount was ready");
+    }
     serve_until_signal(
         mnt,
         signals,

@@ -60,6 +60,13 @@ impl Unit {
     }
 }
 
+/// Writes `line` to stderr, ignoring a reader that went away (a daemon whose `loosefs mount`
+/// was interrupted: `eprintln!` would panic on the broken pipe).
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// The shortest time between two JSON lines of one step.
 const LINE_EVERY: Duration = Duration::from_millis(200);
 
@@ -88,8 +95,8 @@ impl Progress {
     pub fn note(self, what: &str) {
         match self {
             Progress::None => {}
-            Progress::Bar => eprintln!("loosefs: {what}"),
-            Progress::Lines => eprintln!("{}", serde_json::json!({ "note": what })),
+            Progress::Bar => say(&format!("loosefs: {what}")),
+            Progress::Lines => say(&serde_json::json!({ "note": what }).to_string()),
         }
     }
 
@@ -270,7 +277,7 @@ impl Meter {
         if end {
             p["end"] = true.into();
         }
-        eprintln!("{}", serde_json::json!({ "progress": p }));
+        say(&serde_json::json!({ "progress": p }).to_string());
     }
 }
 

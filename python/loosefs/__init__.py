@@ -336,7 +336,9 @@ def _show_step(bars: Dict[str, Any], prog: Dict[str, Any], tqdm: Any) -> None:
     step, unit, total = str(prog.get("step", "")), prog.get("unit"), prog.get("total")
     bar = bars.get(step)
     if bar is None:
-        kind = {"unit": "B", "unit_scale": True} if unit == "bytes" else {"unit": f" {unit}" if unit else "it"}
+        # Bytes scaled (MB, GB); a count in its unit; a step that counts nothing, its time.
+        kind: Dict[str, Any] = {"unit": "B", "unit_scale": True} if unit == "bytes" else \
+            {"unit": f" {unit}"} if unit else {"bar_format": "{desc}: {elapsed}"}
         bar = bars[step] = tqdm(total=total, desc=f"loosefs {step}", **kind)
     if total != bar.total:
         bar.total = total

@@ -240,6 +240,9 @@ pub(super) fn serve_metrics(
 /// that started this daemon; the daemon's stderr then goes to its log), and systemd's
 /// `READY=1` under a `Type=notify` unit (`NOTIFY_SOCKET`).
 ///
+/// Returns false when nobody waits any more: the `loosefs mount` that started this daemon
+/// ended (Ctrl-C while the source was indexed), so `ready` found no reader.
+///
 /// Errors: the log cannot be opened (an explicit `--log`).
 pub(super) fn announce(
     ready: Option<OwnedFd>,
@@ -248,17 +251,20 @@ pub(super) fn announce(
     opts: &MountArgs,
     metrics: Option<&str>,
     log: &Path,
-) -> Result<()> {
+) -> Result<bool> {
     if let Some(fd) = ready {
         let mut f = std::fs::File::from(fd);
         let line = match metrics {
             Some(url) => format!("ready {url}\n"),
             None => "ready\n".to_string(),
         };
-        let _ = f.write_all(line.as_bytes());
+        let waited = f.write_all(line.as_bytes()).is_ok();
         drop(f);
         if !opts.logs_to_stderr() {
             super::redirect_stderr(log, opts.log.is_some())?;
+        }
+        if !waited {
+            return Ok(false);
         }
     } else {
         // In the foreground: the same line `loosefs mount` prints for its daemon.
@@ -285,7 +291,7 @@ pub(super) fn announce(
     {
         log::warn!("cannot tell systemd the mount is ready (NOTIFY_SOCKET): {e}");
     }
-    Ok(())
+    Ok(true)
 }
 
 /// After the signal loop: tells systemd, waits (at most 10 s) for the kernel to end the

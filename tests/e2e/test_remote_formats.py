@@ -3,11 +3,13 @@ uploaded to SeaweedFS (S3) and served by nginx (HTTPS with a private CA), mounte
 compared file for file, byte for byte, with the mount of the local copy. Requests are counted
 by the fault proxy before SeaweedFS."""
 import errno
+import os
 import json
 import pathlib
 import random
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -457,3 +459,47 @@ def test_a_first_mount_by_url_reports_its_download_and_indexing_as_progress_line
         assert_same(mnt, sets["local"]["webdataset"])
     finally:
         subprocess.run([loosefs_bin(), "umount", str(mnt)], timeout=120)
+
+
+def _commands() -> dict:
+    """Every process's command line, by pid."""
+    out = {}
+    for d in pathlib.Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                out[int(d.name)] = (d / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
+                pass
+    return out
+
+
+def test_a_mount_interrupted_before_ready_is_taken_down_by_its_daemon(sets):
+    """Ctrl-C of `loosefs mount` while its daemon still opens the source (here: its first
+    request held at the proxy): the daemon, finding nobody waiting for `ready` (and its stderr
+    a broken pipe), unmounts and exits instead of serving a mount nobody asked for."""
+    w, proxy = sets["work"], sets["proxy"]
+    mnt = w / "interrupted-mnt"
+    mnt.mkdir()
+    log = w / "interrupted.log"
+    proxy.set(hold=True)
+    try:
+        launcher = subprocess.Popen([loosefs_bin(), "mount", "s3://packs/mds/", str(mnt), "--progress-lines",
+                                     "--log", str(log), *s3(sets)], env=s3_env(), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while proxy.held == 0 and launcher.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proxy.held > 0, "the daemon's first request never reached the proxy"
+        daemons = [pid for pid, cmd in _commands().items() if str(mnt) in cmd and "--foreground" in cmd]
+        assert len(daemons) == 1, daemons
+        launcher.kill()
+        launcher.wait(30)
+        launcher.stderr.close()
+    finally:
+        proxy.set(hold=False)
+    deadline = time.monotonic() + 120
+    while pathlib.Path(f"/proc/{daemons[0]}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pathlib.Path(f"/proc/{daemons[0]}").exists(), "the daemon still runs"
+    assert not os.path.ismount(mnt)
+    assert "ended before" in log.read_text() and "panicked" not in log.read_text(), log.read_text()[-1500:]
