@@ -6,9 +6,9 @@
 //! the FUSE handshake, so the command returns only when the mount answers, like `mount(8)`.
 //! Only the daemon opens the source: its progress and startup errors reach the caller's
 //! stderr (its own until `ready`) and exit code. A daemon whose `loosefs mount` ended before
-//! `ready` (Ctrl-C while a source was indexed) finds nobody reading the pipe, and unmounts. The daemon unmounts on
-//! SIGINT/SIGTERM/SIGHUP and exits when the filesystem is unmounted from outside (`umount`,
-//! `fusermount3 -u`, `loosefs umount`).
+//! `ready` (Ctrl-C while a source was indexed) finds nobody reading the pipe, and unmounts.
+//! The daemon unmounts on SIGINT/SIGTERM/SIGHUP and exits when the filesystem is unmounted
+//! from outside (`umount`, `fusermount3 -u`, `loosefs umount`).
 //!
 //! A mountpoint `/dev/fd/N` is a FUSE connection mounted by someone else and handed over as
 //! descriptor N ([`handover`]): the daemon serves it and needs no privilege.

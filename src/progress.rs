@@ -81,15 +81,6 @@ impl Progress {
         }
     }
 
-    /// Whether anything is shown at all (a bar on a terminal, or lines).
-    pub fn shown(self) -> bool {
-        match self {
-            Progress::None => false,
-            Progress::Bar => std::io::stderr().is_terminal(),
-            Progress::Lines => true,
-        }
-    }
-
     /// Says `what` once: `loosefs: what` on stderr with bars (terminal or not, as any message),
     /// a `{"note": what}` line with lines, nothing with `None`.
     pub fn note(self, what: &str) {
@@ -311,7 +302,5 @@ mod tests {
         assert_eq!(Progress::from_flags(true, true), Progress::Lines);
         assert_eq!(Progress::from_flags(false, true), Progress::None);
         assert_eq!(Progress::from_flags(false, false), Progress::Bar);
-        assert!(Progress::Lines.shown());
-        assert!(!Progress::None.shown());
     }
 }

@@ -97,8 +97,8 @@ impl ObjectClient {
     /// subdirectories not reached are split into up to [`LISTS_AT_ONCE`] runs, contiguous in
     /// key order, listed at once (with the rest of the first page's): a run's first
     /// subdirectory by its prefix, then on from its last key (`start-after`) to the next run's
-    /// first: about one LIST per 1000 keys plus two per run, in the time of the longest run. `progress` shows a count of
-    /// the keys listed. Errors: as [`Self::list`].
+    /// first: about one LIST per 1000 keys plus two per run, in the time of the longest run.
+    /// `progress` shows a count of the keys listed. Errors: as [`Self::list`].
     pub fn list_below(
         &self,
         level: Level,
