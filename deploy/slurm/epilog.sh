@@ -3,7 +3,7 @@
 # straggler still holds a file), which ends the job's daemon and its fuse-fd, and removes the
 # mountpoint. A node whose daemon died is unmounted too (loosefs umount handles a stale mount).
 # The mount is the job user's alone: root cannot even stat it, so it is found in the mount table.
-# The job's logs stay in /var/log/loosefs/$SLURM_JOB_ID/.
+# The job's logs stay in /var/log/loosefs/$SLURM_JOB_ID/ (root's) and its daemon/ (the user's).
 mnt=/mnt/loosefs/$SLURM_JOB_ID
 if findmnt --mountpoint "$mnt" >/dev/null 2>&1; then
   loosefs umount --lazy "$mnt" 2>/dev/null || true

@@ -7,7 +7,12 @@
 # source the user cannot read is not mounted: said in the job's log below and in slurmd's log,
 # and the job runs without it (a prolog failure would drain the node). Pair with epilog.sh.
 # slurm.conf: Prolog=/etc/slurm/loosefs-prolog.sh  Epilog=/etc/slurm/loosefs-epilog.sh
-# Logs: /var/log/loosefs/$SLURM_JOB_ID/ (daemon.log, the daemon's; fuse-fd.log, the mount's).
+#
+# Logs: /var/log/loosefs/$SLURM_JOB_ID/ is root's (0755): root writes prolog.log and
+# fuse-fd.log there, where no other user can plant a name. The daemon's own log is in the
+# user's daemon/ inside it (daemon/daemon.log), which root never opens: the reason a daemon
+# gave is read back as the job's user. A process of that user may be on the node already, so
+# root never writes, reads or follows a name the user can replace.
 set -uo pipefail
 comment=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/.*Comment=loosefs:\([^ ]*\).*/\1/p')
 [ -n "$comment" ] || exit 0
@@ -15,8 +20,31 @@ user=${SLURM_JOB_USER:?the prolog runs under slurmd, which sets SLURM_JOB_USER}
 uid=${SLURM_JOB_UID:-$(id -u "$user")}
 gid=${SLURM_JOB_GID:-$(id -g "$user")}
 bin=$(command -v loosefs) || { echo "prolog.sh: slurmd's PATH has no loosefs" >&2; exit 0; }
-logs=/var/log/loosefs/$SLURM_JOB_ID
-mkdir -p "$logs" && chown "$uid:$gid" "$logs" && chmod 0700 "$logs"
+case "$SLURM_JOB_ID" in
+  ''|*[!0-9_]*) echo "prolog.sh: job id $SLURM_JOB_ID is not a number: not mounted" >&2; exit 0 ;;
+esac
+# The log root is root's and no one else may write it (else every name below it is theirs).
+root_logs=/var/log/loosefs
+umask 022
+mkdir -p "$root_logs"
+if [ -L "$root_logs" ] || [ "$(stat -c %u:%a "$root_logs")" != 0:755 ]; then
+  chown 0:0 "$root_logs" 2>/dev/null; chmod 0755 "$root_logs" 2>/dev/null
+  if [ -L "$root_logs" ] || [ "$(stat -c %u:%a "$root_logs")" != 0:755 ]; then
+    echo "prolog.sh: $root_logs is not a root-owned 0755 directory: not mounted" >&2
+    exit 0
+  fi
+fi
+logs=$root_logs/$SLURM_JOB_ID
+# A directory left by an earlier job with this id (a cluster whose ids restarted) is set
+# aside, never reused: whatever it holds may be another user's.
+if [ -e "$logs" ] || [ -L "$logs" ]; then
+  mv -T -- "$logs" "$logs.before-$(date +%s%N)" || { echo "prolog.sh: cannot set $logs aside" >&2; exit 0; }
+fi
+mkdir -m 0755 "$logs" || { echo "prolog.sh: cannot make $logs" >&2; exit 0; }
+mkdir -m 0700 "$logs/daemon" && chown "$uid:$gid" "$logs/daemon" \
+  || { echo "prolog.sh: cannot make $logs/daemon" >&2; exit 0; }
+# Both of root's logs are made here, in root's directory, before anything runs as the user.
+: >"$logs/prolog.log" && : >"$logs/fuse-fd.log" && chmod 0644 "$logs/prolog.log" "$logs/fuse-fd.log"
 say() { echo "prolog.sh: job $SLURM_JOB_ID ($user): $*" | tee -a "$logs/prolog.log" >&2; }
 # The job's user, as login would make them (groups, HOME and USER from passwd).
 as_user=(setpriv --reuid="$uid" --regid="$gid" --init-groups --reset-env)
@@ -33,7 +61,7 @@ mkdir -p "$mnt"
 # fuse-fd mounts (root), hands the connection to the daemon as the user, and stays until the
 # daemon ends (the epilog's unmount ends it); setsid keeps both out of the prolog's session.
 setsid "$bin" fuse-fd "$mnt" --owner "$uid" -- "${as_user[@]}" "$bin" mount "$comment" /dev/fd/3 \
-  --foreground --log "$logs/daemon.log" </dev/null >>"$logs/fuse-fd.log" 2>&1 &
+  --foreground --log "$logs/daemon/daemon.log" </dev/null >>"$logs/fuse-fd.log" 2>&1 &
 fuse_fd=$!
 # Ready once mounted and the daemon answers the user's statfs (which waits for the daemon's
 # FUSE_INIT). A daemon that gives up ends fuse-fd, which unmounts: then no wait is left.
@@ -44,7 +72,11 @@ until { is_mounted && "${as_user[@]}" timeout 120 stat -f "$mnt" >/dev/null 2>&1
   sleep 0.1
 done
 if ! is_mounted; then
-  say "$comment: the daemon did not start: $(tail -3 "$logs/daemon.log" "$logs/fuse-fd.log" 2>/dev/null | tr '\n' ' ')"
+  # Why, in one line: the last lines of root's fuse-fd.log, and of the daemon's log read as
+  # the job's user (root never reads a name that user controls).
+  why=$( { tail -n 3 -- "$logs/fuse-fd.log"
+           "${as_user[@]}" tail -n 3 -- "$logs/daemon/daemon.log"; } 2>/dev/null | tr '\n' ' ')
+  say "$comment: the daemon did not start: ${why:-no message (see $logs)}"
   rmdir "$mnt" 2>/dev/null
 fi
 exit 0

@@ -13,6 +13,7 @@ import pathlib
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -144,7 +145,7 @@ def daemon_of(mnt: str) -> int:
         except OSError:
             continue
         if argv[0].endswith(b"loosefs") and argv[1:2] == [b"mount"] and b"/dev/fd/3" in argv \
-                and f"/var/log/loosefs/{jid}/daemon.log".encode() in argv:
+                and f"/var/log/loosefs/{jid}/daemon/daemon.log".encode() in argv:
             return int(d.name)
     raise AssertionError(f"no daemon for {mnt}")
 
@@ -243,3 +244,108 @@ def test_train_sbatch_mounts_for_the_whole_job_and_unmounts_after(pack, source):
         got = json.loads(out.read_text()) if out.exists() else {}
         assert got == want, log[-3000:]
         wait_for("the job's daemon to unmount", lambda: not mounted(f"/tmp/loosefs-{jid}"))
+
+
+@contextlib.contextmanager
+def prolog_run(comment: str):
+    """Runs deploy/slurm/prolog.sh as slurmd would (root, the job's variables, `scontrol`
+    answering the job's comment) for a job of user 65534 with a fresh job id; yields
+    (run, logs) where run() runs the prolog to its end; removes the job's logs and mountpoint
+    after."""
+    d = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-prolog-", dir="/tmp"))
+    jid = str(900000 + os.getpid() % 90000)
+    logs = pathlib.Path("/var/log/loosefs") / jid
+    fake = d / "bin"
+    fake.mkdir()
+    (fake / "scontrol").write_text(f"#!/bin/sh\necho 'JobId={jid} Comment=loosefs:{comment} Other=x'\n")
+    (fake / "scontrol").chmod(0o755)
+    bin_dir = pathlib.Path(loosefs_bin()).parent
+    env = dict(os.environ, PATH=f"{fake}:{bin_dir}:{os.environ['PATH']}", SLURM_JOB_ID=jid,
+               SLURM_JOB_USER="nobody", SLURM_JOB_UID="65534", SLURM_JOB_GID="65534")
+
+    def run():
+        return subprocess.run([str(DEPLOY / "prolog.sh")], env=env, capture_output=True, text=True, timeout=300)
+    try:
+        yield run, logs
+    finally:
+        subprocess.run(["umount", "-l", f"/mnt/loosefs/{jid}"], capture_output=True, timeout=60)
+        with contextlib.suppress(OSError):
+            os.rmdir(f"/mnt/loosefs/{jid}")
+        for p in pathlib.Path("/var/log/loosefs").glob(f"{jid}*"):
+            shutil.rmtree(p, ignore_errors=True)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# A process of the job's user that plants links as fast as it can, where root's logs go
+# (`fuse-fd.log`, `prolog.log`) and where the daemon's goes: until killed.
+PLANTER = """
+import os, sys
+logs, victim, secret = sys.argv[1:4]
+targets = [(victim, os.path.join(logs, n)) for n in ("fuse-fd.log", "prolog.log")]
+targets.append((secret, os.path.join(logs, "daemon", "daemon.log")))
+while True:
+    for src, at in targets:
+        try:
+            os.symlink(src, at)
+        except OSError:
+            pass
+"""
+
+
+@pytest.mark.parametrize("kind", ["unreadable", "not-a-dataset"])
+def test_the_prolog_never_writes_or_reads_through_a_link_the_jobs_user_plants(kind, pack):
+    # The attack of reliability-probe.md (slurm-log-dir-symlink): the job's user, already on
+    # the node, plants links in the job's log directory, before the prolog (a directory left
+    # with the job's id, holding links) and while it runs. Root must neither append to the
+    # links' root-owned target nor copy a root-only secret into the user-readable prolog.log;
+    # and the reason a daemon did not start is said (it was always empty).
+    need_mount()
+    if shutil.which("setpriv") is None:
+        missing_prerequisite("setpriv is not installed (util-linux)")
+    d = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-victim-", dir="/tmp"))
+    d.chmod(0o755)
+    victim, secret = d / "victim", d / "secret"
+    victim.write_text("root's file\n")
+    victim.chmod(0o644)
+    secret.write_text("SECRET-ROOT-ONLY\n")
+    secret.chmod(0o600)
+    if kind == "unreadable":
+        source = d / "root-only.pack"
+        shutil.copyfile(pack, source)
+        source.chmod(0o600)
+    else:
+        source = d / "junk.bin"
+        source.write_bytes(b"not a dataset\n" * 100)
+        source.chmod(0o644)
+    try:
+        with prolog_run(str(source)) as (run, logs):
+            # Left by "an earlier job" with this id: a directory of the user's, links in it.
+            logs.mkdir(parents=True)
+            for name in ("fuse-fd.log", "prolog.log"):
+                (logs / name).symlink_to(victim)
+            os.chown(logs, 65534, 65534)
+            planter = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                        sys.executable, "-c", PLANTER, str(logs), str(victim), str(secret)])
+            try:
+                r = run()
+            finally:
+                planter.kill()
+                planter.wait(timeout=30)
+            assert r.returncode == 0, r.stderr
+            assert victim.read_text() == "root's file\n", "root appended through a planted link"
+            st = logs.lstat()
+            assert st.st_uid == 0 and (st.st_mode & 0o777) == 0o755 and not logs.is_symlink()
+            for name in ("fuse-fd.log", "prolog.log"):
+                p = logs / name
+                assert not p.is_symlink() and p.lstat().st_uid == 0, name
+            said = (logs / "prolog.log").read_text()
+            assert "SECRET" not in said and "SECRET" not in r.stderr, said
+            if kind == "unreadable":
+                assert f"{source}: not readable by nobody: not mounted" in said, said
+            else:
+                assert "the daemon did not start:" in said, said
+                reason = said.split("the daemon did not start:", 1)[1].strip()
+                assert str(source) in reason or "not a" in reason, said
+            assert not mounted(f"/mnt/loosefs/{logs.name}")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
