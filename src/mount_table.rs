@@ -75,8 +75,9 @@ pub(crate) fn mount_device(path: &Path) -> Option<String> {
 
 /// A field (chosen by `pick` from the line's fields and the position of its `-` separator) of
 /// the last line of /proc/self/mountinfo whose mount point is exactly `path`. Compared as
-/// bytes: a mount point that is not UTF-8 is found too (the kernel escapes only space, tab,
-/// newline and backslash), and such a line elsewhere does not hide the others.
+/// bytes: a mount point that is not UTF-8 is found too (the kernel escapes space, tab, newline
+/// and backslash, and `#` in the source), and such a line elsewhere does not hide the others.
+/// The field picked is unescaped too (a source `loosefs:csi/rg#acct` reads back as given).
 fn mountinfo_field(
     path: &Path,
     pick: impl for<'a> Fn(&[&'a [u8]], usize) -> Option<&'a [u8]>,
@@ -87,8 +88,9 @@ fn mountinfo_field(
     info.split(|&b| b == b'\n').rev().find_map(|line| {
         let f: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
         let sep = f.iter().position(|&x| x == b"-")?;
-        (unescape_mountinfo(f.get(4)?) == want)
-            .then(|| pick(&f, sep).map(|v| String::from_utf8_lossy(v).into_owned()))?
+        (unescape_mountinfo(f.get(4)?) == want).then(|| {
+            pick(&f, sep).map(|v| String::from_utf8_lossy(&unescape_mountinfo(v)).into_owned())
+        })?
     })
 }
 
@@ -109,4 +111,19 @@ fn unescape_mountinfo(b: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernels_escapes_are_undone() {
+        assert_eq!(
+            unescape_mountinfo(br"loosefs:csi/rg\043acct\134x\040y"),
+            b"loosefs:csi/rg#acct\\x y"
+        );
+        // Not an escape: kept as it is.
+        assert_eq!(unescape_mountinfo(br"a\09b\"), br"a\09b\");
+    }
 }

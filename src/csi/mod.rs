@@ -53,6 +53,13 @@ pub struct NodeConfig {
     pub publish_timeout: Duration,
 }
 
+impl NodeConfig {
+    /// The kubelet directory's real path (links in it resolved; as given when it cannot be).
+    pub fn kubelet_root(&self) -> PathBuf {
+        std::fs::canonicalize(&self.kubelet_dir).unwrap_or_else(|_| self.kubelet_dir.clone())
+    }
+}
+
 /// The socket path of a CSI endpoint: `unix:///PATH`, `unix:/PATH` or a plain path.
 /// Errors: another scheme (CSI drivers listen on Unix sockets).
 pub fn endpoint_path(endpoint: &str) -> Result<PathBuf> {
@@ -82,10 +89,7 @@ pub fn serve(socket: &Path, config: NodeConfig) -> Result<()> {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("cannot make {}", parent.display()))?;
     }
-    if std::fs::symlink_metadata(socket).is_ok() {
-        std::fs::remove_file(socket)
-            .with_context(|| format!("cannot replace {}", socket.display()))?;
-    }
+    replace_stale_socket(socket)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -95,10 +99,29 @@ pub fn serve(socket: &Path, config: NodeConfig) -> Result<()> {
     let node_id = config.node_id.clone();
     let config = Arc::new(config);
     rt.block_on(async move {
-        let listener = tokio::net::UnixListener::bind(socket)
-            .with_context(|| format!("cannot listen at {}", socket.display()))?;
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-        eprintln!(
+        let listener = bind_private(socket, |p| tokio::net::UnixListener::bind(p))?;
+        // Only root (the kubelet) may call: the socket is 0600 and the peer is checked too.
+        let incoming = tokio_stream::StreamExt::filter(
+            tokio_stream::wrappers::UnixListenerStream::new(listener),
+            |conn| match conn {
+                Ok(c) => match c.peer_cred() {
+                    Ok(cred) if cred.uid() == 0 => true,
+                    Ok(cred) => {
+                        log::warn!(
+                            "refused a connection from uid {}: only root may call",
+                            cred.uid()
+                        );
+                        false
+                    }
+                    Err(e) => {
+                        log::warn!("refused a connection whose peer is unknown: {e}");
+                        false
+                    }
+                },
+                Err(_) => true,
+            },
+        );
+        crate::eprintln_lossy!(
             "loosefs csi: driver {name} on node {node_id}, listening at {}; the mounter at {}",
             socket.display(),
             config.mounter.display()
@@ -127,6 +150,47 @@ pub fn serve(socket: &Path, config: NodeConfig) -> Result<()> {
     Ok(())
 }
 
+/// Removes a socket left at `socket` by an earlier run, and nothing else. Errors: something
+/// other than a socket is there (a mistyped path must not delete a file), or it cannot be
+/// removed.
+pub(crate) fn replace_stale_socket(socket: &Path) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(socket) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(socket)
+            .with_context(|| format!("cannot replace {}", socket.display())),
+        Ok(_) => bail!(
+            "{} exists and is not a socket: give the path of a socket to make (nothing there, \
+             or a socket an earlier run left)",
+            socket.display()
+        ),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Binds a Unix socket at `socket` with `bind`, 0600 before anyone can reach it, whatever the
+/// umask: bound in a new 0700 directory beside it, made 0600, then renamed into place (a
+/// process-wide umask change would race the process's other threads). Errors: the bind, the
+/// chmod or the rename failed.
+pub(crate) fn bind_private<T>(
+    socket: &Path,
+    bind: impl FnOnce(&Path) -> std::io::Result<T>,
+) -> Result<T> {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = socket.parent().unwrap_or(Path::new("/"));
+    let private = tempfile::Builder::new()
+        .prefix(".loosefs-bind-")
+        .tempdir_in(parent)
+        .with_context(|| format!("cannot make a directory in {}", parent.display()))?;
+    let staged = private.path().join("s");
+    let listener =
+        bind(&staged).with_context(|| format!("cannot listen at {}", socket.display()))?;
+    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("cannot make {} 0600", socket.display()))?;
+    std::fs::rename(&staged, socket)
+        .with_context(|| format!("cannot put the socket at {}", socket.display()))?;
+    Ok(listener)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +205,25 @@ mod tests {
         assert_eq!(endpoint_path("/a/b").unwrap(), PathBuf::from("/a/b"));
         assert!(endpoint_path("tcp://127.0.0.1:1").is_err());
         assert!(endpoint_path("unix://relative").is_err());
+    }
+
+    #[test]
+    fn only_a_socket_is_replaced_and_a_new_one_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("data");
+        std::fs::write(&file, b"keep").unwrap();
+        let e = replace_stale_socket(&file).unwrap_err();
+        assert!(e.to_string().contains("not a socket"), "{e}");
+        assert_eq!(std::fs::read(&file).unwrap(), b"keep");
+        let sock = d.path().join("csi.sock");
+        let l = bind_private(&sock, |p| std::os::unix::net::UnixListener::bind(p)).unwrap();
+        // It answers at its place.
+        std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        let mode = std::fs::metadata(&sock).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        drop(l);
+        replace_stale_socket(&sock).unwrap();
+        assert!(!sock.exists());
     }
 }

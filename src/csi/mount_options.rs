@@ -40,7 +40,7 @@ const REFUSED: &[(&str, &str)] = &[
     ("version", "not an option"),
 ];
 
-/// The `loosefs mount` arguments (`--name`, then its value if any) for `flags` (the PV's
+/// The `loosefs mount` arguments (`--name` or `--name=value`, one word each) for `flags` (the PV's
 /// `mountOptions`) followed by `attribute` (the `mountOptions` volume attribute), checked by
 /// the same parser as `loosefs mount`.
 ///
@@ -65,8 +65,12 @@ pub fn mount_args(flags: &[String], attribute: Option<&str>) -> Result<Vec<Strin
         if let Some((_, why)) = REFUSED.iter().find(|(n, _)| *n == name) {
             return Err(format!("mount option {flag:?}: not allowed here ({why})"));
         }
-        args.push(format!("--{name}"));
-        args.extend(value.map(str::to_string));
+        // One word, `--name=value`: a value is never read as an option of its own
+        // (`warm=--metrics-addr=…` must not become `--warm --metrics-addr=…`).
+        args.push(match value {
+            Some(v) => format!("--{name}={v}"),
+            None => format!("--{name}"),
+        });
     }
     crate::options::check_mount_args(&args)?;
     Ok(args)
@@ -89,7 +93,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             got,
-            s(&["--decode", "npy", "--warm", "--pin", "1G", "--threads", "4"])
+            s(&["--decode=npy", "--warm", "--pin=1G", "--threads=4"])
         );
         assert_eq!(mount_args(&[], None).unwrap(), Vec::<String>::new());
     }
@@ -114,5 +118,27 @@ mod tests {
             let e = mount_args(&s(&[bad]), None).unwrap_err();
             assert!(e.contains("not allowed here"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_value_that_looks_like_an_option_stays_a_value() {
+        // reliability-probe.md, csi-option-smuggling: the refused options smuggled in values.
+        for bad in [
+            "warm=--metrics-addr=127.0.0.1:9",
+            "warm=--allow-non-empty",
+            "warm --allow-other",
+            "label=--metrics-addr=127.0.0.1:9 --warm",
+        ] {
+            match mount_args(&s(&[bad]), None) {
+                Err(_) => {}
+                Ok(args) => assert!(
+                    args.iter()
+                        .all(|a| !a.starts_with("--metrics-addr") && !a.starts_with("--allow-")),
+                    "{bad}: {args:?}"
+                ),
+            }
+        }
+        let e = mount_args(&[], Some("warm=--metrics-addr=127.0.0.1:9")).unwrap_err();
+        assert!(e.contains("--metrics-addr"), "{e}");
     }
 }

@@ -69,18 +69,14 @@ pub fn run(socket: &Path) -> Result<()> {
              privilege: run it as a user other than root (its container's runAsUser)"
         );
     }
-    if std::fs::symlink_metadata(socket).is_ok() {
-        std::fs::remove_file(socket)
-            .with_context(|| format!("cannot replace {}", socket.display()))?;
-    }
-    let listener = UnixListener::bind(socket)
-        .with_context(|| format!("cannot listen at {}", socket.display()))?;
+    super::replace_stale_socket(socket)?;
+    let listener = super::bind_private(socket, |p| UnixListener::bind(p))?;
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
             .with_context(|| format!("cannot make {} 0600", socket.display()))?;
     }
-    eprintln!(
+    crate::eprintln_lossy!(
         "loosefs csi-mounter: listening at {} as uid {}",
         socket.display(),
         nix::unistd::getuid()
@@ -96,7 +92,7 @@ pub fn run(socket: &Path) -> Result<()> {
         let socket = socket.to_path_buf();
         std::thread::spawn(move || {
             if let Err(e) = serve_one(conn, &socket) {
-                eprintln!("loosefs csi-mounter: {e:#}");
+                crate::eprintln_lossy!("loosefs csi-mounter: {e:#}");
             }
         });
     }
@@ -130,7 +126,7 @@ fn serve_one(conn: UnixStream, socket: &Path) -> Result<()> {
             return Err(e);
         }
     };
-    eprintln!(
+    crate::eprintln_lossy!(
         "loosefs csi-mounter: volume {}: serving {} (pid {})",
         req.volume_id,
         req.source,
@@ -143,7 +139,7 @@ fn serve_one(conn: UnixStream, socket: &Path) -> Result<()> {
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     let tail = tail_of(&req.dir);
-    eprintln!(
+    crate::eprintln_lossy!(
         "loosefs csi-mounter: volume {}: daemon {} ended ({code}){}",
         req.volume_id,
         child.id(),
@@ -185,9 +181,10 @@ fn spawn_daemon(req: &Request, dev: OwnedFd) -> Result<std::process::Child> {
         .with_context(|| format!("cannot write in {}", dir.display()))?;
     let src = dev.as_raw_fd();
     let mut cmd = std::process::Command::new(exe);
+    // The volume's options first, the mounter's own after them (clap refuses a second
+    // `--log`), then `--`: a source is never read as an option or a mount(8) `-o` list.
     cmd.arg("mount")
-        .arg(&req.source)
-        .arg("/dev/fd/3")
+        .args(&req.args)
         .arg("--foreground")
         .arg("--log")
         .arg(dir.join("daemon.log"))
@@ -195,7 +192,9 @@ fn spawn_daemon(req: &Request, dev: OwnedFd) -> Result<std::process::Child> {
         .arg(dir.join("cache"))
         .arg("--index-dir")
         .arg(dir.join("index"))
-        .args(&req.args)
+        .arg("--")
+        .arg(&req.source)
+        .arg("/dev/fd/3")
         .env("LOOSEFS_FUSE_FD", "3")
         .stdin(std::process::Stdio::null())
         .stdout(err.try_clone()?)

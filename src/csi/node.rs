@@ -92,7 +92,11 @@ fn volume_dir(config: &NodeConfig, target: &Path) -> PathBuf {
     config.work_dir.join(format!("{h:016x}"))
 }
 
-/// Checks a target path the kubelet gave: absolute, no `..`, under the kubelet directory.
+/// Checks a target path the kubelet gave: absolute, no `..`, under the kubelet directory; and
+/// returns it in canonical form (no `.`, `//` or trailing `/`: the form the mount table shows,
+/// so a publish or unpublish of `T/` finds the mount at `T`), under the kubelet directory's
+/// real path. Errors: `INVALID_ARGUMENT`, as is any part of it below the kubelet directory that
+/// is a symbolic link ([`no_links_below`]).
 fn check_target(config: &NodeConfig, target: &str) -> Result<PathBuf, Status> {
     if target.is_empty() {
         return Err(Status::invalid_argument("target_path is missing"));
@@ -103,14 +107,58 @@ fn check_target(config: &NodeConfig, target: &str) -> Result<PathBuf, Status> {
             "target_path {target}: not an absolute path without `..`"
         )));
     }
-    if !path.starts_with(&config.kubelet_dir) {
+    // `components()` drops `.`, repeated and trailing separators.
+    let path: PathBuf = path.components().collect();
+    let Ok(below) = path.strip_prefix(&config.kubelet_dir) else {
         return Err(Status::invalid_argument(format!(
             "target_path {target}: not under the kubelet directory {} (set --kubelet-dir where \
              this node's kubelet keeps its pods)",
             config.kubelet_dir.display()
         )));
+    };
+    if below.as_os_str().is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "target_path {target}: the kubelet directory itself"
+        )));
     }
+    // The kubelet directory may itself be reached through a link (a node that moved it); what
+    // lies below it may not.
+    let real = config.kubelet_root();
+    let path = real.join(below);
+    no_links_below(&real, &path)?;
     Ok(path)
+}
+
+/// Checks that no part of `path` below `root` (each directory that exists, and `path` itself)
+/// is a symbolic link: the mount, its directories and its unmount then stay where the kubelet
+/// asked, never outside its directory or over another pod's volume. Errors: `INVALID_ARGUMENT`
+/// naming the link.
+fn no_links_below(root: &Path, path: &Path) -> Result<(), Status> {
+    let Ok(below) = path.strip_prefix(root) else {
+        return Err(Status::invalid_argument(format!(
+            "target_path {}: not under {}",
+            path.display(),
+            root.display()
+        )));
+    };
+    let mut at = root.to_path_buf();
+    for part in below.components() {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(Status::invalid_argument(format!(
+                    "target_path {}: {} is a symbolic link (a target and the directories \
+                     above it must be real directories)",
+                    path.display(),
+                    at.display()
+                )));
+            }
+            Ok(_) => {}
+            // Not made yet: nothing below it exists either.
+            Err(_) => break,
+        }
+    }
+    Ok(())
 }
 
 /// `statfs` of `target` on another thread, for at most `limit`: `None` when it did not answer
@@ -124,10 +172,19 @@ fn statfs_within(target: &Path, limit: Duration) -> Option<nix::Result<()>> {
     rx.recv_timeout(limit).ok()
 }
 
-/// Unmounts whatever is mounted at `target` (lazily when busy), every layer of it.
-fn unmount_all(target: &Path) -> Result<(), Status> {
+/// Whether the mount on top at `target` is this volume's: `fuse.loosefs` with the source
+/// `want` (`loosefs:csi/VOLUME`).
+fn is_ours(target: &Path, want: &str) -> bool {
+    crate::mount_table::mount_fstype(target).as_deref() == Some(crate::mount::FS_TYPE)
+        && crate::mount_table::mount_source(target).as_deref() == Some(want)
+}
+
+/// Unmounts this volume's mounts at `target` (source `want`; lazily when busy), every layer of
+/// it that is this volume's, and nothing else: a mount of another volume or file system on top
+/// stays.
+fn unmount_ours(target: &Path, want: &str) -> Result<(), Status> {
     use nix::mount::{MntFlags, umount2};
-    while crate::mount_table::mount_fstype(target).is_some() {
+    while is_ours(target, want) {
         match umount2(target, MntFlags::empty()) {
             Ok(()) => {}
             Err(nix::errno::Errno::EBUSY) => {
@@ -208,6 +265,12 @@ fn check_publish(r: &proto::NodePublishVolumeRequest) -> Result<Publish, Status>
         })?
         .trim()
         .to_string();
+    if source.starts_with('-') {
+        return Err(Status::invalid_argument(format!(
+            "volume {}: source {source:?} starts with `-`: give a path on the node or a URL",
+            r.volume_id
+        )));
+    }
     let args = super::mount_options::mount_args(
         &flags,
         r.volume_context.get("mountOptions").map(String::as_str),
@@ -246,7 +309,7 @@ fn publish(config: &NodeConfig, target: &Path, p: &Publish) -> Result<(), Status
                     p.volume_id,
                     target.display()
                 );
-                unmount_all(target)?;
+                unmount_ours(target, &want)?;
             }
         }
     }
@@ -260,6 +323,8 @@ fn publish(config: &NodeConfig, target: &Path, p: &Publish) -> Result<(), Status
             target.display()
         )));
     }
+    // Again once made: no part of it became a link meanwhile.
+    no_links_below(&config.kubelet_root(), target)?;
     let dev = crate::mount::mount_fuse(target, &want, true, Some(owner), true)
         .map_err(|e| Status::internal(format!("{}: {e:#}", target.display())))?;
     let req = Request {
@@ -283,8 +348,8 @@ fn publish(config: &NodeConfig, target: &Path, p: &Publish) -> Result<(), Status
         }
         Err(status) if status.code() == tonic::Code::Aborted => Err(status),
         Err(status) => {
-            // Nothing is left mounted after a failure.
-            let _ = unmount_all(target);
+            // Nothing of this publish is left mounted after a failure.
+            let _ = unmount_ours(target, &want);
             let _ = std::fs::remove_dir(target);
             remove_tree(&dir);
             Err(status)
@@ -392,10 +457,22 @@ fn daemon_failed(volume_id: &str, code: i32, tail: &str) -> Status {
     }
 }
 
-/// NodeUnpublishVolume on `target`: unmounts it (its daemon then ends), removes it and the
-/// volume's directory. `OK` when nothing is there.
-fn unpublish(config: &NodeConfig, target: &Path) -> Result<(), Status> {
-    unmount_all(target)?;
+/// NodeUnpublishVolume of `volume_id` on `target`: unmounts this volume's mount there (its
+/// daemon then ends), removes the target and the volume's directory. `OK` when the volume is
+/// not published there (spec.md: "the volume is not found"); a mount that is not this volume's
+/// (another volume, another file system) is left as it is, with the target and directory
+/// under it, and logged.
+fn unpublish(config: &NodeConfig, target: &Path, volume_id: &str) -> Result<(), Status> {
+    let want = mount_source(volume_id);
+    unmount_ours(target, &want)?;
+    if let Some(fstype) = crate::mount_table::mount_fstype(target) {
+        let source = crate::mount_table::mount_source(target).unwrap_or_default();
+        log::warn!(
+            "volume {volume_id}: {} holds another mount ({fstype} of {source}), left as it is",
+            target.display()
+        );
+        return Ok(());
+    }
     match std::fs::remove_dir(target) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -432,7 +509,9 @@ impl Node for NodeService {
             return Err(Status::invalid_argument("volume_id is missing"));
         }
         let target = check_target(&self.config, &r.target_path)?;
-        self.locked(target, unpublish).await?;
+        let id = r.volume_id.clone();
+        self.locked(target, move |c, t| unpublish(c, t, &id))
+            .await?;
         log::info!("volume {}: unpublished {}", r.volume_id, r.target_path);
         Ok(Response::new(proto::NodeUnpublishVolumeResponse {}))
     }
@@ -514,10 +593,94 @@ mod tests {
             "/etc",
             "/var/lib/kubelet/../../etc",
             "/var/lib/kubeletx/a",
+            "/var/lib/kubelet",
+            "/var/lib/kubelet/",
         ] {
             let e = check_target(&c, bad).unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_target_is_taken_in_canonical_form() {
+        let c = config();
+        for given in [
+            "/var/lib/kubelet/pods/u/volumes/x/mount/",
+            "/var/lib/kubelet//pods/u/./volumes/x//mount",
+        ] {
+            assert_eq!(
+                check_target(&c, given).unwrap(),
+                PathBuf::from("/var/lib/kubelet/pods/u/volumes/x/mount"),
+                "{given}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_target_that_is_or_lies_under_a_link_is_refused() {
+        // reliability-probe.md, csi-target-symlink-escape.
+        let d = tempfile::tempdir().unwrap();
+        let kubelet = d.path().join("kubelet");
+        let outside = d.path().join("outside");
+        std::fs::create_dir_all(kubelet.join("pods/a/volumes")).unwrap();
+        std::fs::create_dir_all(kubelet.join("pods/b")).unwrap();
+        std::fs::create_dir(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, kubelet.join("pods/a/volumes/mount")).unwrap();
+        std::os::unix::fs::symlink(&outside, kubelet.join("pods/b/volumes")).unwrap();
+        let c = NodeConfig {
+            kubelet_dir: kubelet.clone(),
+            ..config()
+        };
+        for bad in ["pods/a/volumes/mount", "pods/b/volumes/x/mount"] {
+            let e = check_target(&c, kubelet.join(bad).to_str().unwrap()).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
+            assert!(
+                e.message().contains("symbolic link"),
+                "{bad}: {}",
+                e.message()
+            );
+        }
+        assert!(
+            check_target(
+                &c,
+                kubelet.join("pods/a/volumes/new/mount").to_str().unwrap()
+            )
+            .is_ok()
+        );
+        // The kubelet directory itself reached through a link: fine, and resolved.
+        let link = d.path().join("kubelet-link");
+        std::os::unix::fs::symlink(&kubelet, &link).unwrap();
+        let c = NodeConfig {
+            kubelet_dir: link,
+            ..config()
+        };
+        let got =
+            check_target(&c, d.path().join("kubelet-link/pods/a/m").to_str().unwrap()).unwrap();
+        assert_eq!(
+            got,
+            std::fs::canonicalize(&kubelet).unwrap().join("pods/a/m")
+        );
+    }
+
+    #[test]
+    fn a_source_that_looks_like_an_option_is_refused() {
+        let mut r = proto::NodePublishVolumeRequest {
+            volume_id: "v".into(),
+            target_path: "/var/lib/kubelet/pods/u/m".into(),
+            volume_capability: Some(proto::VolumeCapability {
+                access_mode: Some(proto::volume_capability::AccessMode {
+                    mode: Mode::MultiNodeReaderOnly as i32,
+                }),
+                access_type: Some(AccessType::Mount(Default::default())),
+            }),
+            ..Default::default()
+        };
+        r.volume_context
+            .insert("source".into(), "-owarm=/d,metrics_addr=127.0.0.1:9".into());
+        let e = check_publish(&r).err().unwrap();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        r.volume_context.insert("source".into(), "/d".into());
+        assert!(check_publish(&r).is_ok());
     }
 
     #[test]

@@ -91,13 +91,16 @@ class Node:
             stdout=log, stderr=log)
         wait_for("the mounter to listen", self.mounter_socket.exists, timeout=30)
 
-    def start_driver(self):
+    def start_driver(self, umask=None):
+        """The node plugin; `umask`, the one it is started under (its socket is 0600 whatever
+        it is)."""
         log = open(self.base / "driver.log", "ab")
         self.driver = subprocess.Popen(
             [loosefs_bin(), "csi", "--endpoint", f"unix://{self.socket}", "--node-id", "node-1",
              "--mounter", str(self.mounter_socket), "--work-dir", str(self.work),
              "--kubelet-dir", str(self.kubelet), "--publish-timeout", "60"],
-            stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "info"})
+            stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "info"},
+            preexec_fn=None if umask is None else (lambda: os.umask(umask)))
         # The kubelet (grpc-go) sends `:authority: localhost` over a Unix socket; grpc's C core
         # would send the socket's path, which the driver's HTTP/2 server refuses as an authority.
         self.channel = self.grpc.insecure_channel(f"unix://{self.socket}",
@@ -225,7 +228,10 @@ def test_identity_and_node_info_answer_as_the_kubelet_expects(csi, pack):
         assert n.identity.Probe(n.pb2.ProbeRequest(), timeout=10).ready.value is True
         got = n.node.NodeGetInfo(n.pb2.NodeGetInfoRequest(), timeout=10)
         assert got.node_id == "node-1" and got.max_volumes_per_node == 0
-        n.node.NodeGetCapabilities(n.pb2.NodeGetCapabilitiesRequest(), timeout=10)
+        caps = n.node.NodeGetCapabilities(n.pb2.NodeGetCapabilitiesRequest(), timeout=10)
+        # Publish and unpublish only: no staging (the kubelet would call NodeStageVolume
+        # first), no stats, no expansion.
+        assert list(caps.capabilities) == [], caps
         code, _ = n.code_of(lambda: n.node.NodeStageVolume(n.pb2.NodeStageVolumeRequest(), timeout=10))
         assert code == n.grpc.StatusCode.UNIMPLEMENTED
 
@@ -372,3 +378,117 @@ def test_a_volume_in_a_bucket_is_read_with_the_mounters_credentials(csi, pack, s
             assert mounts_at(target) == 0 and not target.exists()
     finally:
         weed.stop()
+
+
+def test_a_target_through_a_link_is_refused_and_nothing_is_mounted_outside(csi, pack):
+    # reliability-probe.md, csi-target-symlink-escape: a target that is a link (out of the
+    # kubelet directory, or to another pod's target) or lies under one.
+    with node_with_driver(csi, pack) as n:
+        INVALID = n.grpc.StatusCode.INVALID_ARGUMENT
+        outside = n.base / "outside"
+        outside.mkdir()
+        other = n.target("pv-other")
+        n.publish(other, n.data, volume_id="pv-other")
+        link = n.target()
+        link.symlink_to(outside)
+        to_other = n.target()
+        to_other.symlink_to(other)
+        under = n.target()
+        under.parent.rmdir()
+        under.parent.symlink_to(outside)
+        for what, target in (("a link out", link), ("a link to another pod's target", to_other),
+                             ("under a link", under)):
+            code, details = n.code_of(lambda: n.publish(target, n.data))
+            assert code == INVALID and "symbolic link" in details, (what, code, details)
+            code, _ = n.code_of(lambda: n.unpublish(target))  # refused alike: nothing touched
+            assert code == INVALID, what
+        assert mounts_at(outside) == 0 and not any(outside.iterdir()), list(outside.iterdir())
+        assert mounts_at(other) == 1 and any(other.iterdir()), n.logs()
+        n.unpublish(other, volume_id="pv-other")
+        assert mounts_at(other) == 0
+
+
+def test_unpublish_undoes_only_its_own_volume_and_a_target_is_taken_in_canonical_form(csi, pack):
+    # reliability-probe.md: csi-unpublish-foreign-mount, csi-target-noncanonical-stack and
+    # csi-volume-id-escaped-republish.
+    with node_with_driver(csi, pack) as n:
+        target = n.target("pv-a")
+        n.publish(target, n.data, volume_id="pv-a")
+        n.unpublish(target, volume_id="pv-b")  # not pv-b's: OK, pv-a stays
+        assert mounts_at(target) == 1 and any(target.iterdir()), n.logs()
+        # Given as `T/` and with `//`: the same target, one mount, unpublished by either form.
+        n.publish(str(target) + "/", n.data, volume_id="pv-a")
+        n.publish(str(target).replace("/volumes/", "//volumes/./"), n.data, volume_id="pv-a")
+        assert mounts_at(target) == 1, n.logs()
+        n.unpublish(str(target) + "/", volume_id="pv-a")
+        assert mounts_at(target) == 0 and not target.exists()
+        # A tmpfs the driver never made, at a target under the kubelet directory: left.
+        foreign = n.target("pv-tmpfs")
+        foreign.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(foreign)], check=True, timeout=30)
+        try:
+            n.unpublish(foreign, volume_id="pv-tmpfs")
+            assert mounts_at(foreign) == 1
+        finally:
+            subprocess.run(["umount", str(foreign)], timeout=30)
+        # Ids the kernel escapes in the mount table (Azure's rg#account#container, `\`, a
+        # space): every republish finds its own mount.
+        for vid in ("rg#acct#cont", "a\\b", "a\\040b"):
+            t = n.target()
+            n.publish(t, n.data, volume_id=vid)
+            n.publish(t, n.data, volume_id=vid)
+            assert mounts_at(t) == 1, (vid, n.logs())
+            n.unpublish(t, volume_id=vid)
+            assert mounts_at(t) == 0, vid
+
+
+def test_options_and_sources_cannot_smuggle_what_the_driver_refuses(csi, pack):
+    # reliability-probe.md, csi-option-smuggling: `warm=--metrics-addr=…` as a PV mount option
+    # or attribute, `-o…` as the source.
+    import socket as socket_
+    with socket_.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with node_with_driver(csi, pack) as n:
+        INVALID = n.grpc.StatusCode.INVALID_ARGUMENT
+        for kw in (dict(flags=[f"warm=--metrics-addr=127.0.0.1:{port}"]),
+                   dict(context={"mountOptions": f"warm=--metrics-addr=127.0.0.1:{port}"}),
+                   dict(flags=["warm=--allow-non-empty"])):
+            target = n.target()
+            code, details = n.code_of(lambda: n.publish(target, n.data, **kw))
+            assert code == INVALID, (kw, code, details)
+            assert mounts_at(target) == 0
+        target = n.target()
+        code, details = n.code_of(lambda: n.publish(
+            target, f"-owarm={n.data},metrics_addr=127.0.0.1:{port}"))
+        assert code == INVALID and "source" in details, (code, details)
+        assert mounts_at(target) == 0 and not n.daemons()
+        with socket_.socket() as c:
+            assert c.connect_ex(("127.0.0.1", port)) != 0, "a daemon listens where it may not"
+
+
+def test_the_endpoint_is_roots_alone_and_never_replaces_a_file(csi, pack):
+    # reliability-probe.md: csi-endpoint-umask (a driver started under umask 000) and
+    # csi-endpoint-deletes-file.
+    with node_with_driver(csi, pack) as n:
+        n.kill_driver()
+        n.start_driver(umask=0)
+        assert (n.socket.stat().st_mode & 0o777) == 0o600, oct(n.socket.stat().st_mode)
+        probe = ("import socket, sys\n"
+                 "s = socket.socket(socket.AF_UNIX)\n"
+                 "try:\n"
+                 "    s.connect(sys.argv[1]); print('connected')\n"
+                 "except OSError as e:\n"
+                 "    print('refused', e.errno)\n")
+        n.socket.parent.chmod(0o755)
+        r = subprocess.run(["setpriv", f"--reuid={POD_UID}", f"--regid={POD_UID}", "--clear-groups",
+                            sys.executable, "-c", probe, str(n.socket)],
+                           capture_output=True, text=True, timeout=30)
+        assert r.stdout.startswith("refused"), (r.stdout, r.stderr)
+        keep = n.base / "keep.txt"
+        keep.write_text("data")
+        r = subprocess.run([loosefs_bin(), "csi", "--endpoint", f"unix://{keep}", "--node-id", "n",
+                            "--mounter", str(n.mounter_socket), "--work-dir", str(n.work),
+                            "--kubelet-dir", str(n.kubelet)], capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0 and "not a socket" in r.stderr, r.stderr
+        assert keep.read_text() == "data"
