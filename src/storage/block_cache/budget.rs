@@ -70,7 +70,7 @@ pub fn prune(root: &Path, keep: &Path, budget: u64, share: u64) {
         }
         // A directory locked by a live mount stays (one just unmounted may take a moment to
         // let go).
-        let Ok(mut lock) = File::open(p.join("lock")) else {
+        let Some(mut lock) = open_lock(&p) else {
             continue;
         };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
@@ -95,6 +95,18 @@ pub fn prune(root: &Path, keep: &Path, budget: u64, share: u64) {
             Err(e) => log::warn!("block cache: cannot remove {}: {e}", p.display()),
         }
     }
+}
+
+/// The `lock` file of the cache directory `dir`, opened for reading without following a link or
+/// blocking (a FIFO planted there must not wedge a mount): `None` unless a regular file.
+fn open_lock(dir: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(dir.join("lock"))
+        .ok()?;
+    f.metadata().is_ok_and(|m| m.is_file()).then_some(f)
 }
 
 /// The name of the file in an object's directory that holds the share its live mount took.
@@ -129,7 +141,7 @@ pub fn live_shares(root: &Path, keep: &Path) -> u64 {
         if p == keep || !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
             continue;
         }
-        let Ok(lock) = File::open(p.join("lock")) else {
+        let Some(lock) = open_lock(&p) else {
             continue;
         };
         let live = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockSharedNonblock).is_err();
@@ -221,5 +233,29 @@ mod tests {
         );
         assert!(recent.exists(), "removed no more than needed");
         assert!(held.exists(), "a directory a mount holds stays");
+    }
+
+    #[test]
+    fn a_fifo_planted_as_a_lock_wedges_neither_the_shares_nor_the_pruning() {
+        // reliability-probe.md (the previous probe's one defect left): a frame spool's `lock`
+        // made a FIFO blocked a mount in its open, forever.
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        check_root(&root).unwrap();
+        let planted = object(&root, ".frames-planted", 1, 500);
+        std::fs::remove_file(planted.join("lock")).unwrap();
+        nix::unistd::mkfifo(&planted.join("lock"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let r = root.clone();
+        std::thread::spawn(move || {
+            let shares = live_shares(&r, &r.join("keep"));
+            prune(&r, &r.join("keep"), 0, 0);
+            let _ = tx.send(shares);
+        });
+        let shares = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("blocked on the FIFO");
+        assert_eq!(shares, 0);
+        assert!(planted.exists(), "not a lock: left alone");
     }
 }
