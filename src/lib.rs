@@ -22,6 +22,17 @@
 //! - Shared leaves: [`ino`] (inode spaces), [`view`] (view geometry), [`stats`], [`report`]
 //!   and [`metrics`] (counters and reports), [`memory`] (budgets).
 
+/// `eprintln!` that never panics: a standard error that cannot be written (a pipe whose reader
+/// went away, `2>/dev/full`) loses the line, not the process (`eprintln!` would panic after a
+/// mount was made, and the caller would see a crash).
+#[macro_export]
+macro_rules! eprintln_lossy {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($t)*);
+    }};
+}
+
 pub mod catalog;
 pub mod client;
 pub mod csi;

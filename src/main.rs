@@ -6,6 +6,26 @@ use loosefs::pack::reader::Pack;
 use loosefs::progress::Progress;
 use std::path::PathBuf;
 
+/// Writes a line to the standard output. A reader that went away (`| head`) ends nothing: the
+/// line is dropped. Errors: any other write failure (a full disk), with what failed.
+fn write_out(line: std::fmt::Arguments) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{line}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("cannot write to the standard output")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `println!` through [`write_out`]: `outln!(...)?`.
+macro_rules! outln {
+    ($($t:tt)*) => {
+        write_out(format_args!($($t)*))
+    };
+}
+
 #[derive(Parser)]
 #[command(
     name = "loosefs",
@@ -269,10 +289,10 @@ struct PackCmd {
     #[arg(long, default_value_t = loosefs::pack::DEFAULT_ALIGN)]
     align: u32,
     /// Follow symbolic links (default: report and skip them).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     follow_links: bool,
     /// Replace OUT if it exists.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     force: bool,
     /// Print the result as JSON.
     #[arg(long)]
@@ -339,17 +359,17 @@ fn cmd_pack(args: PackCmd) -> Result<()> {
     if let Some(url) = &url {
         loosefs::storage::object::connect(remote.config()).upload(url, &out)?;
         if !json {
-            eprintln!("uploaded {} bytes to {url}", r.pack_bytes);
+            loosefs::eprintln_lossy!("uploaded {} bytes to {url}", r.pack_bytes);
         }
     }
     let out = url.map_or(out, std::path::PathBuf::from);
     if json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", serde_json::to_string_pretty(&r)?)?;
     } else {
         for (p, why) in &r.skipped {
-            eprintln!("skipped {}: {why}", p.display());
+            loosefs::eprintln_lossy!("skipped {}: {why}", p.display());
         }
-        println!(
+        outln!(
             "packed {} files ({} JPEG) and {} directories, {:.1} MB, into {} ({:.1} MB) in {:.2} s ({:.0} files/s, {:.0} MB/s)",
             r.files,
             r.jpegs,
@@ -360,11 +380,11 @@ fn cmd_pack(args: PackCmd) -> Result<()> {
             r.seconds,
             r.files as f64 / r.seconds,
             r.bytes as f64 / 1e6 / r.seconds
-        );
+        )?;
     }
     if align > 1 && r.bytes > 0 && r.pack_bytes > 2 * r.bytes {
         // Many files far smaller than the alignment: padding, headers and the index dominate.
-        eprintln!(
+        loosefs::eprintln_lossy!(
             "loosefs: warning: the pack is {:.1}x its files' bytes ({} files of {:.0} bytes on \
              average, each aligned to {align} bytes, with its zip headers and index entry); \
              `--align 1` leaves out the padding",
@@ -386,7 +406,7 @@ fn cmd_index(
 ) -> Result<()> {
     use loosefs::formats::index::shared;
     if let Some(url) = src.to_str().filter(|s| loosefs::storage::object::is_url(s)) {
-        println!(
+        outln!(
             "{}",
             loosefs::open::index_url(
                 url,
@@ -395,7 +415,7 @@ fn cmd_index(
                 loosefs::storage::object::connect(args.remote.config()),
                 progress,
             )?
-        );
+        )?;
         return Ok(());
     }
     let opts = loosefs::formats::ScanOptions {
@@ -407,7 +427,7 @@ fn cmd_index(
     let dest = out.map_or_else(|| shared::default_path(src), std::path::Path::to_path_buf);
     shared::write(&f, src, &dest)?;
     let i = f.info();
-    println!(
+    outln!(
         "{}: shared index of {} ({}, {} samples in {} files, verify {}); mounts of it use it while every file keeps its size and mtime",
         dest.display(),
         src.display(),
@@ -415,7 +435,7 @@ fn cmd_index(
         i.samples,
         i.files,
         i.verify
-    );
+    )?;
     Ok(())
 }
 
@@ -429,7 +449,7 @@ fn cmd_info(
     let progress = Progress::from_flags(false, json);
     let d = loosefs::open::Dataset::open(pack, &source, progress)?.info()?;
     match json {
-        true => println!("{}", d.json),
+        true => outln!("{}", d.json)?,
         false => print!("{}", d.text),
     }
     Ok(())
@@ -459,13 +479,13 @@ fn cmd_verify(
     };
     let problems = loosefs::verify::verify(&p, against)?;
     for line in &problems {
-        println!("MISMATCH {line}");
+        outln!("MISMATCH {line}")?;
     }
     if !problems.is_empty() {
-        eprintln!("{}: {} problem(s)", pack.display(), problems.len());
+        loosefs::eprintln_lossy!("{}: {} problem(s)", pack.display(), problems.len());
         return Ok(1);
     }
-    println!(
+    outln!(
         "{}: {} samples OK{}",
         pack.display(),
         p.totals().files,
@@ -474,7 +494,7 @@ fn cmd_verify(
         } else {
             ""
         }
-    );
+    )?;
     Ok(0)
 }
 
@@ -507,7 +527,7 @@ fn run(cli: Cli) -> Result<i32> {
                     print!("{}", loosefs::metrics::openmetrics(&v, &mnt));
                 }
             } else if format == StatsFormat::Json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                outln!("{}", serde_json::to_string_pretty(&v)?)?;
             } else {
                 print!("{}", loosefs::client::format_stats(&v));
             }
@@ -516,7 +536,7 @@ fn run(cli: Cli) -> Result<i32> {
             let v: loosefs::report::WarmCommandReport =
                 loosefs::client::read_control(&mountpoint, "warm")?;
             if !wait {
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                outln!("{}", serde_json::to_string_pretty(&v)?)?;
             } else {
                 loosefs::client::wait_warm(&mountpoint)?;
             }
@@ -525,7 +545,7 @@ fn run(cli: Cli) -> Result<i32> {
             let v: loosefs::report::DropCacheReport =
                 loosefs::client::read_control(&mountpoint, "drop-cache")?;
             match json {
-                true => println!("{}", serde_json::to_string_pretty(&v)?),
+                true => outln!("{}", serde_json::to_string_pretty(&v)?)?,
                 false => print!("{}", loosefs::client::format_drop_cache(&v)),
             }
         }
@@ -614,9 +634,9 @@ fn panic_hook() {
             .location()
             .map(|l| format!("{}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        eprintln!("loosefs: internal error at {at}: {msg}");
+        loosefs::eprintln_lossy!("loosefs: internal error at {at}: {msg}");
         if std::env::var_os("LOOSEFS_BACKTRACE").is_some_and(|v| v == "1") {
-            eprintln!("{}", std::backtrace::Backtrace::force_capture());
+            loosefs::eprintln_lossy!("{}", std::backtrace::Backtrace::force_capture());
         }
     }));
 }
@@ -696,6 +716,24 @@ fn one_line(e: &anyhow::Error) -> String {
     out
 }
 
+/// Parses the command line, exiting as clap does on an error; a value refused that came from a
+/// `LOOSEFS_*` variable rather than the command line is reported naming that variable, in one
+/// line.
+fn parse_cli(args: Vec<std::ffi::OsString>) -> Cli {
+    use clap::CommandFactory;
+    match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            if let Some(msg) = loosefs::options::env_error(&e, &Cli::command(), &args) {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "loosefs: error: {msg}");
+                std::process::exit(2);
+            }
+            e.exit()
+        }
+    }
+}
+
 fn main() {
     panic_hook();
     // Called by mount(8) as a helper (`mount -t fuse.loosefs`, an fstab line): the options
@@ -709,19 +747,19 @@ fn main() {
         match loosefs::options::helper_args(&args) {
             Ok(a) => {
                 loosefs::mount::set_command_line(a.clone());
-                Cli::parse_from(a)
+                parse_cli(a)
             }
             Err(e) => {
-                eprintln!("loosefs: error: {e:#}");
+                loosefs::eprintln_lossy!("loosefs: error: {e:#}");
                 std::process::exit(2);
             }
         }
     } else if let Some(a) = loosefs::options::expand_mount_o(&args) {
         // `loosefs mount SRC MNT -o ro,warm`: mount(8)'s way of giving options.
         loosefs::mount::set_command_line(a.clone());
-        Cli::parse_from(a)
+        parse_cli(a)
     } else {
-        Cli::parse()
+        parse_cli(args)
     };
     init_logging(matches!(&cli.cmd, Cmd::Mount { opts, .. } if opts.debug));
     match run(cli) {
@@ -734,7 +772,7 @@ fn main() {
             std::process::exit(code)
         }
         Err(e) => {
-            eprintln!("loosefs: error: {}", one_line(&e));
+            loosefs::eprintln_lossy!("loosefs: error: {}", one_line(&e));
             std::process::exit(2);
         }
     }

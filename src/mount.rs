@@ -219,7 +219,21 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
         .get()
         .cloned()
         .unwrap_or_else(|| std::env::args_os().collect());
-    cmd.args(args.iter().skip(1)).arg("--foreground");
+    // `--foreground` right after `mount` (never after a `--`), and the caller's own
+    // `--foreground=false` (how the Python API overrides an inherited LOOSEFS_FOREGROUND) left
+    // out: clap takes an option once.
+    let mut rest = args.iter().skip(1);
+    cmd.args(rest.next()).arg("--foreground");
+    let mut options = true;
+    for a in rest {
+        options &= a != "--";
+        let own = a == "--foreground"
+            || a == "-f"
+            || a.to_str().is_some_and(|s| s.starts_with("--foreground="));
+        if !(options && own) {
+            cmd.arg(a);
+        }
+    }
     cmd.env(READY_FD_ENV, tx.as_raw_fd().to_string())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -238,12 +252,13 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
             "" => String::new(),
             url => format!(", metrics {url}"),
         };
-        eprintln!(
-            "loosefs: mounted {} at {} (daemon pid {}, log {log}{metrics})",
+        // A `{"note": …}` line under --progress-lines, as every other message then.
+        opts.progress().note(&format!(
+            "mounted {} at {} (daemon pid {}, log {log}{metrics})",
             pack_path.display(),
             mnt.display(),
             child.id()
-        );
+        ));
         if opts.wait && (opts.pin.is_some() || opts.warm) {
             crate::client::wait_pin_and_warm(mnt, opts.pin.is_some(), opts.warm, opts.progress())?;
         }
@@ -430,34 +445,37 @@ pub const FS_TYPE: &str = "fuse.loosefs";
 /// cannot be opened is given up (the daemon logs to `/dev/null`); with `explicit` (`--log` was
 /// given) that is an error.
 fn redirect_stderr(log: &Path, explicit: bool) -> Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::DirBuilderExt;
     if let Some(dir) = log.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir);
     }
-    if std::fs::metadata(log).is_ok_and(|m| m.is_file() && m.len() > log_file::LOG_ROTATE) {
-        let _ = log_file::rotate(log);
-    }
-    let target = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(log)
-        .or_else(|e| match explicit {
-            true => Err(e),
-            // The default place cannot be written (a read-only home): no log, as before.
-            false => std::fs::OpenOptions::new().write(true).open("/dev/null"),
-        })
-        .with_context(|| format!("cannot open log {}", log.display()))?;
+    // Opened under its directory's descriptor, never through a link (log_file.rs says why).
+    let opened =
+        log_file::LogPlace::new(log).and_then(|place| place.open_appending().map(|f| (place, f)));
+    let (place, target) = match opened {
+        Ok((place, f)) => (Some(place), f),
+        Err(e) if explicit => {
+            return Err(e).with_context(|| format!("cannot open log {}", log.display()));
+        }
+        // The default place cannot be written (a read-only home): no log, as before.
+        Err(_) => (
+            None,
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/null")
+                .context("cannot open /dev/null")?,
+        ),
+    };
     let mut stderr = std::io::stderr().lock();
     let _ = stderr.flush();
     nix::unistd::dup2_stderr(&target)?;
     drop(stderr);
-    // A log file (not /dev/null, a pipe or a terminal) is rotated by size from now on.
-    if std::fs::metadata(log).is_ok_and(|m| m.is_file()) {
-        log_file::rotate_into(log);
+    // A log file (not /dev/null or a terminal) is rotated by size from now on.
+    if let Some(place) = place.filter(|_| target.metadata().is_ok_and(|m| m.is_file())) {
+        log_file::rotate_into(place, target);
     }
     Ok(())
 }
@@ -492,7 +510,10 @@ pub fn unmount_and_wait(mnt: &Path, lazy_if_busy: bool) -> Result<()> {
             if rx.recv_timeout(Duration::from_secs(ANSWER_SECS)).is_err() {
                 if let Some(pid) = daemon_of(&abs) {
                     log::warn!("{}: killing its daemon (pid {pid})", abs.display());
-                    eprintln!("loosefs: {}: killing its daemon (pid {pid})", abs.display());
+                    crate::eprintln_lossy!(
+                        "loosefs: {}: killing its daemon (pid {pid})",
+                        abs.display()
+                    );
                     let _ = nix::sys::signal::kill(
                         nix::unistd::Pid::from_raw(pid),
                         nix::sys::signal::Signal::SIGKILL,
@@ -569,7 +590,7 @@ fn abort_connection(abs: &Path) -> Result<()> {
         abs.display(),
         ctl.display()
     );
-    eprintln!(
+    crate::eprintln_lossy!(
         "loosefs: {}: the daemon does not answer; aborting its FUSE connection",
         abs.display()
     );

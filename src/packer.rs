@@ -361,7 +361,7 @@ fn remove_stale_temp_files(dir: &Path, prefix: &str) {
             continue;
         };
         if flock(&f, libc::LOCK_EX | libc::LOCK_NB).is_ok() && std::fs::remove_file(&path).is_ok() {
-            eprintln!(
+            crate::eprintln_lossy!(
                 "removed {}, left by an earlier pack of the same output that was killed",
                 path.display()
             );

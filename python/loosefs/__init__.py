@@ -184,14 +184,17 @@ def binary() -> str:
 
 
 def _flags(options: Dict[str, Any]) -> List[str]:
-    """CLI flags of keyword options: `warm=True` → `--warm`, `pin="8G"` → `--pin 8G`,
-    `decode=["npy", "ppm"]` → `--decode npy,ppm`; False and None are left out."""
+    """CLI flags of keyword options: `warm=True` → `--warm`, `warm=False` → `--warm=false`
+    (off even where a `LOOSEFS_WARM` variable would turn it on), `pin="8G"` → `--pin 8G`,
+    `decode=["npy", "ppm"]` → `--decode npy,ppm`; None is left out."""
     out: List[str] = []
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
-        if value is None or value is False:
+        if value is None:
             continue
-        if value is True:
+        if value is False:
+            out.append(flag + "=false")
+        elif value is True:
             out.append(flag)
         elif isinstance(value, (list, tuple)):
             out += [flag, ",".join(str(v) for v in value)]
@@ -549,7 +552,8 @@ def mount(source: PathLike, mountpoint: Optional[PathLike] = None, progress: Opt
     to_stderr = str(flags.get("log")) == "-"
     _unmount_on_signals()
     try:
-        args = ["mount", os.fspath(source), str(path), *_flags(flags)]
+        # In the background whatever LOOSEFS_FOREGROUND says: the call returns once mounted.
+        args = ["mount", os.fspath(source), str(path), "--foreground=false", *_flags(flags)]
         if to_stderr or _tqdm() is None:
             # Without tqdm the CLI's messages are kept for the error, not shown as bars.
             _run(args, error=MountError, stream_stderr=to_stderr)

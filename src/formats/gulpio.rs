@@ -125,7 +125,7 @@ pub fn scan(src: &Path) -> Result<Scan> {
                 "{}: no .gmeta file describes it; its frames cannot be located and are not shown",
                 d.display()
             );
-            eprintln!(
+            crate::eprintln_lossy!(
                 "loosefs: warning: {}: no .gmeta file describes it; its frames are not shown",
                 d.display()
             );

@@ -217,9 +217,9 @@ fn every_scanner_refuses_or_reads_damaged_and_crafted_inputs_without_panicking()
             std::fs::write(&f, &good).unwrap();
         }
     }
-    eprintln!("{tried} variants scanned; peak RSS raised by:");
+    crate::eprintln_lossy!("{tried} variants scanned; peak RSS raised by:");
     for (h, what) in &raised {
-        eprintln!("  {} MiB  {what}", h >> 20);
+        crate::eprintln_lossy!("  {} MiB  {what}", h >> 20);
     }
     assert!(
         panics.is_empty(),

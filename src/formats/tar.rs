@@ -157,7 +157,7 @@ fn inflate(gz: &Path, dir: &Path) -> Result<PathBuf> {
     }
     let older = format!("{shard:016x}-");
     std::fs::create_dir_all(dir)?;
-    eprintln!(
+    crate::eprintln_lossy!(
         "loosefs: inflating {} once into {}",
         gz.display(),
         out.display()
@@ -193,7 +193,7 @@ fn inflate(gz: &Path, dir: &Path) -> Result<PathBuf> {
         std::io::Write::write_all(&mut tmp, &buf[..n])?;
         done += n as u64;
         if done - shown >= 256 << 20 {
-            eprintln!("loosefs: inflated {} MB of {}", done >> 20, gz.display());
+            crate::eprintln_lossy!("loosefs: inflated {} MB of {}", done >> 20, gz.display());
             shown = done;
         }
     }

@@ -271,12 +271,12 @@ pub(super) fn announce(
         let metrics = metrics
             .map(|u| format!(", metrics {u}"))
             .unwrap_or_default();
-        eprintln!(
-            "loosefs: mounted {} at {} (pid {}{metrics})",
+        opts.progress().note(&format!(
+            "mounted {} at {} (pid {}{metrics})",
             built.path.display(),
             mnt.display(),
             std::process::id()
-        );
+        ));
     }
     let status = format!("serving {} at {}", built.path.display(), mnt.display());
     log::info!("{status}");

@@ -163,15 +163,17 @@ fn refresh(
     store: Arc<dyn ObjectStore>,
 ) -> Result<Dataset> {
     let cannot = || format!("cannot open {url}");
-    eprintln!("loosefs: {at} is stale: --refresh lists {url} again");
+    crate::eprintln_lossy!("loosefs: {at} is stale: --refresh lists {url} again");
     let listed = store
         .list_below(url, level, progress)
         .with_context(cannot)?;
     match remote_dir::shared_listing::write(url, &listed, Some(Path::new(at)), &*store) {
-        Ok(line) => eprintln!("loosefs: {line}"),
+        Ok(line) => crate::eprintln_lossy!("loosefs: {line}"),
         Err(e) => {
             log::warn!("--refresh: the shared index {at} was not rewritten: {e:#}");
-            eprintln!("loosefs: --refresh: the shared index {at} was not rewritten: {e:#}");
+            crate::eprintln_lossy!(
+                "loosefs: --refresh: the shared index {at} was not rewritten: {e:#}"
+            );
         }
     }
     RemoteDir::open(url, listed, opts, &*store)
@@ -274,7 +276,7 @@ fn open_http_dir(
                                 "{e:#}\n--refresh: serving the directory's listing instead (publish a new shared listing with `loosefs index {url} --out FILE`)"
                             );
                             log::warn!("{why}");
-                            eprintln!("loosefs: {why}");
+                            crate::eprintln_lossy!("loosefs: {why}");
                             Answer::Absent
                         }
                     }

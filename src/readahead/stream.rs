@@ -521,7 +521,7 @@ mod tests {
         let p = block_shuffled(8, 3);
         if std::env::var_os("LOOSEFS_PRINT").is_some() {
             for (name, p) in [("block8", &p), ("block64", &block_shuffled(64, 4))] {
-                eprintln!(
+                crate::eprintln_lossy!(
                     "{name}: {:.3} asked/read, {:.3} covered",
                     p.ratio(),
                     p.coverage()

@@ -10,6 +10,7 @@ import shutil
 import pathlib
 import re
 import subprocess
+import sys
 
 import pytest
 import torchvision
@@ -566,7 +567,8 @@ def test_every_mount_option_comes_from_its_environment_variable_too(pack, tmp_pa
     assert missing == [], missing
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    env = {**os.environ, "LOOSEFS_DECODE": "npy", "LOOSEFS_DECODE_THREADS": "3", "LOOSEFS_WARM": "0"}
+    # LOOSEFS_WARM=1 is not the default: ignoring the variable would leave the warm off.
+    env = {**os.environ, "LOOSEFS_DECODE": "npy", "LOOSEFS_DECODE_THREADS": "3", "LOOSEFS_WARM": "1"}
     r = subprocess.run([loosefs_bin(), "mount", str(pack), str(mnt), "--decode-threads", "5"], env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -574,10 +576,105 @@ def test_every_mount_option_comes_from_its_environment_variable_too(pack, tmp_pa
         assert any(p.suffix == ".npy" for p in mnt.rglob("*.npy")), "LOOSEFS_DECODE=npy made no view"
         names = task_names(daemon_pid(mnt))
         assert sum(x.startswith("loosefs-decode") for x in names) == 5, names  # the flag wins
-        assert json.loads(run("stats", mnt, "--json").stdout)["warm"]["state"] in ("off", "idle", "none")
+        assert json.loads(run("stats", mnt, "--json").stdout)["warm"]["state"] not in ("off", "idle", "none")
     finally:
         run("umount", mnt)
     env = {**os.environ, "LOOSEFS_THREADS": "many"}
     r = subprocess.run([loosefs_bin(), "mount", str(pack), str(mnt)], env=env, capture_output=True, text=True,
                        timeout=10)
-    assert r.returncode != 0 and "many" in r.stderr and "--threads" in r.stderr, r.stderr
+    # One line naming the variable the user set, not only the flag they never typed.
+    assert r.returncode == 2 and "LOOSEFS_THREADS" in r.stderr and "many" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def mount_help_options() -> dict:
+    """Each `loosefs mount` option of --help: its variable and whether it takes a value."""
+    helptext = run("mount", "--help").stdout
+    out = {}
+    for m in re.finditer(r"^\s+(?:-\w, )?--([a-z][a-z-]*)(\[=<[A-Z_]+>\])?( <[A-Z_]+>)?", helptext, re.M):
+        if m.group(1) in ("help", "version"):
+            continue
+        var = "LOOSEFS_" + m.group(1).upper().replace("-", "_")
+        out[m.group(1)] = (var, m.group(3) is not None)
+    return out
+
+
+# A value each option's parser refuses (free text options, which take any value, are absent).
+BAD_VALUES = {
+    "threads": "many", "read-ahead-kb": "x", "prefetch-max-mb": "x", "order-window-mb": "x", "pin": "8X",
+    "push-ahead": "x", "passthrough": "sometimes", "transport": "fast", "metrics-addr": "nope",
+    "format": "png", "fields": "x", "verify": "x", "chunk-cache": "-1", "cache-size": "-1",
+    "max-requests": "x", "retries": "x", "retry-timeout": "x", "request-timeout": "x", "decode": "png",
+    "decode-max-side": "x", "decode-cache": "x", "decode-threads": "x", "decode-ahead": "x",
+}
+
+
+def test_a_variable_with_a_value_its_option_refuses_is_named_and_nothing_mounts(pack, tmp_path):
+    # Behaviour, not --help text: each variable is read (a value its option refuses fails the
+    # mount, in one line naming the variable). A flag's variable takes only true/false words:
+    # `disabled` or a typo must not turn allow_other on (reliability-probe.md, env-bool-typo).
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    tried = []
+    for flag, (var, takes_value) in mount_help_options().items():
+        if not takes_value:
+            bads = ["disabled", "flase", "nope"] if flag == "allow-other" else ["maybe"]
+        elif flag in BAD_VALUES:
+            bads = [BAD_VALUES[flag]]
+        else:
+            continue
+        for bad in bads:
+            r = subprocess.run([loosefs_bin(), "mount", str(pack), str(mnt)], env={**os.environ, var: bad},
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 2, (var, bad, r.stderr)
+            assert var in r.stderr and bad in r.stderr, (var, r.stderr)
+            assert len(r.stderr.strip().splitlines()) == 1, (var, r.stderr)
+            tried.append(var)
+    assert not os.path.ismount(mnt)
+    # Every flag and every option with a checked value (the free-text ones are the log, label,
+    # class names, index and cache paths, and the remote endpoint, region, profile and CA).
+    assert len(set(tried)) >= 35, sorted(set(tried))
+
+
+def mount_options_of(mnt) -> str:
+    for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines():
+        f = line.split(" ")
+        if f[4] == str(mnt):
+            return f[f.index("-") + 3]
+    raise AssertionError(f"{mnt} is not mounted")
+
+
+def test_an_inherited_flag_variable_is_turned_off_on_the_command_line_and_from_python(pack, tmp_path):
+    # reliability-probe.md, env-allow-other-no-override: LOOSEFS_ALLOW_OTHER=1 in a job's
+    # environment, turned off by `--allow-other=false` and by loosefs.mount(allow_other=False);
+    # an inherited LOOSEFS_FOREGROUND=1 does not keep loosefs.mount() from returning.
+    need_mount()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = {**os.environ, "LOOSEFS_ALLOW_OTHER": "1"}
+    r = subprocess.run([loosefs_bin(), "mount", str(pack), str(mnt)], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    try:
+        assert "allow_other" in mount_options_of(mnt), "the variable is read"
+    finally:
+        run("umount", mnt)
+    r = subprocess.run([loosefs_bin(), "mount", str(pack), str(mnt), "--allow-other=false"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    try:
+        assert "allow_other" not in mount_options_of(mnt)
+    finally:
+        run("umount", mnt)
+    env = {**os.environ, "LOOSEFS_ALLOW_OTHER": "1", "LOOSEFS_FOREGROUND": "1",
+           "PYTHONPATH": str(ROOT / "python"), "LOOSEFS_BIN": loosefs_bin()}
+    probe = ("import loosefs, pathlib\n"
+             f"m = loosefs.mount({str(pack)!r}, {str(mnt)!r}, allow_other=False)\n"
+             "for line in pathlib.Path('/proc/self/mountinfo').read_text().splitlines():\n"
+             "    f = line.split(' ')\n"
+             f"    if f[4] == {str(mnt)!r}: print('options', f[f.index('-') + 3])\n"
+             "m.unmount()\n"
+             "print('returned')\n")
+    r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "returned" in r.stdout, (r.stdout, r.stderr)
+    assert "options " in r.stdout and "allow_other" not in r.stdout, r.stdout
