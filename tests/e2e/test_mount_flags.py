@@ -678,3 +678,59 @@ def test_an_inherited_flag_variable_is_turned_off_on_the_command_line_and_from_p
     r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "returned" in r.stdout, (r.stdout, r.stderr)
     assert "options " in r.stdout and "allow_other" not in r.stdout, r.stdout
+
+
+def test_a_mount_whose_stderr_cannot_be_written_still_succeeds(pack, tmp_path):
+    # reliability-probe.md, mount-stderr-broken-abort: the last line ("mounted …") panicked on a
+    # full or closed stderr, after the mount was made: exit 134 to a caller who then retries.
+    need_mount()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([loosefs_bin(), "mount", str(pack), str(mnt)], stderr=full, timeout=60)
+    try:
+        assert r.returncode == 0, r.returncode
+        assert os.path.ismount(mnt)
+    finally:
+        run("umount", mnt)
+    # A pipe whose reader went away before the line is written (plain, and --progress-lines).
+    for extra in ([], ["--progress-lines"]):
+        rd, wr = os.pipe()
+        os.close(rd)
+        r = subprocess.run([loosefs_bin(), "mount", str(pack), str(mnt), *extra], stderr=wr, timeout=60)
+        os.close(wr)
+        try:
+            assert r.returncode == 0, (extra, r.returncode)
+            assert os.path.ismount(mnt)
+        finally:
+            run("umount", mnt)
+    # Standard output closed early (`| head -c1`) or full: no "internal error", no exit 101.
+    rd, wr = os.pipe()
+    os.close(rd)
+    r = subprocess.run([loosefs_bin(), "info", str(pack), "--json"], stdout=wr, stderr=subprocess.PIPE,
+                       text=True, timeout=60)
+    os.close(wr)
+    assert r.returncode == 0 and "internal error" not in r.stderr, (r.returncode, r.stderr)
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([loosefs_bin(), "info", str(pack), "--json"], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=60)
+    assert r.returncode == 2 and "internal error" not in r.stderr and "standard output" in r.stderr, r.stderr
+
+
+def test_under_progress_lines_every_line_of_a_mount_is_json(pack, tmp_path):
+    # reliability-probe.md, progress-lines-mounted-not-json: the "mounted" line was plain text,
+    # split in two by a newline in the source's name.
+    need_mount()
+    odd = tmp_path / 'we"ird\\na\nme.pack'
+    shutil.copyfile(pack, odd)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run([loosefs_bin(), "mount", str(odd), str(mnt), "--progress-lines"], capture_output=True,
+                       text=True, timeout=60)
+    try:
+        assert r.returncode == 0, r.stderr
+        lines = [json.loads(x) for x in r.stderr.splitlines()]  # each one JSON
+        notes = [x["note"] for x in lines if "note" in x]
+        assert any(n.startswith(f"mounted {odd} at {mnt}") for n in notes), lines
+    finally:
+        run("umount", mnt)

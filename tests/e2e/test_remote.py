@@ -886,8 +886,14 @@ def test_a_lerobot_dataset_as_loose_objects_reads_identical_and_its_videos_decod
                    capture_output=True, timeout=300)
     try:
         cache = world["work"] / f"cache-frames-{random.randrange(1 << 30)}"
+        # A FIFO planted as a left spool's lock (reliability-probe.md: it wedged this mount,
+        # whose cache budget opened every lock there): the mount goes on and leaves it.
+        planted = cache / ".frames-planted"
+        planted.mkdir(parents=True, mode=0o700)
+        cache.chmod(0o700)
+        os.mkfifo(planted / "lock")
         with Mount(f"s3://{weed.bucket}/lerobot/", world["work"], "--decode", "frames", *s3_args(world, cache=cache)) as mnt:
-            spools = [p for p in cache.iterdir() if p.name.startswith(".frames-")]
+            spools = [p for p in cache.iterdir() if p.name.startswith(".frames-") and p != planted]
             assert len(spools) == 1
             # Owner-only, as the block cache beside it: the copies were fetched with credentials.
             assert spools[0].stat().st_mode & 0o777 == 0o700, oct(spools[0].stat().st_mode)
@@ -898,7 +904,7 @@ def test_a_lerobot_dataset_as_loose_objects_reads_identical_and_its_videos_decod
             for rel in made:
                 assert (mnt / rel).read_bytes() == (local / rel).read_bytes(), rel
         # The copies of the videos go with the mount.
-        assert not [p for p in cache.iterdir() if p.name.startswith(".frames-")]
+        assert not [p for p in cache.iterdir() if p.name.startswith(".frames-") and p != planted]
     finally:
         subprocess.run([loosefs_bin(), "umount", str(local)], check=True, timeout=60)
 
