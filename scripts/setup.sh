@@ -32,6 +32,8 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v npm >/dev/null || need+=(nodejs npm)
 # A one-node Slurm cluster (slurmctld, slurmd, munge) runs the deploy/slurm recipe in the tests.
 command -v slurmctld >/dev/null || need+=(slurm-wlm)
+# man(1) renders `loosefs man` in the docs test.
+command -v man >/dev/null || need+=(man-db)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2
   if [ "$(id -u)" != 0 ]; then

@@ -777,3 +777,32 @@ fn main() {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_says_each_subject_once() {
+        let url = "https://127.0.0.1:9/data.pack";
+        let e = anyhow::anyhow!("nothing listens at 127.0.0.1:9 (connection refused)")
+            .context(format!("{url}: cannot reach the server"))
+            .context(format!("cannot open {url}"))
+            .context(format!("cannot mount {url}"));
+        assert_eq!(
+            one_line(&e),
+            format!("cannot mount {url}: cannot reach the server: nothing listens at 127.0.0.1:9 (connection refused)")
+        );
+        // `cannot open source X` after `cannot index X`, and a cause that only repeats the
+        // subject, add only what is new.
+        let e = anyhow::anyhow!("/d/x.tar: truncated member")
+            .context("cannot open source /d/x.tar")
+            .context("cannot index /d/x.tar");
+        assert_eq!(one_line(&e), "cannot index /d/x.tar: truncated member");
+        // Different subjects are kept, in order, on one line.
+        let e = anyhow::anyhow!("Permission denied (os error 13)").context("cannot open log /var/log/x");
+        let line = one_line(&e);
+        assert_eq!(line, "cannot open log /var/log/x: Permission denied (os error 13)");
+        assert!(!line.contains('\n'));
+    }
+}
