@@ -356,7 +356,7 @@ http {{
 # Servers stop by themselves after this long even if the run that started them dies.
 LIFETIME = "7200"
 
-REQUEST = re.compile(rb"(?:GET|HEAD|PUT|POST|DELETE) /")
+REQUEST = re.compile(rb"(?:GET|HEAD|PUT|POST|DELETE) /")  # the method is the first word
 
 
 class FaultProxy:
@@ -461,6 +461,7 @@ class FaultProxy:
         self._conns.update((cw, sw))
         cut = None
         pending = [0]  # requests of this connection forwarded and not yet answered
+        methods = []  # the methods of those requests, oldest first (a HEAD's answer has no body)
 
         def answered():
             if pending[0] > 0:
@@ -476,7 +477,9 @@ class FaultProxy:
                 data = await cr.read(65536)
                 if not data:
                     break
-                n = len(REQUEST.findall(data))
+                found = REQUEST.findall(data)
+                methods.extend(m.split(b" ")[0] for m in found)
+                n = len(found)
                 if n and self.fail_503 > 0:
                     self.fail_503 -= 1
                     cw.write(b"HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
@@ -504,9 +507,14 @@ class FaultProxy:
             sw.close()
 
         async def down():
+            # Responses are framed as HTTP/1.1 frames them (RFC 9112 section 6): none after a
+            # HEAD or for 1xx/204/304, else chunked, else Content-Length, else until the close.
+            # `body_bytes` counts payload bytes only (not chunk sizes or trailers).
             sent = 0
             head = bytearray()
-            left = 0  # bytes of the current response body still to come
+            mode = "head"  # head | fixed | chunk-size | chunk-data | chunk-crlf | trailer | close
+            left = 0  # bytes of the current fixed body or chunk still to come
+            line = bytearray()  # a chunk-size or trailer line being read
             flip = None  # offset in what is left of the body of the byte to flip
             while True:
                 data = await sr.read(65536)
@@ -515,7 +523,10 @@ class FaultProxy:
                 data = bytearray(data)
                 i = 0
                 while i < len(data):
-                    if left > 0:
+                    if mode == "close":
+                        self.body_bytes += len(data) - i
+                        i = len(data)
+                    elif mode in ("fixed", "chunk-data"):
                         take = min(left, len(data) - i)
                         if flip is not None and flip < take:
                             data[i + flip] ^= 0xFF
@@ -526,24 +537,58 @@ class FaultProxy:
                         i += take
                         self.body_bytes += take
                         if left == 0:
+                            if mode == "fixed":
+                                mode = "head"
+                                answered()
+                            else:
+                                mode = "chunk-crlf"
+                    elif mode in ("chunk-size", "chunk-crlf", "trailer"):
+                        nl = data.find(b"\n", i)
+                        if nl < 0:
+                            line += data[i:]
+                            i = len(data)
+                            continue
+                        line += data[i:nl]
+                        i = nl + 1
+                        text = bytes(line).strip()
+                        line = bytearray()
+                        if mode == "chunk-crlf":
+                            mode = "chunk-size"
+                        elif mode == "chunk-size":
+                            left = int(text.split(b";")[0], 16)
+                            mode = "chunk-data" if left else "trailer"
+                        elif not text:  # the empty line ending the trailers
+                            mode = "head"
                             answered()
-                        continue
-                    before = len(head)
-                    head += data[i:]
-                    end = head.find(b"\r\n\r\n")
-                    if end < 0:
-                        i = len(data)
-                        continue
-                    i += end + 4 - before
-                    m = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", bytes(head[:end + 4]))
-                    left = int(m.group(1)) if m else 0
-                    head = bytearray()
-                    if left == 0:
-                        answered()
-                    if self.corrupt > 0 and left >= 4096:
-                        self.corrupt -= 1
-                        self.corrupted += 1
-                        flip = left // 2
+                    else:
+                        before = len(head)
+                        head += data[i:]
+                        end = head.find(b"\r\n\r\n")
+                        if end < 0:
+                            i = len(data)
+                            continue
+                        i += end + 4 - before
+                        h = bytes(head[:end + 4])
+                        head = bytearray()
+                        method = methods.pop(0) if methods else b"GET"
+                        status = int(h.split(b" ", 2)[1]) if h.startswith(b"HTTP/") else 200
+                        length = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", h)
+                        if method == b"HEAD" or status < 200 or status in (204, 304):
+                            answered()
+                        elif re.search(rb"(?i)\r\ntransfer-encoding:[^\r]*chunked", h):
+                            mode = "chunk-size"
+                        elif length:
+                            left = int(length.group(1))
+                            if left == 0:
+                                answered()
+                            else:
+                                mode = "fixed"
+                                if self.corrupt > 0 and left >= 4096:
+                                    self.corrupt -= 1
+                                    self.corrupted += 1
+                                    flip = left // 2
+                        else:
+                            mode = "close"
                 if cut is not None and sent + len(data) > cut:
                     cw.write(bytes(data[: max(0, cut - sent)]))
                     await cw.drain()

@@ -757,7 +757,10 @@ def test_loose_objects_under_an_s3_prefix_mount_from_their_listing_and_read_iden
     with Mount(url, world["work"], *s3_args(world)) as mnt:
         assert proxy.requests - r0 == listed, "the mount fetched objects"
         # Counted in bytes too: the LISTs' XML (under 1 KiB a key), no object's body.
-        assert proxy.body_bytes - b0 < 1024 * len(files), f"{proxy.body_bytes - b0} bytes received at mount"
+        # ... and more than 100 bytes a key (a LIST entry's XML is ~250): an answer the proxy
+        # failed to count (chunked) cannot pass as "nothing downloaded".
+        assert 100 * len(files) < proxy.body_bytes - b0 < 1024 * len(files), \
+            f"{proxy.body_bytes - b0} bytes received at mount"
         assert files_of(mnt) == files
         # Each file's mtime is its LastModified.
         head = c.head_object(Bucket=weed.bucket, Key=f"loose/{files[0].as_posix()}")
@@ -817,8 +820,9 @@ def test_a_cold_remote_pass_receives_each_stored_byte_about_once(world, source, 
     print(f"{kind}: {at_mount} bytes received at mount, {in_pass} in the pass, {served} served: {total / served:.3f}x")
     assert served >= 50e6, f"only {served} bytes served: the source must hold at least 50 MB"
     if kind == "loose":
-        # The LISTs' XML: well under 1 KiB per key.
-        assert at_mount < 1024 * len(files), f"{at_mount} bytes received at mount for {len(files)} keys"
+        # The LISTs' XML: well under 1 KiB per key, and over 100 bytes (counted, not missed).
+        assert 100 * len(files) < at_mount < 1024 * len(files), \
+            f"{at_mount} bytes received at mount for {len(files)} keys"
     if kind == "pack":
         index = len(json.dumps([str(f) for f in files])) * 4 + (1 << 20)
         assert at_mount < index, f"{at_mount} bytes received at mount (index and tail only)"
@@ -1115,3 +1119,66 @@ def test_loose_jpegs_under_a_prefix_show_decoded_views_from_a_head_range_each(wo
                 ref = np.asarray(im.convert("RGB"))
             a = np.load(mnt / rel.with_suffix(".npy"))
             assert a.shape == ref.shape and np.array_equal(a, ref), rel
+
+
+def test_the_fault_proxy_counts_the_bodies_of_every_framing():
+    """The byte-count tests read `FaultProxy.body_bytes`: a chunked answer counts its payload
+    (it counted 0), a HEAD's answer none (its Content-Length mis-framed what followed on the
+    connection), and answers read to the close count too."""
+    import http.client
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_HEAD(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+
+        def do_GET(self):
+            if self.path == "/chunked":
+                self.send_response(200)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for part in (b"a" * 300, b"b" * 4000, b"c" * 7):
+                    self.wfile.write(b"%x;ext=1\r\n%s\r\n" % (len(part), part))
+                self.wfile.write(b"0\r\nX-Trailer: t\r\n\r\n")
+            elif self.path == "/close":
+                self.send_response(200)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(b"z" * 500)
+                self.close_connection = True
+            else:
+                self.send_response(200)
+                self.send_header("Content-Length", "123")
+                self.end_headers()
+                self.wfile.write(b"f" * 123)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    proxy = servers.FaultProxy(server.server_address[1]).start()
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+        for method, path, size in (("HEAD", "/x", 0), ("GET", "/chunked", 4307), ("GET", "/fixed", 123),
+                                   ("HEAD", "/x", 0), ("GET", "/fixed", 123)):
+            c.request(method, path)
+            assert len(c.getresponse().read()) == size, (method, path)
+        c.close()
+        c = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+        c.request("GET", "/close")
+        assert len(c.getresponse().read()) == 500
+        c.close()
+        deadline = time.monotonic() + 30
+        while proxy.body_bytes < 4307 + 123 * 2 + 500 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proxy.body_bytes == 4307 + 123 * 2 + 500, proxy.body_bytes
+        assert proxy.requests == 6
+    finally:
+        proxy.stop()
+        server.shutdown()
