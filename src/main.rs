@@ -791,7 +791,9 @@ mod tests {
             .context(format!("cannot mount {url}"));
         assert_eq!(
             one_line(&e),
-            format!("cannot mount {url}: cannot reach the server: nothing listens at 127.0.0.1:9 (connection refused)")
+            format!(
+                "cannot mount {url}: cannot reach the server: nothing listens at 127.0.0.1:9 (connection refused)"
+            )
         );
         // `cannot open source X` after `cannot index X`, and a cause that only repeats the
         // subject, add only what is new.
@@ -800,9 +802,13 @@ mod tests {
             .context("cannot index /d/x.tar");
         assert_eq!(one_line(&e), "cannot index /d/x.tar: truncated member");
         // Different subjects are kept, in order, on one line.
-        let e = anyhow::anyhow!("Permission denied (os error 13)").context("cannot open log /var/log/x");
+        let e = anyhow::anyhow!("Permission denied (os error 13)")
+            .context("cannot open log /var/log/x");
         let line = one_line(&e);
-        assert_eq!(line, "cannot open log /var/log/x: Permission denied (os error 13)");
+        assert_eq!(
+            line,
+            "cannot open log /var/log/x: Permission denied (os error 13)"
+        );
         assert!(!line.contains('\n'));
     }
 }
