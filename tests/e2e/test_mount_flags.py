@@ -10,6 +10,7 @@ import shutil
 import pathlib
 import re
 import subprocess
+import time
 import sys
 
 import pytest
@@ -734,3 +735,68 @@ def test_under_progress_lines_every_line_of_a_mount_is_json(pack, tmp_path):
         assert any(n.startswith(f"mounted {odd} at {mnt}") for n in notes), lines
     finally:
         run("umount", mnt)
+
+
+def test_a_live_daemons_log_beside_its_mountpoint_rotates_and_never_follows_a_planted_link(pack):
+    # A root daemon logging with --debug into a directory every user may write, its log beside
+    # its mountpoint (the layout of 93e3616's hang: the rotation stat'ed its own mount), flooded
+    # past the rotation size several times while another user spins on planting a link at the
+    # log's name (reliability-probe.md, log-rotate-symlink-race: 176,835 bytes appended to the
+    # link's target). The link's target is untouched, at most three files are kept, the
+    # daemon's stderr follows the live file, and the daemon answers and unmounts after.
+    import tempfile
+    need_mount()
+    if shutil.which("setpriv") is None:
+        missing_prerequisite("setpriv is not installed (util-linux)")
+    base = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-logs-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        shared = base / "shared"
+        shared.mkdir()
+        shared.chmod(0o777)
+        victim = base / "victim"
+        victim.write_text("root's file\n")
+        victim.chmod(0o644)
+        mnt, log = shared / "mnt", shared / "mnt.log"
+        mnt.mkdir()
+        run("mount", pack, mnt, "--log", log, "--debug")
+        pid = json.loads(run("stats", mnt, "--json").stdout)["daemon"]["pid"]
+        planter = subprocess.Popen(
+            ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", sys.executable, "-c",
+             "import os, sys\n"
+             "while True:\n"
+             "    try:\n"
+             "        os.symlink(sys.argv[1], sys.argv[2])\n"
+             "    except OSError:\n"
+             "        pass\n", str(victim), str(log)])
+        try:
+            first = next(p for p in sorted(mnt.rglob("*")) if p.is_file())
+            fd = os.open(first, os.O_WRONLY)  # each write fails EROFS and logs a line
+            try:
+                # ~100 bytes of log a write: ~40 MB, five rotations.
+                for _ in range(400_000):
+                    with pytest.raises(OSError):
+                        os.write(fd, b"x")
+            finally:
+                os.close(fd)
+        finally:
+            planter.kill()
+            planter.wait(timeout=30)
+        assert victim.read_text() == "root's file\n", "the daemon wrote through a planted link"
+        kept = sorted(p.name for p in shared.glob("mnt.log*"))
+        assert "mnt.log.2" in kept, kept  # rotated twice at least
+        assert set(kept) <= {"mnt.log", "mnt.log.1", "mnt.log.2"}, kept
+        for name in kept:
+            p = shared / name
+            assert not p.is_symlink() and p.stat().st_size <= (8 << 20) + 4096, (name, p.stat().st_size)
+            assert (p.stat().st_mode & 0o777) == 0o600, name
+        assert os.readlink(f"/proc/{pid}/fd/2") == str(log), "stderr did not follow the live log"
+        assert (mnt / first.relative_to(mnt)).read_bytes()  # still serving
+        run("umount", mnt)
+        deadline = time.monotonic() + 60
+        while pathlib.Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pathlib.Path(f"/proc/{pid}").exists(), "the daemon did not end after its unmount"
+    finally:
+        subprocess.run(["umount", "-l", str(base / "shared" / "mnt")], capture_output=True, timeout=60)
+        shutil.rmtree(base, ignore_errors=True)
