@@ -21,7 +21,8 @@ writer made in the Debian trixie root (scripts/make-lerobot-fixture.py).
 
 `<dir>/formats/` holds its first 48 classes written by the formats' own writers (webdataset,
 tfrecord, mosaicml-streaming, litdata, datasets, gulpio2, zipfile), as ../shared/data/formats
-does; FFCV's writer does not install here, so its cases are skipped saying so.
+does, and FFCV's two files by `write_beton` (FFCV's own writer needs OpenCV and a compiler):
+its layout is checked against a file FFCV's writer wrote where ../shared/data has one.
 """
 import argparse
 import hashlib
@@ -130,8 +131,8 @@ def make(out: pathlib.Path):
 def formats(tree: pathlib.Path, out: pathlib.Path):
     """The first 48 classes of `tree` written into `out/<format>/` by each format's own writer,
     as ../shared/data/formats holds them (its README's table: the same writers, options and
-    layouts), with `manifest.json` (`classes`, `files`). FFCV is not among them: its writer
-    does not build from PyPI on this Python (it needs OpenCV and libjpeg-turbo's headers)."""
+    layouts), with `manifest.json` (`classes`, `files`). FFCV's files are written by
+    [`write_beton`] (ffcv's own writer compiles against OpenCV: 211 Debian packages)."""
     import json
     classes = sorted(d.name for d in tree.iterdir())[:48]
     files = [f"{c}/{f.name}" for c in classes for f in sorted((tree / c).iterdir())]
@@ -182,6 +183,10 @@ def formats(tree: pathlib.Path, out: pathlib.Path):
     ds.to_parquet(str(out / "hf-parquet" / "train-00000-of-00001.parquet"),
                   compression={"image.bytes": "NONE", "image.path": "NONE", "label": "SNAPPY"},
                   use_dictionary=["label"])
+    # ffcv: RGBImageField(write_mode=jpg|raw, max_resolution=256, jpeg_quality=90), IntField.
+    (out / "ffcv").mkdir()
+    for mode in ("jpg", "raw"):
+        write_beton(out / "ffcv" / f"{mode}.beton", [(i, p) for i, _, p in items], mode)
     # gulpio: ImageFolderAdapter + GulpIngestor(videos_per_chunk=16), frames re-encoded.
     from gulpio2 import GulpIngestor
     from gulpio2.adapters import ImageFolderAdapter
@@ -192,6 +197,71 @@ def formats(tree: pathlib.Path, out: pathlib.Path):
     adapter = ImageFolderAdapter(str(sub) + "/", str(out / "gulpio"), file_extensions=[".JPEG"])
     GulpIngestor(adapter, str(out / "gulpio"), videos_per_chunk=16, num_workers=1)()
     shutil.rmtree(sub)
+
+
+FFCV_PAGE = 1 << 21  # the page size ../shared/data/formats/ffcv was written with
+FFCV_FIELD = 1041  # a field descriptor: u8 type, name[16], arguments[1024]
+
+
+def write_beton(path: pathlib.Path, items, mode: str, page: int = FFCV_PAGE):
+    """What ffcv 1.0.2's `DatasetWriter(path, {"image": RGBImageField(write_mode=mode,
+    max_resolution=256, jpeg_quality=90), "label": IntField()}, page_size=page)` writes for
+    `items` ((label, image path), in order), laid out as research/formats.md §1 and ffcv's
+    writer.py, types.py and memory_allocator.py have it, written here without ffcv:
+
+    - header: u16 version 2, u16 fields 2, u32 page size, u64 samples, u64 allocation table
+      offset (24 bytes);
+    - field descriptors, 1041 bytes each: type (2 RGBImage, 1 Int), the name NUL-padded to 16
+      bytes, arguments (all zero for these two fields);
+    - the metadata table, a row of 24 bytes per sample (numpy `align=True`): the image's
+      packed {u8 mode (0 jpg, 1 raw), u16 width, u16 height, u64 data offset} at 0, the label
+      as i64 at 16;
+    - data in pages of `page` bytes from the first page boundary after the table, each sample
+      whole in one page (a sample that does not fit the page's rest starts the next one), pages
+      zero-filled;
+    - the allocation table after the last page: (u64 sample, u64 offset, u64 size) each.
+
+    Each image is converted to RGB and, when its longer side is over 256, shrunk to
+    (int(w·r), int(h·r)) with r = 256 / longer side (ffcv's `resizer`; area averaging,
+    Pillow's BOX where ffcv calls OpenCV's INTER_AREA); `jpg` stores it re-encoded at quality
+    90, `raw` its H·W·3 RGB bytes. tests/e2e/test_formats_writers.py checks the layout against
+    a file ffcv's own writer wrote, where ../shared/data has one."""
+    import struct
+    n = len(items)
+    table_end = 24 + 2 * FFCV_FIELD + 24 * n
+    data_start = -(-table_end // page) * page
+    rows, allocs, pages = [], [], [bytearray()]
+    for sid, (label, src) in enumerate(items):
+        im = Image.open(src).convert("RGB")
+        w, h = im.size
+        r = 256 / max(w, h)
+        if r < 1:
+            im = im.resize((int(w * r), int(h * r)), Image.Resampling.BOX)
+            w, h = im.size
+        if mode == "jpg":
+            buf = io.BytesIO()
+            im.save(buf, "JPEG", quality=90)
+            data = buf.getvalue()
+        else:
+            data = im.tobytes()
+        if len(data) > page:
+            sys.exit(f"make-test-data: {src}: {len(data)} bytes do not fit an FFCV page of {page}")
+        if len(pages[-1]) + len(data) > page:
+            pages.append(bytearray())
+        ptr = data_start + (len(pages) - 1) * page + len(pages[-1])
+        pages[-1] += data
+        rows.append(struct.pack("<BHHQ3xq", 0 if mode == "jpg" else 1, w, h, ptr, label))
+        allocs.append(struct.pack("<QQQ", sid, ptr, len(data)))
+    alloc_ptr = data_start + len(pages) * page
+    with open(path, "wb") as f:
+        f.write(struct.pack("<HHIQQ", 2, 2, page, n, alloc_ptr))
+        for type_id, name in ((2, b"image"), (1, b"label")):
+            f.write(bytes([type_id]) + name.ljust(16, b"\0") + bytes(1024))
+        f.write(b"".join(rows))
+        f.write(bytes(data_start - table_end))
+        for pg in pages:
+            f.write(pg + bytes(page - len(pg)))
+        f.write(b"".join(allocs))
 
 
 def _litdata_item(x):

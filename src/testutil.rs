@@ -84,3 +84,16 @@ pub fn missing_prerequisite(what: &str) {
     );
     eprintln!("SKIPPED: {what}");
 }
+
+/// The tests' data, as tests/common's `data_root`: `../shared/data` beside the checkout (unless
+/// `LOOSEFS_TEST_CLONE_ALONE=1` hides it), else the corpus scripts/make-test-data.py made
+/// (`$LOOSEFS_TEST_DATA`), laid out the same way; else none.
+pub fn data_root() -> Option<std::path::PathBuf> {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data");
+    let alone = std::env::var("LOOSEFS_TEST_CLONE_ALONE").as_deref() == Ok("1");
+    if p.is_dir() && !alone {
+        return Some(p);
+    }
+    let made = std::path::PathBuf::from(std::env::var_os("LOOSEFS_TEST_DATA")?);
+    made.is_dir().then_some(made)
+}

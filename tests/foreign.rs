@@ -28,19 +28,6 @@ fn formats_dir() -> Option<PathBuf> {
     }
 }
 
-/// Whether `rel` is an FFCV file the corpus lacks: the corpus the project makes has none
-/// (FFCV's writer does not install here; ../shared/data has them). Said on stderr.
-fn absent_ffcv(dir: &Path, rel: &str) -> bool {
-    let absent = rel.starts_with("ffcv/") && !dir.join(rel).exists();
-    if absent {
-        eprintln!(
-            "SKIPPED: {} has no {rel} (FFCV's writer does not install here)",
-            dir.display()
-        );
-    }
-    absent
-}
-
 /// The manifest: class names in label order, and each source file's class.
 fn manifest(dir: &Path) -> (Vec<String>, Vec<(PathBuf, String)>) {
     let v: serde_json::Value =
@@ -138,9 +125,6 @@ fn files(s: &Fs, dir: u64, top: Option<&str>, out: &mut Vec<(String, Vec<u8>)>) 
 /// labels (`first_label` for class 0) rather than names.
 fn check(rel: &str, exact: bool, numbered: Option<i64>) {
     let Some(dir) = formats_dir() else { return };
-    if absent_ffcv(&dir, rel) {
-        return;
-    }
     let (classes, sources) = manifest(&dir);
     let index = tempfile::tempdir().unwrap();
     let s = server(&dir.join(rel), index.path());
@@ -272,9 +256,6 @@ fn every_format_is_detected_from_its_content() {
         ("ffcv/raw.beton", Format::Ffcv),
         ("zip/images.zip", Format::Zip),
     ] {
-        if absent_ffcv(&dir, rel) {
-            continue;
-        }
         assert_eq!(detect(&dir.join(rel)).unwrap(), want, "{rel}");
     }
     let e = format!("{:#}", detect(&dir.join("../imagenet-sample")).unwrap_err());

@@ -14,9 +14,11 @@ mod loosefs_fuzz;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The formats written by their own writers (`../shared/data/formats`).
+/// The formats written by their own writers (`../shared/data/formats`, else the corpus').
 fn formats() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/formats");
+    let p = common::data_root()
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data"))
+        .join("formats");
     if p.is_dir() {
         Some(p)
     } else {
@@ -163,7 +165,9 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
             }
         }
         "video" => {
-            let l = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/lerobot/so100-av1");
+            let l = common::data_root()
+                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data"))
+                .join("lerobot/so100-av1");
             if l.is_dir() {
                 out.push(joined(&[
                     head(&l.join("meta/info.json"), usize::MAX),

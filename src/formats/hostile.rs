@@ -20,8 +20,9 @@ const FIXTURES: &[(Format, &str)] = &[
     (Format::Zip, "zip/images.zip"),
 ];
 
+/// The formats of the tests' data (`../shared/data/formats`, else the corpus').
 fn shared() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/formats");
+    let p = crate::testutil::data_root()?.join("formats");
     p.join("manifest.json").is_file().then_some(p)
 }
 

@@ -428,10 +428,14 @@ mod tests {
 
     #[test]
     fn the_shared_dataset_reads_as_its_writer_wrote_it() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/lerobot/so100-av1");
-        if !root.is_dir() {
-            return crate::testutil::missing_prerequisite("../shared/data/lerobot/so100-av1");
-        }
+        let Some(root) = crate::testutil::data_root()
+            .map(|d| d.join("lerobot/so100-av1"))
+            .filter(|r| r.is_dir())
+        else {
+            return crate::testutil::missing_prerequisite(
+                "lerobot/so100-av1 in ../shared/data or the corpus (scripts/make-test-data.py --lerobot)",
+            );
+        };
         assert!(detect(&root));
         let d = LeRobot::open(&root).unwrap();
         assert_eq!(d.fps, 30.0);

@@ -35,10 +35,13 @@ def test_corpus() -> pathlib.Path:
 
 
 # The data the tests read: ../shared/data beside the checkout (CI's machines and the
-# workspace), else the corpus the project makes itself (a user's clone). LeRobot datasets are
-# only in the first: their tests say so where it is absent.
+# workspace), else the corpus the project makes itself (a user's clone; with LeRobot's dataset
+# as root).
+# LOOSEFS_TEST_CLONE_ALONE=1 hides ../shared as a user's clone lacks it (scripts/test.sh's
+# clone-alone pass).
+CLONE_ALONE = os.environ.get("LOOSEFS_TEST_CLONE_ALONE") == "1"
 DATA = ROOT.parent / "shared" / "data"
-if not DATA.is_dir():
+if CLONE_ALONE or not DATA.is_dir():
     DATA = test_corpus()
 SHARED = DATA / "imagenet-sample"
 
@@ -123,3 +126,14 @@ def loader_mount(request, source, tmp_path_factory):
         yield mnt
     finally:
         subprocess.run([b, "umount", str(mnt)], check=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In the clone-alone pass (LOOSEFS_TEST_CLONE_ALONE=1) a skip is a failure: a clone must
+    have every test's data (the corpus holds every format, FFCV included, and LeRobot's)."""
+    outcome = yield
+    rep = outcome.get_result()
+    if CLONE_ALONE and rep.skipped and not hasattr(rep, "wasxfail"):
+        rep.outcome = "failed"
+        rep.longrepr = f"skipped in the clone-alone pass (no skip may happen from a clone): {rep.longrepr}"

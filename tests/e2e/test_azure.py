@@ -14,7 +14,7 @@ import pytest
 
 from conftest import DATA, loosefs_bin, missing_prerequisite, need_mount
 import servers
-from test_gcs import NAMES, cache, content, tree  # the same names, the same helpers
+from test_gcs import NAMES, cache, content, replaced_while_read, tree  # the same names, the same helpers
 from test_remote import Mount, epoch_through_outage
 
 @pytest.fixture(scope="module")
@@ -95,6 +95,14 @@ def test_a_blob_replaced_on_azure_answers_estale_for_itself_only(azure):
             (mnt / "a.txt").read_bytes()
         assert e.value.errno == errno.ESTALE
         assert (mnt / "b.txt").read_bytes() == b"first b"
+
+
+def test_a_blob_replaced_on_azure_while_read_and_cached_answers_its_old_bytes_or_estale(azure, pack):
+    """Azurite honours If-Match (412 for another ETag): the pin holds by the precondition, and
+    by each answer's ETag and size as on every store."""
+    server = azure["server"]
+    replaced_while_read(azure["work"], azure_env(server, azure["proxy"]), "az://data/swap2/",
+                        lambda name, data: server.put("data", "swap2/" + name, data), pack, azure["source"])
 
 
 def test_an_outage_on_azure_shorter_than_the_retry_timeout_costs_no_read(azure):

@@ -23,16 +23,6 @@ from conftest import DATA, ROOT, loosefs_bin, need_mount
 FORMATS = DATA / "formats"
 SAMPLES = DATA / "imagenet-sample"
 
-# FFCV's writer does not install from PyPI here: the corpus the project makes has no ffcv/
-# (../shared/data has), and its cases are skipped saying so.
-HAVE_FFCV = (FORMATS / "ffcv").is_dir()
-
-
-def need_ffcv(name="ffcv"):
-    if name == "ffcv" and not HAVE_FFCV:
-        pytest.skip(f"SKIPPED: {FORMATS} has no ffcv/ (FFCV's writer does not install here; ../shared/data has it)")
-
-
 # name: (source inside FORMATS, class directory naming, writer kept the original bytes)
 CASES = {
     "webdataset": ("webdataset", "wnid", True),
@@ -76,8 +66,6 @@ def mounts(manifest, work):
     out = {}
     try:
         for name, (src, _, _) in CASES.items():
-            if name == "ffcv" and not HAVE_FFCV:
-                continue
             mnt = work / f"mnt-{name}"
             mnt.mkdir()
             run("mount", FORMATS / src, mnt, "--index-dir", work / "index", "--log", work / f"{name}.log")
@@ -130,7 +118,6 @@ def ffcv_reference(path):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_imagefolder_gets_the_formats_classes_labels_and_bytes(name, manifest, mounts):
-    need_ffcv(name)
     _src, naming, original = CASES[name]
     root = image_root(name, mounts[name])
     ds = torchvision.datasets.ImageFolder(str(root))
@@ -177,7 +164,6 @@ def test_gulpio_frames_equal_the_formats_own_reader(mounts):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_dali_reads_every_sample(name, mounts):
-    need_ffcv(name)
     from nvidia.dali import fn, pipeline_def, types
 
     root = image_root(name, mounts[name])
@@ -224,8 +210,6 @@ def test_npy_views_of_a_foreign_format_equal_pillow(manifest, work):
 
 def test_second_mount_reuses_the_index_and_pack_gives_the_same_tree(manifest, mounts, work):
     for name, (src, _, _) in CASES.items():
-        if name == "ffcv" and not HAVE_FFCV:
-            continue
         i = json.loads(run("info", FORMATS / src, "--json", "--index-dir", work / "index").stdout)
         assert i["index_built_now"] is False, name
         assert i["samples"] == 48 and i["zero_copy"] is True
@@ -243,8 +227,6 @@ def test_a_shared_index_mounts_every_format_elsewhere_without_a_scan(manifest, m
     index, and serves the same tree; a touched file makes the index stale (refused, named)."""
     need_mount()
     for name, (src, _, _) in CASES.items():
-        if name == "ffcv" and not HAVE_FFCV:
-            continue
         a = copy(FORMATS / src, tmp_path / "node1" / name / pathlib.Path(src).name)
         r = run("index", a, "--index-dir", tmp_path / "ix1")
         assert "shared index" in r.stdout, r.stdout
@@ -445,7 +427,6 @@ def test_ffcv_raw_pixels_are_served_as_ppm_and_npy(manifest, mounts, work, tmp_p
     with --decode npy). Oracle: the bytes parsed here from the .beton with struct, and the same
     sample of jpg.beton (FFCV's JPEG at quality 90 of the same resized image) decoding to
     nearly the same pixels: a swapped width and height would not even have the same shape."""
-    need_ffcv()
     need_mount()
     b = (FORMATS / "ffcv" / "raw.beton").read_bytes()
     version, nf, _page, n, alloc = struct.unpack_from("<HHIQQ", b, 0)
@@ -514,7 +495,6 @@ def _pack_shows_the_source_mounts_tree(src, idx, tmp_path):
 def test_a_pack_of_ffcv_raw_pixels_holds_the_ppm_files_the_mount_shows(manifest, work, tmp_path):
     """`loosefs pack` of raw.beton writes the tree its mount shows: each `.ppm` with its header,
     readable by Pillow; `verify --against` the source's mount passes byte for byte."""
-    need_ffcv()
     need_mount()
     shown = _pack_shows_the_source_mounts_tree(FORMATS / "ffcv" / "raw.beton", work / "index", tmp_path)
     assert len(shown) == 48 and all(p.suffix == ".ppm" for p in shown)
@@ -536,7 +516,6 @@ def test_a_pack_of_mixed_jpeg_and_raw_ffcv_mounts_to_the_source_mounts_bytes(man
     here from raw.beton by putting jpg.beton's JPEG of every even sample into that sample's slot
     (mode byte 0, allocation size the JPEG's): its pack holds both halves, `.jpg` and `.ppm`,
     byte-identical to the source's mount, and `verify --against` that mount passes."""
-    need_ffcv()
     need_mount()
     raw = bytearray((FORMATS / "ffcv" / "raw.beton").read_bytes())
     jpg = (FORMATS / "ffcv" / "jpg.beton").read_bytes()

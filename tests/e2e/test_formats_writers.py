@@ -170,3 +170,80 @@ def test_damaged_compressed_parquet_answers_eio_and_never_wedges(written, tmp_pa
         assert eio > 0, "the damage went unnoticed"
     finally:
         umount(mnt)
+
+
+def _write_beton():
+    """scripts/make-test-data.py's FFCV writer (the corpus' ffcv/ files)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("make_test_data", ROOT / "scripts" / "make-test-data.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.write_beton
+
+
+def _beton(path):
+    """(header, descriptors, rows, allocation table) of a .beton, parsed with struct as
+    research/formats.md §1 lays it out."""
+    import struct
+    b = path.read_bytes()
+    header = struct.unpack_from("<HHIQQ", b, 0)
+    _v, nf, page, n, alloc = header
+    descriptors = b[24:24 + 1041 * nf]
+    meta = 24 + 1041 * nf
+    rows = [struct.unpack_from("<BHHQ3xq", b, meta + 24 * i) for i in range(n)]
+    table = [struct.unpack_from("<QQQ", b, k) for k in range(alloc, len(b), 24)]
+    return b, header, descriptors, rows, table
+
+
+@pytest.mark.parametrize("mode", ["jpg", "raw"])
+def test_the_corpus_ffcv_writer_lays_out_a_beton_as_ffcvs_own_writer_does(mode, tmp_path):
+    """The corpus' FFCV files come from the project's writer, not ffcv's (which needs OpenCV
+    and a compiler). Its layout is held to research/formats.md §1 (ffcv's writer.py), and,
+    where ../shared/data has files ffcv 1.0.2's writer made from the ImageNet sample, to those:
+    written here from the same 48 images, the header and field descriptors are byte-identical,
+    every row's mode, size and label equal, and for raw pixels (whose length depends only on
+    the size) every data offset and the whole allocation table too."""
+    from PIL import Image
+    write_beton = _write_beton()
+    real_dir = ROOT.parent / "shared" / "data" / "formats"
+    real = real_dir / "ffcv" / f"{mode}.beton"
+    if real.is_file():
+        import json
+        m = json.loads((real_dir / "manifest.json").read_text())
+        src = ROOT.parent / "shared" / "data" / "imagenet-sample"
+        items = [(m["classes"].index(f.split("/")[0]), src / f) for f in m["files"]]
+    else:  # a clone: the rules alone, on the corpus' images
+        src = samples()
+        classes = sorted(os.listdir(src))[:48]
+        items = [(i, src / c / f) for i, c in enumerate(classes) for f in sorted(os.listdir(src / c))]
+    out = tmp_path / f"{mode}.beton"
+    write_beton(out, items, mode)
+    b, header, descriptors, rows, table = _beton(out)
+    version, nf, page, n, alloc = header
+    assert (version, nf, page, n) == (2, 2, 1 << 21, len(items))
+    assert descriptors[0] == 2 and descriptors[1:17] == b"image".ljust(16, b"\0")
+    assert descriptors[1041] == 1 and descriptors[1042:1058] == b"label".ljust(16, b"\0")
+    assert not any(descriptors[17:1041]) and not any(descriptors[1058:])
+    data_start = -(-(24 + 1041 * 2 + 24 * n) // page) * page
+    assert alloc % page == 0 and len(b) == alloc + 24 * n
+    assert [t[0] for t in table] == list(range(n))
+    sizes = {ptr: size for _sid, ptr, size in table}
+    for i, ((row_mode, w, h, ptr, label), (want_label, path)) in enumerate(zip(rows, items)):
+        assert row_mode == (0 if mode == "jpg" else 1) and label == want_label, i
+        assert max(w, h) <= 256 and table[i][1] == ptr, i
+        assert data_start <= ptr and ptr // page == (ptr + sizes[ptr] - 1) // page, f"sample {i} spans pages"
+        with Image.open(path) as im:
+            ow, oh = im.size
+        r = 256 / max(ow, oh)
+        assert (w, h) == ((int(ow * r), int(oh * r)) if r < 1 else (ow, oh)), i
+        if mode == "raw":
+            assert sizes[ptr] == w * h * 3, i
+        else:
+            with Image.open(__import__("io").BytesIO(b[ptr:ptr + sizes[ptr]])) as im:
+                assert im.format == "JPEG" and im.size == (w, h), i
+    if real.is_file():
+        rb, rheader, rdescriptors, rrows, rtable = _beton(real)
+        assert header == rheader and descriptors == rdescriptors
+        assert [(r[0], r[1], r[2], r[4]) for r in rows] == [(r[0], r[1], r[2], r[4]) for r in rrows]
+        if mode == "raw":
+            assert rows == rrows and table == rtable and len(b) == len(rb)

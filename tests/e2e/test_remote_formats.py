@@ -15,7 +15,7 @@ import pytest
 
 from conftest import loosefs_bin, need_mount
 import servers
-from test_formats import CASES, FORMATS, HAVE_FFCV, manifest, need_ffcv  # noqa: F401  (manifest: a fixture)
+from test_formats import CASES, FORMATS, manifest  # noqa: F401  (manifest: a fixture)
 from test_remote import Mount, files_of, s3_env
 
 # name: (s3 URL under the bucket, https path under nginx's root)
@@ -28,8 +28,6 @@ URLS = {
     "ffcv": ("ffcv/jpg.beton", "ffcv/jpg.beton"),
     "hf-parquet": ("hf-parquet/", "hf-parquet/train-00000-of-00001.parquet"),
 }
-if not HAVE_FFCV:  # the corpus the project makes has none (FFCV's writer does not install here)
-    del URLS["ffcv"]
 
 
 @pytest.fixture(scope="module")
@@ -382,7 +380,6 @@ def test_a_zip_or_ffcv_file_at_a_url_is_indexed_from_its_tables_alone(sets, rel)
     all the same (raw FFCV images behind their PPM headers too), every member checked against
     its CRC-32 as it is served. Decoded views need every JPEG's dimensions: such a mount reads
     the whole object first."""
-    need_ffcv(rel.split("/")[0])
     w, size = sets["work"], (sets["www"] / rel).stat().st_size
     block = 1 << 20
     assert size > 3 * block + (1 << 16), "the set must span more blocks than the tables need"
