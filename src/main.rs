@@ -289,10 +289,10 @@ struct PackCmd {
     #[arg(long, default_value_t = loosefs::pack::DEFAULT_ALIGN)]
     align: u32,
     /// Follow symbolic links (default: report and skip them).
-    #[arg(long, value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     follow_links: bool,
     /// Replace OUT if it exists.
-    #[arg(long, value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     force: bool,
     /// Print the result as JSON.
     #[arg(long)]

@@ -64,7 +64,7 @@ pub struct MountArgs {
     #[command(flatten)]
     pub decode: DecodeArgs,
     /// Serve in the foreground instead of starting a daemon.
-    #[arg(long, short = 'f', help_heading = "Daemon and logs", env = "LOOSEFS_FOREGROUND", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, short = 'f', help_heading = "Daemon and logs", env = "LOOSEFS_FOREGROUND", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub foreground: bool,
     /// FUSE worker threads. A thread waiting for the disk serves nothing else, so this caps
     /// the reads in flight on a cold pack.
@@ -95,14 +95,14 @@ pub struct MountArgs {
     /// Log loosefs's debug messages too (each failed request with its path and error, each
     /// remote GET with its range and time): the same as `RUST_LOG=loosefs=debug`, into the
     /// log file.
-    #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_DEBUG", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_DEBUG", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub debug: bool,
     /// Progress for programs that wrap `loosefs mount` (the Python package's tqdm bars): the
     /// first mount's indexing and walk, and `--wait`'s pin and warm, as JSON lines on stderr
     /// instead of the terminal's bars, `{"progress": {"step": "index", "unit": "samples",
     /// "done": N, "total": N}}` at most five a second per step, and `{"note": "..."}` for
     /// what a terminal shows as `loosefs: ...`.
-    #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_PROGRESS_LINES", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_PROGRESS_LINES", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub progress_lines: bool,
     /// Largest read-ahead window in pack order, MiB (0 disables read-ahead across samples).
     #[arg(
@@ -126,15 +126,15 @@ pub struct MountArgs {
     #[arg(long, value_parser = parse_pin, help_heading = "Caches and memory", env = "LOOSEFS_PIN")]
     pub pin: Option<u64>,
     /// Stream the whole pack into the page cache in the background after mounting.
-    #[arg(long, help_heading = "Caches and memory", env = "LOOSEFS_WARM", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, help_heading = "Caches and memory", env = "LOOSEFS_WARM", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub warm: bool,
     /// Return only once `--pin` and `--warm` are complete, showing their progress (without it
     /// they proceed in the background and `loosefs stats` shows how far they are).
-    #[arg(long, help_heading = "Caches and memory", env = "LOOSEFS_WAIT", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, help_heading = "Caches and memory", env = "LOOSEFS_WAIT", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub wait: bool,
     /// Keep a sample's pack pages cached after serving it. By default they are dropped: the
     /// mount's own page cache holds the same bytes, and keeping both caches them twice.
-    #[arg(long, help_heading = "Caches and memory", env = "LOOSEFS_KEEP_PACK_CACHE", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, help_heading = "Caches and memory", env = "LOOSEFS_KEEP_PACK_CACHE", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub keep_pack_cache: bool,
     /// While a reader walks the pack in order, push this many following samples into the
     /// kernel's page cache ahead of it (FUSE_NOTIFY_STORE), so their reads need no round
@@ -152,11 +152,11 @@ pub struct MountArgs {
     /// `user_allow_other` in /etc/fuse.conf). By default only the user who mounted it can,
     /// whatever the files' permission bits say. Control commands (`warm`, `drop-cache`) stay
     /// the owner's and root's.
-    #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_ALLOW_OTHER", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_ALLOW_OTHER", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub allow_other: bool,
     /// Mount over a directory that holds files (they are hidden while mounted). By default a
     /// non-empty mountpoint is refused, as rclone and s3fs refuse it.
-    #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_ALLOW_NON_EMPTY", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_ALLOW_NON_EMPTY", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub allow_non_empty: bool,
     /// How a loose directory's files reach readers: `off` (default) the daemon reads them and
     /// the kernel keeps them in the mount's page cache (warm reads need no round trip at all);
@@ -217,7 +217,7 @@ pub struct SourceArgs {
     /// `loosefs index`) is replaced: the prefix listed again and the listing rewritten in its
     /// place (over HTTPS: the server's listing served instead). Default: refused, naming one
     /// object that changed.
-    #[arg(long = "refresh", help_heading = "Source", env = "LOOSEFS_REFRESH", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long = "refresh", help_heading = "Source", env = "LOOSEFS_REFRESH", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub refresh_index: bool,
     /// Where the index of a foreign source is kept (default: `index/` under
     /// $LOOSEFS_CACHE_DIR, else $XDG_CACHE_HOME/loosefs, else ~/.cache/loosefs).
@@ -258,7 +258,7 @@ pub struct RemoteArgs {
     )]
     pub region: Option<String>,
     /// Send unsigned requests (public buckets and containers); no credentials are looked up.
-    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_NO_SIGN_REQUEST", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_NO_SIGN_REQUEST", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub no_sign_request: bool,
     /// Profile of the shared AWS files to take credentials and region from (default:
     /// $AWS_PROFILE, else `default`).
@@ -269,7 +269,7 @@ pub struct RemoteArgs {
     )]
     pub profile: Option<String>,
     /// Allow plain `http://` URLs and endpoints (bytes unencrypted on the wire).
-    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_ALLOW_HTTP", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_ALLOW_HTTP", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub allow_http: bool,
     /// PEM file of extra CA certificates to trust for https (default: $AWS_CA_BUNDLE).
     #[arg(
@@ -307,7 +307,7 @@ pub struct RemoteArgs {
     /// Mount without reaching the server: from a complete block cache of the URL (every
     /// block of the samples and the index kept, closed cleanly by an earlier mount), at the
     /// ETag recorded there. No request is made; refused when the cache is not complete.
-    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_OFFLINE", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_OFFLINE", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub offline: bool,
 }
 

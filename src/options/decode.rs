@@ -33,7 +33,7 @@ pub struct DecodeArgs {
     )]
     pub decode: Vec<ViewArg>,
     /// With `--decode npy`: list only the `.npy` views, not the JPEGs.
-    #[arg(long, help_heading = "Views (decoded JPEGs, video frames)", env = "LOOSEFS_DECODED_ONLY", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, help_heading = "Views (decoded JPEGs, video frames)", env = "LOOSEFS_DECODED_ONLY", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub decoded_only: bool,
     /// Decode at the smallest DCT scale (1/2, 1/4, 1/8) whose longer side is still ≥ N pixels.
     #[arg(
@@ -67,7 +67,7 @@ pub struct DecodeArgs {
     /// Serve what libjpeg recovers from truncated or corrupt JPEGs (grey where data is missing),
     /// as Pillow does with `ImageFile.LOAD_TRUNCATED_IMAGES = True`. By default their views
     /// answer EIO, as Pillow refuses them.
-    #[arg(long, help_heading = "Views (decoded JPEGs, video frames)", env = "LOOSEFS_DECODE_ACCEPT_DAMAGED", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, help_heading = "Views (decoded JPEGs, video frames)", env = "LOOSEFS_DECODE_ACCEPT_DAMAGED", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub decode_accept_damaged: bool,
 }
 
