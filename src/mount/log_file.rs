@@ -144,18 +144,22 @@ impl LogPlace {
     }
 
     /// Creates a new, empty log at the name, removing whatever was planted there since the
-    /// rename (a link is unlinked, never followed). Errors: the create failed twice.
+    /// rename (a link is unlinked, never followed), a few times over against a user who plants
+    /// again. Errors: the name was taken at every try, or the create failed otherwise.
     fn create_fresh(&self) -> std::io::Result<std::fs::File> {
-        match self.open(true) {
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-                nix::unistd::unlinkat(
-                    self.dir.as_fd(),
-                    self.name.as_os_str(),
-                    nix::unistd::UnlinkatFlags::NoRemoveDir,
-                )?;
-                self.open(true)
+        let mut tries = 8;
+        loop {
+            match self.open(true) {
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) && tries > 0 => {
+                    tries -= 1;
+                    let _ = nix::unistd::unlinkat(
+                        self.dir.as_fd(),
+                        self.name.as_os_str(),
+                        nix::unistd::UnlinkatFlags::NoRemoveDir,
+                    );
+                }
+                r => return r,
             }
-            r => r,
         }
     }
 }

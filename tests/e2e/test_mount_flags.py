@@ -788,9 +788,21 @@ def test_a_live_daemons_log_beside_its_mountpoint_rotates_and_never_follows_a_pl
         assert set(kept) <= {"mnt.log", "mnt.log.1", "mnt.log.2"}, kept
         for name in kept:
             p = shared / name
-            assert not p.is_symlink() and p.stat().st_size <= (8 << 20) + 4096, (name, p.stat().st_size)
+            if p.is_symlink():  # the other user's own link, moved along by a rotation's rename
+                assert p.lstat().st_uid == 1000 and os.readlink(p) == str(victim), name
+                continue
+            assert p.stat().st_uid == 0 and p.stat().st_size <= (8 << 20) + 4096, (name, p.stat().st_size)
             assert (p.stat().st_mode & 0o777) == 0o600, name
+        # With the other user gone, one more rotation: stderr follows the new live file.
+        fd = os.open(first, os.O_WRONLY)
+        try:
+            for _ in range(100_000):
+                with pytest.raises(OSError):
+                    os.write(fd, b"x")
+        finally:
+            os.close(fd)
         assert os.readlink(f"/proc/{pid}/fd/2") == str(log), "stderr did not follow the live log"
+        assert not log.is_symlink() and log.stat().st_size < (8 << 20)
         assert (mnt / first.relative_to(mnt)).read_bytes()  # still serving
         run("umount", mnt)
         deadline = time.monotonic() + 60
