@@ -289,7 +289,7 @@ fn publish(config: &NodeConfig, target: &Path, p: &Publish) -> Result<(), Status
     let want = mount_source(&p.volume_id);
     if let Some(fstype) = crate::mount_table::mount_fstype(target) {
         let source = crate::mount_table::mount_source(target).unwrap_or_default();
-        if fstype != "fuse.loosefs" || source != want {
+        if !is_ours(target, &want) {
             return Err(Status::already_exists(format!(
                 "{}: already holds another mount ({fstype} of {source})",
                 target.display()
@@ -357,19 +357,39 @@ fn publish(config: &NodeConfig, target: &Path, p: &Publish) -> Result<(), Status
     }
 }
 
-/// Makes the volume's directory, empty, owned by the mounter's user, 0700.
-fn prepare_dir(dir: &Path, (uid, gid): (u32, u32)) -> Result<(), Status> {
-    use std::os::unix::fs::PermissionsExt;
+/// Makes the volume's directory, empty, owned by the mounter's user, 0700. The work directory
+/// is shared with the mounter, whose user may plant a name there: the directory is made new
+/// (an existing name fails it), then opened without following a link and chowned and chmodded
+/// through that descriptor, so root never changes what a planted link points at.
+fn prepare_dir(dir: &Path, owner: (u32, u32)) -> Result<(), Status> {
     remove_tree(dir);
-    let made = std::fs::create_dir_all(dir)
-        .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)))
-        .and_then(|()| std::os::unix::fs::chown(dir, Some(uid), Some(gid)));
-    made.map_err(|e| {
+    own_new_dir(dir, owner).map_err(|e| {
         Status::internal(format!(
             "cannot make the volume directory {} (--work-dir): {e}",
             dir.display()
         ))
     })
+}
+
+/// Makes `dir` (its parent exists), then gives it to `(uid, gid)` with mode 0700 through a
+/// descriptor opened with `O_NOFOLLOW`. Errors: `dir` exists (even as a link), or a step failed.
+fn own_new_dir(dir: &Path, (uid, gid): (u32, u32)) -> std::io::Result<()> {
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::Mode;
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    let fd = nix::fcntl::open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(0o700))?;
+    nix::unistd::fchown(
+        &fd,
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+    )?;
+    Ok(())
 }
 
 /// Waits until the mount answers `statfs` (the daemon is serving), or the daemon ends, or
@@ -681,6 +701,31 @@ mod tests {
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
         r.volume_context.insert("source".into(), "/d".into());
         assert!(check_publish(&r).is_ok());
+    }
+
+    #[test]
+    fn a_volume_directory_is_made_new_and_never_through_a_link() {
+        // The mounter's user may plant a name in the shared work directory: root must not
+        // chown or chmod what it points at.
+        let d = tempfile::tempdir().unwrap();
+        let elsewhere = d.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let before = std::fs::metadata(&elsewhere).unwrap();
+        let planted = d.path().join("planted");
+        std::os::unix::fs::symlink(&elsewhere, &planted).unwrap();
+        assert!(own_new_dir(&planted, (65534, 65534)).is_err());
+        let after = std::fs::metadata(&elsewhere).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((after.uid(), after.mode()), (before.uid(), before.mode()));
+        // Another user's only where this test may give it away (root).
+        let uid = match nix::unistd::geteuid().is_root() {
+            true => 65534,
+            false => nix::unistd::geteuid().as_raw(),
+        };
+        let fresh = d.path().join("fresh");
+        own_new_dir(&fresh, (uid, uid)).unwrap();
+        let m = std::fs::symlink_metadata(&fresh).unwrap();
+        assert!(m.is_dir() && m.mode() & 0o777 == 0o700 && m.uid() == uid);
     }
 
     #[test]
