@@ -353,7 +353,12 @@ fn resident_bytes(p: &Path) -> u64 {
 /// Bytes process `pid` has caused to be read from block devices (`read_bytes` of
 /// /proc/PID/io).
 fn block_read_bytes(pid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/io"))
+    io_read_bytes(&format!("/proc/{pid}/io"))
+}
+
+/// `read_bytes` of an `io` file of /proc (a process's, or `/proc/thread-self/io`).
+fn io_read_bytes(io: &str) -> u64 {
+    std::fs::read_to_string(io)
         .unwrap()
         .lines()
         .find_map(|l| l.strip_prefix("read_bytes: ")?.trim().parse().ok())
@@ -588,13 +593,7 @@ fn cold_pass(m: &Mounted, src: &Path, names: &[String], list: bool) -> ColdPass 
 /// is dropped: the directory blocks and inodes a daemon serving them looks up too. Counted for
 /// this thread alone (`/proc/thread-self/io`), so other tests' reads do not count.
 fn lookup_cost(src: &Path, names: &[String]) -> u64 {
-    let thread_read = || {
-        std::fs::read_to_string("/proc/thread-self/io")
-            .unwrap()
-            .lines()
-            .find_map(|l| l.strip_prefix("read_bytes: ")?.trim().parse::<u64>().ok())
-            .unwrap()
-    };
+    let thread_read = || io_read_bytes("/proc/thread-self/io");
     drop_all_caches();
     let before = thread_read();
     for n in names {

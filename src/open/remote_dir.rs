@@ -160,16 +160,12 @@ pub fn lock_spool(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
 /// regular file (opened without following a link or blocking on a FIFO), written by the mount
 /// that locked it, and not locked now.
 fn spool_is_free(dir: &Path) -> bool {
-    use std::os::unix::fs::OpenOptionsExt;
-    let Ok(f) = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(dir.join("lock"))
-    else {
-        // Made but not locked yet by a mount starting now, or the lock file is gone.
+    // None: the lock file is gone, or not a regular file.
+    let Some(f) = crate::storage::block_cache::open_lock(dir) else {
         return false;
     };
-    if !f.metadata().is_ok_and(|m| m.is_file() && m.len() > 0) {
+    // Made but not locked yet by a mount starting now.
+    if !f.metadata().is_ok_and(|m| m.len() > 0) {
         return false;
     }
     nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok()

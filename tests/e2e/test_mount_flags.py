@@ -737,6 +737,18 @@ def test_under_progress_lines_every_line_of_a_mount_is_json(pack, tmp_path):
         run("umount", mnt)
 
 
+def flood_log(path, writes: int):
+    """`writes` writes to `path` on a read-only mount: each fails EROFS, and a `--debug`
+    daemon logs a line of ~100 bytes for it."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for _ in range(writes):
+            with pytest.raises(OSError):
+                os.write(fd, b"x")
+    finally:
+        os.close(fd)
+
+
 def test_a_live_daemons_log_beside_its_mountpoint_rotates_and_never_follows_a_planted_link(pack):
     # A root daemon logging with --debug into a directory every user may write, its log beside
     # its mountpoint (the layout of 93e3616's hang: the rotation stat'ed its own mount), flooded
@@ -771,14 +783,7 @@ def test_a_live_daemons_log_beside_its_mountpoint_rotates_and_never_follows_a_pl
              "        pass\n", str(victim), str(log)])
         try:
             first = next(p for p in sorted(mnt.rglob("*")) if p.is_file())
-            fd = os.open(first, os.O_WRONLY)  # each write fails EROFS and logs a line
-            try:
-                # ~100 bytes of log a write: ~40 MB, five rotations.
-                for _ in range(400_000):
-                    with pytest.raises(OSError):
-                        os.write(fd, b"x")
-            finally:
-                os.close(fd)
+            flood_log(first, 400_000)  # ~40 MB, five rotations
         finally:
             planter.kill()
             planter.wait(timeout=30)
@@ -794,13 +799,7 @@ def test_a_live_daemons_log_beside_its_mountpoint_rotates_and_never_follows_a_pl
             assert p.stat().st_uid == 0 and p.stat().st_size <= (8 << 20) + 4096, (name, p.stat().st_size)
             assert (p.stat().st_mode & 0o777) == 0o600, name
         # With the other user gone, one more rotation: stderr follows the new live file.
-        fd = os.open(first, os.O_WRONLY)
-        try:
-            for _ in range(100_000):
-                with pytest.raises(OSError):
-                    os.write(fd, b"x")
-        finally:
-            os.close(fd)
+        flood_log(first, 100_000)
         assert os.readlink(f"/proc/{pid}/fd/2") == str(log), "stderr did not follow the live log"
         assert not log.is_symlink() and log.stat().st_size < (8 << 20)
         assert (mnt / first.relative_to(mnt)).read_bytes()  # still serving

@@ -97,9 +97,10 @@ pub fn prune(root: &Path, keep: &Path, budget: u64, share: u64) {
     }
 }
 
-/// The `lock` file of the cache directory `dir`, opened for reading without following a link or
-/// blocking (a FIFO planted there must not wedge a mount): `None` unless a regular file.
-fn open_lock(dir: &Path) -> Option<File> {
+/// The `lock` file of the cache directory `dir` (a block cache's object directory, or a frame
+/// spool's), opened for reading without following a link or blocking (a FIFO planted there
+/// must not wedge a mount): `None` unless a regular file.
+pub(crate) fn open_lock(dir: &Path) -> Option<File> {
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
         .read(true)

@@ -21,6 +21,7 @@
 mod ahead;
 mod blocks;
 mod budget;
+pub(crate) use budget::open_lock;
 mod dir;
 mod exact;
 mod fill;
