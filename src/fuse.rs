@@ -22,6 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 mod backing;
 mod devfuse;
 pub mod notify;
+pub mod takeover;
 pub mod uring;
 
 pub use devfuse::LooseFs;

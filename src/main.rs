@@ -124,6 +124,39 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Swap in a new daemon for a kept mount without unmounting it: the mount's keeper starts
+    /// the daemon again from the same executable path (an upgraded binary, if one was
+    /// installed there), waits until it serves, then stops the old one; readers see a pause,
+    /// no error. Prints the new daemon's pid and version.
+    ///
+    /// Example: loosefs restart /mnt/train
+    Restart {
+        /// A kept loosefs mount's mountpoint (mounted in the background, the default).
+        mountpoint: PathBuf,
+    },
+    /// The keeper of a mount (started by its first daemon; not for use by hand): holds the
+    /// FUSE connection on fd 3 and starts a new daemon when one dies.
+    #[command(hide = true)]
+    Keep {
+        /// What the kernel offered at FUSE_INIT (`7.MINOR:FLAGS:READAHEAD`).
+        #[arg(long)]
+        offer: String,
+        /// Whether a dead daemon's requests are resent.
+        #[arg(long, action = clap::ArgAction::Set)]
+        resend: bool,
+        /// The first daemon's pid.
+        #[arg(long)]
+        daemon: u32,
+        /// The mountpoint, resolved.
+        #[arg(long)]
+        mountpoint: PathBuf,
+        /// The log to append to (default: stderr).
+        #[arg(long)]
+        log: Option<PathBuf>,
+        /// The daemon's command line, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Unmount a loosefs mount (also stale ones left by a killed daemon).
     ///
     /// Example: loosefs umount /mnt/train
@@ -550,6 +583,34 @@ fn run(cli: Cli) -> Result<i32> {
             }
         }
         Cmd::Umount { mountpoint, lazy } => loosefs::mount::unmount_and_wait(&mountpoint, lazy)?,
+        Cmd::Restart { mountpoint } => {
+            let r = loosefs::mount::keeper::restart(&mountpoint)?;
+            let restarts = r.daemon.keeper.map_or(0, |k| k.restarts);
+            outln!(
+                "restarted {}: daemon pid {}, loosefs {} ({restarts} restarts so far)",
+                mountpoint.display(),
+                r.daemon.pid,
+                r.daemon.version
+            )?;
+        }
+        Cmd::Keep {
+            offer,
+            resend,
+            daemon,
+            mountpoint,
+            log,
+            command,
+        } => {
+            let offer = loosefs::fuse::takeover::InitOffer::parse(&offer)?;
+            return loosefs::mount::keeper::keep(loosefs::mount::keeper::KeepArgs {
+                offer,
+                resend,
+                daemon,
+                mountpoint,
+                log,
+                command,
+            });
+        }
         Cmd::Info { pack, json, source } => cmd_info(&pack, json, &source)?,
         Cmd::FuseFd {
             mountpoint,

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 mod daemon;
 pub mod handover;
+pub mod keeper;
 mod log_file;
 pub use log_file::LogSink;
 pub(crate) use session::mount_fuse;
@@ -128,6 +129,8 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
         mountpoint_or_fd(mnt, opts.allow_non_empty)?;
         return launch(pack_path, mnt, opts);
     }
+    // A daemon started by the mount's keeper takes over its connection ([`keeper`]).
+    let kept = keeper::Kept::from_env()?;
     ready_fd_not_inherited();
     let source = crate::open::OpenOptions {
         probe_jpegs: opts.decode.views()?.any(),
@@ -137,7 +140,14 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
         .with_context(|| format!("cannot mount {}", pack_path.display()))?;
     // A view the source cannot have is refused here, before any daemon starts.
     pack.views(opts.decode.views()?)?;
-    let mnt_abs = mountpoint_or_fd(mnt, opts.allow_non_empty)?;
+    let mnt_abs = match &kept {
+        // Mounted, and not to be asked anything: this daemon is the one to answer.
+        Some(k) => {
+            crate::options::set_resolved_mountpoint(k.mountpoint.clone());
+            k.mountpoint.clone()
+        }
+        None => mountpoint_or_fd(mnt, opts.allow_non_empty)?,
+    };
     if let Some(bytes) = opts.pin {
         crate::memory::check_pin_budget(bytes.min(pack.stored_bytes()))
             .with_context(|| format!("cannot pin {}", pack_path.display()))?;
@@ -148,7 +158,7 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     // SAFETY: the launcher passed this fd number for the write end of a pipe it created for
     // us, and nothing else in this process owns it.
     let ready = ready.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
-    serve(pack, &mnt_abs, opts, ready)
+    serve(pack, &mnt_abs, opts, ready, kept)
 }
 
 /// The mountpoint made absolute ([`check_mountpoint`]; a directory holding files refused
@@ -224,6 +234,11 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     // out: clap takes an option once.
     let mut rest = args.iter().skip(1);
     cmd.args(rest.next()).arg("--foreground");
+    // A mount in the background is kept across daemon deaths unless told otherwise; an
+    // explicit `--transport uring` is not (a ring's requests cannot be resent).
+    if opts.keeper.is_none() && opts.transport != Transport::Uring {
+        cmd.arg("--keeper");
+    }
     let mut options = true;
     for a in rest {
         options &= a != "--";
@@ -331,7 +346,13 @@ fn same_owner_throughout(root: &Path, meta: &std::fs::Metadata) -> Result<()> {
 
 /// Serves the pack until unmounted or signalled, in the steps of [`daemon`]. `ready` (if
 /// any) receives `ready\n` once the mount answers.
-fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) -> Result<()> {
+fn serve(
+    pack: Dataset,
+    mnt: &Path,
+    opts: &MountArgs,
+    ready: Option<OwnedFd>,
+    kept: Option<keeper::Kept>,
+) -> Result<()> {
     daemon::tune_allocator(opts.decode.views()?);
     // The log's path resolves the mountpoint: done once, before it is mounted. Resolving it
     // later is a request to this very mount, which waits forever once the session's threads
@@ -350,8 +371,49 @@ fn serve(pack: Dataset, mnt: &Path, opts: &MountArgs, ready: Option<OwnedFd>) ->
         signal_hook::consts::SIGHUP,
         signal_hook::consts::SIGIO,
     ])?;
-    let ring = daemon::transport(&built, opts)?;
-    let connected = daemon::connect(&built, ring, mnt, opts)?;
+    let kept_log = kept.as_ref().and_then(|k| k.log.clone());
+    let keeper = match kept {
+        Some(k) => {
+            log::info!(
+                "taking over {} from the daemon before (its end: {})",
+                mnt.display(),
+                std::env::var("LOOSEFS_KEEPER_LAST").unwrap_or_default()
+            );
+            daemon::Keeper::Kept(k)
+        }
+        None if opts.keeper == Some(true) => daemon::Keeper::First,
+        None => daemon::Keeper::None,
+    };
+    let keeping = !matches!(keeper, daemon::Keeper::None);
+    let ring = daemon::transport(&built, opts, keeping)?;
+    let mut connected = daemon::connect(&built, ring, mnt, opts, keeper)?;
+    if let Some(k) = keeper::report() {
+        let _ = crate::report::KEEPER.set(k);
+    }
+    if let Some(tk) = connected.to_keep.take() {
+        // The keeper's log is the daemon's, when the daemon logs to a file.
+        let log = (ready.is_some() && !opts.logs_to_stderr()).then(|| log.clone());
+        let exe = std::env::current_exe().context("cannot find the loosefs executable")?;
+        let mut command = vec![exe.into_os_string()];
+        command.extend(std::env::args_os().skip(1));
+        let args = keeper::KeepArgs {
+            offer: tk.offer,
+            resend: tk.resend,
+            daemon: std::process::id(),
+            mountpoint: mnt.to_path_buf(),
+            log,
+            command,
+        };
+        let pid = keeper::spawn(&tk.dev, &args)?;
+        log::info!("keeper of {}: pid {pid}", mnt.display());
+        let _ = crate::report::KEEPER.set(crate::report::KeeperReport {
+            pid,
+            ..Default::default()
+        });
+    }
+    if let Some(log) = kept_log {
+        redirect_stderr(&log, false)?;
+    }
     let lease = (built.lease_file.take()).and_then(|f| Lease::take(&built.path, f));
     let metrics = daemon::serve_metrics(metrics, &built, mnt)?;
     if !daemon::announce(ready, &built, mnt, opts, metrics.as_deref(), &log)? {

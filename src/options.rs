@@ -66,6 +66,18 @@ pub struct MountArgs {
     /// Serve in the foreground instead of starting a daemon.
     #[arg(long, short = 'f', help_heading = "Daemon and logs", env = "LOOSEFS_FOREGROUND", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub foreground: bool,
+    /// Keep the mount across daemon deaths: a small keeper process holds the FUSE connection
+    /// and starts a new daemon when one dies (a crash, the OOM killer) or on `loosefs restart`;
+    /// readers see a pause, not an error. Default: on for a mount in the background, off with
+    /// --foreground (a service manager restarts that one). A daemon dying 5 times within 60 s
+    /// ends the mount.
+    #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_KEEPER", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", hide_possible_values = true)]
+    pub keeper: Option<bool>,
+    /// Have the kernel resend the requests a dead daemon had read but not answered
+    /// (FUSE_NOTIFY_RESEND, Linux 6.9+), so a kept mount loses no read. Off, or on an older
+    /// kernel, those requests (only those) fail with an error.
+    #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_RESEND", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true", hide_default_value = true, hide_possible_values = true)]
+    pub resend: bool,
     /// FUSE worker threads. A thread waiting for the disk serves nothing else, so this caps
     /// the reads in flight on a cold pack.
     #[arg(
@@ -361,6 +373,24 @@ impl SourceArgs {
     }
 }
 
+/// The mountpoint of a daemon that takes over a kept mount, resolved by the first daemon.
+static RESOLVED_MOUNTPOINT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Records `mnt` as resolved: [`resolve_mountpoint`] gives it back without asking the file
+/// system (a stat of a kept mount's root, before its new daemon serves, would wait on that
+/// daemon).
+pub fn set_resolved_mountpoint(mnt: PathBuf) {
+    let _ = RESOLVED_MOUNTPOINT.set(mnt);
+}
+
+/// `mnt` canonical: as recorded by [`set_resolved_mountpoint`], else `std::fs::canonicalize`.
+fn resolve_mountpoint(mnt: &Path) -> std::io::Result<PathBuf> {
+    match RESOLVED_MOUNTPOINT.get() {
+        Some(r) if r == mnt => Ok(r.clone()),
+        _ => std::fs::canonicalize(mnt),
+    }
+}
+
 impl MountArgs {
     /// How the mount shows its progress: JSON lines with `--progress-lines`, else bars on a
     /// terminal.
@@ -385,7 +415,7 @@ impl MountArgs {
 
     /// The daemon's log when no `--log` is given (see [`MountArgs::log_path`]).
     pub fn default_log_path(mnt: &Path) -> PathBuf {
-        let abs = std::fs::canonicalize(mnt).unwrap_or_else(|_| mnt.to_path_buf());
+        let abs = resolve_mountpoint(mnt).unwrap_or_else(|_| mnt.to_path_buf());
         let name = abs.to_string_lossy().trim_matches('/').replace('/', "_");
         let base = std::env::var_os("XDG_STATE_HOME")
             .map(PathBuf::from)
@@ -409,7 +439,7 @@ impl MountArgs {
             },
             warm: self.warm,
             // Resolved before the mount covers it (a lookup of our own root would wait on us).
-            mountpoint: std::fs::canonicalize(mountpoint)
+            mountpoint: resolve_mountpoint(mountpoint)
                 .or_else(|_| std::path::absolute(mountpoint))
                 .unwrap_or_else(|_| mountpoint.to_path_buf())
                 .display()

@@ -214,6 +214,42 @@ pub struct DaemonReport {
     /// How requests reach it.
     #[serde(default)]
     pub transport: TransportReport,
+    /// The binary serving: `VERSION (build CRC)`, the CRC-32 of the executable's bytes in hex,
+    /// so two builds of one version differ (`loosefs restart` after an upgrade shows the new
+    /// one).
+    #[serde(default)]
+    pub version: String,
+    /// The keeper holding the mount's connection (`None`: the mount ends with this daemon).
+    #[serde(default)]
+    pub keeper: Option<KeeperReport>,
+}
+
+/// The `daemon.keeper` section: the process that keeps a mount across daemon deaths
+/// (`crate::mount::keeper`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeeperReport {
+    /// The keeper's pid (`loosefs restart` signals it).
+    pub pid: u32,
+    /// Daemons the keeper started after the first (deaths and restarts).
+    pub restarts: u32,
+    /// How the daemon before this one ended (`killed by signal 9`, `replaced by loosefs
+    /// restart`); empty for the first daemon.
+    pub last_end: String,
+}
+
+/// This process's keeper, set once by a daemon that has one.
+pub static KEEPER: std::sync::OnceLock<KeeperReport> = std::sync::OnceLock::new();
+
+/// `VERSION (build CRC)` of the running executable ([`DaemonReport::version`]), read once.
+pub fn version() -> String {
+    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        let build = std::fs::read("/proc/self/exe")
+            .map(|b| format!("{:08x}", crc32fast::hash(&b)))
+            .unwrap_or_else(|_| "unknown".into());
+        format!("{} (build {build})", env!("CARGO_PKG_VERSION"))
+    })
+    .clone()
 }
 
 /// The `daemon.transport` section: how the kernel's requests reach the daemon.

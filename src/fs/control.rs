@@ -36,9 +36,25 @@ struct Snapshots {
 }
 
 /// The control directory and its snapshots.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Control {
     snaps: Mutex<Snapshots>,
+}
+
+impl Default for Control {
+    /// Snapshot numbers start at the microseconds since the epoch, so a daemon that takes
+    /// over a kept mount never gives a number the kernel may still cache for an older
+    /// daemon's snapshot (with that snapshot's pages).
+    fn default() -> Control {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH);
+        let snaps = Snapshots {
+            last: now.map_or(0, |d| d.as_micros() as u64),
+            ..Snapshots::default()
+        };
+        Control {
+            snaps: Mutex::new(snaps),
+        }
+    }
 }
 
 impl Control {

@@ -78,6 +78,8 @@ impl Parts<'_> {
                         ring_requests: t.requests.load(Relaxed),
                     }
                 },
+                version: crate::report::version(),
+                keeper: crate::report::KEEPER.get().cloned(),
             },
             requests: lat.iter().map(|(n, l)| (n.to_string(), l.count)).collect(),
             errors: s.errors.load(Relaxed),

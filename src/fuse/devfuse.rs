@@ -3,6 +3,7 @@
 //! io_uring ([`super::uring`]) it still handles INIT, FORGET and the notifications.
 
 use super::backing::BackingIds;
+use super::takeover::InitOffer;
 use super::uring;
 use super::{errno, failed, file_attr, file_type, negative_attr, read_guarded};
 use crate::catalog::{Attr, FsError};
@@ -29,6 +30,8 @@ pub struct LooseFs {
     backing: Mutex<BackingIds>,
     /// Ask the kernel for FUSE over io_uring at INIT ([`uring`]).
     uring: bool,
+    /// Where the kernel's INIT offer is recorded, for a keeper to hand to later daemons.
+    offer: Option<Arc<std::sync::OnceLock<InitOffer>>>,
 }
 
 impl LooseFs {
@@ -40,7 +43,15 @@ impl LooseFs {
             gid,
             backing: Mutex::default(),
             uring: false,
+            offer: None,
         }
+    }
+
+    /// Records the kernel's FUSE_INIT offer in `to` when INIT comes (a kept mount hands it to
+    /// the daemons that take over, [`super::takeover`]).
+    pub fn recording_offer(mut self, to: Arc<std::sync::OnceLock<InitOffer>>) -> LooseFs {
+        self.offer = Some(to);
+        self
     }
 
     /// Asks the kernel for FUSE over io_uring at INIT (`uring::start` registers the ring
@@ -185,6 +196,9 @@ impl Filesystem for LooseFs {
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Some(to) = &self.offer {
+            let _ = to.set(InitOffer::of(config));
+        }
         self.configure(config);
         Ok(())
     }

@@ -94,9 +94,14 @@ pub(super) const FD_SLACK: u64 = 64;
 ///
 /// Errors: too few descriptors for `--threads`; `--transport uring` where the ring cannot be
 /// had (with `auto`, that is a warning and `/dev/fuse` serves).
+///
+/// A kept mount (`keeping`) is served over `/dev/fuse`: the requests a dead daemon held in its
+/// ring entries cannot be resent (`crate::fuse::takeover`). `--transport uring` with
+/// `--keeper` is refused.
 pub(super) fn transport(
     built: &Built,
     opts: &MountArgs,
+    keeping: bool,
 ) -> Result<Option<crate::fuse::uring::Prepared>> {
     let free = super::free_descriptors();
     let threads = opts.threads.max(1) as u64;
@@ -109,6 +114,18 @@ pub(super) fn transport(
         );
     }
     let entries = crate::fuse::uring::entries(opts.threads) as u64;
+    if keeping {
+        if opts.transport == Transport::Uring {
+            anyhow::bail!(
+                "--transport uring cannot be kept (the requests a dead daemon holds in its \
+                 ring entries are never resent): give --keeper=false, or --transport classic"
+            );
+        }
+        if opts.transport == Transport::Auto {
+            log::info!("a kept mount is served through /dev/fuse (--keeper=false for io_uring)");
+        }
+        return Ok(None);
+    }
     if !super::wants_uring(opts)? {
         return Ok(None);
     }
@@ -142,6 +159,18 @@ pub(super) struct Connected {
     pub bg: fuser::BackgroundSession,
     /// The descriptor of a handed-over connection (`/dev/fd/N`): not ours to unmount.
     pub handed: Option<RawFd>,
+    /// For a first daemon that starts a keeper: what the keeper is given.
+    pub to_keep: Option<ToKeep>,
+}
+
+/// What a first daemon hands its keeper ([`super::keeper`]).
+pub(super) struct ToKeep {
+    /// The connection's device (the one the session was opened on, never a clone).
+    pub dev: OwnedFd,
+    /// What the kernel offered at INIT.
+    pub offer: crate::fuse::takeover::InitOffer,
+    /// Whether the daemons read this device and a dead one's requests are resent.
+    pub resend: bool,
 }
 
 /// Opens the FUSE session at `mnt` (mounting it, or taking the handed-over descriptor), starts
@@ -150,17 +179,37 @@ pub(super) struct Connected {
 ///
 /// Errors: the session cannot open; a ring the kernel accepted cannot register in full (the
 /// mount is taken down: it would serve nothing).
+///
+/// `keeper` is how this daemon stands to a keeper: started by one (`Kept`: the connection is
+/// taken over), about to start one (`First`: the INIT offer is recorded and the device kept
+/// for it), or none.
 pub(super) fn connect(
     built: &Built,
     ring: Option<crate::fuse::uring::Prepared>,
     mnt: &Path,
     opts: &MountArgs,
+    keeper: Keeper,
 ) -> Result<Connected> {
     let server = &built.server;
     let (uid, gid) = (built.owner.uid(), built.owner.gid());
-    let fs = LooseFs::new(server.clone(), uid, gid).with_uring(ring.is_some());
+    let mut fs = LooseFs::new(server.clone(), uid, gid).with_uring(ring.is_some());
+    let offer = Arc::new(std::sync::OnceLock::new());
+    let (kept, first) = match keeper {
+        Keeper::Kept(k) => (Some(k), false),
+        Keeper::First => (None, true),
+        Keeper::None => (None, false),
+    };
+    if first {
+        fs = fs.recording_offer(offer.clone());
+    }
+    let was_kept = kept.is_some();
     let handed = super::handover::handed_fd(mnt);
-    let session = open_session(fs, mnt, &fs_name(&built.path), opts, handed)?;
+    let shared = first && opts.resend;
+    let session = open_session(fs, mnt, &fs_name(&built.path), opts, handed, kept, shared)?;
+    let to_keep = match (first, offer.get()) {
+        (true, Some(&offer)) => Some(keep_device(&session, offer, opts.resend)?),
+        _ => None,
+    };
     let dev = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned()?;
     // Push-ahead stores go through loosefs's own notify (fuser's reports ENOENT as success).
     let push_dev = dev.try_clone()?;
@@ -176,13 +225,73 @@ pub(super) fn connect(
         let _ = notifier.inval_inode(fuser::INodeNo(ino), 0, 0);
     }));
     super::watch_changes(server, &bg, &built.path);
+    // A kept mount's read-ahead was set by its first daemon (and a stat of the mountpoint
+    // from here would wait for this very daemon).
     if opts.read_ahead_kb > 0
         && handed.is_none()
+        && !was_kept
         && let Err(e) = set_read_ahead(mnt, opts.read_ahead_kb)
     {
         log::warn!("cannot set read_ahead_kb for {}: {e}", mnt.display());
     }
-    Ok(Connected { bg, handed })
+    Ok(Connected {
+        bg,
+        handed,
+        to_keep,
+    })
+}
+
+/// How a daemon stands to a keeper ([`connect`]).
+pub(super) enum Keeper {
+    /// Started by a keeper, with the connection it holds.
+    Kept(super::keeper::Kept),
+    /// The first daemon of a kept mount: it starts the keeper once connected.
+    First,
+    /// No keeper: the mount ends with this daemon.
+    None,
+}
+
+/// The device a first daemon's keeper holds: a duplicate of the session's. With resend the
+/// session's threads read that device too (their unanswered requests outlive them);
+/// without, the session's descriptor is swapped for a clone of its own (its unanswered
+/// requests end with it, and the keeper's device has none).
+fn keep_device(
+    session: &fuser::Session<LooseFs>,
+    offer: crate::fuse::takeover::InitOffer,
+    want_resend: bool,
+) -> Result<ToKeep> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let resend = want_resend && offer.has_resend();
+    if want_resend && !resend {
+        log::warn!(
+            "this kernel cannot resend a dead daemon's requests (FUSE_NOTIFY_RESEND, Linux              6.9+): the reads in flight when a daemon dies will fail"
+        );
+    }
+    let dev = session.as_fd().try_clone_to_owned()?;
+    if !resend {
+        let own = crate::fuse::takeover::clone_device(&dev)?;
+        // SAFETY: dup3 atomically replaces the session's descriptor (owned by fuser, whose
+        // threads have not started) with a duplicate of the clone.
+        let rc = unsafe {
+            libc::dup3(
+                own.as_raw_fd(),
+                session.as_fd().as_raw_fd(),
+                libc::O_CLOEXEC,
+            )
+        };
+        if rc < 0 {
+            anyhow::bail!(
+                "cannot swap in a cloned device: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    let offer = if resend {
+        offer
+    } else {
+        offer.without_resend()
+    };
+    Ok(ToKeep { dev, offer, resend })
 }
 
 /// Registers the prepared ring's entries on the connection `dev`.

@@ -33,31 +33,12 @@ pub fn handed_fd(mnt: &Path) -> Option<RawFd> {
     n.parse().ok().filter(|&n| n >= 0)
 }
 
-/// Checks that descriptor `fd` is open on `/dev/fuse` (character device 10:229).
+/// Checks that descriptor `fd` is a mounted `/dev/fuse` connection whose FUSE_INIT waits.
 ///
 /// Errors: it is not open, or it is another file (names what it is), or it is not mounted
 /// yet, or another daemon already took the connection's FUSE_INIT.
 pub fn check_handed(fd: RawFd) -> Result<()> {
-    // SAFETY: the descriptor is only borrowed for the fstat, and -1 (EBADF) is what a
-    // descriptor that is not open gives.
-    let borrowed = (fcntl_ok(fd)).then(|| unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) });
-    let st = (borrowed.ok_or(nix::errno::Errno::EBADF))
-        .and_then(nix::sys::stat::fstat)
-        .with_context(|| {
-            format!(
-                "/dev/fd/{fd}: no such descriptor; `loosefs mount SOURCE /dev/fd/N` serves a FUSE \
-             connection handed over as descriptor N (see `loosefs fuse-fd`)"
-            )
-        })?;
-    let is_char = st.st_mode & libc::S_IFMT == libc::S_IFCHR;
-    let (major, minor) = (libc::major(st.st_rdev), libc::minor(st.st_rdev));
-    if !is_char || (major, minor) != (10, 229) {
-        bail!(
-            "/dev/fd/{fd} is not a /dev/fuse descriptor (mode {:o}, device {major}:{minor}); \
-             hand over the descriptor of an opened and mounted /dev/fuse (see `loosefs fuse-fd`)",
-            st.st_mode
-        );
-    }
+    is_fuse_device(fd)?;
     // A mounted connection holds its FUSE_INIT from mount(2) until a daemon reads it: poll
     // tells an unmounted descriptor (POLLERR: the kernel's fuse_dev_poll without a
     // connection), and one whose INIT another daemon took (nothing to read; two daemons
@@ -82,6 +63,33 @@ pub fn check_handed(fd: RawFd) -> Result<()> {
         bail!(
             "/dev/fd/{fd}: another daemon already serves this FUSE connection (its FUSE_INIT \
              was taken); a connection is served by one daemon: mount a new one for this daemon"
+        );
+    }
+    Ok(())
+}
+
+/// Checks that descriptor `fd` is open on `/dev/fuse` (character device 10:229).
+///
+/// Errors: it is not open, or it is another file (names what it is).
+pub fn is_fuse_device(fd: RawFd) -> Result<()> {
+    // SAFETY: the descriptor is only borrowed for the fstat, and -1 (EBADF) is what a
+    // descriptor that is not open gives.
+    let borrowed = (fcntl_ok(fd)).then(|| unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) });
+    let st = (borrowed.ok_or(nix::errno::Errno::EBADF))
+        .and_then(nix::sys::stat::fstat)
+        .with_context(|| {
+            format!(
+                "/dev/fd/{fd}: no such descriptor; `loosefs mount SOURCE /dev/fd/N` serves a FUSE \
+             connection handed over as descriptor N (see `loosefs fuse-fd`)"
+            )
+        })?;
+    let is_char = st.st_mode & libc::S_IFMT == libc::S_IFCHR;
+    let (major, minor) = (libc::major(st.st_rdev), libc::minor(st.st_rdev));
+    if !is_char || (major, minor) != (10, 229) {
+        bail!(
+            "/dev/fd/{fd} is not a /dev/fuse descriptor (mode {:o}, device {major}:{minor}); \
+             hand over the descriptor of an opened and mounted /dev/fuse (see `loosefs fuse-fd`)",
+            st.st_mode
         );
     }
     Ok(())

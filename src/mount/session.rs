@@ -36,12 +36,19 @@ pub(super) fn fs_name(path: &Path) -> String {
 /// mount is made here (type `fuse.loosefs`); otherwise through fusermount; with `handed`
 /// (`mnt` is `/dev/fd/N`), descriptor N is served as handed over (the mount options are the
 /// mounter's).
+///
+/// With `kept` (a daemon started by the mount's keeper), the connection is already mounted and
+/// initialised: fuser's session is built on a replayed FUSE_INIT ([`crate::fuse::takeover`])
+/// and then reads the keeper's device (`resend`) or a clone of its own. `shared` (a first
+/// daemon whose keeper will resend) keeps every thread on the one device the keeper shares.
 pub(super) fn open_session(
     fs: LooseFs,
     mnt: &Path,
     name: &str,
     opts: &MountArgs,
     handed: Option<std::os::fd::RawFd>,
+    kept: Option<super::keeper::Kept>,
+    shared: bool,
 ) -> Result<Session<LooseFs>> {
     let mut cfg = Config::default();
     cfg.mount_options = vec![
@@ -56,10 +63,15 @@ pub(super) fn open_session(
         SessionACL::Owner
     };
     cfg.n_threads = Some(opts.threads.max(1));
-    cfg.clone_fd = true;
-    let session = if let Some(n) = handed {
+    // A thread per cloned device, except where the keeper resends: a clone's requests end
+    // with the daemon, the shared device's wait for the next one.
+    cfg.clone_fd = !(shared || kept.as_ref().is_some_and(|k| k.resend));
+    let session = if let Some(k) = kept {
+        return kept_session(fs, k, cfg)
+            .with_context(|| format!("cannot take over the connection of {}", mnt.display()));
+    } else if let Some(n) = handed {
         // Checked by `mountpoint_or_fd`: an open /dev/fuse descriptor, handed to this process.
-        cfg.clone_fd = can_open_dev_fuse();
+        cfg.clone_fd = cfg.clone_fd && can_open_dev_fuse();
         // Who may use the mount is the mounter's choice (`allow_other` or not), enforced by the
         // kernel before a request reaches this daemon, whose own user is then not the point.
         cfg.acl = SessionACL::All;
@@ -89,6 +101,23 @@ pub(super) fn open_session(
         })
     }
     .with_context(|| format!("cannot mount at {}", mnt.display()))?;
+    Ok(session)
+}
+
+/// fuser's session on the kept connection `k`: the handshake replayed on a socket pair, then
+/// the session's descriptor made the connection's (the keeper's device, or a clone of it
+/// without resend).
+fn kept_session(fs: LooseFs, k: super::keeper::Kept, cfg: Config) -> Result<Session<LooseFs>> {
+    use crate::fuse::takeover;
+    let (replayed, fusers) = takeover::Replayed::new(&k.offer)?;
+    let number = fusers.as_raw_fd();
+    let acl = cfg.acl;
+    let session = Session::from_fd(fs, fusers, acl, cfg).context("fuser's replayed handshake")?;
+    if k.resend {
+        replayed.attach(number, &k.dev)?;
+    } else {
+        replayed.attach(number, takeover::clone_device(&k.dev)?)?;
+    }
     Ok(session)
 }
 

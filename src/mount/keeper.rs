@@ -1,0 +1,560 @@
+//! The keeper: a small process that holds a mount's FUSE connection apart from the daemon that
+//! serves it, so the mount outlives the daemon (a crash, the OOM killer, `loosefs restart`).
+//!
+//! - **Start.** The first daemon mounts and answers FUSE_INIT as always, records what the
+//!   kernel offered ([`InitOffer`]), then starts `loosefs keep` ([`spawn`]) with a duplicate of
+//!   the connection's descriptor as its fd 3, and only then says `ready`.
+//! - **A death.** When the daemon dies while the connection is alive, the keeper sends
+//!   `FUSE_NOTIFY_RESEND` (the requests the dead daemon had read go back to the queue) and
+//!   starts the same command again with the descriptor as fd 3 and the offer in its
+//!   environment ([`Kept`]): the new daemon builds its session on a replayed INIT
+//!   (`crate::fuse::takeover`), never a second one on the connection, reopens the caches of the
+//!   old one (their entries are checked, so a half-written one is dropped) and serves.
+//! - **Requests in flight.** With resend, every daemon reads from the one device the keeper
+//!   holds, so its unanswered requests survive it. Without (a kernel before 6.9, or
+//!   `--resend=false`), each daemon reads from its own clone of the device: its unanswered
+//!   requests end with it (ECONNABORTED, EIO to most callers), and nothing else fails.
+//! - **`loosefs restart`** ([`restart`]) sends SIGUSR1: the keeper starts a new daemon from the
+//!   same path (an upgraded binary, if one was put there), waits for its `ready`, then kills
+//!   the old one and resends what it held. Readers see a pause, no error.
+//! - **Limits.** [`DEATHS`] deaths within [`WINDOW`] end the mount: the keeper aborts the
+//!   connection (readers get ENOTCONN, not a hang), takes the mount down if it is still this
+//!   one, logs why and exits 1. SIGTERM, SIGINT or SIGHUP are passed to the daemon (which
+//!   unmounts); the keeper exits when the connection ends.
+//!
+//! The keeper has no data path: it reads no request and touches no cache. It allocates only
+//! to start a daemon.
+
+use crate::fuse::takeover::{self, InitOffer};
+use anyhow::{Context, Result, bail};
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The descriptor number the connection has in the keeper and in every daemon it starts.
+pub const KEPT_FD: RawFd = 3;
+/// A daemon started by a keeper: the connection's descriptor number.
+const KEPT_FD_ENV: &str = "LOOSEFS_KEPT_FD";
+/// A daemon started by a keeper: the kernel's INIT offer ([`InitOffer`]'s text).
+const KEPT_INIT_ENV: &str = "LOOSEFS_KEPT_INIT";
+/// A daemon started by a keeper: whether its unanswered requests are resent (`1`/`0`).
+const KEPT_RESEND_ENV: &str = "LOOSEFS_KEPT_RESEND";
+/// The keeper's pid, for `stats` and `loosefs restart`.
+const KEEPER_PID_ENV: &str = "LOOSEFS_KEEPER_PID";
+/// How many daemons the keeper started after the first.
+const RESTARTS_ENV: &str = "LOOSEFS_KEEPER_RESTARTS";
+/// How the daemon before this one ended.
+const LAST_ENV: &str = "LOOSEFS_KEEPER_LAST";
+/// A daemon started by a keeper: the mountpoint, resolved by the first daemon (resolving it
+/// again would ask the very mount this daemon is to serve).
+const KEPT_MOUNTPOINT_ENV: &str = "LOOSEFS_KEPT_MOUNTPOINT";
+/// A daemon started by a keeper: the log to point its stderr at (unset: the keeper's stderr).
+const KEPT_LOG_ENV: &str = "LOOSEFS_KEPT_LOG";
+/// Test hook: a daemon started by a keeper exits at once, with an error, while this file
+/// exists (a crash loop on demand).
+const FAIL_START_ENV: &str = "LOOSEFS_TEST_FAIL_START_IF";
+
+/// Deaths of a mount's daemon within [`WINDOW`] after which the keeper ends the mount.
+pub const DEATHS: usize = 5;
+/// See [`DEATHS`].
+pub const WINDOW: Duration = Duration::from_secs(60);
+/// How long a daemon started by `loosefs restart` has to say `ready`.
+pub const RESTART_READY: Duration = Duration::from_secs(300);
+
+/// What a daemon started by a keeper was handed: the connection and the kernel's offer.
+pub(super) struct Kept {
+    /// The connection's descriptor (a duplicate of the keeper's device).
+    pub dev: OwnedFd,
+    /// What the kernel offered at the connection's INIT.
+    pub offer: InitOffer,
+    /// Whether this daemon reads the keeper's device (resend) or a clone of its own.
+    pub resend: bool,
+    /// The mountpoint, resolved.
+    pub mountpoint: PathBuf,
+    /// The log this daemon's stderr goes to (`None`: the keeper's stderr).
+    pub log: Option<PathBuf>,
+}
+
+impl Kept {
+    /// The connection this process was handed by a keeper, `None` when it was not started by
+    /// one. Clears the variables, so nothing this daemon starts inherits them.
+    ///
+    /// Errors: the variables are set but wrong (no such descriptor, not an offer).
+    pub(super) fn from_env() -> Result<Option<Kept>> {
+        let Some(fd) = std::env::var_os(KEPT_FD_ENV) else {
+            return Ok(None);
+        };
+        let fd: RawFd = (fd.to_str().and_then(|s| s.parse().ok()))
+            .with_context(|| format!("{KEPT_FD_ENV}={fd:?} is not a descriptor number"))?;
+        let offer = std::env::var(KEPT_INIT_ENV).unwrap_or_default();
+        let offer = InitOffer::parse(&offer).context(KEPT_INIT_ENV)?;
+        let resend = std::env::var(KEPT_RESEND_ENV).is_ok_and(|v| v == "1");
+        let mountpoint = std::env::var_os(KEPT_MOUNTPOINT_ENV)
+            .map(PathBuf::from)
+            .with_context(|| format!("{KEPT_MOUNTPOINT_ENV} is not set"))?;
+        let log = std::env::var_os(KEPT_LOG_ENV).map(PathBuf::from);
+        if let Some(f) = std::env::var_os(FAIL_START_ENV)
+            && Path::new(&f).exists()
+        {
+            bail!(
+                "test hook: {FAIL_START_ENV} ({}) exists",
+                Path::new(&f).display()
+            );
+        }
+        // SAFETY: the keeper handed this descriptor to this process, and nothing else here
+        // owns it; clearing the variable below makes sure it is taken once.
+        let dev = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        // SAFETY: called at the start of the daemon, before it starts any thread.
+        unsafe {
+            std::env::remove_var(KEPT_FD_ENV);
+            std::env::remove_var(KEPT_INIT_ENV);
+            std::env::remove_var(KEPT_RESEND_ENV);
+            std::env::remove_var(KEPT_MOUNTPOINT_ENV);
+            std::env::remove_var(KEPT_LOG_ENV);
+        }
+        Ok(Some(Kept {
+            dev,
+            offer,
+            resend,
+            mountpoint,
+            log,
+        }))
+    }
+}
+
+/// The `daemon.keeper` section of `stats`, from the keeper's variables (`None` without one).
+pub fn report() -> Option<crate::report::KeeperReport> {
+    let pid = std::env::var(KEEPER_PID_ENV).ok()?.parse().ok()?;
+    Some(crate::report::KeeperReport {
+        pid,
+        restarts: std::env::var(RESTARTS_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        last_end: std::env::var(LAST_ENV).unwrap_or_default(),
+    })
+}
+
+/// What `loosefs keep` is told by the daemon that starts it.
+#[derive(Debug, Clone)]
+pub struct KeepArgs {
+    /// What the kernel offered at INIT.
+    pub offer: InitOffer,
+    /// Whether daemons read the keeper's device and dead ones' requests are resent.
+    pub resend: bool,
+    /// The first daemon's pid (not the keeper's child).
+    pub daemon: u32,
+    /// The mountpoint (`/dev/fd/N` for a handed-over connection: not the keeper's to
+    /// unmount).
+    pub mountpoint: PathBuf,
+    /// The log the keeper appends to (`None`: its stderr).
+    pub log: Option<PathBuf>,
+    /// The daemon's command line, run again for each new daemon.
+    pub command: Vec<OsString>,
+}
+
+/// Starts `loosefs keep` for the connection `dev` served by this process (the first daemon):
+/// the keeper gets a duplicate of `dev` as its fd 3. Returns its pid.
+///
+/// Errors: the executable cannot be found or started.
+pub(super) fn spawn(dev: &OwnedFd, args: &KeepArgs) -> Result<u32> {
+    let exe = std::env::current_exe().context("cannot find the loosefs executable")?;
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.arg("keep")
+        .arg(format!("--offer={}", args.offer))
+        .arg(format!("--resend={}", args.resend))
+        .arg(format!("--daemon={}", args.daemon))
+        .arg("--mountpoint")
+        .arg(&args.mountpoint);
+    if let Some(log) = &args.log {
+        cmd.arg("--log").arg(log);
+    }
+    cmd.arg("--").args(&args.command);
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    with_fd(&mut cmd, dev.as_raw_fd(), KEPT_FD);
+    let child = cmd.spawn().context("cannot start the mount's keeper")?;
+    Ok(child.id())
+}
+
+/// Makes `src` the child's descriptor `fd` (close-on-exec cleared).
+fn with_fd(cmd: &mut std::process::Command, src: RawFd, fd: RawFd) {
+    // SAFETY: between fork and exec only async-signal-safe calls: dup2 (which clears
+    // FD_CLOEXEC on the new descriptor) and fcntl.
+    unsafe {
+        cmd.pre_exec(move || {
+            if src == fd {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(src, fd) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// What the keeper's loop waits for.
+enum Event {
+    /// A daemon ended; how (an exit code, a signal, or `ended` for the first daemon, not the
+    /// keeper's child).
+    Died { pid: u32, how: String },
+    /// A daemon started for a swap said `ready` (or closed its pipe without: `false`).
+    Ready { pid: u32, ok: bool },
+    /// A signal to the keeper.
+    Signal(i32),
+}
+
+/// `loosefs keep` (started by the first daemon, [`spawn`]): keeps the connection on fd 3
+/// served until it ends, as the module doc says. Returns the exit code: 0 once the
+/// connection ended (unmounted), 1 after giving up.
+///
+/// Errors: fd 3 is not a `/dev/fuse` descriptor; signals cannot be handled.
+pub fn keep(a: KeepArgs) -> Result<i32> {
+    if a.command.is_empty() {
+        bail!("loosefs keep: give the daemon's command after `--`");
+    }
+    super::handover::is_fuse_device(KEPT_FD)?;
+    if let Some(log) = &a.log {
+        super::redirect_stderr(log, false)?;
+    }
+    // SAFETY: descriptor 3 was handed to this process to hold; it is never closed before exit
+    // (except on giving up, after which it is not used).
+    let dev = unsafe { BorrowedFd::borrow_raw(KEPT_FD) };
+    let device = super::mount_device(&a.mountpoint);
+    let (tx, rx) = mpsc::channel();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGUSR1,
+    ])
+    .context("cannot handle signals")?;
+    {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for s in signals.forever() {
+                if tx.send(Event::Signal(s)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    watch_pid(a.daemon, tx.clone())?;
+    log::info!(
+        "keeper of {} (pid {}): daemon pid {}; requests in flight at a death are {}",
+        a.mountpoint.display(),
+        std::process::id(),
+        a.daemon,
+        if a.resend {
+            "resent"
+        } else {
+            "failed (no resend)"
+        }
+    );
+    let mut current = a.daemon;
+    let mut swapping: Option<u32> = None;
+    let mut retiring: Option<u32> = None;
+    let mut stopping = false;
+    let mut restarts = 0u32;
+    let mut deaths = [None::<Instant>; DEATHS];
+    let mut next_death = 0;
+    while let Ok(event) = rx.recv() {
+        match event {
+            Event::Signal(signal_hook::consts::SIGUSR1) => {
+                if stopping || swapping.is_some() {
+                    continue;
+                }
+                restarts += 1;
+                match start(&a, restarts, "replaced by loosefs restart", true, &tx) {
+                    Ok(pid) => {
+                        log::info!("loosefs restart: starting daemon pid {pid} beside {current}");
+                        swapping = Some(pid);
+                    }
+                    Err(e) => log::error!("loosefs restart: {e:#}; daemon {current} serves on"),
+                }
+            }
+            Event::Signal(sig) => {
+                log::info!("signal {sig}: passing SIGTERM to daemon {current}");
+                stopping = true;
+                signal(current, libc::SIGTERM);
+            }
+            Event::Ready { pid, ok } if Some(pid) == swapping => {
+                swapping = None;
+                if !ok {
+                    log::error!("loosefs restart: daemon {pid} did not start; {current} serves on");
+                    signal(pid, libc::SIGKILL);
+                    continue;
+                }
+                log::info!("loosefs restart: daemon {pid} serves; stopping {current}");
+                retiring = Some(current);
+                signal(current, libc::SIGKILL);
+                current = pid;
+            }
+            Event::Ready { .. } => {}
+            Event::Died { pid, how } if Some(pid) == retiring => {
+                retiring = None;
+                log::info!("the replaced daemon {pid} ended ({how})");
+                resend(&a, dev);
+            }
+            Event::Died { pid, how } if pid != current => {
+                log::info!("daemon {pid} ended ({how})");
+            }
+            Event::Died { pid, how } => {
+                if stopping || !alive(dev) {
+                    log::info!("daemon {pid} ended ({how}) and the mount with it; keeper exits");
+                    return Ok(0);
+                }
+                let now = Instant::now();
+                deaths[next_death % DEATHS] = Some(now);
+                next_death += 1;
+                let recent = deaths
+                    .iter()
+                    .flatten()
+                    .filter(|t| now.duration_since(**t) < WINDOW)
+                    .count();
+                log::error!(
+                    "daemon {pid} of {} died ({how}); {recent} of {DEATHS} deaths allowed \
+                     within {} s",
+                    a.mountpoint.display(),
+                    WINDOW.as_secs()
+                );
+                if recent >= DEATHS {
+                    give_up(&a, device.as_deref(), &how);
+                    return Ok(1);
+                }
+                resend(&a, dev);
+                restarts += 1;
+                match start(&a, restarts, &how, false, &tx) {
+                    Ok(new) => {
+                        log::info!("daemon {new} takes over from {pid}");
+                        current = new;
+                    }
+                    Err(e) => {
+                        log::error!("{e:#}");
+                        give_up(&a, device.as_deref(), &format!("{e:#}"));
+                        return Ok(1);
+                    }
+                }
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// Sends `sig` to `pid` (gone already: nothing to do).
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) with a pid this keeper started or was given; no memory is involved.
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+/// Puts the requests the dead daemon read back in the queue, when resend is on.
+fn resend(a: &KeepArgs, dev: BorrowedFd) {
+    if a.resend
+        && let Err(e) = takeover::resend(dev)
+    {
+        log::error!("FUSE_NOTIFY_RESEND: {e}; the requests the dead daemon held fail");
+    }
+}
+
+/// Whether the connection on `dev` is alive: poll(2) reports POLLERR once it was aborted or
+/// unmounted (the kernel's `fuse_dev_poll`).
+fn alive(dev: BorrowedFd) -> bool {
+    let mut p = [libc::pollfd {
+        fd: dev.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    // SAFETY: one pollfd, owned here; a zero timeout never blocks.
+    let n = unsafe { libc::poll(p.as_mut_ptr(), 1, 0) };
+    n >= 0 && p[0].revents & libc::POLLERR == 0
+}
+
+/// Starts a daemon: the keeper's command with the connection as fd 3 and the offer in its
+/// environment; with `ready`, a pipe on which it says `ready` ([`Event::Ready`]). Its end
+/// comes as [`Event::Died`].
+fn start(
+    a: &KeepArgs,
+    restarts: u32,
+    last: &str,
+    ready: bool,
+    tx: &mpsc::Sender<Event>,
+) -> Result<u32> {
+    let mut cmd = std::process::Command::new(&a.command[0]);
+    cmd.args(&a.command[1..])
+        .env(KEPT_FD_ENV, KEPT_FD.to_string())
+        .env(KEPT_INIT_ENV, a.offer.to_string())
+        .env(KEPT_RESEND_ENV, if a.resend { "1" } else { "0" })
+        .env(KEEPER_PID_ENV, std::process::id().to_string())
+        .env(RESTARTS_ENV, restarts.to_string())
+        .env(LAST_ENV, last)
+        .env(KEPT_MOUNTPOINT_ENV, &a.mountpoint)
+        .env_remove(super::READY_FD_ENV)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    if let Some(log) = &a.log {
+        cmd.env(KEPT_LOG_ENV, log);
+    }
+    with_fd(&mut cmd, KEPT_FD, KEPT_FD);
+    let pipe = if ready {
+        let (rx, w) = nix::unistd::pipe().context("cannot create a pipe")?;
+        // The read end stays here (close-on-exec); the write end goes to the daemon.
+        nix::fcntl::fcntl(
+            &rx,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )?;
+        let wfd = w.as_raw_fd();
+        cmd.env(super::READY_FD_ENV, wfd.to_string());
+        Some((rx, w))
+    } else {
+        None
+    };
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start the daemon {:?}", a.command[0]))?;
+    let pid = child.id();
+    if let Some((rx, w)) = pipe {
+        drop(w);
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut msg = String::new();
+            let _ = std::fs::File::from(rx).read_to_string(&mut msg);
+            let _ = tx.send(Event::Ready {
+                pid,
+                ok: msg.starts_with("ready"),
+            });
+        });
+    }
+    let tx = tx.clone();
+    std::thread::spawn(move || {
+        let how = match child.wait() {
+            Ok(s) => describe(s),
+            Err(e) => format!("cannot be waited for: {e}"),
+        };
+        let _ = tx.send(Event::Died { pid, how });
+    });
+    Ok(pid)
+}
+
+/// "exit code N" or "killed by signal N".
+fn describe(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => "ended".into(),
+    }
+}
+
+/// Sends [`Event::Died`] when process `pid` (not a child of this one) ends, watched through a
+/// pidfd.
+///
+/// Errors: pidfd_open fails (no such process: it died already, which is sent at once).
+fn watch_pid(pid: u32, tx: mpsc::Sender<Event>) -> Result<()> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        let _ = tx.send(Event::Died {
+            pid,
+            how: "ended before its keeper started".into(),
+        });
+        return Ok(());
+    }
+    // SAFETY: pidfd_open returned a new descriptor this process owns.
+    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as RawFd) };
+    std::thread::spawn(move || {
+        let mut p = [libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: one pollfd over a descriptor owned by this thread; it becomes readable
+        // when the process ends.
+        while unsafe { libc::poll(p.as_mut_ptr(), 1, -1) } < 0 {}
+        let _ = tx.send(Event::Died {
+            pid,
+            how: "ended".into(),
+        });
+    });
+    Ok(())
+}
+
+/// The crash loop's end: the connection is aborted (fusectl's `abort`, then this keeper's
+/// descriptor closed: every request waiting fails with ENOTCONN), and the mount taken down if
+/// it is still this one.
+fn give_up(a: &KeepArgs, device: Option<&str>, last: &str) {
+    log::error!(
+        "the daemon of {} died {DEATHS} times within {} s (last: {last}); aborting the \
+         connection: readers get ENOTCONN. Its log above says why; mount it again once fixed",
+        a.mountpoint.display(),
+        WINDOW.as_secs()
+    );
+    crate::eprintln_lossy!(
+        "loosefs: the daemon of {} died {DEATHS} times within {} s (last: {last}); the mount \
+         is aborted",
+        a.mountpoint.display(),
+        WINDOW.as_secs()
+    );
+    let ours = device.is_some() && super::mount_device(&a.mountpoint).as_deref() == device;
+    if ours && let Some(conn) = super::connection_dir(&a.mountpoint) {
+        let _ = std::fs::write(conn.join("abort"), "1");
+    }
+    // SAFETY: the keeper's descriptor 3 is closed once, here, and never used after.
+    unsafe { libc::close(KEPT_FD) };
+    if ours && let Err(e) = super::unmount(&a.mountpoint, true) {
+        log::warn!("cannot take down {}: {e:#}", a.mountpoint.display());
+    }
+}
+
+/// `loosefs restart MNT`: swaps in a new daemon, started from the same executable path as the
+/// old one (an upgraded binary, if one was installed there), while the mount stays; returns
+/// the report of the new daemon once it serves.
+///
+/// Errors: `mnt` is not a kept loosefs mount (mounted with `--keeper=false` or in the
+/// foreground), the keeper cannot be signalled, or no new daemon serves within
+/// [`RESTART_READY`] (the old one serves on; the log says why).
+pub fn restart(mnt: &Path) -> Result<crate::report::Report> {
+    let old: crate::report::Report = crate::client::read_control(mnt, "stats")?;
+    let Some(k) = &old.daemon.keeper else {
+        bail!(
+            "{} has no keeper (mounted in the foreground or with --keeper=false): unmount and \
+             mount it again to change its daemon",
+            mnt.display()
+        );
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(k.pid as i32),
+        nix::sys::signal::Signal::SIGUSR1,
+    )
+    .with_context(|| {
+        format!(
+            "cannot signal the keeper of {} (pid {})",
+            mnt.display(),
+            k.pid
+        )
+    })?;
+    let t0 = Instant::now();
+    let mut wait = Duration::from_millis(10);
+    while t0.elapsed() < RESTART_READY {
+        std::thread::sleep(wait);
+        wait = (wait * 2).min(Duration::from_millis(200));
+        if let Ok(r) = crate::client::read_control::<crate::report::Report>(mnt, "stats")
+            && r.daemon.pid != old.daemon.pid
+        {
+            return Ok(r);
+        }
+    }
+    bail!(
+        "no new daemon serves {} after {} s; the old one (pid {}) serves on. Its log: {}",
+        mnt.display(),
+        RESTART_READY.as_secs(),
+        old.daemon.pid,
+        old.daemon.log
+    )
+}
