@@ -45,6 +45,7 @@ fn read_guarded(
     size: u32,
     reply: impl FnOnce(Result<&[u8], FsError>) + Send + 'static,
 ) -> bool {
+    hold_for_a_test();
     // The path is looked up only when debug messages are kept.
     let path = log::log_enabled!(log::Level::Debug).then(|| server.path_of(ino));
     let reply = move |r: Result<&[u8], FsError>| {
@@ -64,6 +65,25 @@ fn read_guarded(
         );
     }
     served.is_ok()
+}
+
+/// Test hook (`LOOSEFS_TEST_HOLD_READ=FILE`): while FILE exists, the next READ renames it to
+/// `FILE.held` and then never returns, so a test can kill the daemon with a READ in flight
+/// inside it. Without the variable, one relaxed load.
+fn hold_for_a_test() {
+    static HOLD: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let Some(f) = HOLD.get_or_init(|| std::env::var_os("LOOSEFS_TEST_HOLD_READ").map(Into::into))
+    else {
+        return;
+    };
+    let mut held = f.clone().into_os_string();
+    held.push(".held");
+    if std::fs::rename(f, &held).is_ok() {
+        log::warn!("test hook: holding a READ until this daemon is killed");
+        loop {
+            std::thread::park();
+        }
+    }
 }
 
 /// The attributes the kernel is given for `a`: every time is the modification time, files

@@ -147,6 +147,9 @@ enum Cmd {
         /// The first daemon's pid.
         #[arg(long)]
         daemon: u32,
+        /// The first daemon's catalog fingerprint (hex).
+        #[arg(long)]
+        catalog: String,
         /// The mountpoint, resolved.
         #[arg(long)]
         mountpoint: PathBuf,
@@ -597,15 +600,20 @@ fn run(cli: Cli) -> Result<i32> {
             offer,
             resend,
             daemon,
+            catalog,
             mountpoint,
             log,
             command,
         } => {
             let offer = loosefs::fuse::takeover::InitOffer::parse(&offer)?;
+            let catalog = u32::from_str_radix(&catalog, 16)
+                .map_err(|_| anyhow::anyhow!("--catalog {catalog:?} is not a fingerprint"))?;
             return loosefs::mount::keeper::keep(loosefs::mount::keeper::KeepArgs {
+                fd: loosefs::mount::keeper::KEPT_FD,
                 offer,
                 resend,
                 daemon,
+                catalog,
                 mountpoint,
                 log,
                 command,

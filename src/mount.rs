@@ -131,6 +131,20 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     }
     // A daemon started by the mount's keeper takes over its connection ([`keeper`]).
     let kept = keeper::Kept::from_env()?;
+    let first_of_handed = keeper::first_of_handed();
+    // A handed-over connection to keep: this process becomes its keeper, its child the daemon.
+    if let (None, None, Some(true), Some(fd)) = (
+        &kept,
+        &first_of_handed,
+        opts.keeper,
+        handover::handed_fd(mnt),
+    ) {
+        let code = keeper::keep_handed(fd, mnt)?;
+        if code != 0 {
+            return Err(DaemonFailed(code).into());
+        }
+        return Ok(());
+    }
     ready_fd_not_inherited();
     let source = crate::open::OpenOptions {
         probe_jpegs: opts.decode.views()?.any(),
@@ -158,7 +172,7 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     // SAFETY: the launcher passed this fd number for the write end of a pipe it created for
     // us, and nothing else in this process owns it.
     let ready = ready.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
-    serve(pack, &mnt_abs, opts, ready, kept)
+    serve(pack, &mnt_abs, opts, ready, kept, first_of_handed)
 }
 
 /// The mountpoint made absolute ([`check_mountpoint`]; a directory holding files refused
@@ -352,6 +366,7 @@ fn serve(
     opts: &MountArgs,
     ready: Option<OwnedFd>,
     kept: Option<keeper::Kept>,
+    first_of_handed: Option<OwnedFd>,
 ) -> Result<()> {
     daemon::tune_allocator(opts.decode.views()?);
     // The log's path resolves the mountpoint: done once, before it is mounted. Resolving it
@@ -385,23 +400,49 @@ fn serve(
         None => daemon::Keeper::None,
     };
     let keeping = !matches!(keeper, daemon::Keeper::None);
+    let catalog = keeping.then(|| keeper::fingerprint(&**built.server.catalog()));
+    if let (daemon::Keeper::Kept(k), Some(now)) = (&keeper, catalog)
+        && k.catalog != now
+    {
+        let e = format!(
+            "cannot take over {}: the source's files are not the ones the mount was made with \
+             (catalog {now:08x}, was {:08x}: a directory changed, or a remote object was \
+             replaced, since the mount); serving them under the old inode numbers could give \
+             wrong bytes, so the mount ends. Mount it again",
+            mnt.display(),
+            k.catalog
+        );
+        log::error!("{e}");
+        crate::eprintln_lossy!("loosefs: {e}");
+        return Err(DaemonFailed(keeper::REFUSED).into());
+    }
     let ring = daemon::transport(&built, opts, keeping)?;
     let mut connected = daemon::connect(&built, ring, mnt, opts, keeper)?;
     if let Some(k) = keeper::report() {
         let _ = crate::report::KEEPER.set(k);
     }
-    if let Some(tk) = connected.to_keep.take() {
+    let to_keep = connected.to_keep.take();
+    if let (Some(tk), Some(to)) = (&to_keep, first_of_handed) {
+        // The keeper is this daemon's parent and holds the connection already.
+        keeper::tell_handed_keeper(to, tk.offer, tk.resend, catalog.unwrap_or(0));
+        let _ = crate::report::KEEPER.set(crate::report::KeeperReport {
+            pid: nix::unistd::getppid().as_raw() as u32,
+            ..Default::default()
+        });
+    } else if let Some(tk) = to_keep {
         // The keeper's log is the daemon's, when the daemon logs to a file.
         let log = (ready.is_some() && !opts.logs_to_stderr()).then(|| log.clone());
         let exe = std::env::current_exe().context("cannot find the loosefs executable")?;
         let mut command = vec![exe.into_os_string()];
         command.extend(std::env::args_os().skip(1));
         let args = keeper::KeepArgs {
+            fd: keeper::KEPT_FD,
             offer: tk.offer,
             resend: tk.resend,
             daemon: std::process::id(),
             mountpoint: mnt.to_path_buf(),
             log,
+            catalog: catalog.unwrap_or(0),
             command,
         };
         let pid = keeper::spawn(&tk.dev, &args)?;

@@ -59,9 +59,11 @@ esac
 mnt=/mnt/loosefs/$SLURM_JOB_ID
 mkdir -p "$mnt"
 # fuse-fd mounts (root), hands the connection to the daemon as the user, and stays until the
-# daemon ends (the epilog's unmount ends it); setsid keeps both out of the prolog's session.
+# mount ends (the epilog's unmount ends it); setsid keeps both out of the prolog's session.
+# With --keeper the process fuse-fd waits for is the mount's keeper: a daemon that dies (a
+# crash, the OOM killer) is started again on the same connection, the reads in flight resent.
 setsid "$bin" fuse-fd "$mnt" --owner "$uid" -- "${as_user[@]}" "$bin" mount "$comment" /dev/fd/3 \
-  --foreground --log "$logs/daemon/daemon.log" </dev/null >>"$logs/fuse-fd.log" 2>&1 &
+  --foreground --keeper --log "$logs/daemon/daemon.log" </dev/null >>"$logs/fuse-fd.log" 2>&1 &
 fuse_fd=$!
 # Ready once mounted and the daemon answers the user's statfs (which waits for the daemon's
 # FUSE_INIT). A daemon that gives up ends fuse-fd, which unmounts: then no wait is left.

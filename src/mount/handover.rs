@@ -95,6 +95,18 @@ pub fn is_fuse_device(fd: RawFd) -> Result<()> {
     Ok(())
 }
 
+/// Marks descriptor `fd` close-on-exec (a number that is not open is left alone).
+pub(super) fn set_cloexec(fd: RawFd) {
+    // SAFETY: F_GETFD/F_SETFD only change the descriptor's flags; a number that is not open
+    // answers EBADF.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+        }
+    }
+}
+
 /// Whether `fd` is an open descriptor of this process.
 fn fcntl_ok(fd: RawFd) -> bool {
     // SAFETY: F_GETFD only reads the descriptor's flags; an fd that is not open gives EBADF.

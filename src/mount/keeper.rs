@@ -53,6 +53,11 @@ const LAST_ENV: &str = "LOOSEFS_KEEPER_LAST";
 const KEPT_MOUNTPOINT_ENV: &str = "LOOSEFS_KEPT_MOUNTPOINT";
 /// A daemon started by a keeper: the log to point its stderr at (unset: the keeper's stderr).
 const KEPT_LOG_ENV: &str = "LOOSEFS_KEPT_LOG";
+/// A daemon started by a keeper: the fingerprint of the first daemon's catalog (hex).
+const KEPT_CATALOG_ENV: &str = "LOOSEFS_KEPT_CATALOG";
+/// The exit code of a daemon that refuses to take over (its catalog is not the first one's):
+/// the keeper ends the mount at once instead of trying again.
+pub const REFUSED: i32 = 3;
 /// Test hook: a daemon started by a keeper exits at once, with an error, while this file
 /// exists (a crash loop on demand).
 const FAIL_START_ENV: &str = "LOOSEFS_TEST_FAIL_START_IF";
@@ -76,6 +81,8 @@ pub(super) struct Kept {
     pub mountpoint: PathBuf,
     /// The log this daemon's stderr goes to (`None`: the keeper's stderr).
     pub log: Option<PathBuf>,
+    /// The first daemon's [`fingerprint`].
+    pub catalog: u32,
 }
 
 impl Kept {
@@ -96,6 +103,9 @@ impl Kept {
             .map(PathBuf::from)
             .with_context(|| format!("{KEPT_MOUNTPOINT_ENV} is not set"))?;
         let log = std::env::var_os(KEPT_LOG_ENV).map(PathBuf::from);
+        let catalog = (std::env::var(KEPT_CATALOG_ENV).ok())
+            .and_then(|v| u32::from_str_radix(&v, 16).ok())
+            .with_context(|| format!("{KEPT_CATALOG_ENV} is not a fingerprint"))?;
         if let Some(f) = std::env::var_os(FAIL_START_ENV)
             && Path::new(&f).exists()
         {
@@ -114,6 +124,7 @@ impl Kept {
             std::env::remove_var(KEPT_RESEND_ENV);
             std::env::remove_var(KEPT_MOUNTPOINT_ENV);
             std::env::remove_var(KEPT_LOG_ENV);
+            std::env::remove_var(KEPT_CATALOG_ENV);
         }
         Ok(Some(Kept {
             dev,
@@ -121,6 +132,7 @@ impl Kept {
             resend,
             mountpoint,
             log,
+            catalog,
         }))
     }
 }
@@ -141,6 +153,9 @@ pub fn report() -> Option<crate::report::KeeperReport> {
 /// What `loosefs keep` is told by the daemon that starts it.
 #[derive(Debug, Clone)]
 pub struct KeepArgs {
+    /// The keeper's descriptor of the connection (3 for `loosefs keep`; the handed number
+    /// for a handed-over connection's keeper, [`keep_handed`]).
+    pub fd: RawFd,
     /// What the kernel offered at INIT.
     pub offer: InitOffer,
     /// Whether daemons read the keeper's device and dead ones' requests are resent.
@@ -152,8 +167,39 @@ pub struct KeepArgs {
     pub mountpoint: PathBuf,
     /// The log the keeper appends to (`None`: its stderr).
     pub log: Option<PathBuf>,
+    /// The first daemon's catalog [`fingerprint`]: a new daemon whose catalog differs
+    /// refuses to serve (its inode numbers would name other files).
+    pub catalog: u32,
     /// The daemon's command line, run again for each new daemon.
     pub command: Vec<OsString>,
+}
+
+/// What the inode numbers of `c` name, in 32 bits: CRC-32 over every record's inode, kind,
+/// size, modification time and path, and every file's stored range and checksum. A daemon
+/// that takes over a connection serves the inodes the kernel got from the one before; it may
+/// do so only when this is equal (a directory changed since the mount, a remote object
+/// replaced: the numbers would name other files, or mix two versions' bytes).
+pub fn fingerprint(c: &dyn crate::catalog::Catalog) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for ino in 1..=c.records() {
+        let Ok(a) = c.getattr(ino) else {
+            h.update(&ino.to_le_bytes());
+            continue;
+        };
+        h.update(&a.ino.to_le_bytes());
+        h.update(&[a.kind as u8]);
+        h.update(&a.size.to_le_bytes());
+        h.update(&a.mtime_sec.to_le_bytes());
+        h.update(&a.mtime_nsec.to_le_bytes());
+        h.update(c.path_of(ino).as_bytes());
+        h.update(&[0]);
+        if let Ok(e) = c.extent(ino) {
+            h.update(&e.range.start.to_le_bytes());
+            h.update(&e.range.end.to_le_bytes());
+            h.update(&e.crc32.unwrap_or(0).to_le_bytes());
+        }
+    }
+    h.finalize()
 }
 
 /// Starts `loosefs keep` for the connection `dev` served by this process (the first daemon):
@@ -167,6 +213,7 @@ pub(super) fn spawn(dev: &OwnedFd, args: &KeepArgs) -> Result<u32> {
         .arg(format!("--offer={}", args.offer))
         .arg(format!("--resend={}", args.resend))
         .arg(format!("--daemon={}", args.daemon))
+        .arg(format!("--catalog={:08x}", args.catalog))
         .arg("--mountpoint")
         .arg(&args.mountpoint);
     if let Some(log) = &args.log {
@@ -219,13 +266,13 @@ pub fn keep(a: KeepArgs) -> Result<i32> {
     if a.command.is_empty() {
         bail!("loosefs keep: give the daemon's command after `--`");
     }
-    super::handover::is_fuse_device(KEPT_FD)?;
+    super::handover::is_fuse_device(a.fd)?;
     if let Some(log) = &a.log {
         super::redirect_stderr(log, false)?;
     }
-    // SAFETY: descriptor 3 was handed to this process to hold; it is never closed before exit
-    // (except on giving up, after which it is not used).
-    let dev = unsafe { BorrowedFd::borrow_raw(KEPT_FD) };
+    // SAFETY: the descriptor was handed to this process to hold; it is never closed before
+    // exit (except on giving up, after which it is not used).
+    let dev = unsafe { BorrowedFd::borrow_raw(a.fd) };
     let device = super::mount_device(&a.mountpoint);
     let (tx, rx) = mpsc::channel();
     let mut signals = signal_hook::iterator::Signals::new([
@@ -305,6 +352,18 @@ pub fn keep(a: KeepArgs) -> Result<i32> {
             Event::Died { pid, how } if pid != current => {
                 log::info!("daemon {pid} ended ({how})");
             }
+            Event::Died { pid, how } if how == format!("exit code {REFUSED}") => {
+                if stopping || !alive(dev) {
+                    return Ok(0);
+                }
+                log::error!("daemon {pid} refused to take over (its log says why)");
+                give_up(
+                    &a,
+                    device.as_deref(),
+                    "a new daemon's catalog differs from the first's",
+                );
+                return Ok(1);
+            }
             Event::Died { pid, how } => {
                 if stopping || !alive(dev) {
                     log::info!("daemon {pid} ended ({how}) and the mount with it; keeper exits");
@@ -345,6 +404,88 @@ pub fn keep(a: KeepArgs) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// A first daemon started by [`keep_handed`]: the descriptor it writes its offer line to.
+const FIRST_OF_ENV: &str = "LOOSEFS_KEEPER_FIRST_FD";
+
+/// `loosefs mount SOURCE /dev/fd/N --foreground --keeper` (a connection handed over by
+/// `loosefs fuse-fd` or the CSI node plugin): this process becomes the keeper of descriptor N
+/// and starts the first daemon as its child (the same command line), which says the
+/// connection's offer, resend and catalog on a pipe once it serves; then [`keep`]. Whoever
+/// waits for this process (fuse-fd, the CSI mounter) thus waits for the mount, not for one
+/// daemon. Returns the exit code.
+///
+/// Errors: descriptor N is not a mounted connection; the daemon cannot start.
+pub fn keep_handed(fd: RawFd, mnt: &Path) -> Result<i32> {
+    super::handover::check_handed(fd)?;
+    let exe = std::env::current_exe().context("cannot find the loosefs executable")?;
+    let mut command = vec![exe.into_os_string()];
+    command.extend(std::env::args_os().skip(1));
+    let (r, w) = nix::unistd::pipe().context("cannot create a pipe")?;
+    nix::fcntl::fcntl(
+        &r,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    )?;
+    let mut cmd = std::process::Command::new(&command[0]);
+    cmd.args(&command[1..])
+        .env(FIRST_OF_ENV, w.as_raw_fd().to_string())
+        .stdin(std::process::Stdio::null());
+    let child = cmd.spawn().context("cannot start the daemon")?;
+    drop(w);
+    let mut line = String::new();
+    {
+        use std::io::Read;
+        let _ = std::fs::File::from(r).read_to_string(&mut line);
+    }
+    let pid = child.id();
+    let parsed = (|| {
+        let mut it = line.split_whitespace();
+        let offer = InitOffer::parse(it.next()?).ok()?;
+        let resend = it.next()? == "1";
+        let catalog = u32::from_str_radix(it.next()?, 16).ok()?;
+        Some((offer, resend, catalog))
+    })();
+    let Some((offer, resend, catalog)) = parsed else {
+        // The daemon failed before serving (it said why on the shared stderr).
+        let mut child = child;
+        let status = child.wait()?;
+        use std::os::unix::process::ExitStatusExt;
+        return Ok(status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)));
+    };
+    // Not waited for by `Child`: [`watch_pid`] reaps it with its status.
+    std::mem::forget(child);
+    keep(KeepArgs {
+        fd,
+        offer,
+        resend,
+        daemon: pid,
+        mountpoint: mnt.to_path_buf(),
+        log: None,
+        catalog,
+        command,
+    })
+}
+
+/// In the first daemon of [`keep_handed`]: the descriptor to say the offer line on (`None`
+/// elsewhere). Clears the variable.
+pub(super) fn first_of_handed() -> Option<OwnedFd> {
+    let fd: RawFd = std::env::var(FIRST_OF_ENV).ok()?.parse().ok()?;
+    // SAFETY: called once at the daemon's start, before it starts any thread.
+    unsafe { std::env::remove_var(FIRST_OF_ENV) };
+    super::handover::set_cloexec(fd);
+    // SAFETY: the keeper passed this pipe's write end to this process, and nothing else here
+    // owns it.
+    Some(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// Tells [`keep_handed`] that this first daemon serves: `OFFER RESEND CATALOG`.
+pub(super) fn tell_handed_keeper(to: OwnedFd, offer: InitOffer, resend: bool, catalog: u32) {
+    use std::io::Write;
+    let line = format!("{offer} {} {catalog:08x}\n", u8::from(resend));
+    let _ = std::fs::File::from(to).write_all(line.as_bytes());
 }
 
 /// Sends `sig` to `pid` (gone already: nothing to do).
@@ -394,13 +535,14 @@ fn start(
         .env(RESTARTS_ENV, restarts.to_string())
         .env(LAST_ENV, last)
         .env(KEPT_MOUNTPOINT_ENV, &a.mountpoint)
+        .env(KEPT_CATALOG_ENV, format!("{:08x}", a.catalog))
         .env_remove(super::READY_FD_ENV)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null());
     if let Some(log) = &a.log {
         cmd.env(KEPT_LOG_ENV, log);
     }
-    with_fd(&mut cmd, KEPT_FD, KEPT_FD);
+    with_fd(&mut cmd, a.fd, KEPT_FD);
     let pipe = if ready {
         let (rx, w) = nix::unistd::pipe().context("cannot create a pipe")?;
         // The read end stays here (close-on-exec); the write end goes to the daemon.
@@ -477,10 +619,20 @@ fn watch_pid(pid: u32, tx: mpsc::Sender<Event>) -> Result<()> {
         // SAFETY: one pollfd over a descriptor owned by this thread; it becomes readable
         // when the process ends.
         while unsafe { libc::poll(p.as_mut_ptr(), 1, -1) } < 0 {}
-        let _ = tx.send(Event::Died {
-            pid,
-            how: "ended".into(),
-        });
+        // A child of this process (a handed-over connection's first daemon) is reaped here,
+        // with its status; another process's end is all that can be told.
+        let mut status = 0;
+        // SAFETY: waitpid on one pid, without blocking; a pid that is not a child gives ECHILD.
+        let how = match unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) } {
+            p if p == pid as libc::pid_t && libc::WIFEXITED(status) => {
+                format!("exit code {}", libc::WEXITSTATUS(status))
+            }
+            p if p == pid as libc::pid_t && libc::WIFSIGNALED(status) => {
+                format!("killed by signal {}", libc::WTERMSIG(status))
+            }
+            _ => "ended".into(),
+        };
+        let _ = tx.send(Event::Died { pid, how });
     });
     Ok(())
 }
@@ -505,8 +657,8 @@ fn give_up(a: &KeepArgs, device: Option<&str>, last: &str) {
     if ours && let Some(conn) = super::connection_dir(&a.mountpoint) {
         let _ = std::fs::write(conn.join("abort"), "1");
     }
-    // SAFETY: the keeper's descriptor 3 is closed once, here, and never used after.
-    unsafe { libc::close(KEPT_FD) };
+    // SAFETY: the keeper's descriptor is closed once, here, and never used after.
+    unsafe { libc::close(a.fd) };
     if ours && let Err(e) = super::unmount(&a.mountpoint, true) {
         log::warn!("cannot take down {}: {e:#}", a.mountpoint.display());
     }
