@@ -88,7 +88,8 @@ def mounted(pack, tmp_path):
     need_mount()
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    r = loosefs("mount", pack, mnt)
+    # No keeper: a daemon killed below must leave the mount stale, as without one.
+    r = loosefs("mount", pack, mnt, "--keeper=false")
     assert r.returncode == 0, r.stderr
     yield mnt
     loosefs("umount", "--lazy", mnt)
