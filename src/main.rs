@@ -612,7 +612,7 @@ fn run(cli: Cli) -> Result<i32> {
                 fd: loosefs::mount::keeper::KEPT_FD,
                 offer,
                 resend,
-                daemon,
+                daemon: Some(daemon),
                 catalog,
                 mountpoint,
                 log,

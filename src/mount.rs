@@ -132,6 +132,18 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
     // A daemon started by the mount's keeper takes over its connection ([`keeper`]).
     let kept = keeper::Kept::from_env()?;
     let first_of_handed = keeper::first_of_handed();
+    // A kept connection handed over by someone other than its keeper (a restarted CSI
+    // mounter): this process becomes its keeper again.
+    let kept = match kept {
+        Some(k) if opts.keeper == Some(true) && !keeper::under_a_keeper() => {
+            let code = keeper::keep_taken_over(k, mnt)?;
+            if code != 0 {
+                return Err(DaemonFailed(code).into());
+            }
+            return Ok(());
+        }
+        k => k,
+    };
     // A handed-over connection to keep: this process becomes its keeper, its child the daemon.
     if let (None, None, Some(true), Some(fd)) = (
         &kept,
@@ -439,7 +451,7 @@ fn serve(
             fd: keeper::KEPT_FD,
             offer: tk.offer,
             resend: tk.resend,
-            daemon: std::process::id(),
+            daemon: Some(std::process::id()),
             mountpoint: mnt.to_path_buf(),
             log,
             catalog: catalog.unwrap_or(0),

@@ -436,7 +436,13 @@ fn stale_mount_is_reported_with_the_fix() {
     let m = mount(
         &pack,
         &mnt,
-        &["--push-ahead", "0", "--prefetch-max-mb", "0", "--keeper=false"],
+        &[
+            "--push-ahead",
+            "0",
+            "--prefetch-max-mb",
+            "0",
+            "--keeper=false",
+        ],
     );
     // Files the kernel already holds (looked up and read: 24 h TTLs, no OPEN, kept pages)
     // keep reading after the daemon dies, with their bytes; anything that needs the daemon

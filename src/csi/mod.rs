@@ -18,6 +18,7 @@
 //!
 //! A volume's `mountOptions` become the daemon's options ([`mount_options`]).
 
+mod held;
 pub mod identity;
 pub mod mount_options;
 pub mod mounter;

@@ -37,6 +37,11 @@ pub struct Request {
     /// The volume's directory, owned by the mounter's user: the daemon's caches
     /// (`cache/`, `index/`) and its log (`daemon.log`) go there.
     pub dir: PathBuf,
+    /// A connection served before, by a mounter that ended: its keeper's offer line (the
+    /// [`Event::Kept`] the first mounter sent). The daemon takes it over instead of waiting
+    /// for a FUSE_INIT.
+    #[serde(default)]
+    pub kept: Option<String>,
 }
 
 /// What the mounter tells the node plugin about the daemon it started (JSON lines).
@@ -47,6 +52,12 @@ pub enum Event {
     Started {
         /// Its process id.
         pid: u32,
+    },
+    /// The volume's keeper serves: its offer line (`OFFER RESEND CATALOG`), which the node
+    /// plugin keeps with its copy of the connection to hand both to a restarted mounter.
+    Kept {
+        /// The line.
+        line: String,
     },
     /// The daemon ended.
     Exited {
@@ -118,7 +129,7 @@ fn serve_one(conn: UnixStream, socket: &Path) -> Result<()> {
         .context("cannot read the request")?;
     let req: Request = serde_json::from_str(&line).context("the request is not valid JSON")?;
     let mut out = &conn;
-    let mut child = match spawn_daemon(&req, dev) {
+    let (mut child, info) = match spawn_daemon(&req, dev) {
         Ok(c) => c,
         Err(e) => {
             let tail = format!("{e:#}");
@@ -133,6 +144,19 @@ fn serve_one(conn: UnixStream, socket: &Path) -> Result<()> {
         child.id()
     );
     send_event(&mut out, &Event::Started { pid: child.id() });
+    // The keeper's offer line once the first daemon serves (nothing if it ends before).
+    if let Some(info) = info {
+        let mut line = String::new();
+        let _ = BufReader::new(std::fs::File::from(info)).read_line(&mut line);
+        if !line.trim().is_empty() {
+            send_event(
+                &mut out,
+                &Event::Kept {
+                    line: line.trim().to_string(),
+                },
+            );
+        }
+    }
     let status = child.wait().context("cannot wait for the daemon")?;
     use std::os::unix::process::ExitStatusExt;
     let code = status
@@ -161,10 +185,13 @@ fn send_event(out: &mut &UnixStream, event: &Event) {
     }
 }
 
-/// Starts `loosefs mount SOURCE /dev/fd/3 --foreground` for `req` on `dev`, in its own
-/// session, its standard error in `<dir>/daemon.err`, with no way to gain privileges.
-/// Errors: the volume's directory is not this user's, the binary cannot start.
-fn spawn_daemon(req: &Request, dev: OwnedFd) -> Result<std::process::Child> {
+/// Starts `loosefs mount SOURCE /dev/fd/3 --foreground --keeper` for `req` on `dev`, in its
+/// own session, its standard error in `<dir>/daemon.err`, with no way to gain privileges: the
+/// process is the volume's keeper, its child the daemon. A new volume's keeper says its offer
+/// line on the returned pipe (its fd 4); a volume taken over (`req.kept`) is given it.
+/// Errors: the volume's directory is not this user's, the binary cannot start, `req.kept` is
+/// not an offer line.
+fn spawn_daemon(req: &Request, dev: OwnedFd) -> Result<(std::process::Child, Option<OwnedFd>)> {
     use std::os::unix::fs::MetadataExt;
     let dir = &req.dir;
     let meta =
@@ -179,6 +206,9 @@ fn spawn_daemon(req: &Request, dev: OwnedFd) -> Result<std::process::Child> {
     let exe = std::env::current_exe().context("cannot find the loosefs binary")?;
     let err = std::fs::File::create(dir.join("daemon.err"))
         .with_context(|| format!("cannot write in {}", dir.display()))?;
+    // Both descriptors above 4 first, so that making them 3 and 4 in the child never closes
+    // one with the other.
+    let dev = above(dev)?;
     let src = dev.as_raw_fd();
     let mut cmd = std::process::Command::new(exe);
     // The volume's options first, the mounter's own after them (clap refuses a second
@@ -186,6 +216,7 @@ fn spawn_daemon(req: &Request, dev: OwnedFd) -> Result<std::process::Child> {
     cmd.arg("mount")
         .args(&req.args)
         .arg("--foreground")
+        .arg("--keeper")
         .arg("--log")
         .arg(dir.join("daemon.log"))
         .arg("--cache-dir")
@@ -199,6 +230,25 @@ fn spawn_daemon(req: &Request, dev: OwnedFd) -> Result<std::process::Child> {
         .stdin(std::process::Stdio::null())
         .stdout(err.try_clone()?)
         .stderr(err);
+    let (info, info_w) = match &req.kept {
+        Some(line) => {
+            for (k, v) in crate::mount::keeper::taken_over_env(line)? {
+                cmd.env(k, v);
+            }
+            (None, None)
+        }
+        None => {
+            let (r, w) = nix::unistd::pipe().context("cannot create a pipe")?;
+            nix::fcntl::fcntl(
+                &r,
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+            )?;
+            cmd.env(crate::mount::keeper::INFO_FD_ENV, "4");
+            (Some(r), Some(w))
+        }
+    };
+    let info_w = info_w.map(above).transpose()?;
+    let info_src = info_w.as_ref().map_or(-1, |w| w.as_raw_fd());
     // SAFETY: between fork and exec only async-signal-safe calls: setsid, prctl, dup2 and
     // fcntl.
     unsafe {
@@ -215,12 +265,24 @@ fn spawn_daemon(req: &Request, dev: OwnedFd) -> Result<std::process::Child> {
             } else if libc::dup2(src, 3) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            if info_src >= 0 && libc::dup2(info_src, 4) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             Ok(())
         });
     }
     let child = cmd.spawn().context("cannot start the daemon")?;
     drop(dev);
-    Ok(child)
+    drop(info_w);
+    Ok((child, info))
+}
+
+/// `fd` moved to a descriptor number of 10 or more (close-on-exec).
+fn above(fd: OwnedFd) -> Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let n = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10))?;
+    // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor this process owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(n) })
 }
 
 /// The last lines (at most 5, 1 KiB) the daemon wrote to its standard error and its log.

@@ -174,7 +174,7 @@ fn statfs_within(target: &Path, limit: Duration) -> Option<nix::Result<()>> {
 
 /// Whether the mount on top at `target` is this volume's: `fuse.loosefs` with the source
 /// `want` (`loosefs:csi/VOLUME`).
-fn is_ours(target: &Path, want: &str) -> bool {
+pub(super) fn is_ours(target: &Path, want: &str) -> bool {
     crate::mount_table::mount_fstype(target).as_deref() == Some(crate::mount::FS_TYPE)
         && crate::mount_table::mount_source(target).as_deref() == Some(want)
 }
@@ -332,12 +332,25 @@ fn publish(config: &NodeConfig, target: &Path, p: &Publish) -> Result<(), Status
         source: p.source.clone(),
         args: p.args.clone(),
         dir: dir.clone(),
+        kept: None,
     };
+    // The plugin's copy, handed to the next mounter if this one ends ([`super::held`]).
+    let copy = dev
+        .try_clone()
+        .map_err(|e| Status::internal(format!("cannot keep a copy of the connection: {e}")))?;
     let outcome = mounter::hand_over(conn, dev, &req, &config.mounter)
         .map_err(|e| Status::unavailable(format!("{e:#}")))
         .and_then(|events| wait_ready(config, target, &p.volume_id, events));
     match outcome {
-        Ok(()) => {
+        Ok((kept, events)) => {
+            let held = super::held::Held {
+                volume_id: p.volume_id.clone(),
+                target: target.to_path_buf(),
+                source_name: want.clone(),
+                dev: copy,
+                req: Request { kept, ..req },
+            };
+            super::held::watch(config.mounter.clone(), held, events);
             log::info!(
                 "volume {}: {} published at {}",
                 p.volume_id,
@@ -394,16 +407,19 @@ fn own_new_dir(dir: &Path, (uid, gid): (u32, u32)) -> std::io::Result<()> {
 
 /// Waits until the mount answers `statfs` (the daemon is serving), or the daemon ends, or
 /// the publish timeout passes.
+///
+/// Returns the keeper's offer line if it came already, and the mounter's later events.
 fn wait_ready(
     config: &NodeConfig,
     target: &Path,
     volume_id: &str,
     events: impl Iterator<Item = Event> + Send + 'static,
-) -> Result<(), Status> {
+) -> Result<(Option<String>, super::held::Events), Status> {
     enum Seen {
         Ready(nix::Result<()>),
         Daemon(Event),
     }
+    let mut kept = None;
     let (tx, rx) = std::sync::mpsc::channel();
     {
         let (tx, t) = (tx.clone(), target.to_path_buf());
@@ -422,7 +438,14 @@ fn wait_ready(
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
-            Ok(Seen::Ready(Ok(()))) => return Ok(()),
+            Ok(Seen::Ready(Ok(()))) => {
+                let later = rx.into_iter().filter_map(|s| match s {
+                    Seen::Daemon(e) => Some(e),
+                    Seen::Ready(_) => None,
+                });
+                return Ok((kept, super::held::forward(later)));
+            }
+            Ok(Seen::Daemon(Event::Kept { line })) => kept = Some(line),
             Ok(Seen::Daemon(Event::Started { pid })) => {
                 log::info!("volume {volume_id}: daemon pid {pid} (in the mounter) starting");
             }
@@ -484,6 +507,7 @@ fn daemon_failed(volume_id: &str, code: i32, tail: &str) -> Status {
 /// under it, and logged.
 fn unpublish(config: &NodeConfig, target: &Path, volume_id: &str) -> Result<(), Status> {
     let want = mount_source(volume_id);
+    super::held::forget(target);
     unmount_ours(target, &want)?;
     if let Some(fstype) = crate::mount_table::mount_fstype(target) {
         let source = crate::mount_table::mount_source(target).unwrap_or_default();

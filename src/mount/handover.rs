@@ -107,6 +107,14 @@ pub(super) fn set_cloexec(fd: RawFd) {
     }
 }
 
+/// Whether descriptor `fd` is an open pipe.
+pub(super) fn is_pipe(fd: RawFd) -> bool {
+    // SAFETY: the descriptor is only borrowed for the fstat.
+    let st = fcntl_ok(fd).then(|| unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) });
+    st.and_then(|b| nix::sys::stat::fstat(b).ok())
+        .is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO)
+}
+
 /// Whether `fd` is an open descriptor of this process.
 fn fcntl_ok(fd: RawFd) -> bool {
     // SAFETY: F_GETFD only reads the descriptor's flags; an fd that is not open gives EBADF.

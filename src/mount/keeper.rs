@@ -160,8 +160,10 @@ pub struct KeepArgs {
     pub offer: InitOffer,
     /// Whether daemons read the keeper's device and dead ones' requests are resent.
     pub resend: bool,
-    /// The first daemon's pid (not the keeper's child).
-    pub daemon: u32,
+    /// The first daemon's pid (watched, not started); `None`: the connection was taken over
+    /// from a mounter that died (the CSI node plugin held it), and the keeper resends what
+    /// was in flight and starts the first daemon itself.
+    pub daemon: Option<u32>,
     /// The mountpoint (`/dev/fd/N` for a handed-over connection: not the keeper's to
     /// unmount).
     pub mountpoint: PathBuf,
@@ -212,7 +214,7 @@ pub(super) fn spawn(dev: &OwnedFd, args: &KeepArgs) -> Result<u32> {
     cmd.arg("keep")
         .arg(format!("--offer={}", args.offer))
         .arg(format!("--resend={}", args.resend))
-        .arg(format!("--daemon={}", args.daemon))
+        .arg(format!("--daemon={}", args.daemon.unwrap_or(0)))
         .arg(format!("--catalog={:08x}", args.catalog))
         .arg("--mountpoint")
         .arg(&args.mountpoint);
@@ -292,19 +294,27 @@ pub fn keep(a: KeepArgs) -> Result<i32> {
             }
         });
     }
-    watch_pid(a.daemon, tx.clone())?;
+    let first = match a.daemon {
+        Some(pid) => {
+            watch_pid(pid, tx.clone())?;
+            pid
+        }
+        None => {
+            resend(&a, dev);
+            start(&a, 0, "taken over from a mounter that ended", false, &tx)?
+        }
+    };
     log::info!(
-        "keeper of {} (pid {}): daemon pid {}; requests in flight at a death are {}",
+        "keeper of {} (pid {}): daemon pid {first}; requests in flight at a death are {}",
         a.mountpoint.display(),
         std::process::id(),
-        a.daemon,
         if a.resend {
             "resent"
         } else {
             "failed (no resend)"
         }
     );
-    let mut current = a.daemon;
+    let mut current = first;
     let mut swapping: Option<u32> = None;
     let mut retiring: Option<u32> = None;
     let mut stopping = false;
@@ -419,6 +429,8 @@ const FIRST_OF_ENV: &str = "LOOSEFS_KEEPER_FIRST_FD";
 /// Errors: descriptor N is not a mounted connection; the daemon cannot start.
 pub fn keep_handed(fd: RawFd, mnt: &Path) -> Result<i32> {
     super::handover::check_handed(fd)?;
+    // Taken before the daemon starts, so that it does not inherit it.
+    let info = info_fd();
     let exe = std::env::current_exe().context("cannot find the loosefs executable")?;
     let mut command = vec![exe.into_os_string()];
     command.extend(std::env::args_os().skip(1));
@@ -457,14 +469,92 @@ pub fn keep_handed(fd: RawFd, mnt: &Path) -> Result<i32> {
     };
     // Not waited for by `Child`: [`watch_pid`] reaps it with its status.
     std::mem::forget(child);
+    if let Some(to) = info {
+        tell_handed_keeper(to, offer, resend, catalog);
+    }
     keep(KeepArgs {
         fd,
         offer,
         resend,
-        daemon: pid,
+        daemon: Some(pid),
         mountpoint: mnt.to_path_buf(),
         log: None,
         catalog,
+        command,
+    })
+}
+
+/// Whoever started a handed-over connection's keeper (the CSI mounter) may ask for its offer
+/// line (`OFFER RESEND CATALOG`) on this descriptor, to start a keeper for the same
+/// connection later ([`keep_taken_over`]).
+pub const INFO_FD_ENV: &str = "LOOSEFS_KEEPER_INFO_FD";
+
+/// The descriptor of [`INFO_FD_ENV`], taken once.
+fn info_fd() -> Option<OwnedFd> {
+    let fd: RawFd = std::env::var(INFO_FD_ENV).ok()?.parse().ok()?;
+    // SAFETY: called once in the keeper before it starts any thread.
+    unsafe { std::env::remove_var(INFO_FD_ENV) };
+    super::handover::set_cloexec(fd);
+    super::handover::is_pipe(fd).then(|| {
+        // SAFETY: the starter passed this pipe's write end to this process, and nothing else
+        // here owns it.
+        unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }
+    })
+}
+
+/// The variables that hand a kept connection (on fd 3) to `loosefs mount SOURCE /dev/fd/3
+/// --foreground --keeper`: its offer line as [`INFO_FD_ENV`] gave it. That process becomes
+/// the connection's keeper again ([`keep_taken_over`]).
+///
+/// Errors: `line` is not an offer line.
+pub fn taken_over_env(line: &str) -> Result<Vec<(&'static str, String)>> {
+    let mut it = line.split_whitespace();
+    let (Some(offer), Some(resend), Some(catalog), None) =
+        (it.next(), it.next(), it.next(), it.next())
+    else {
+        bail!("{line:?} is not a keeper's offer line (OFFER RESEND CATALOG)");
+    };
+    InitOffer::parse(offer)?;
+    u32::from_str_radix(catalog, 16)
+        .with_context(|| format!("{catalog:?} is not a fingerprint"))?;
+    Ok(vec![
+        (KEPT_FD_ENV, KEPT_FD.to_string()),
+        (KEPT_INIT_ENV, offer.to_string()),
+        (
+            KEPT_RESEND_ENV,
+            if resend == "1" { "1" } else { "0" }.to_string(),
+        ),
+        (KEPT_CATALOG_ENV, catalog.to_string()),
+        (KEPT_MOUNTPOINT_ENV, format!("/dev/fd/{KEPT_FD}")),
+    ])
+}
+
+/// Whether this process was started by a keeper (a daemon it serves for), as opposed to
+/// handed a kept connection by someone else ([`taken_over_env`]).
+pub(super) fn under_a_keeper() -> bool {
+    std::env::var_os(KEEPER_PID_ENV).is_some()
+}
+
+/// `loosefs mount SOURCE /dev/fd/3 --foreground --keeper` given a kept connection by someone
+/// other than a keeper (a restarted CSI mounter, from the node plugin that held it): this
+/// process becomes its keeper, resends what the dead daemon held and starts a daemon.
+pub(super) fn keep_taken_over(k: Kept, command_mnt: &Path) -> Result<i32> {
+    use std::os::fd::IntoRawFd;
+    let fd = k.dev.into_raw_fd();
+    if fd != KEPT_FD {
+        bail!("a kept connection is handed over as descriptor {KEPT_FD}, not {fd}");
+    }
+    let exe = std::env::current_exe().context("cannot find the loosefs executable")?;
+    let mut command = vec![exe.into_os_string()];
+    command.extend(std::env::args_os().skip(1));
+    keep(KeepArgs {
+        fd,
+        offer: k.offer,
+        resend: k.resend,
+        daemon: None,
+        mountpoint: command_mnt.to_path_buf(),
+        log: None,
+        catalog: k.catalog,
         command,
     })
 }
@@ -505,7 +595,7 @@ fn resend(a: &KeepArgs, dev: BorrowedFd) {
 
 /// Whether the connection on `dev` is alive: poll(2) reports POLLERR once it was aborted or
 /// unmounted (the kernel's `fuse_dev_poll`).
-fn alive(dev: BorrowedFd) -> bool {
+pub(crate) fn alive(dev: BorrowedFd) -> bool {
     let mut p = [libc::pollfd {
         fd: dev.as_raw_fd(),
         events: libc::POLLIN,

@@ -66,15 +66,18 @@ pub(super) fn open_session(
     // A thread per cloned device, except where the keeper resends: a clone's requests end
     // with the daemon, the shared device's wait for the next one.
     cfg.clone_fd = !(shared || kept.as_ref().is_some_and(|k| k.resend));
+    if handed.is_some() {
+        // Who may use the mount is the mounter's choice (`allow_other` or not), enforced by
+        // the kernel before a request reaches this daemon, whose own user is then not the
+        // point.
+        cfg.acl = SessionACL::All;
+    }
     let session = if let Some(k) = kept {
         return kept_session(fs, k, cfg)
             .with_context(|| format!("cannot take over the connection of {}", mnt.display()));
     } else if let Some(n) = handed {
         // Checked by `mountpoint_or_fd`: an open /dev/fuse descriptor, handed to this process.
         cfg.clone_fd = cfg.clone_fd && can_open_dev_fuse();
-        // Who may use the mount is the mounter's choice (`allow_other` or not), enforced by the
-        // kernel before a request reaches this daemon, whose own user is then not the point.
-        cfg.acl = SessionACL::All;
         // SAFETY: descriptor n was handed to this process to serve, and nothing else in it
         // owns it.
         let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(n) };

@@ -149,18 +149,30 @@ class Node:
         return "\n".join(f"--- {n}\n" + (self.base / n).read_text(errors="replace")[-3000:]
                          for n in ("driver.log", "mounter.log") if (self.base / n).exists())
 
-    def daemons(self) -> list:
-        """The pids of the daemons the mounter runs (their log is in the work directory)."""
-        found = []
+    def processes(self) -> dict:
+        """{pid: parent pid} of the volumes' processes the mounter runs: each volume's keeper
+        (`loosefs mount … /dev/fd/3 --keeper`, the mounter's child) and its daemon (the
+        keeper's child, the same command line)."""
+        found = {}
         for d in pathlib.Path("/proc").iterdir():
             try:
                 argv = (d / "cmdline").read_bytes().split(b"\0")
-            except OSError:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
             if argv[1:2] == [b"mount"] and b"/dev/fd/3" in argv \
                     and any(a.startswith(str(self.work).encode()) for a in argv):
-                found.append(int(d.name))
+                found[int(d.name)] = ppid
         return found
+
+    def daemons(self) -> list:
+        """The pids of the daemons serving the volumes (their keepers' children)."""
+        p = self.processes()
+        return sorted(pid for pid, parent in p.items() if parent in p)
+
+    def keepers(self) -> list:
+        p = self.processes()
+        return sorted(pid for pid, parent in p.items() if parent not in p)
 
 
 @contextlib.contextmanager
@@ -188,7 +200,7 @@ def node_with_driver(csi, pack, mounter_env=None):
             left = [line.split(" ")[4] for line in f if line.split(" ")[4].startswith(str(base))]
         for m in reversed(left):
             subprocess.run(["umount", "-l", m], timeout=30)
-        for pid in n.daemons():
+        for pid in n.processes():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(base, ignore_errors=True)
@@ -278,19 +290,71 @@ def test_a_pod_reads_its_volume_served_unprivileged_across_a_driver_restart(csi,
         assert not any(n.work.iterdir()), list(n.work.iterdir())
 
 
-def test_a_daemon_that_died_is_replaced_by_the_next_publish(csi, pack, source):
+def test_a_daemon_that_died_is_replaced_by_its_keeper_and_the_next_publish_is_ok(csi, pack, source):
     with node_with_driver(csi, pack) as n:
         target = n.target()
         n.publish(target, n.data)
         (pid,) = n.daemons()
+        (keeper,) = n.keepers()
         os.kill(pid, signal.SIGKILL)
         wait_for("the daemon to end", lambda: pid not in n.daemons(), timeout=30)
+        wait_for("a new daemon", lambda: len(n.daemons()) == 1, timeout=30)
+        assert n.keepers() == [keeper]
         n.publish(target, n.data)
         assert mounts_at(target) == 1, n.logs()
-        assert len(n.daemons()) == 1 and n.daemons() != [pid]
+        assert len(n.daemons()) == 1 and n.daemons() != [pid] and n.keepers() == [keeper], n.logs()
         some = next(p for p in sorted(source.rglob("*")) if p.is_file())
         assert (target / some.relative_to(source)).read_bytes() == some.read_bytes()
         n.unpublish(target)
+
+
+def test_a_pod_read_finishes_identical_across_a_mounter_restart(csi, pack, source):
+    """The mounter's container restarts (the mounter, every volume's keeper and daemon killed)
+    while a pod reads, one READ held inside the daemon (the test hook): the node plugin holds
+    the connection, hands it to the new mounter, whose keeper resends the READ to a new
+    daemon; the pod's read of every file finishes identical, and nothing is published again."""
+    want = {str(p.relative_to(source)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(source.rglob("*")) if p.is_file()}
+    hold = None
+    with node_with_driver(csi, pack) as n:
+        shared = n.mounter_socket.parent  # 0777: the mounter's user renames the hook's file
+        hold = shared / "hold"
+        n.mounter.kill()
+        n.mounter.wait(timeout=30)
+        n.start_mounter({"LOOSEFS_TEST_HOLD_READ": str(hold)})
+        target = n.target()
+        n.publish(target, n.data)
+        view = n.base / "pod-view"
+        view.mkdir()
+        subprocess.run(["mount", "--bind", str(target), str(view)], check=True, timeout=30)
+        try:
+            hold.touch()
+            script = ("import hashlib, json, pathlib, sys\n"
+                      "r = pathlib.Path(sys.argv[1])\n"
+                      "print(json.dumps({str(p.relative_to(r)): hashlib.sha256(p.read_bytes()).hexdigest()"
+                      " for p in sorted(r.rglob('*')) if p.is_file() and '.loosefs' not in p.parts}))\n")
+            pod = subprocess.Popen(["setpriv", f"--reuid={POD_UID}", f"--regid={POD_UID}", "--clear-groups",
+                                    sys.executable, "-c", script, str(view)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            wait_for("a READ held in the daemon", lambda: pathlib.Path(f"{hold}.held").exists(), timeout=60)
+            # The container restarts: everything in it is killed, then the mounter starts again.
+            before = set(n.processes())
+            n.mounter.kill()
+            n.mounter.wait(timeout=30)
+            for pid in before:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            wait_for("the old keepers and daemons to end", lambda: not (set(n.processes()) & before), timeout=30)
+            n.start_mounter()
+            out, err = pod.communicate(timeout=300)
+            assert pod.returncode == 0, err + n.logs()
+            assert json.loads(out) == want
+        finally:
+            subprocess.run(["umount", "-l", str(view)], timeout=30)
+        assert len(n.daemons()) == 1 and not (set(n.processes()) & before), n.logs()
+        assert "handed to the new mounter" in n.logs(), n.logs()
+        n.unpublish(target)
+        wait_for("the volume's processes to end", lambda: not n.processes(), timeout=30)
 
 
 def test_bad_requests_get_their_codes_and_mount_nothing(csi, pack):
