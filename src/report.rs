@@ -244,9 +244,20 @@ pub static KEEPER: std::sync::OnceLock<KeeperReport> = std::sync::OnceLock::new(
 pub fn version() -> String {
     static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     V.get_or_init(|| {
-        let build = std::fs::read("/proc/self/exe")
-            .map(|b| format!("{:08x}", crc32fast::hash(&b)))
-            .unwrap_or_else(|_| "unknown".into());
+        // Streamed: the executable (with its debug information) is far larger than what
+        // the daemon otherwise holds.
+        let crc = std::fs::File::open("/proc/self/exe").and_then(|mut f| {
+            use std::io::Read;
+            let mut h = crc32fast::Hasher::new();
+            let mut buf = vec![0u8; 256 << 10];
+            loop {
+                match f.read(&mut buf)? {
+                    0 => return Ok(h.finalize()),
+                    n => h.update(&buf[..n]),
+                }
+            }
+        });
+        let build = crc.map_or_else(|_| "unknown".into(), |c| format!("{c:08x}"));
         format!("{} (build {build})", env!("CARGO_PKG_VERSION"))
     })
     .clone()

@@ -277,7 +277,7 @@ fn mount_with_nofile(pack: &Path, mnt: &Path, kind: &str, limit: u64) -> std::pr
     c.arg("mount")
         .arg(pack)
         .arg(mnt)
-        .args(["--threads", "2", "--transport", kind]);
+        .args(["--threads", "2", "--transport", kind, "--keeper=false"]);
     // SAFETY: setrlimit is async-signal-safe and touches no memory of the parent.
     unsafe {
         c.pre_exec(move || {

@@ -65,8 +65,25 @@ def mounted(pack, tmp_path):
 
     yield mount
     for mnt in made:
+        keeper = None
         if os.path.ismount(mnt):
+            r = run("stats", mnt, "--json", check=False)
+            if r.returncode == 0:
+                keeper = (json.loads(r.stdout)["daemon"].get("keeper") or {}).get("pid")
             run("umount", "--lazy", mnt, check=False)
+        # A test that failed with a READ still held leaves a daemon serving a detached mount:
+        # its keeper and the keeper's daemons go too.
+        try:
+            ours = keeper and str(mnt).encode() in pathlib.Path(f"/proc/{keeper}/cmdline").read_bytes()
+            children = pathlib.Path(f"/proc/{keeper}/task/{keeper}/children").read_text().split() if ours else []
+        except OSError:
+            ours, children = False, []
+        if ours:
+            for pid in [keeper, *map(int, children)]:
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
 
 
 class Reader:
