@@ -274,10 +274,13 @@ fn ring_completions(pid: i32) -> u64 {
 fn mount_with_nofile(pack: &Path, mnt: &Path, kind: &str, limit: u64) -> std::process::Output {
     use std::os::unix::process::CommandExt;
     let mut c = std::process::Command::new(common::bin());
-    c.arg("mount")
-        .arg(pack)
-        .arg(mnt)
-        .args(["--threads", "2", "--transport", kind, "--keeper=false"]);
+    c.arg("mount").arg(pack).arg(mnt).args([
+        "--threads",
+        "2",
+        "--transport",
+        kind,
+        "--keeper=false",
+    ]);
     // SAFETY: setrlimit is async-signal-safe and touches no memory of the parent.
     unsafe {
         c.pre_exec(move || {

@@ -445,6 +445,17 @@ pub fn keep_handed(fd: RawFd, mnt: &Path) -> Result<i32> {
         .stdin(std::process::Stdio::null());
     let child = cmd.spawn().context("cannot start the daemon")?;
     drop(w);
+    // The readiness pipe of a `loosefs mount` in the background went to the daemon, which says
+    // `ready` on it; this keeper's copy would keep that command waiting for its end.
+    if let Some(fd) = std::env::var(super::READY_FD_ENV)
+        .ok()
+        .and_then(|v| v.parse::<RawFd>().ok())
+    {
+        // SAFETY: the launcher's pipe end, owned by nothing else in this process; closed once.
+        unsafe { libc::close(fd) };
+        // SAFETY: no other thread of the keeper runs yet.
+        unsafe { std::env::remove_var(super::READY_FD_ENV) };
+    }
     let mut line = String::new();
     {
         use std::io::Read;
