@@ -39,6 +39,7 @@ const GAUGES: &[&str] = &[
     "daemon_threads",
     "daemon_transport_queues",
     "daemon_transport_ring_threads",
+    "daemon_keeper_pid",
     "page_cache_keep_pack_cache",
     "prefetch_max_window_bytes",
     "prefetch_unserved_bytes",

@@ -136,18 +136,23 @@ def mounted(mnt: str) -> bool:
 
 
 def daemon_of(mnt: str) -> int:
-    """The pid of the `loosefs mount … /dev/fd/3` whose log is the job's (its mountpoint is
-    the handed descriptor, so the log path names the job)."""
+    """The pid of the daemon serving the job's mount: the `loosefs mount … /dev/fd/3` whose log
+    is the job's (its mountpoint is the handed descriptor, so the log path names the job) and
+    whose parent runs the same command (the keeper, the process fuse-fd waits for)."""
     jid = mnt.rsplit("/", 1)[1]
+    found = {}
     for d in pathlib.Path("/proc").iterdir():
         try:
             argv = (d / "cmdline").read_bytes().split(b"\0")
-        except OSError:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
         if argv[0].endswith(b"loosefs") and argv[1:2] == [b"mount"] and b"/dev/fd/3" in argv \
                 and f"/var/log/loosefs/{jid}/daemon/daemon.log".encode() in argv:
-            return int(d.name)
-    raise AssertionError(f"no daemon for {mnt}")
+            found[int(d.name)] = ppid
+    daemons = [pid for pid, parent in found.items() if parent in found]
+    assert len(daemons) == 1, f"daemons of {mnt}: {found}"
+    return daemons[0]
 
 
 def test_a_job_reads_its_dataset_as_its_own_user_and_no_one_else_can(pack, source):
@@ -161,17 +166,31 @@ def test_a_job_reads_its_dataset_as_its_own_user_and_no_one_else_can(pack, sourc
         work = d / "work"
         work.mkdir()
         os.chown(work, 65534, 65534)
-        out, release = work / "job.out", work / "release"
-        # The job reads every file, says so, then stays until the test has looked at its mount.
+        out, again, out2, release = work / "job.out", work / "again", work / "job2.out", work / "release"
+        # The job reads every file, says so; once told, reads every file again with O_DIRECT
+        # (each read a request to the daemon, none from the page cache); then stays until the
+        # test has looked at its mount.
         jid = sbatch(env, work, shared, (
-            "import hashlib, json, os, pathlib, time\n"
+            "import hashlib, json, mmap, os, pathlib, time\n"
             "r = pathlib.Path('/mnt/loosefs') / os.environ['SLURM_JOB_ID']\n"
-            f"pathlib.Path({str(out)!r}).write_text(json.dumps({{str(p.relative_to(r)):"
-            " hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(r.rglob('*'))"
-            " if p.is_file() and '.loosefs' not in p.parts}))\n"
-            "deadline = time.monotonic() + 240\n"
-            f"while not pathlib.Path({str(release)!r}).exists() and time.monotonic() < deadline:\n"
-            "    time.sleep(0.1)\n"))
+            "buf = mmap.mmap(-1, 8 << 20)\n"
+            "def direct(p):\n"
+            "    fd, data = os.open(p, os.O_RDONLY | os.O_DIRECT), b''\n"
+            "    while n := os.readv(fd, [buf]):\n"
+            "        data += buf[:n]\n"
+            "    os.close(fd)\n"
+            "    return data\n"
+            "def digests(read):\n"
+            "    return json.dumps({str(p.relative_to(r)): hashlib.sha256(read(p)).hexdigest()"
+            " for p in sorted(r.rglob('*')) if p.is_file() and '.loosefs' not in p.parts})\n"
+            "def wait(f):\n"
+            "    deadline = time.monotonic() + 240\n"
+            "    while not pathlib.Path(f).exists() and time.monotonic() < deadline:\n"
+            "        time.sleep(0.1)\n"
+            f"pathlib.Path({str(out)!r}).write_text(digests(lambda p: p.read_bytes()))\n"
+            f"wait({str(again)!r})\n"
+            f"pathlib.Path({str(out2)!r}).write_text(digests(direct))\n"
+            f"wait({str(release)!r})\n"))
         mnt = f"/mnt/loosefs/{jid}"
         try:
             wait_for("the job to read its dataset", out.exists, timeout=240)
@@ -187,7 +206,16 @@ def test_a_job_reads_its_dataset_as_its_own_user_and_no_one_else_can(pack, sourc
             other = subprocess.run(["setpriv", "--reuid=1", "--regid=1", "--clear-groups", "ls", mnt],
                                    capture_output=True, text=True, timeout=30)
             assert other.returncode != 0 and "Permission denied" in other.stderr, other
+            # The daemon killed (the OOM killer, a crash) mid-job: its keeper starts another
+            # on the same mount, and the job's second pass reads every file identical.
+            killed = daemon_of(mnt)
+            os.kill(killed, 9)
+            again.write_text("")
+            wait_for("the job's second pass", out2.exists, timeout=240)
+            assert json.loads(out2.read_text()) == want, (d / "slurmd.log").read_text()[-2000:]
+            assert daemon_of(mnt) != killed
         finally:
+            again.write_text("")
             release.write_text("")
         wait_done(env, jid)
         wait_for("the epilog to unmount", lambda: not mounted(mnt))
