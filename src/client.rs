@@ -54,6 +54,22 @@ pub fn format_stats(r: &Report) -> String {
             other => format!("transport   {other}\n"),
         };
     }
+    if !d.version.is_empty() {
+        out += &match &d.keeper {
+            Some(k) if k.restarts > 0 => format!(
+                "kept        by keeper pid {}, {} restarts (the last daemon: {}); loosefs {}\n",
+                k.pid, k.restarts, k.last_end, d.version
+            ),
+            Some(k) => format!(
+                "kept        by keeper pid {}; loosefs {}\n",
+                k.pid, d.version
+            ),
+            None => format!(
+                "kept        no (the mount ends with this daemon); loosefs {}\n",
+                d.version
+            ),
+        };
+    }
     out += &format!(
         "served      {:.1} MB, {} errors{}\n",
         mb(r.bytes_served),

@@ -11,6 +11,7 @@ import mmap
 import os
 import pathlib
 import random
+import re
 import shutil
 import subprocess
 import threading
@@ -220,6 +221,11 @@ def test_a_reader_pass_survives_its_daemon_killed_three_times_and_once_mid_read(
     now = stats(mnt)["daemon"]
     assert len(killed) == 4 and now["pid"] not in killed and now["keeper"]["pid"] == first["keeper"]["pid"], now
     assert now["keeper"]["restarts"] == 4 and now["keeper"]["last_end"] == "killed by signal 9", now
+    text = run("stats", mnt).stdout
+    assert f"kept        by keeper pid {now['keeper']['pid']}, 4 restarts (the last daemon: killed by signal 9)" \
+        in text, text
+    metrics = run("stats", mnt, "--format", "prometheus").stdout
+    assert re.search(r"^loosefs_daemon_keeper_restarts_total\{[^}]*\} 4(\.0)?$", metrics, re.M), metrics
     print(f"pauses after each kill ({'O_DIRECT' if direct else 'buffered'}, s): {[round(p, 3) for p in pauses]}")
     text = log.read_text()
     assert text.count("died (") == 4 and "test hook: holding a READ" in text, text[-2000:]
