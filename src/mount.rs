@@ -412,7 +412,7 @@ fn serve(
         None => daemon::Keeper::None,
     };
     let keeping = !matches!(keeper, daemon::Keeper::None);
-    let catalog = keeping.then(|| keeper::fingerprint(&**built.server.catalog()));
+    let catalog = keeping.then(|| crate::catalog::fingerprint(&**built.server.catalog()));
     if let (daemon::Keeper::Kept(k), Some(now)) = (&keeper, catalog)
         && k.catalog != now
     {
@@ -550,8 +550,7 @@ fn wants_uring(opts: &MountArgs) -> Result<bool> {
     }
 }
 
-/// Filesystem type of a loosefs mount, as `/proc/mounts`, `findmnt`, `df -T` and fstab name it.
-pub const FS_TYPE: &str = "fuse.loosefs";
+pub use crate::mount_table::FS_TYPE;
 
 /// Points the daemon's stderr (its log) at `log`, appending, and log records into it rotated
 /// by size while it runs ([`log_file`]: at most three files of about 8 MiB). A log already past

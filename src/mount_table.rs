@@ -56,6 +56,15 @@ pub(crate) fn stale_message(mnt: &Path) -> String {
     )
 }
 
+/// Filesystem type of a loosefs mount, as `/proc/mounts`, `findmnt`, `df -T` and fstab name it.
+pub const FS_TYPE: &str = "fuse.loosefs";
+
+/// Whether the mount at exactly `path` is a loosefs mount of source `source` (`loosefs:NAME`),
+/// from /proc/self/mountinfo.
+pub(crate) fn is_loosefs_mount_of(path: &Path, source: &str) -> bool {
+    mount_fstype(path).as_deref() == Some(FS_TYPE) && mount_source(path).as_deref() == Some(source)
+}
+
 /// The filesystem type of the mount at exactly `path`, from /proc/self/mountinfo.
 pub fn mount_fstype(path: &Path) -> Option<String> {
     mountinfo_field(path, |f, sep| f.get(sep + 1).copied())

@@ -261,3 +261,31 @@ pub trait Catalog: Send + Sync {
         false
     }
 }
+
+/// What the inode numbers of `c` name, in 32 bits: CRC-32 over every record's inode, kind,
+/// size, modification time and path, and every file's stored range and checksum. A daemon
+/// that takes over a connection serves the inodes the kernel got from the one before; it may
+/// do so only when this is equal (a directory changed since the mount, a remote object
+/// replaced: the numbers would name other files, or mix two versions' bytes).
+pub fn fingerprint(c: &dyn Catalog) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for ino in 1..=c.records() {
+        let Ok(a) = c.getattr(ino) else {
+            h.update(&ino.to_le_bytes());
+            continue;
+        };
+        h.update(&a.ino.to_le_bytes());
+        h.update(&[a.kind as u8]);
+        h.update(&a.size.to_le_bytes());
+        h.update(&a.mtime_sec.to_le_bytes());
+        h.update(&a.mtime_nsec.to_le_bytes());
+        h.update(c.path_of(ino).as_bytes());
+        h.update(&[0]);
+        if let Ok(e) = c.extent(ino) {
+            h.update(&e.range.start.to_le_bytes());
+            h.update(&e.range.end.to_le_bytes());
+            h.update(&e.crc32.unwrap_or(0).to_le_bytes());
+        }
+    }
+    h.finalize()
+}

@@ -116,7 +116,7 @@ fn hand_again(socket: &Path, held: &Held, generation: u64) -> Option<Events> {
     let mut wait = Duration::from_millis(50);
     loop {
         if !current(&held.target, generation)
-            || !super::node::is_ours(&held.target, &held.source_name)
+            || !crate::mount_table::is_loosefs_mount_of(&held.target, &held.source_name)
             || !crate::mount::keeper::alive(std::os::fd::AsFd::as_fd(&held.dev))
         {
             log::info!("volume {id}: unpublished or ended meanwhile; not handed over");

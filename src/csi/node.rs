@@ -174,9 +174,8 @@ fn statfs_within(target: &Path, limit: Duration) -> Option<nix::Result<()>> {
 
 /// Whether the mount on top at `target` is this volume's: `fuse.loosefs` with the source
 /// `want` (`loosefs:csi/VOLUME`).
-pub(super) fn is_ours(target: &Path, want: &str) -> bool {
-    crate::mount_table::mount_fstype(target).as_deref() == Some(crate::mount::FS_TYPE)
-        && crate::mount_table::mount_source(target).as_deref() == Some(want)
+fn is_ours(target: &Path, want: &str) -> bool {
+    crate::mount_table::is_loosefs_mount_of(target, want)
 }
 
 /// Unmounts this volume's mounts at `target` (source `want`; lazily when busy), every layer of

@@ -118,6 +118,18 @@ impl std::fmt::Display for InitOffer {
     }
 }
 
+/// A connection a new daemon takes over: the connection's device (a duplicate of the
+/// keeper's), what the kernel offered at its INIT, and whether the daemon reads that very
+/// device (the keeper resends a dead daemon's requests) or a clone of its own.
+pub struct Takeover {
+    /// The connection's device.
+    pub dev: OwnedFd,
+    /// What the kernel offered at the connection's INIT.
+    pub offer: InitOffer,
+    /// Whether this daemon reads the keeper's device (resend) or a clone of its own.
+    pub resend: bool,
+}
+
 /// A session end for fuser's handshake: a socket pair whose other end has `offer`'s FUSE_INIT
 /// waiting. Give the returned descriptor to `fuser::Session::from_fd`; once it returns, call
 /// [`Replayed::attach`] to turn that very descriptor number into the connection's.

@@ -195,7 +195,7 @@ pub(super) fn connect(
     let mut fs = LooseFs::new(server.clone(), uid, gid).with_uring(ring.is_some());
     let offer = Arc::new(std::sync::OnceLock::new());
     let (kept, first) = match keeper {
-        Keeper::Kept(k) => (Some(k), false),
+        Keeper::Kept(k) => (Some(k.conn), false),
         Keeper::First => (None, true),
         Keeper::None => (None, false),
     };

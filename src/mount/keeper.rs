@@ -25,8 +25,16 @@
 //! The keeper has no data path: it reads no request and touches no cache. It allocates only
 //! to start a daemon.
 
+mod kept;
+
 use crate::fuse::takeover::{self, InitOffer};
 use anyhow::{Context, Result, bail};
+use kept::{
+    FIRST_OF_ENV, KEEPER_PID_ENV, KEPT_CATALOG_ENV, KEPT_FD_ENV, KEPT_INIT_ENV, KEPT_LOG_ENV,
+    KEPT_MOUNTPOINT_ENV, KEPT_RESEND_ENV, LAST_ENV, RESTARTS_ENV, info_fd,
+};
+pub use kept::{INFO_FD_ENV, report, taken_over_env};
+pub(crate) use kept::{Kept, first_of_handed, tell_handed_keeper, under_a_keeper};
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
@@ -36,119 +44,15 @@ use std::time::{Duration, Instant};
 
 /// The descriptor number the connection has in the keeper and in every daemon it starts.
 pub const KEPT_FD: RawFd = 3;
-/// A daemon started by a keeper: the connection's descriptor number.
-const KEPT_FD_ENV: &str = "LOOSEFS_KEPT_FD";
-/// A daemon started by a keeper: the kernel's INIT offer ([`InitOffer`]'s text).
-const KEPT_INIT_ENV: &str = "LOOSEFS_KEPT_INIT";
-/// A daemon started by a keeper: whether its unanswered requests are resent (`1`/`0`).
-const KEPT_RESEND_ENV: &str = "LOOSEFS_KEPT_RESEND";
-/// The keeper's pid, for `stats` and `loosefs restart`.
-const KEEPER_PID_ENV: &str = "LOOSEFS_KEEPER_PID";
-/// How many daemons the keeper started after the first.
-const RESTARTS_ENV: &str = "LOOSEFS_KEEPER_RESTARTS";
-/// How the daemon before this one ended.
-const LAST_ENV: &str = "LOOSEFS_KEEPER_LAST";
-/// A daemon started by a keeper: the mountpoint, resolved by the first daemon (resolving it
-/// again would ask the very mount this daemon is to serve).
-const KEPT_MOUNTPOINT_ENV: &str = "LOOSEFS_KEPT_MOUNTPOINT";
-/// A daemon started by a keeper: the log to point its stderr at (unset: the keeper's stderr).
-const KEPT_LOG_ENV: &str = "LOOSEFS_KEPT_LOG";
-/// A daemon started by a keeper: the fingerprint of the first daemon's catalog (hex).
-const KEPT_CATALOG_ENV: &str = "LOOSEFS_KEPT_CATALOG";
 /// The exit code of a daemon that refuses to take over (its catalog is not the first one's):
 /// the keeper ends the mount at once instead of trying again.
 pub const REFUSED: i32 = 3;
-/// Test hook: a daemon started by a keeper exits at once, with an error, while this file
-/// exists (a crash loop on demand).
-const FAIL_START_ENV: &str = "LOOSEFS_TEST_FAIL_START_IF";
-
 /// Deaths of a mount's daemon within [`WINDOW`] after which the keeper ends the mount.
 pub const DEATHS: usize = 5;
 /// See [`DEATHS`].
 pub const WINDOW: Duration = Duration::from_secs(60);
 /// How long a daemon started by `loosefs restart` has to say `ready`.
 pub const RESTART_READY: Duration = Duration::from_secs(300);
-
-/// What a daemon started by a keeper was handed: the connection and the kernel's offer.
-pub(super) struct Kept {
-    /// The connection's descriptor (a duplicate of the keeper's device).
-    pub dev: OwnedFd,
-    /// What the kernel offered at the connection's INIT.
-    pub offer: InitOffer,
-    /// Whether this daemon reads the keeper's device (resend) or a clone of its own.
-    pub resend: bool,
-    /// The mountpoint, resolved.
-    pub mountpoint: PathBuf,
-    /// The log this daemon's stderr goes to (`None`: the keeper's stderr).
-    pub log: Option<PathBuf>,
-    /// The first daemon's [`fingerprint`].
-    pub catalog: u32,
-}
-
-impl Kept {
-    /// The connection this process was handed by a keeper, `None` when it was not started by
-    /// one. Clears the variables, so nothing this daemon starts inherits them.
-    ///
-    /// Errors: the variables are set but wrong (no such descriptor, not an offer).
-    pub(super) fn from_env() -> Result<Option<Kept>> {
-        let Some(fd) = std::env::var_os(KEPT_FD_ENV) else {
-            return Ok(None);
-        };
-        let fd: RawFd = (fd.to_str().and_then(|s| s.parse().ok()))
-            .with_context(|| format!("{KEPT_FD_ENV}={fd:?} is not a descriptor number"))?;
-        let offer = std::env::var(KEPT_INIT_ENV).unwrap_or_default();
-        let offer = InitOffer::parse(&offer).context(KEPT_INIT_ENV)?;
-        let resend = std::env::var(KEPT_RESEND_ENV).is_ok_and(|v| v == "1");
-        let mountpoint = std::env::var_os(KEPT_MOUNTPOINT_ENV)
-            .map(PathBuf::from)
-            .with_context(|| format!("{KEPT_MOUNTPOINT_ENV} is not set"))?;
-        let log = std::env::var_os(KEPT_LOG_ENV).map(PathBuf::from);
-        let catalog = (std::env::var(KEPT_CATALOG_ENV).ok())
-            .and_then(|v| u32::from_str_radix(&v, 16).ok())
-            .with_context(|| format!("{KEPT_CATALOG_ENV} is not a fingerprint"))?;
-        if let Some(f) = std::env::var_os(FAIL_START_ENV)
-            && Path::new(&f).exists()
-        {
-            bail!(
-                "test hook: {FAIL_START_ENV} ({}) exists",
-                Path::new(&f).display()
-            );
-        }
-        // SAFETY: the keeper handed this descriptor to this process, and nothing else here
-        // owns it; clearing the variable below makes sure it is taken once.
-        let dev = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        // SAFETY: called at the start of the daemon, before it starts any thread.
-        unsafe {
-            std::env::remove_var(KEPT_FD_ENV);
-            std::env::remove_var(KEPT_INIT_ENV);
-            std::env::remove_var(KEPT_RESEND_ENV);
-            std::env::remove_var(KEPT_MOUNTPOINT_ENV);
-            std::env::remove_var(KEPT_LOG_ENV);
-            std::env::remove_var(KEPT_CATALOG_ENV);
-        }
-        Ok(Some(Kept {
-            dev,
-            offer,
-            resend,
-            mountpoint,
-            log,
-            catalog,
-        }))
-    }
-}
-
-/// The `daemon.keeper` section of `stats`, from the keeper's variables (`None` without one).
-pub fn report() -> Option<crate::report::KeeperReport> {
-    let pid = std::env::var(KEEPER_PID_ENV).ok()?.parse().ok()?;
-    Some(crate::report::KeeperReport {
-        pid,
-        restarts: std::env::var(RESTARTS_ENV)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
-        last_end: std::env::var(LAST_ENV).unwrap_or_default(),
-    })
-}
 
 /// What `loosefs keep` is told by the daemon that starts it.
 #[derive(Debug, Clone)]
@@ -174,34 +78,6 @@ pub struct KeepArgs {
     pub catalog: u32,
     /// The daemon's command line, run again for each new daemon.
     pub command: Vec<OsString>,
-}
-
-/// What the inode numbers of `c` name, in 32 bits: CRC-32 over every record's inode, kind,
-/// size, modification time and path, and every file's stored range and checksum. A daemon
-/// that takes over a connection serves the inodes the kernel got from the one before; it may
-/// do so only when this is equal (a directory changed since the mount, a remote object
-/// replaced: the numbers would name other files, or mix two versions' bytes).
-pub fn fingerprint(c: &dyn crate::catalog::Catalog) -> u32 {
-    let mut h = crc32fast::Hasher::new();
-    for ino in 1..=c.records() {
-        let Ok(a) = c.getattr(ino) else {
-            h.update(&ino.to_le_bytes());
-            continue;
-        };
-        h.update(&a.ino.to_le_bytes());
-        h.update(&[a.kind as u8]);
-        h.update(&a.size.to_le_bytes());
-        h.update(&a.mtime_sec.to_le_bytes());
-        h.update(&a.mtime_nsec.to_le_bytes());
-        h.update(c.path_of(ino).as_bytes());
-        h.update(&[0]);
-        if let Ok(e) = c.extent(ino) {
-            h.update(&e.range.start.to_le_bytes());
-            h.update(&e.range.end.to_le_bytes());
-            h.update(&e.crc32.unwrap_or(0).to_le_bytes());
-        }
-    }
-    h.finalize()
 }
 
 /// Starts `loosefs keep` for the connection `dev` served by this process (the first daemon):
@@ -416,9 +292,6 @@ pub fn keep(a: KeepArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// A first daemon started by [`keep_handed`]: the descriptor it writes its offer line to.
-const FIRST_OF_ENV: &str = "LOOSEFS_KEEPER_FIRST_FD";
-
 /// `loosefs mount SOURCE /dev/fd/N --foreground --keeper` (a connection handed over by
 /// `loosefs fuse-fd` or the CSI node plugin): this process becomes the keeper of descriptor N
 /// and starts the first daemon as its child (the same command line), which says the
@@ -495,63 +368,12 @@ pub fn keep_handed(fd: RawFd, mnt: &Path) -> Result<i32> {
     })
 }
 
-/// Whoever started a handed-over connection's keeper (the CSI mounter) may ask for its offer
-/// line (`OFFER RESEND CATALOG`) on this descriptor, to start a keeper for the same
-/// connection later ([`keep_taken_over`]).
-pub const INFO_FD_ENV: &str = "LOOSEFS_KEEPER_INFO_FD";
-
-/// The descriptor of [`INFO_FD_ENV`], taken once.
-fn info_fd() -> Option<OwnedFd> {
-    let fd: RawFd = std::env::var(INFO_FD_ENV).ok()?.parse().ok()?;
-    // SAFETY: called once in the keeper before it starts any thread.
-    unsafe { std::env::remove_var(INFO_FD_ENV) };
-    super::handover::set_cloexec(fd);
-    super::handover::is_pipe(fd).then(|| {
-        // SAFETY: the starter passed this pipe's write end to this process, and nothing else
-        // here owns it.
-        unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }
-    })
-}
-
-/// The variables that hand a kept connection (on fd 3) to `loosefs mount SOURCE /dev/fd/3
-/// --foreground --keeper`: its offer line as [`INFO_FD_ENV`] gave it. That process becomes
-/// the connection's keeper again ([`keep_taken_over`]).
-///
-/// Errors: `line` is not an offer line.
-pub fn taken_over_env(line: &str) -> Result<Vec<(&'static str, String)>> {
-    let mut it = line.split_whitespace();
-    let (Some(offer), Some(resend), Some(catalog), None) =
-        (it.next(), it.next(), it.next(), it.next())
-    else {
-        bail!("{line:?} is not a keeper's offer line (OFFER RESEND CATALOG)");
-    };
-    InitOffer::parse(offer)?;
-    u32::from_str_radix(catalog, 16)
-        .with_context(|| format!("{catalog:?} is not a fingerprint"))?;
-    Ok(vec![
-        (KEPT_FD_ENV, KEPT_FD.to_string()),
-        (KEPT_INIT_ENV, offer.to_string()),
-        (
-            KEPT_RESEND_ENV,
-            if resend == "1" { "1" } else { "0" }.to_string(),
-        ),
-        (KEPT_CATALOG_ENV, catalog.to_string()),
-        (KEPT_MOUNTPOINT_ENV, format!("/dev/fd/{KEPT_FD}")),
-    ])
-}
-
-/// Whether this process was started by a keeper (a daemon it serves for), as opposed to
-/// handed a kept connection by someone else ([`taken_over_env`]).
-pub(super) fn under_a_keeper() -> bool {
-    std::env::var_os(KEEPER_PID_ENV).is_some()
-}
-
 /// `loosefs mount SOURCE /dev/fd/3 --foreground --keeper` given a kept connection by someone
 /// other than a keeper (a restarted CSI mounter, from the node plugin that held it): this
 /// process becomes its keeper, resends what the dead daemon held and starts a daemon.
 pub(super) fn keep_taken_over(k: Kept, command_mnt: &Path) -> Result<i32> {
     use std::os::fd::IntoRawFd;
-    let fd = k.dev.into_raw_fd();
+    let fd = k.conn.dev.into_raw_fd();
     if fd != KEPT_FD {
         bail!("a kept connection is handed over as descriptor {KEPT_FD}, not {fd}");
     }
@@ -560,33 +382,14 @@ pub(super) fn keep_taken_over(k: Kept, command_mnt: &Path) -> Result<i32> {
     command.extend(std::env::args_os().skip(1));
     keep(KeepArgs {
         fd,
-        offer: k.offer,
-        resend: k.resend,
+        offer: k.conn.offer,
+        resend: k.conn.resend,
         daemon: None,
         mountpoint: command_mnt.to_path_buf(),
         log: None,
         catalog: k.catalog,
         command,
     })
-}
-
-/// In the first daemon of [`keep_handed`]: the descriptor to say the offer line on (`None`
-/// elsewhere). Clears the variable.
-pub(super) fn first_of_handed() -> Option<OwnedFd> {
-    let fd: RawFd = std::env::var(FIRST_OF_ENV).ok()?.parse().ok()?;
-    // SAFETY: called once at the daemon's start, before it starts any thread.
-    unsafe { std::env::remove_var(FIRST_OF_ENV) };
-    super::handover::set_cloexec(fd);
-    // SAFETY: the keeper passed this pipe's write end to this process, and nothing else here
-    // owns it.
-    Some(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
-}
-
-/// Tells [`keep_handed`] that this first daemon serves: `OFFER RESEND CATALOG`.
-pub(super) fn tell_handed_keeper(to: OwnedFd, offer: InitOffer, resend: bool, catalog: u32) {
-    use std::io::Write;
-    let line = format!("{offer} {} {catalog:08x}\n", u8::from(resend));
-    let _ = std::fs::File::from(to).write_all(line.as_bytes());
 }
 
 /// Sends `sig` to `pid` (gone already: nothing to do).

@@ -47,7 +47,7 @@ pub(super) fn open_session(
     name: &str,
     opts: &MountArgs,
     handed: Option<std::os::fd::RawFd>,
-    kept: Option<super::keeper::Kept>,
+    kept: Option<crate::fuse::takeover::Takeover>,
     shared: bool,
 ) -> Result<Session<LooseFs>> {
     let mut cfg = Config::default();
@@ -110,7 +110,11 @@ pub(super) fn open_session(
 /// fuser's session on the kept connection `k`: the handshake replayed on a socket pair, then
 /// the session's descriptor made the connection's (the keeper's device, or a clone of it
 /// without resend).
-fn kept_session(fs: LooseFs, k: super::keeper::Kept, cfg: Config) -> Result<Session<LooseFs>> {
+fn kept_session(
+    fs: LooseFs,
+    k: crate::fuse::takeover::Takeover,
+    cfg: Config,
+) -> Result<Session<LooseFs>> {
     use crate::fuse::takeover;
     let (replayed, fusers) = takeover::Replayed::new(&k.offer)?;
     let number = fusers.as_raw_fd();
