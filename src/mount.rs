@@ -231,14 +231,7 @@ fn ready_fd_not_inherited() {
     else {
         return;
     };
-    // SAFETY: F_GETFD/F_SETFD only change the descriptor's flags; a number that is not open
-    // answers EBADF.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFD);
-        if flags >= 0 {
-            libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
-        }
-    }
+    handover::set_cloexec(fd);
 }
 
 fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {

@@ -20,7 +20,7 @@
 use anyhow::{Context, Result, bail};
 use fuser::InitFlags;
 use std::io::IoSlice;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 /// `FUSE_INIT` in `enum fuse_opcode`.
 const FUSE_INIT: u32 = 26;
@@ -160,7 +160,7 @@ impl Replayed {
     /// replayed INIT is dropped: the kernel holds the first daemon's.
     ///
     /// Errors: fuser wrote no answer (its handshake failed), or `dup3` failed.
-    pub fn attach(self, fusers: std::os::fd::RawFd, dev: impl AsFd) -> Result<()> {
+    pub fn attach(self, fusers: RawFd, dev: impl AsFd) -> Result<()> {
         let mut answer = [0u8; 512];
         let n = nix::sys::socket::recv(
             self.ours.as_raw_fd(),
@@ -171,19 +171,23 @@ impl Replayed {
         if n < 16 || i32::from_ne_bytes(answer[4..8].try_into().unwrap_or_default()) != 0 {
             bail!("fuser refused the replayed FUSE_INIT ({n} bytes)");
         }
-        // SAFETY: dup3 atomically replaces descriptor `fusers` (the socket end fuser's session
-        // owns and reads) with a duplicate of the connection's descriptor; fuser keeps owning
-        // the number, which now names `/dev/fuse`, and no thread reads it yet (the session's
-        // threads start after this).
-        let rc = unsafe { libc::dup3(dev.as_fd().as_raw_fd(), fusers, libc::O_CLOEXEC) };
-        if rc < 0 {
-            bail!(
-                "cannot attach the FUSE connection: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        Ok(())
+        swap_in(fusers, dev).context("cannot attach the FUSE connection")
     }
+}
+
+/// Makes descriptor number `session` (a fuser session's, whose threads have not started) a
+/// duplicate of `dev` (`dup3`, atomic, close-on-exec): fuser keeps owning the number, which
+/// now names `dev`'s open file.
+///
+/// Errors: `dup3`'s.
+pub fn swap_in(session: RawFd, dev: impl AsFd) -> std::io::Result<()> {
+    // SAFETY: dup3 replaces `session` atomically; the session owns that number and reads it
+    // only once its threads start, after this.
+    let rc = unsafe { libc::dup3(dev.as_fd().as_raw_fd(), session, libc::O_CLOEXEC) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Sends `FUSE_NOTIFY_RESEND` on `dev`: every request read from the connection's shared
@@ -239,6 +243,37 @@ mod tests {
         for bad in ["", "7.44", "8.1:0:0", "7.x:0:0", "7.44:zz:0", "7.44:0:0:0"] {
             assert!(InitOffer::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// fuser's own handshake on the replayed INIT, no root and no `/dev/fuse`: the session is
+    /// built, fuser's answer is read and dropped, and the session's descriptor number then
+    /// names the file it was attached to.
+    #[test]
+    fn a_session_is_built_on_a_replayed_init_and_attached_to_another_file() {
+        struct Nothing;
+        impl fuser::Filesystem for Nothing {}
+        let offer = InitOffer {
+            minor: 40,
+            flags: (1 << 39) | InitFlags::FUSE_PARALLEL_DIROPS.bits(),
+            max_readahead: 131072,
+        };
+        let (replayed, fusers) = Replayed::new(&offer).unwrap();
+        let number = fusers.as_raw_fd();
+        let cfg = fuser::Config::default();
+        let session =
+            fuser::Session::from_fd(Nothing, fusers, fuser::SessionACL::All, cfg).unwrap();
+        let target = tempfile::tempfile().unwrap();
+        replayed.attach(number, &target).unwrap();
+        let ino = |fd: std::os::fd::BorrowedFd| nix::sys::stat::fstat(fd).unwrap().st_ino;
+        assert_eq!(ino(session.as_fd()), ino(target.as_fd()));
+    }
+
+    #[test]
+    fn a_handshake_that_wrote_no_answer_is_not_attached() {
+        let offer = InitOffer::parse("7.40:0:4096").unwrap();
+        let (replayed, fusers) = Replayed::new(&offer).unwrap();
+        let target = tempfile::tempfile().unwrap();
+        assert!(replayed.attach(fusers.as_raw_fd(), &target).is_err());
     }
 
     #[test]

@@ -270,21 +270,8 @@ fn keep_device(
     let dev = session.as_fd().try_clone_to_owned()?;
     if !resend {
         let own = crate::fuse::takeover::clone_device(&dev)?;
-        // SAFETY: dup3 atomically replaces the session's descriptor (owned by fuser, whose
-        // threads have not started) with a duplicate of the clone.
-        let rc = unsafe {
-            libc::dup3(
-                own.as_raw_fd(),
-                session.as_fd().as_raw_fd(),
-                libc::O_CLOEXEC,
-            )
-        };
-        if rc < 0 {
-            anyhow::bail!(
-                "cannot swap in a cloned device: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+        crate::fuse::takeover::swap_in(session.as_fd().as_raw_fd(), own)
+            .context("cannot swap in a cloned device")?;
     }
     let offer = if resend {
         offer

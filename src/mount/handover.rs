@@ -107,6 +107,26 @@ pub(super) fn set_cloexec(fd: RawFd) {
     }
 }
 
+/// Makes this process's descriptor `src` the child's descriptor `fd` (close-on-exec cleared),
+/// between fork and exec.
+pub(super) fn place_fd(cmd: &mut std::process::Command, src: RawFd, fd: RawFd) {
+    // SAFETY: between fork and exec only async-signal-safe calls: dup2 (which clears
+    // FD_CLOEXEC on the new descriptor) and fcntl.
+    unsafe {
+        cmd.pre_exec(move || {
+            if src == fd {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(src, fd) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Whether descriptor `fd` is an open pipe.
 pub(super) fn is_pipe(fd: RawFd) -> bool {
     // SAFETY: the descriptor is only borrowed for the fstat.
@@ -291,21 +311,7 @@ fn run_with(dev: std::os::fd::OwnedFd, fd: RawFd, command: &[std::ffi::OsString]
     let mut cmd = std::process::Command::new(&command[0]);
     cmd.args(&command[1..])
         .env("LOOSEFS_FUSE_FD", fd.to_string());
-    // SAFETY: between fork and exec only async-signal-safe calls: dup2 (which clears
-    // FD_CLOEXEC on the new descriptor) and fcntl.
-    unsafe {
-        cmd.pre_exec(move || {
-            if src == fd {
-                let flags = libc::fcntl(fd, libc::F_GETFD);
-                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(src, fd) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    place_fd(&mut cmd, src, fd);
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot run {:?}", command[0]))?;

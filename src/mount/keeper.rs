@@ -37,7 +37,6 @@ pub use kept::{INFO_FD_ENV, report, taken_over_env};
 pub(crate) use kept::{Kept, first_of_handed, tell_handed_keeper, under_a_keeper};
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -100,28 +99,9 @@ pub(super) fn spawn(dev: &OwnedFd, args: &KeepArgs) -> Result<u32> {
     cmd.arg("--").args(&args.command);
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null());
-    with_fd(&mut cmd, dev.as_raw_fd(), KEPT_FD);
+    super::handover::place_fd(&mut cmd, dev.as_raw_fd(), KEPT_FD);
     let child = cmd.spawn().context("cannot start the mount's keeper")?;
     Ok(child.id())
-}
-
-/// Makes `src` the child's descriptor `fd` (close-on-exec cleared).
-fn with_fd(cmd: &mut std::process::Command, src: RawFd, fd: RawFd) {
-    // SAFETY: between fork and exec only async-signal-safe calls: dup2 (which clears
-    // FD_CLOEXEC on the new descriptor) and fcntl.
-    unsafe {
-        cmd.pre_exec(move || {
-            if src == fd {
-                let flags = libc::fcntl(fd, libc::F_GETFD);
-                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(src, fd) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
 }
 
 /// What the keeper's loop waits for.
@@ -446,7 +426,7 @@ fn start(
     if let Some(log) = &a.log {
         cmd.env(KEPT_LOG_ENV, log);
     }
-    with_fd(&mut cmd, a.fd, KEPT_FD);
+    super::handover::place_fd(&mut cmd, a.fd, KEPT_FD);
     let pipe = if ready {
         let (rx, w) = nix::unistd::pipe().context("cannot create a pipe")?;
         // The read end stays here (close-on-exec); the write end goes to the daemon.

@@ -206,14 +206,17 @@ def node_with_driver(csi, pack, mounter_env=None):
         shutil.rmtree(base, ignore_errors=True)
 
 
+# Prints the sha256 of every file under argv[1] as JSON, {path: digest}.
+DIGEST_SCRIPT = ("import hashlib, json, pathlib, sys\n"
+                 "r = pathlib.Path(sys.argv[1])\n"
+                 "print(json.dumps({str(p.relative_to(r)): hashlib.sha256(p.read_bytes()).hexdigest()"
+                 " for p in sorted(r.rglob('*')) if p.is_file() and '.loosefs' not in p.parts}))\n")
+
+
 def tree_digest_as(uid: int, root) -> dict:
     """sha256 of every file under `root`, read by a process of `uid` (no capability)."""
-    script = ("import hashlib, json, pathlib, sys\n"
-              "r = pathlib.Path(sys.argv[1])\n"
-              "print(json.dumps({str(p.relative_to(r)): hashlib.sha256(p.read_bytes()).hexdigest()"
-              " for p in sorted(r.rglob('*')) if p.is_file() and '.loosefs' not in p.parts}))\n")
     out = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                          sys.executable, "-c", script, str(root)],
+                          sys.executable, "-c", DIGEST_SCRIPT, str(root)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
@@ -329,12 +332,8 @@ def test_a_pod_read_finishes_identical_across_a_mounter_restart(csi, pack, sourc
         subprocess.run(["mount", "--bind", str(target), str(view)], check=True, timeout=30)
         try:
             hold.touch()
-            script = ("import hashlib, json, pathlib, sys\n"
-                      "r = pathlib.Path(sys.argv[1])\n"
-                      "print(json.dumps({str(p.relative_to(r)): hashlib.sha256(p.read_bytes()).hexdigest()"
-                      " for p in sorted(r.rglob('*')) if p.is_file() and '.loosefs' not in p.parts}))\n")
             pod = subprocess.Popen(["setpriv", f"--reuid={POD_UID}", f"--regid={POD_UID}", "--clear-groups",
-                                    sys.executable, "-c", script, str(view)],
+                                    sys.executable, "-c", DIGEST_SCRIPT, str(view)],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             wait_for("a READ held in the daemon", lambda: pathlib.Path(f"{hold}.held").exists(), timeout=60)
             # The container restarts: everything in it is killed, then the mounter starts again.

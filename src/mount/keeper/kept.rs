@@ -118,12 +118,19 @@ pub const INFO_FD_ENV: &str = "LOOSEFS_KEEPER_INFO_FD";
 
 /// The descriptor of [`INFO_FD_ENV`], taken once.
 pub(super) fn info_fd() -> Option<OwnedFd> {
-    let fd: RawFd = std::env::var(INFO_FD_ENV).ok()?.parse().ok()?;
-    // SAFETY: called once in the keeper before it starts any thread.
-    unsafe { std::env::remove_var(INFO_FD_ENV) };
+    pipe_named_by(INFO_FD_ENV)
+}
+
+/// The pipe end whose descriptor number variable `var` names, taken once: the variable is
+/// cleared and the descriptor made close-on-exec (nothing this process starts inherits it).
+/// `None` without the variable, or when that descriptor is not a pipe.
+fn pipe_named_by(var: &str) -> Option<OwnedFd> {
+    let fd: RawFd = std::env::var(var).ok()?.parse().ok()?;
+    // SAFETY: called at the process's start, before it starts any thread.
+    unsafe { std::env::remove_var(var) };
     crate::mount::handover::set_cloexec(fd);
     crate::mount::handover::is_pipe(fd).then(|| {
-        // SAFETY: the starter passed this pipe's write end to this process, and nothing else
+        // SAFETY: whoever started this process passed this pipe's end to it, and nothing else
         // here owns it.
         unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }
     })
@@ -165,13 +172,7 @@ pub(crate) fn under_a_keeper() -> bool {
 /// In the first daemon of [`keep_handed`]: the descriptor to say the offer line on (`None`
 /// elsewhere). Clears the variable.
 pub(crate) fn first_of_handed() -> Option<OwnedFd> {
-    let fd: RawFd = std::env::var(FIRST_OF_ENV).ok()?.parse().ok()?;
-    // SAFETY: called once at the daemon's start, before it starts any thread.
-    unsafe { std::env::remove_var(FIRST_OF_ENV) };
-    crate::mount::handover::set_cloexec(fd);
-    // SAFETY: the keeper passed this pipe's write end to this process, and nothing else here
-    // owns it.
-    Some(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+    pipe_named_by(FIRST_OF_ENV)
 }
 
 /// Tells [`keep_handed`] that this first daemon serves: `OFFER RESEND CATALOG`.
