@@ -228,8 +228,10 @@ enum Cmd {
             default_value = "/loosefs/run/mounter.sock"
         )]
         mounter: PathBuf,
-        /// A directory shared with the mounter at the same path: each published volume gets a
-        /// directory there, owned by the mounter's user, for its caches and log.
+        /// A directory shared with the mounter at the same path, on a disk the admin names
+        /// (the manifests: under the kubelet's directory): each staged volume's log
+        /// (`volumes/`) and block cache (`caches/`), owned by the mounter's user, and root's
+        /// records (`state/`).
         #[arg(long, value_name = "DIR", default_value = "/loosefs/volumes")]
         work_dir: PathBuf,
         /// The kubelet's directory: target paths outside it are refused.
@@ -239,6 +241,15 @@ enum Cmd {
         /// kubelet retries; the daemon keeps starting).
         #[arg(long, value_name = "SECONDS", default_value_t = 100)]
         publish_timeout: u64,
+        /// Seconds an unstaged volume's log and block cache are kept in --work-dir (a pod that
+        /// comes back within it reads from the cache).
+        #[arg(long, value_name = "SECONDS", default_value_t = 86400)]
+        keep_after_unstage: u64,
+        /// Percent of --work-dir's file system a volume's block cache leaves free unless its
+        /// `cache-size` option says otherwise (20: above the kubelet's default eviction
+        /// thresholds, nodefs.available<10% and imagefs.available<15%).
+        #[arg(long, value_name = "PERCENT", default_value_t = 20, value_parser = clap::value_parser!(u8).range(0..=100))]
+        cache_keep_free: u8,
     },
     /// Run the CSI driver's mounter (as a user other than root, with no capability): takes each
     /// volume `loosefs csi` hands over at --socket and serves it with a `loosefs mount` daemon
@@ -649,6 +660,8 @@ fn run(cli: Cli) -> Result<i32> {
             work_dir,
             kubelet_dir,
             publish_timeout,
+            keep_after_unstage,
+            cache_keep_free,
         } => {
             let socket = loosefs::csi::endpoint_path(&endpoint)?;
             loosefs::csi::serve(
@@ -660,6 +673,8 @@ fn run(cli: Cli) -> Result<i32> {
                     work_dir,
                     kubelet_dir,
                     publish_timeout: std::time::Duration::from_secs(publish_timeout),
+                    keep_after_unstage: std::time::Duration::from_secs(keep_after_unstage),
+                    cache_keep_free,
                 },
             )?
         }

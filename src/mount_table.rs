@@ -65,6 +65,24 @@ pub(crate) fn is_loosefs_mount_of(path: &Path, source: &str) -> bool {
     mount_fstype(path).as_deref() == Some(FS_TYPE) && mount_source(path).as_deref() == Some(source)
 }
 
+/// Every mount point (as given to mount(2), unescaped) of a loosefs mount of source `source`
+/// (`loosefs:NAME`): the mount itself and each bind mount of it, from /proc/self/mountinfo.
+pub(crate) fn loosefs_mount_points_of(source: &str) -> Vec<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let Ok(info) = std::fs::read("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    info.split(|&b| b == b'\n')
+        .filter_map(|line| {
+            let f: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+            let sep = f.iter().position(|&x| x == b"-")?;
+            let ours = *f.get(sep + 1)? == FS_TYPE.as_bytes()
+                && unescape_mountinfo(f.get(sep + 2)?) == source.as_bytes();
+            ours.then(|| std::ffi::OsString::from_vec(unescape_mountinfo(f[4])).into())
+        })
+        .collect()
+}
+
 /// The filesystem type of the mount at exactly `path`, from /proc/self/mountinfo.
 pub fn mount_fstype(path: &Path) -> Option<String> {
     mountinfo_field(path, |f, sep| f.get(sep + 1).copied())

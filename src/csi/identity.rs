@@ -1,5 +1,6 @@
 //! The CSI Identity service: the driver's name and version, no plugin capability (a node-only
-//! driver: no controller service, no topology), and a probe that is ready once it answers.
+//! driver: no controller service, no topology), and a probe that is ready while the mounter
+//! answers at its socket (the livenessprobe sidecar's `/healthz` reports it; docs/CLUSTERS.md).
 
 use super::proto::{self, identity_server::Identity};
 use tonic::{Request, Response, Status};
@@ -9,6 +10,8 @@ use tonic::{Request, Response, Status};
 pub struct IdentityService {
     /// The driver's name.
     pub name: String,
+    /// The mounter's socket, which [`Identity::probe`] checks.
+    pub mounter: std::path::PathBuf,
 }
 
 #[tonic::async_trait]
@@ -37,6 +40,15 @@ impl Identity for IdentityService {
         &self,
         _: Request<proto::ProbeRequest>,
     ) -> Result<Response<proto::ProbeResponse>, Status> {
-        Ok(Response::new(proto::ProbeResponse { ready: Some(true) }))
+        let socket = self.mounter.clone();
+        let answered = tokio::task::spawn_blocking(move || super::mounter::ping(&socket)).await;
+        match answered {
+            Ok(Ok(())) => Ok(Response::new(proto::ProbeResponse { ready: Some(true) })),
+            Ok(Err(e)) => {
+                log::warn!("probe: not ready: {e:#}");
+                Err(Status::failed_precondition(format!("not ready: {e:#}")))
+            }
+            Err(e) => Err(Status::internal(format!("the probe failed: {e}"))),
+        }
     }
 }

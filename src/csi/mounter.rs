@@ -34,9 +34,17 @@ pub struct Request {
     pub source: String,
     /// `loosefs mount` options (`--decode`, `npy`, `--warm`, …), already checked.
     pub args: Vec<String>,
-    /// The volume's directory, owned by the mounter's user: the daemon's caches
-    /// (`cache/`, `index/`) and its log (`daemon.log`) go there.
+    /// The volume's directory, owned by the mounter's user: the daemon's log (`daemon.log`)
+    /// and standard error go there, and its caches (`cache/`, `index/`) unless `cache` is given.
     pub dir: PathBuf,
+    /// The volume's cache directory, owned by the mounter's user, kept across stages: the
+    /// daemon's `cache/` and `index/` go there.
+    #[serde(default)]
+    pub cache: Option<PathBuf>,
+    /// The volume's own credentials, set in its daemon's environment alone
+    /// ([`super::secrets`]).
+    #[serde(default)]
+    pub secrets: super::secrets::Secrets,
     /// A connection served before, by a mounter that ended: its keeper's offer line (the
     /// [`Event::Kept`] the first mounter sent). The daemon takes it over instead of waiting
     /// for a FUSE_INIT.
@@ -122,6 +130,15 @@ fn serve_one(conn: UnixStream, socket: &Path) -> Result<()> {
             peer.uid()
         );
     }
+    // A probe ([`ping`]) connects and closes without a word.
+    let peeked = nix::sys::socket::recv(
+        conn.as_raw_fd(),
+        &mut [0u8],
+        nix::sys::socket::MsgFlags::MSG_PEEK,
+    );
+    if matches!(peeked, Ok(0)) {
+        return Ok(());
+    }
     let dev = crate::mount::handover::recv_fd(&conn, socket)?;
     let mut line = String::new();
     BufReader::new(&conn)
@@ -194,14 +211,17 @@ fn send_event(out: &mut &UnixStream, event: &Event) {
 fn spawn_daemon(req: &Request, dev: OwnedFd) -> Result<(std::process::Child, Option<OwnedFd>)> {
     use std::os::unix::fs::MetadataExt;
     let dir = &req.dir;
-    let meta =
-        std::fs::metadata(dir).with_context(|| format!("volume directory {}", dir.display()))?;
-    if !dir.is_absolute() || meta.uid() != nix::unistd::getuid().as_raw() {
-        bail!(
-            "volume directory {} is not an absolute directory of uid {}",
-            dir.display(),
-            nix::unistd::getuid()
-        );
+    let cache = req.cache.as_ref().unwrap_or(dir);
+    for d in [dir, cache] {
+        let meta =
+            std::fs::metadata(d).with_context(|| format!("volume directory {}", d.display()))?;
+        if !d.is_absolute() || meta.uid() != nix::unistd::getuid().as_raw() {
+            bail!(
+                "volume directory {} is not an absolute directory of uid {}",
+                d.display(),
+                nix::unistd::getuid()
+            );
+        }
     }
     let exe = std::env::current_exe().context("cannot find the loosefs binary")?;
     let err = std::fs::File::create(dir.join("daemon.err"))
@@ -220,13 +240,14 @@ fn spawn_daemon(req: &Request, dev: OwnedFd) -> Result<(std::process::Child, Opt
         .arg("--log")
         .arg(dir.join("daemon.log"))
         .arg("--cache-dir")
-        .arg(dir.join("cache"))
+        .arg(cache.join("cache"))
         .arg("--index-dir")
-        .arg(dir.join("index"))
+        .arg(cache.join("index"))
         .arg("--")
         .arg(&req.source)
         .arg("/dev/fd/3")
         .env("LOOSEFS_FUSE_FD", "3")
+        .envs(req.secrets.vars())
         .stdin(std::process::Stdio::null())
         .stdout(err.try_clone()?)
         .stderr(err);
@@ -308,6 +329,12 @@ fn tail_of(dir: &Path) -> String {
         tail = tail[cut..].to_string();
     }
     tail
+}
+
+/// Whether a mounter answers at `socket` (a connection that says nothing: the mounter closes
+/// it without a word). Errors: none answers, or it runs as root.
+pub fn ping(socket: &Path) -> Result<()> {
+    connect(socket).map(drop)
 }
 
 /// The node plugin's side: a connection to the mounter at `socket`, and the mounter's user

@@ -126,19 +126,61 @@ class Node:
         return pb2.VolumeCapability(mount=pb2.VolumeCapability.MountVolume(mount_flags=list(flags)),
                                     access_mode=pb2.VolumeCapability.AccessMode(mode=mode))
 
-    def publish(self, target, source, volume_id="pv-data", flags=(), context=None, **kw):
+    def staging(self, volume_id="pv-data") -> pathlib.Path:
+        """The volume's staging path, as the kubelet names it (its parent exists)."""
+        parent = (self.kubelet / "plugins" / "kubernetes.io" / "csi" / DRIVER
+                  / hashlib.sha256(volume_id.encode()).hexdigest())
+        parent.mkdir(parents=True, exist_ok=True)
+        return parent / "globalmount"
+
+    def context(self, source, context=None) -> dict:
         ctx = {"source": str(source), "csi.storage.k8s.io/pod.name": "train-0",
                "csi.storage.k8s.io/pod.namespace": "default", "csi.storage.k8s.io/ephemeral": "false"}
         ctx.update(context or {})
+        return ctx
+
+    def stage(self, source, volume_id="pv-data", flags=(), context=None, secrets=None, **kw):
+        """NodeStageVolume as the kubelet calls it (volume_context without the pod's keys)."""
+        ctx = {"source": str(source)}
+        ctx.update(context or {})
+        req = self.pb2.NodeStageVolumeRequest(
+            volume_id=volume_id, staging_target_path=str(kw.pop("staging", self.staging(volume_id))),
+            volume_capability=kw.pop("capability", self.capability(flags)), volume_context=ctx,
+            secrets=secrets or {}, **kw)
+        return self.node.NodeStageVolume(req, timeout=120)
+
+    def publish_only(self, target, source, volume_id="pv-data", flags=(), context=None, readonly=True, **kw):
         req = self.pb2.NodePublishVolumeRequest(
-            volume_id=volume_id, target_path=str(target), readonly=True,
-            volume_capability=kw.pop("capability", self.capability(flags)), volume_context=ctx, **kw)
+            volume_id=volume_id, target_path=str(target), readonly=readonly,
+            staging_target_path=str(kw.pop("staging", self.staging(volume_id))),
+            volume_capability=kw.pop("capability", self.capability(flags)),
+            volume_context=self.context(source, context), **kw)
         return self.node.NodePublishVolume(req, timeout=120)
 
-    def unpublish(self, target, volume_id="pv-data"):
-        return self.node.NodeUnpublishVolume(
+    def publish(self, target, source, volume_id="pv-data", flags=(), context=None, **kw):
+        """A pod's volume mounted as the kubelet does it: NodeStageVolume (once per node; again
+        is OK), then NodePublishVolume at the pod's target."""
+        self.stage(source, volume_id, flags, context, capability=kw.get("capability", self.capability(flags)))
+        return self.publish_only(target, source, volume_id, flags, context, **kw)
+
+    def unpublish(self, target, volume_id="pv-data", unstage=True):
+        """NodeUnpublishVolume of `target`, then (`unstage`) NodeUnstageVolume of the volume:
+        the kubelet's calls when the volume's last pod on the node ends."""
+        self.node.NodeUnpublishVolume(
             self.pb2.NodeUnpublishVolumeRequest(volume_id=volume_id, target_path=str(target)),
             timeout=60)
+        if unstage:
+            self.unstage(volume_id)
+
+    def unstage(self, volume_id="pv-data"):
+        return self.node.NodeUnstageVolume(
+            self.pb2.NodeUnstageVolumeRequest(volume_id=volume_id,
+                                              staging_target_path=str(self.staging(volume_id))),
+            timeout=60)
+
+    def records(self) -> list:
+        """Root's records of what is staged and published."""
+        return sorted(str(p.relative_to(self.work)) for p in (self.work / "state").rglob("*.json"))
 
     def code_of(self, call) -> tuple:
         with pytest.raises(self.grpc.RpcError) as e:
@@ -244,11 +286,20 @@ def test_identity_and_node_info_answer_as_the_kubelet_expects(csi, pack):
         got = n.node.NodeGetInfo(n.pb2.NodeGetInfoRequest(), timeout=10)
         assert got.node_id == "node-1" and got.max_volumes_per_node == 0
         caps = n.node.NodeGetCapabilities(n.pb2.NodeGetCapabilitiesRequest(), timeout=10)
-        # Publish and unpublish only: no staging (the kubelet would call NodeStageVolume
-        # first), no stats, no expansion.
-        assert list(caps.capabilities) == [], caps
-        code, _ = n.code_of(lambda: n.node.NodeStageVolume(n.pb2.NodeStageVolumeRequest(), timeout=10))
+        RPC = n.pb2.NodeServiceCapability.RPC
+        got = sorted(c.rpc.type for c in caps.capabilities)
+        # One daemon per volume per node (staging), its stats and condition; no expansion.
+        assert got == sorted([RPC.STAGE_UNSTAGE_VOLUME, RPC.GET_VOLUME_STATS, RPC.VOLUME_CONDITION]), caps
+        code, _ = n.code_of(lambda: n.node.NodeExpandVolume(n.pb2.NodeExpandVolumeRequest(), timeout=10))
         assert code == n.grpc.StatusCode.UNIMPLEMENTED
+        # The probe reports the mounter: not ready while none answers, ready again once one does.
+        n.mounter.kill()
+        n.mounter.wait(timeout=30)
+        code, details = n.code_of(lambda: n.identity.Probe(n.pb2.ProbeRequest(), timeout=10))
+        assert code == n.grpc.StatusCode.FAILED_PRECONDITION and "mounter" in details, (code, details)
+        n.start_mounter()
+        assert n.identity.Probe(n.pb2.ProbeRequest(), timeout=10).ready.value is True
+        assert "refused a request" not in (n.base / "mounter.log").read_text()
 
 
 def test_a_pod_reads_its_volume_served_unprivileged_across_a_driver_restart(csi, pack, source):
@@ -284,13 +335,16 @@ def test_a_pod_reads_its_volume_served_unprivileged_across_a_driver_restart(csi,
         n.start_driver()
         n.publish(target, n.data, flags=["ro"], context={"mountOptions": "threads=2"})
         assert mounts_at(target) == 1 and n.daemons() == [pid], n.logs()
-        # Unpublished (twice: the second finds nothing and is OK): no mount, target, daemon or
-        # volume directory is left.
+        # Unpublished and unstaged (twice: the second finds nothing and is OK): no mount,
+        # target, daemon or record is left; the volume's log is kept.
         n.unpublish(target)
         n.unpublish(target)
         assert mounts_at(target) == 0 and not target.exists()
+        assert mounts_at(n.staging()) == 0 and not n.staging().exists()
         wait_for("the daemon to end", lambda: not n.daemons(), timeout=30)
-        assert not any(n.work.iterdir()), list(n.work.iterdir())
+        assert n.records() == [], n.records()
+        (logs,) = (n.work / "volumes").iterdir()
+        assert "serving" in (logs / "daemon.log").read_text(errors="replace")
 
 
 def test_a_daemon_that_died_is_replaced_by_its_keeper_and_the_next_publish_is_ok(csi, pack, source):
@@ -380,10 +434,14 @@ def test_bad_requests_get_their_codes_and_mount_nothing(csi, pack):
         code, details = n.code_of(lambda: n.node.NodePublishVolume(pb2.NodePublishVolumeRequest(
             volume_id="pv", target_path=str(n.target())), timeout=30))
         assert code == INVALID and "volume_capability" in details, details
-        code, details = n.code_of(lambda: n.publish("", n.data))
+        code, details = n.code_of(lambda: n.publish_only("", n.data))
         assert code == INVALID and "target_path" in details, details
+        code, details = n.code_of(lambda: n.stage(n.data, staging=""))
+        assert code == INVALID and "staging_target_path" in details, details
         outside = n.base / "elsewhere"
-        code, details = n.code_of(lambda: n.publish(outside, n.data))
+        code, details = n.code_of(lambda: n.publish_only(outside, n.data))
+        assert code == INVALID and "kubelet" in details, details
+        code, details = n.code_of(lambda: n.stage(n.data, staging=outside))
         assert code == INVALID and "kubelet" in details, details
         assert not outside.exists()
         code, _ = n.code_of(lambda: n.unpublish(n.target(), volume_id=""))
@@ -405,8 +463,9 @@ def test_a_source_the_mounter_cannot_read_is_refused_saying_why(csi, pack):
         code, details = n.code_of(lambda: n.publish(target, missing))
         assert code == n.grpc.StatusCode.NOT_FOUND and str(missing) in details, (code, details)
         assert mounts_at(target) == 0 and not target.exists()
+        assert mounts_at(n.staging()) == 0
         wait_for("no daemon left", lambda: not n.daemons(), timeout=30)
-        assert not any(n.work.iterdir())
+        assert n.records() == [], n.records()
 
 
 def test_a_volume_in_a_bucket_is_read_with_the_mounters_credentials(csi, pack, source, tmp_path_factory):
