@@ -65,6 +65,19 @@ pub(crate) fn is_loosefs_mount_of(path: &Path, source: &str) -> bool {
     mount_fstype(path).as_deref() == Some(FS_TYPE) && mount_source(path).as_deref() == Some(source)
 }
 
+/// Every mount point (unescaped) in /proc/self/mountinfo: what a caller must not `stat` when a
+/// FUSE daemon there may not answer.
+pub(crate) fn mount_points() -> std::collections::HashSet<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let Ok(info) = std::fs::read("/proc/self/mountinfo") else {
+        return Default::default();
+    };
+    info.split(|&b| b == b'\n')
+        .filter_map(|line| line.split(|&b| b == b' ').nth(4))
+        .map(|m| std::ffi::OsString::from_vec(unescape_mountinfo(m)).into())
+        .collect()
+}
+
 /// Every mount point (as given to mount(2), unescaped) of a loosefs mount of source `source`
 /// (`loosefs:NAME`): the mount itself and each bind mount of it, from /proc/self/mountinfo.
 pub(crate) fn loosefs_mount_points_of(source: &str) -> Vec<std::path::PathBuf> {

@@ -67,21 +67,31 @@ impl Staged {
         }
     }
 
-    /// What differs from `other`, in words (empty: nothing).
+    /// What differs from `other` (what was asked), in words: this record's value, then the
+    /// asked one (empty: nothing).
     pub fn differences(&self, other: &Staged) -> Vec<String> {
         let mut d = Vec::new();
-        if self.staging != other.staging {
-            d.push(format!("staged at {}", self.staging.display()));
-        }
-        if self.source != other.source {
-            d.push(format!("source {}", self.source));
-        }
-        if self.args != other.args {
-            d.push(format!("options [{}]", self.args.join(" ")));
-        }
-        if self.secret_names != other.secret_names {
-            d.push(format!("a Secret of [{}]", self.secret_names.join(", ")));
-        }
+        let mut differ = |what: &str, mine: String, asked: String| {
+            if mine != asked {
+                d.push(format!("{what} {mine} (asked: {asked})"));
+            }
+        };
+        differ(
+            "the staging path",
+            self.staging.display().to_string(),
+            other.staging.display().to_string(),
+        );
+        differ("source", self.source.clone(), other.source.clone());
+        differ(
+            "options",
+            format!("[{}]", self.args.join(" ")),
+            format!("[{}]", other.args.join(" ")),
+        );
+        differ(
+            "a Secret of",
+            format!("[{}]", self.secret_names.join(", ")),
+            format!("[{}]", other.secret_names.join(", ")),
+        );
         d
     }
 }
@@ -596,7 +606,10 @@ mod tests {
         );
         let mut b = a.clone();
         b.args = vec!["--decode=npy".into()];
-        assert_eq!(a.differences(&b), vec!["options [--warm]".to_string()]);
+        assert_eq!(
+            a.differences(&b),
+            vec!["options [--warm] (asked: [--decode=npy])".to_string()]
+        );
         assert!(a.differences(&a).is_empty());
     }
 

@@ -174,18 +174,15 @@ def test_irsa_reads_a_bucket_with_no_static_key(csi, pack, source, tmp_path_fact
     moto = servers.Moto(work / "moto").start()
     try:
         moto.client().upload_file(str(pack), moto.bucket, "train.pack")
-        tokens = work / "token-dir"
-        tokens.mkdir()
-        tokens.chmod(0o755)
-        token = tokens / "token"
-        token.write_text("eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6bG9vc2Vmcy1jc2kifQ.c2ln")
-        token.chmod(0o644)
-        work.chmod(0o755)
         irsa = dict(NO_CREDENTIALS, AWS_ROLE_ARN="arn:aws:iam::123456789012:role/loosefs-datasets",
                     AWS_ROLE_SESSION_NAME="loosefs-csi", AWS_ENDPOINT_URL_STS=moto.endpoint)
         url = f"s3://{moto.bucket}/train.pack"
         flags = [f"endpoint-url={moto.endpoint}", "allow-http"]
         with node_with_driver(csi, pack, mounter_env=irsa) as n:
+            # The projected token, as the kubelet writes it: readable by the mounter's user.
+            token = n.base / "token"
+            token.write_text("eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6bG9vc2Vmcy1jc2kifQ.c2ln")
+            token.chmod(0o644)
             target = n.target("pv-irsa")
             code, details = n.code_of(lambda: n.publish(target, url, "pv-irsa", flags))
             assert code != n.grpc.StatusCode.OK and "credentials" in details, (code, details)
