@@ -250,6 +250,10 @@ enum Cmd {
         /// thresholds, nodefs.available<10% and imagefs.available<15%).
         #[arg(long, value_name = "PERCENT", default_value_t = 20, value_parser = clap::value_parser!(u8).range(0..=100))]
         cache_keep_free: u8,
+        /// Serve every staged volume's metrics at this address (`GET /metrics`, Prometheus
+        /// text, each sample labelled with its volume; `loosefs_csi_volume_up` per volume).
+        #[arg(long, value_name = "ADDR:PORT")]
+        metrics_addr: Option<std::net::SocketAddr>,
     },
     /// Run the CSI driver's mounter (as a user other than root, with no capability): takes each
     /// volume `loosefs csi` hands over at --socket and serves it with a `loosefs mount` daemon
@@ -662,6 +666,7 @@ fn run(cli: Cli) -> Result<i32> {
             publish_timeout,
             keep_after_unstage,
             cache_keep_free,
+            metrics_addr,
         } => {
             let socket = loosefs::csi::endpoint_path(&endpoint)?;
             loosefs::csi::serve(
@@ -675,6 +680,7 @@ fn run(cli: Cli) -> Result<i32> {
                     publish_timeout: std::time::Duration::from_secs(publish_timeout),
                     keep_after_unstage: std::time::Duration::from_secs(keep_after_unstage),
                     cache_keep_free,
+                    metrics_addr,
                 },
             )?
         }

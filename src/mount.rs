@@ -30,7 +30,7 @@ pub mod keeper;
 mod log_file;
 pub use log_file::LogSink;
 pub(crate) use session::mount_fuse;
-mod metrics_endpoint;
+pub(crate) mod metrics_endpoint;
 mod session;
 use session::{Lease, serve_until_signal};
 

@@ -21,6 +21,7 @@
 mod health;
 mod held;
 pub mod identity;
+mod metrics;
 pub mod mount_options;
 pub mod mounter;
 pub mod node;
@@ -63,6 +64,8 @@ pub struct NodeConfig {
     /// The percent of the work directory's file system a volume's block cache leaves free by
     /// default (its `cache-size` mount option overrides it).
     pub cache_keep_free: u8,
+    /// Where every staged volume's metrics are served (`GET /metrics`), if anywhere.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// How long a health check of a mount (its `statvfs`) may take.
@@ -115,6 +118,9 @@ pub fn serve(socket: &Path, config: NodeConfig) -> Result<()> {
     let name = config.driver_name.clone();
     let node_id = config.node_id.clone();
     let config = Arc::new(config);
+    if let Some(addr) = config.metrics_addr {
+        metrics::serve(addr, config.clone())?;
+    }
     rt.block_on(async move {
         let listener = bind_private(socket, |p| tokio::net::UnixListener::bind(p))?;
         // Only root (the kubelet) may call: the socket is 0600 and the peer is checked too.

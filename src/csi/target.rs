@@ -173,6 +173,7 @@ pub(super) mod tests {
             publish_timeout: Duration::from_secs(1),
             keep_after_unstage: Duration::from_secs(86400),
             cache_keep_free: 20,
+            metrics_addr: None,
         }
     }
 

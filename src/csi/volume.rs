@@ -171,6 +171,20 @@ pub(super) fn staged(config: &NodeConfig, volume_id: &str) -> Option<Staged> {
     read_json(&record_path(config, volume_id))
 }
 
+/// Every volume staged on this node, from root's records.
+pub(super) fn all_staged(config: &NodeConfig) -> Vec<Staged> {
+    let Ok(rd) = std::fs::read_dir(state_dir(config)) else {
+        return Vec::new();
+    };
+    let mut all: Vec<Staged> = rd
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| read_json(&e.path()))
+        .collect();
+    all.sort_by(|a, b| a.volume_id.cmp(&b.volume_id));
+    all
+}
+
 /// NodeStageVolume of `s` at `staging` (checked, canonical): staged already (same options,
 /// serving) is `OK`; staged with other options is `ALREADY_EXISTS`; a staged mount whose daemon
 /// is gone is taken down and made again. Otherwise mounts `/dev/fuse` at `staging`, hands it to
@@ -356,13 +370,9 @@ pub(super) fn unstage(config: &NodeConfig, staging: &Path, volume_id: &str) -> R
 /// directory's mtime, set at the unstage) is older than `--keep-after-unstage`.
 pub(super) fn prune_unstaged(config: &NodeConfig) {
     let mut live: std::collections::HashSet<String> = Default::default();
-    if let Ok(rd) = std::fs::read_dir(state_dir(config)) {
-        for e in rd.flatten() {
-            if let Some(rec) = read_json::<Staged>(&e.path()) {
-                live.insert(hashed(&[&rec.volume_id]));
-                live.insert(hashed(&[&rec.volume_id, &rec.source]));
-            }
-        }
+    for rec in all_staged(config) {
+        live.insert(hashed(&[&rec.volume_id]));
+        live.insert(hashed(&[&rec.volume_id, &rec.source]));
     }
     let now = SystemTime::now();
     for kind in ["volumes", "caches"] {

@@ -51,16 +51,18 @@ impl Default for Limits {
 
 /// A bound metrics endpoint, not yet answering: binding comes before the mount, so that an
 /// address in use fails the mount command instead of a daemon that already serves files.
-pub(super) struct Endpoint {
+pub(crate) struct Endpoint {
     listener: std::net::TcpListener,
     addr: SocketAddr,
     limits: Limits,
+    /// Whether OpenMetrics is answered to a client that asks for it (else Prometheus text).
+    openmetrics: bool,
 }
 
 impl Endpoint {
     /// Binds `addr` (port 0 takes a free port; [`Endpoint::addr`] tells which). Errors name
     /// the flag and the address (in use, not this machine's, no permission).
-    pub(super) fn bind(addr: SocketAddr) -> Result<Endpoint> {
+    pub(crate) fn bind(addr: SocketAddr) -> Result<Endpoint> {
         let listener =
             std::net::TcpListener::bind(addr).map_err(|e| anyhow!("--metrics-addr {addr}: {e}"))?;
         listener
@@ -73,11 +75,12 @@ impl Endpoint {
             listener,
             addr,
             limits: Limits::default(),
+            openmetrics: true,
         })
     }
 
     /// The address it listens on.
-    pub(super) fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
@@ -94,6 +97,17 @@ impl Endpoint {
         self.serve_with(Arc::new(render))
     }
 
+    /// Answers requests on a thread of its own until the process ends, each with the
+    /// Prometheus text `render()` makes (never OpenMetrics, whatever the client asks).
+    /// Errors: the thread or its runtime cannot start.
+    pub(crate) fn serve_prometheus(
+        mut self,
+        render: Arc<dyn Fn() -> String + Send + Sync>,
+    ) -> Result<()> {
+        self.openmetrics = false;
+        self.serve_with(Arc::new(move |_| render()))
+    }
+
     /// [`Endpoint::serve`] with `render(openmetrics)` making the text.
     fn serve_with(self, render: Arc<dyn Fn(bool) -> String + Send + Sync>) -> Result<()> {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -101,11 +115,14 @@ impl Endpoint {
             .build()
             .context("cannot start the metrics endpoint's runtime")?;
         let Endpoint {
-            listener, limits, ..
+            listener,
+            limits,
+            openmetrics,
+            ..
         } = self;
         std::thread::Builder::new()
             .name("metrics-http".into())
-            .spawn(move || rt.block_on(accept_loop(listener, limits, render)))?;
+            .spawn(move || rt.block_on(accept_loop(listener, limits, openmetrics, render)))?;
         Ok(())
     }
 }
@@ -115,6 +132,7 @@ impl Endpoint {
 async fn accept_loop(
     listener: std::net::TcpListener,
     limits: Limits,
+    offers_openmetrics: bool,
     render: Arc<dyn Fn(bool) -> String + Send + Sync>,
 ) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
@@ -149,10 +167,11 @@ async fn accept_loop(
         tokio::spawn(async move {
             let service =
                 hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                    let om = (req.headers().get_all(http::header::ACCEPT).iter()).any(|v| {
-                        v.to_str()
-                            .is_ok_and(|v| v.contains("application/openmetrics-text"))
-                    });
+                    let om = offers_openmetrics
+                        && (req.headers().get_all(http::header::ACCEPT).iter()).any(|v| {
+                            v.to_str()
+                                .is_ok_and(|v| v.contains("application/openmetrics-text"))
+                        });
                     let (status, kind, body) =
                         answer(req.method(), req.uri().path(), om, |om| render(om));
                     let mut resp = Response::new(Full::new(bytes::Bytes::from(body)));

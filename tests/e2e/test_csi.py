@@ -91,14 +91,14 @@ class Node:
             stdout=log, stderr=log)
         wait_for("the mounter to listen", self.mounter_socket.exists, timeout=30)
 
-    def start_driver(self, umask=None):
+    def start_driver(self, umask=None, extra=()):
         """The node plugin; `umask`, the one it is started under (its socket is 0600 whatever
-        it is)."""
+        it is); `extra`, more of its flags."""
         log = open(self.base / "driver.log", "ab")
         self.driver = subprocess.Popen(
             [loosefs_bin(), "csi", "--endpoint", f"unix://{self.socket}", "--node-id", "node-1",
              "--mounter", str(self.mounter_socket), "--work-dir", str(self.work),
-             "--kubelet-dir", str(self.kubelet), "--publish-timeout", "60"],
+             "--kubelet-dir", str(self.kubelet), "--publish-timeout", "60", *extra],
             stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "info"},
             preexec_fn=None if umask is None else (lambda: os.umask(umask)))
         # The kubelet (grpc-go) sends `:authority: localhost` over a Unix socket; grpc's C core

@@ -199,10 +199,32 @@ def test_irsa_reads_a_bucket_with_no_static_key(csi, pack, source, tmp_path_fact
         moto.stop()
 
 
+def scrape(port: int) -> str:
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4"), r.headers
+        return r.read().decode()
+
+
 def test_a_volume_whose_daemon_is_gone_is_reported_abnormal_with_the_reason(csi, pack):
+    """NodeGetVolumeStats says a served volume's usage and a normal condition; once its keeper
+    and daemon are gone (and no mounter takes it over), an abnormal condition with the reason
+    and where its log is. The node's one metrics port shows each volume's families labelled
+    with its id, and `loosefs_csi_volume_up` 1 then 0."""
     with node_with_driver(csi, pack) as n:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        n.kill_driver()
+        n.start_driver(extra=["--metrics-addr", f"127.0.0.1:{port}"])
         target = n.target()
         n.publish(target, n.data)
+        text = scrape(port)
+        assert 'loosefs_csi_volume_up{volume="pv-data"} 1' in text, text
+        assert [line for line in text.splitlines() if line.startswith("loosefs_") and 'volume="pv-data"' in line
+                and "mountpoint=" in line], text
+        families = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+        assert len(families) == len(set(families)), "a family typed twice"
         for path in (target, n.staging()):
             r = n.node.NodeGetVolumeStats(n.pb2.NodeGetVolumeStatsRequest(
                 volume_id="pv-data", volume_path=str(path)), timeout=30)
@@ -218,6 +240,7 @@ def test_a_volume_whose_daemon_is_gone_is_reported_abnormal_with_the_reason(csi,
         assert r.volume_condition.abnormal, r
         msg = r.volume_condition.message
         assert "not served" in msg and "not connected" in msg.lower() and "daemon.log" in msg, msg
+        assert 'loosefs_csi_volume_up{volume="pv-data"} 0' in scrape(port)
         code, _ = n.code_of(lambda: n.node.NodeGetVolumeStats(n.pb2.NodeGetVolumeStatsRequest(
             volume_id="pv-other", volume_path=str(target)), timeout=30))
         assert code == n.grpc.StatusCode.NOT_FOUND
