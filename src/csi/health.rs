@@ -23,7 +23,7 @@ pub(super) fn volume_stats(
             path.display()
         )));
     }
-    let log = super::volume::log_dir(config, volume_id).join("daemon.log");
+    let log = super::work_dir::log_dir(config, volume_id).join("daemon.log");
     let abnormal = |message: String| proto::NodeGetVolumeStatsResponse {
         usage: vec![],
         volume_condition: Some(proto::VolumeCondition {

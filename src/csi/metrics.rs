@@ -35,7 +35,7 @@ pub(super) fn serve(addr: std::net::SocketAddr, config: Arc<NodeConfig>) -> anyh
 fn render(config: &NodeConfig, reading: &Arc<Mutex<HashSet<String>>>) -> String {
     let mut parts = Vec::new();
     let mut up = Vec::new();
-    for staged in super::volume::all_staged(config) {
+    for staged in super::work_dir::all_staged(config) {
         let id = staged.volume_id.clone();
         let text = read_within(
             staged.staging.join(".loosefs").join("metrics"),

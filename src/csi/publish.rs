@@ -9,7 +9,8 @@
 //! that a republish of the same target with the other `readonly` is `ALREADY_EXISTS`.
 
 use super::target::{is_ours, mount_source, no_links_below, statvfs_within, unmount_ours};
-use super::volume::{Staged, hashed, read_json, remove_record, staged, state_dir, write_json};
+use super::volume::record_of;
+use super::work_dir::{hashed, read_json, remove_record, staged, state_dir, write_json};
 use super::{HEALTH_CHECK, NodeConfig};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -66,7 +67,7 @@ pub(super) fn publish(config: &NodeConfig, target: &Path, p: &Publish) -> Result
              volume's daemon, which its stage started: name it in nodeStageSecretRef"
         )));
     }
-    let mut mine = Staged::of(&p.asked, &p.staging);
+    let mut mine = record_of(&p.asked, &p.staging);
     mine.secret_names = staged.secret_names.clone();
     let differs = staged.differences(&mine);
     let record = record_path(config, target);

@@ -239,7 +239,9 @@ def test_a_volume_whose_daemon_is_gone_is_reported_abnormal_with_the_reason(csi,
             volume_id="pv-data", volume_path=str(target)), timeout=30)
         assert r.volume_condition.abnormal, r
         msg = r.volume_condition.message
-        assert "not served" in msg and "not connected" in msg.lower() and "daemon.log" in msg, msg
+        # ENOTCONN once the kernel has aborted the connection, ECONNABORTED before (the keeper's
+        # last descriptor closing races the check).
+        assert "not served" in msg and ("ENOTCONN" in msg or "ECONNABORTED" in msg) and "daemon.log" in msg, msg
         assert 'loosefs_csi_volume_up{volume="pv-data"} 0' in scrape(port)
         code, _ = n.code_of(lambda: n.node.NodeGetVolumeStats(n.pb2.NodeGetVolumeStatsRequest(
             volume_id="pv-other", volume_path=str(target)), timeout=30))
