@@ -268,6 +268,10 @@ enum Cmd {
             default_value = "/loosefs/run/mounter.sock"
         )]
         socket: PathBuf,
+        /// Do not serve: exit 0 when a mounter answers at --socket, 1 when none does (the
+        /// mounter container's liveness probe).
+        #[arg(long)]
+        check: bool,
     },
     /// Summarise a pack: samples, directories, bytes, alignment, index version, JPEG counts;
     /// or a dataset in another format: format, samples, classes, fields, compression,
@@ -684,7 +688,18 @@ fn run(cli: Cli) -> Result<i32> {
                 },
             )?
         }
-        Cmd::CsiMounter { socket } => loosefs::csi::mounter::run(&socket)?,
+        Cmd::CsiMounter { socket, check } => {
+            if check {
+                return match loosefs::csi::mounter::ping(&socket) {
+                    Ok(()) => Ok(0),
+                    Err(e) => {
+                        loosefs::eprintln_lossy!("loosefs csi-mounter --check: {e:#}");
+                        Ok(1)
+                    }
+                };
+            }
+            loosefs::csi::mounter::run(&socket)?
+        }
         Cmd::Index {
             source,
             out,

@@ -297,9 +297,17 @@ def test_identity_and_node_info_answer_as_the_kubelet_expects(csi, pack):
         n.mounter.wait(timeout=30)
         code, details = n.code_of(lambda: n.identity.Probe(n.pb2.ProbeRequest(), timeout=10))
         assert code == n.grpc.StatusCode.FAILED_PRECONDITION and "mounter" in details, (code, details)
+        check = [loosefs_bin(), "csi-mounter", "--check", "--socket", str(n.mounter_socket)]
+        as_mounter = ["setpriv", f"--reuid={MOUNTER_UID}", f"--regid={MOUNTER_UID}", "--clear-groups"]
+        r = subprocess.run([*as_mounter, *check], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 1 and "no loosefs csi-mounter answers" in r.stderr, (r.returncode, r.stderr)
         n.start_mounter()
         assert n.identity.Probe(n.pb2.ProbeRequest(), timeout=10).ready.value is True
-        assert "refused a request" not in (n.base / "mounter.log").read_text()
+        # The mounter container's liveness probe, run as the mounter's user.
+        r = subprocess.run([*as_mounter, *check], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        log = (n.base / "mounter.log").read_text()
+        assert "refused a request" not in log and "no descriptor" not in log, log
 
 
 def test_a_pod_reads_its_volume_served_unprivileged_across_a_driver_restart(csi, pack, source):

@@ -140,11 +140,15 @@ def test_the_csi_driver_manifest_splits_privilege_as_documented():
         assert flag in helps("csi"), flag
     reg = c["node-driver-registrar"]["args"]
     assert f"--kubelet-registration-path=/var/lib/kubelet/plugins/{driver['metadata']['name']}/csi.sock" in reg
-    # The liveness probe sidecar serves /healthz (the driver's Probe: the mounter answers);
-    # the mounter's livenessProbe asks it.
+    # The liveness probe sidecar serves /healthz (the driver's Probe: the mounter answers): the
+    # node plugin's readiness, never its liveness (a restart would drop the volumes' copies).
+    # The mounter's liveness is its own check, which needs no node plugin.
     port = c["liveness-probe"]["ports"][0]
-    assert mounter["livenessProbe"]["httpGet"]["port"] == port["name"]
+    assert plugin["readinessProbe"]["httpGet"]["port"] == port["name"] and "livenessProbe" not in plugin
     assert f"--health-port={port['containerPort']}" in c["liveness-probe"]["args"]
+    check = mounter["livenessProbe"]["exec"]["command"]
+    assert check[1:3] == ["csi-mounter", "--check"] and check[check.index("--socket") + 1] == margs["--socket"]
+    assert "--check" in helps("csi-mounter")
 
 
 def pv_secret_ref(pv) -> tuple:
