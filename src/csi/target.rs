@@ -106,15 +106,29 @@ pub(super) fn no_links_below(root: &Path, path: &Path) -> Result<(), Status> {
 
 /// `statvfs` of `target` on another thread, for at most `limit`: `None` when it did not answer
 /// in time (a daemon still starting, or hung). A mount whose daemon is gone answers ENOTCONN
-/// or ECONNABORTED.
+/// or ECONNABORTED. A path whose previous `statvfs` has not returned is not asked again (`None`
+/// at once): a hung daemon costs one blocked thread, however often the kubelet asks.
 pub(super) fn statvfs_within(
     target: &Path,
     limit: Duration,
 ) -> Option<nix::Result<nix::sys::statvfs::Statvfs>> {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static ASKING: OnceLock<Mutex<HashSet<PathBuf>>> = OnceLock::new();
+    let asking = ASKING.get_or_init(Mutex::default);
+    if !asking
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(target.to_path_buf())
+    {
+        return None;
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     let t = target.to_path_buf();
     std::thread::spawn(move || {
-        let _ = tx.send(nix::sys::statvfs::statvfs(&t));
+        let answer = nix::sys::statvfs::statvfs(&t);
+        asking.lock().unwrap_or_else(|p| p.into_inner()).remove(&t);
+        let _ = tx.send(answer);
     });
     rx.recv_timeout(limit).ok()
 }
