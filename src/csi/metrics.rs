@@ -11,9 +11,8 @@
 //! has not returned is reported down without being read again.
 
 use super::NodeConfig;
-use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a scrape waits for one volume's metrics.
@@ -23,25 +22,25 @@ const READ_WITHIN: Duration = Duration::from_secs(2);
 /// address cannot be bound (named with the flag), the thread cannot start.
 pub(super) fn serve(addr: std::net::SocketAddr, config: Arc<NodeConfig>) -> anyhow::Result<()> {
     let endpoint = crate::mount::metrics_endpoint::Endpoint::bind(addr)?;
-    let reading: Arc<Mutex<HashSet<String>>> = Arc::default();
     crate::eprintln_lossy!(
         "loosefs csi: the volumes' metrics at http://{}/metrics",
         endpoint.addr()
     );
-    endpoint.serve_prometheus(Arc::new(move || render(&config, &reading)))
+    endpoint.serve_prometheus(Arc::new(move || render(&config)))
 }
 
 /// The merged text of every staged volume's metrics, read now.
-fn render(config: &NodeConfig, reading: &Arc<Mutex<HashSet<String>>>) -> String {
+fn render(config: &NodeConfig) -> String {
+    static READING: super::target::Asking = std::sync::OnceLock::new();
     let mut parts = Vec::new();
     let mut up = Vec::new();
     for staged in super::work_dir::all_staged(config) {
         let id = staged.volume_id.clone();
-        let text = read_within(
-            staged.staging.join(".loosefs").join("metrics"),
-            &id,
-            reading,
-        );
+        let file = staged.staging.join(".loosefs").join("metrics");
+        let text = super::target::ask_within(&READING, &file, READ_WITHIN, |p| {
+            std::fs::read_to_string(p).ok()
+        })
+        .flatten();
         up.push((id.clone(), text.is_some()));
         if let Some(text) = text {
             parts.push((id, text));
@@ -60,33 +59,6 @@ fn render(config: &NodeConfig, reading: &Arc<Mutex<HashSet<String>>>) -> String 
         ));
     }
     out
-}
-
-/// Reads `path` on a thread of its own for at most [`READ_WITHIN`]; `None` when it fails, is
-/// late, or the volume's previous read has not returned (then no new thread is started).
-fn read_within(
-    path: PathBuf,
-    volume: &str,
-    reading: &Arc<Mutex<HashSet<String>>>,
-) -> Option<String> {
-    if !reading
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(volume.to_string())
-    {
-        return None;
-    }
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (reading, key) = (reading.clone(), volume.to_string());
-    std::thread::spawn(move || {
-        let text = std::fs::read_to_string(&path).ok();
-        reading
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key);
-        let _ = tx.send(text);
-    });
-    rx.recv_timeout(READ_WITHIN).ok().flatten()
 }
 
 /// A label value escaped as Prometheus text requires (`\`, `"`, newline).

@@ -8,7 +8,9 @@
 //! driver accepts) is published read-only too, as the access mode requires; it is recorded, so
 //! that a republish of the same target with the other `readonly` is `ALREADY_EXISTS`.
 
-use super::target::{is_ours, mount_source, no_links_below, statvfs_within, unmount_ours};
+use super::target::{
+    another_mount_left, is_ours, mount_source, no_links_below, statvfs_within, unmount_ours,
+};
 use super::volume::record_of;
 use super::work_dir::{hashed, read_json, remove_record, staged, state_dir, write_json};
 use super::{HEALTH_CHECK, NodeConfig};
@@ -179,12 +181,7 @@ fn bind_read_only(staging: &Path, target: &Path) -> Result<(), Status> {
 pub(super) fn unpublish(config: &NodeConfig, target: &Path, volume_id: &str) -> Result<(), Status> {
     let want = mount_source(volume_id);
     unmount_ours(target, &want)?;
-    if let Some(fstype) = crate::mount_table::mount_fstype(target) {
-        let source = crate::mount_table::mount_source(target).unwrap_or_default();
-        log::warn!(
-            "volume {volume_id}: {} holds another mount ({fstype} of {source}), left as it is",
-            target.display()
-        );
+    if another_mount_left(target, volume_id) {
         return Ok(());
     }
     match std::fs::remove_dir(target) {

@@ -104,33 +104,59 @@ pub(super) fn no_links_below(root: &Path, path: &Path) -> Result<(), Status> {
     Ok(())
 }
 
-/// `statvfs` of `target` on another thread, for at most `limit`: `None` when it did not answer
-/// in time (a daemon still starting, or hung). A mount whose daemon is gone answers ENOTCONN
-/// or ECONNABORTED. A path whose previous `statvfs` has not returned is not asked again (`None`
-/// at once): a hung daemon costs one blocked thread, however often the kubelet asks.
+/// `statvfs` of `target` on another thread, for at most `limit` ([`ask_within`]): `None` when
+/// it did not answer in time (a daemon still starting, or hung) or its previous `statvfs` has
+/// not returned. A mount whose daemon is gone answers ENOTCONN or ECONNABORTED.
 pub(super) fn statvfs_within(
     target: &Path,
     limit: Duration,
 ) -> Option<nix::Result<nix::sys::statvfs::Statvfs>> {
-    use std::collections::HashSet;
-    use std::sync::{Mutex, OnceLock};
-    static ASKING: OnceLock<Mutex<HashSet<PathBuf>>> = OnceLock::new();
-    let asking = ASKING.get_or_init(Mutex::default);
+    static ASKING: Asking = std::sync::OnceLock::new();
+    ask_within(&ASKING, target, limit, nix::sys::statvfs::statvfs)
+}
+
+/// The paths a caller of [`ask_within`] is asking about now.
+pub(super) type Asking = std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<PathBuf>>>;
+
+/// `ask(path)` on another thread, for at most `limit`: `None` when it did not return in time, or
+/// when `path`'s previous ask (in `asking`) has not returned yet — then no thread is started, so
+/// a FUSE daemon that hangs costs one blocked thread, however often it is asked about.
+pub(super) fn ask_within<T: Send + 'static>(
+    asking: &'static Asking,
+    path: &Path,
+    limit: Duration,
+    ask: fn(&Path) -> T,
+) -> Option<T> {
+    let asking = asking.get_or_init(Default::default);
     if !asking
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(target.to_path_buf())
+        .insert(path.to_path_buf())
     {
         return None;
     }
     let (tx, rx) = std::sync::mpsc::channel();
-    let t = target.to_path_buf();
+    let p = path.to_path_buf();
     std::thread::spawn(move || {
-        let answer = nix::sys::statvfs::statvfs(&t);
-        asking.lock().unwrap_or_else(|p| p.into_inner()).remove(&t);
+        let answer = ask(&p);
+        asking.lock().unwrap_or_else(|e| e.into_inner()).remove(&p);
         let _ = tx.send(answer);
     });
     rx.recv_timeout(limit).ok()
+}
+
+/// Whether a mount that is not this volume's is left at `path` after its own were undone:
+/// logged, and to be left as it is, with the directory under it.
+pub(super) fn another_mount_left(path: &Path, volume_id: &str) -> bool {
+    let Some(fstype) = crate::mount_table::mount_fstype(path) else {
+        return false;
+    };
+    let source = crate::mount_table::mount_source(path).unwrap_or_default();
+    log::warn!(
+        "volume {volume_id}: {} holds another mount ({fstype} of {source}), left as it is",
+        path.display()
+    );
+    true
 }
 
 /// Whether the mount on top at `target` is this volume's: `fuse.loosefs` with the source
@@ -274,6 +300,40 @@ pub(super) mod tests {
             got,
             std::fs::canonicalize(&kubelet).unwrap().join("pods/a/m")
         );
+    }
+
+    #[test]
+    fn a_path_still_being_asked_about_is_not_asked_again() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static ASKED: AtomicUsize = AtomicUsize::new(0);
+        static ASKING: Asking = std::sync::OnceLock::new();
+        // Blocks while the file exists: a daemon that hangs.
+        fn hang(p: &Path) -> bool {
+            ASKED.fetch_add(1, Ordering::SeqCst);
+            while p.exists() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            true
+        }
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("hung");
+        std::fs::write(&f, b"").unwrap();
+        let short = Duration::from_millis(50);
+        assert_eq!(ask_within(&ASKING, &f, short, hang), None);
+        assert_eq!(ask_within(&ASKING, &f, short, hang), None);
+        assert_eq!(
+            ASKED.load(Ordering::SeqCst),
+            1,
+            "a second thread was started"
+        );
+        std::fs::remove_file(&f).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if ask_within(&ASKING, &f, Duration::from_secs(5), hang) == Some(true) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "never answered again");
+        }
     }
 
     #[test]

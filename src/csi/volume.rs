@@ -5,7 +5,9 @@
 
 use super::mounter::{self, Event, Request};
 use super::secrets::Secrets;
-use super::target::{is_ours, mount_source, no_links_below, statvfs_within, unmount_ours};
+use super::target::{
+    another_mount_left, is_ours, mount_source, no_links_below, statvfs_within, unmount_ours,
+};
 use super::work_dir::{
     Staged, cache_dir, default_cache_size, log_dir, own_dir, prune_unstaged, record_path,
     remove_record, staged, touch, write_json,
@@ -211,12 +213,7 @@ pub(super) fn unstage(config: &NodeConfig, staging: &Path, volume_id: &str) -> R
     }
     super::held::forget(staging);
     unmount_ours(staging, &want)?;
-    if let Some(fstype) = crate::mount_table::mount_fstype(staging) {
-        let source = crate::mount_table::mount_source(staging).unwrap_or_default();
-        log::warn!(
-            "volume {volume_id}: {} holds another mount ({fstype} of {source}), left as it is",
-            staging.display()
-        );
+    if another_mount_left(staging, volume_id) {
         return Ok(());
     }
     match std::fs::remove_dir(staging) {

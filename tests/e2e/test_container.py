@@ -13,16 +13,9 @@ import subprocess
 import tempfile
 
 from conftest import ROOT, loosefs_bin, missing_prerequisite, need_mount
+from test_csi import wait_for
 
 IMAGE = "localhost/loosefs:under-test"
-
-
-def wait_for(what, check, timeout=60):
-    import time
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
-        time.sleep(0.05)
 
 
 def mounted(path) -> bool:
