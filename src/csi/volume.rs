@@ -71,7 +71,7 @@ pub(super) fn stage(config: &NodeConfig, staging: &Path, s: &Stage) -> Result<()
     no_links_below(&config.kubelet_root(), staging)?;
     let mut args = s.args.clone();
     if !args.iter().any(|a| a.starts_with("--cache-size")) {
-        let size = default_cache_size(config, &cache);
+        let size = default_cache_size(config, &s.volume_id, &cache);
         args.push(format!("--cache-size={size}"));
     }
     let dev = crate::mount::mount_fuse(staging, &want, true, Some(owner), true)

@@ -218,7 +218,8 @@ class Node:
 
 
 @contextlib.contextmanager
-def node_with_driver(csi, pack, mounter_env=None):
+def node_with_driver(csi, pack, mounter_env=None, driver_flags=()):
+    """A node: a mounter and a driver (with `driver_flags`) over a work directory in /tmp."""
     need_mount()
     if shutil.which("setpriv") is None:
         missing_prerequisite("setpriv is not installed (util-linux)")
@@ -231,7 +232,7 @@ def node_with_driver(csi, pack, mounter_env=None):
     n.data = data
     try:
         n.start_mounter(mounter_env)
-        n.start_driver()
+        n.start_driver(extra=driver_flags)
         yield n
     finally:
         for p in (n.driver, n.mounter):
