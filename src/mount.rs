@@ -24,6 +24,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod compose;
 mod daemon;
 pub mod handover;
 pub mod keeper;

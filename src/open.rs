@@ -4,7 +4,7 @@
 //! |---|---|
 //! | a native pack (a local file) | `open/pack.rs` |
 //! | a dataset in another packed format (local) | `open/foreign.rs` (scanned by [`crate::formats`]) |
-//! | a plain directory, served in place | `open/dir.rs` (its live changes: [`crate::fs::changes`]) |
+//! | a plain directory, served in place | `open/dir.rs` |
 //! | a native pack at a URL | `open/remote_pack.rs` |
 //! | a foreign dataset at a URL (prefix, brace pattern, `index.json`) | `open/remote_dataset.rs`, `open/remote_dataset/` |
 //! | loose objects under a prefix, or a directory an HTTP server lists | `open/remote_dir.rs`, `open/remote_dir/` |
@@ -15,16 +15,16 @@
 //! Remote openers reach objects through an [`ObjectStore`] (the network's, from
 //! [`crate::storage::object::connect`], or the tests' in-memory store) and share one rule for
 //! their block caches' budget (`open/caches.rs`). Every kind ends as the same [`Opened`]
-//! value (catalog, storage, live changes, owner, lease), from which the daemon builds one
-//! [`Fs`]: the read path (read-ahead, warm, pin, views, stats) does not know which it serves.
+//! value (catalog, storage, owner, lease, and where its files are): what the source *is*.
+//! What is served over it (frames, a directory's live changes, the filesystem) is composed
+//! once for every kind by `crate::mount::compose`; opening serves nothing and starts no
+//! thread pool.
 //! Options come as the plain [`OpenOptions`]: the command line's types stay in
 //! [`crate::options`].
 
 use crate::catalog::Catalog;
 use crate::formats::index::Foreign;
 use crate::formats::{Format, ScanOptions};
-use crate::fs::changes::Changes;
-use crate::fs::{Fs, FsOptions};
 use crate::pack::reader::Pack;
 use crate::storage::Storage;
 use crate::storage::object::remote_config::RemoteConfig;
@@ -48,8 +48,6 @@ pub mod remote_dir;
 pub mod remote_pack;
 mod url;
 pub use url::index_url;
-#[cfg(test)]
-mod tests;
 
 /// Why a source could not be opened, where the kind decides what the caller does next.
 #[derive(Debug, thiserror::Error)]
@@ -183,35 +181,46 @@ pub enum Dataset {
     RemoteDir(Box<RemoteDir>),
 }
 
-/// What an opened source gives the filesystem: everything [`Fs`] needs, whatever the kind.
+/// What an opened source is, whatever the kind: what the served filesystem is composed of
+/// (`crate::mount::compose`), nothing served yet.
 pub struct Opened {
-    /// What files exist and where their bytes are.
+    /// What files exist and where their bytes are, showing the views asked for.
     pub catalog: Arc<dyn Catalog>,
     /// The bytes.
     pub storage: Arc<dyn Storage>,
-    /// A directory mount's names changed since its walk (served as the disk has them now).
-    pub changes: Option<Arc<Changes>>,
     /// The source's metadata (a remote source's: its cache directory's): the mount shows
     /// its files as owned by its owner.
     pub owner: std::fs::Metadata,
     /// A native pack's file, leased while mounted (a writer opening it is noticed).
     pub lease: Option<std::fs::File>,
-    /// The server of the catalog's made files (a video dataset's frames), if it shows any.
-    pub frames: Option<Arc<crate::video::frames::FrameServer>>,
+    /// Where its files are, for what is composed over the catalog (frames, live changes).
+    pub files: Files,
 }
 
-impl Opened {
-    /// The filesystem serving it.
-    pub fn into_fs(self, opts: FsOptions) -> Fs {
-        let mut fs = Fs::new(self.catalog, self.storage, opts);
-        if let Some(f) = self.frames {
-            fs.set_frames(f);
-        }
-        if let Some(c) = self.changes {
-            fs.set_changes(c);
-        }
-        fs
-    }
+/// Where an opened source's files are, beyond its catalog and storage: what a frame view
+/// decodes from and what a directory's live changes are answered against.
+pub enum Files {
+    /// Packed (a native pack, a packed format, local or remote): the catalog is all.
+    Packed,
+    /// A local directory, served in place.
+    Dir {
+        /// Its root.
+        root: PathBuf,
+        /// Its catalog without views: what the walk found, to which names changed while
+        /// mounted are compared.
+        raw: Arc<dyn Catalog>,
+        /// Its files, as one storage object.
+        files: Arc<crate::storage::files::FileSet>,
+    },
+    /// Loose objects under a prefix, through one block cache (the storage).
+    Prefix {
+        /// The prefix's URL.
+        url: String,
+        /// The cache root (a frame view's copies go beside the block cache).
+        cache_root: PathBuf,
+        /// The tree's index (a native index, [`crate::pack::index`]).
+        index: Arc<memmap2::Mmap>,
+    },
 }
 
 /// What `loosefs info` prints of a source ([`Dataset::info`]).
@@ -227,41 +236,6 @@ pub struct Described {
 fn metadata(path: &Path) -> Result<std::fs::Metadata> {
     std::fs::metadata(path)
         .with_context(|| format!("cannot read the metadata of {}", path.display()))
-}
-
-/// The frame view of a prefix of loose objects (`--decode frames`): the files it decodes from
-/// copied out of the block cache into a directory of their own under the cache root
-/// ([`RemoteDir::spool_for_frames`], removed when the mount ends), then served as a local
-/// directory's frames are ([`crate::video::frame_tree`]) over `base`, the prefix's own tree.
-/// Copies a killed daemon left behind are removed first ([`remote_dir::sweep_spools`]).
-fn remote_dir_frames(
-    r: &RemoteDir,
-    base: Arc<dyn crate::catalog::Catalog>,
-    decode: &crate::decode::DecodeOptions,
-) -> Result<(
-    crate::video::tree::FrameTree,
-    Arc<crate::video::frames::FrameServer>,
-)> {
-    let cannot = || format!("cannot serve the frames of {}", r.url());
-    remote_dir::sweep_spools(r.cache_root());
-    // Owner-only, as the block cache beside it: the copies were fetched with credentials.
-    let spool = tempfile::Builder::new()
-        .prefix(remote_dir::SPOOL_PREFIX)
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-        .tempdir_in(r.cache_root())
-        .with_context(cannot)?;
-    let lock = remote_dir::lock_spool(spool.path()).with_context(cannot)?;
-    let bytes = r.spool_for_frames(spool.path(), 16).with_context(cannot)?;
-    log::info!(
-        "{}: {bytes} bytes of videos and metadata fetched for the frame view into {}",
-        r.url(),
-        spool.path().display()
-    );
-    let (tree, server) =
-        crate::video::frame_tree(spool.path(), base, decode).with_context(cannot)?;
-    // The lock is released before the directory is removed (fields drop in order).
-    server.keep(Box::new((lock, spool)));
-    Ok((tree, server))
 }
 
 impl Dataset {
@@ -444,62 +418,38 @@ impl Dataset {
         }
     }
 
-    /// What the filesystem needs to serve this source, showing decoded `views` (as
-    /// [`Dataset::views`] decided them); frames decoded with `decode`'s threads within its
-    /// frame-cache budget; compressed chunks kept decompressed within `chunk_cache` bytes.
+    /// What this source is, for serving it with decoded `views` (as [`Dataset::views`]
+    /// decided them; frames are composed over it, not here); compressed chunks kept
+    /// decompressed within `chunk_cache` bytes.
     ///
     /// Errors: a file cannot be opened, mapped or read for its metadata; the index does not
     /// fit the storage.
-    pub fn opened(
-        self,
-        views: Views,
-        decode: &crate::decode::DecodeOptions,
-        chunk_cache: u64,
-    ) -> Result<Opened> {
+    pub fn opened(self, views: Views, chunk_cache: u64) -> Result<Opened> {
         match self {
             Dataset::Pack(p) => pack::opened(p, views),
             Dataset::Foreign(f) => foreign::opened(&f, views, chunk_cache),
-            Dataset::Dir(d) => d.opened(views, decode),
+            Dataset::Dir(d) => d.opened(views),
             Dataset::Remote(r) => Ok(Opened {
                 catalog: Arc::new(r.catalog(views)?),
                 storage: r.storage().clone(),
-                changes: None,
                 owner: metadata(r.cache_dir())?,
                 lease: None,
-                frames: None,
+                files: Files::Packed,
             }),
             Dataset::RemoteSet(r) => Ok(Opened {
                 catalog: Arc::new(r.catalog(views)?),
                 storage: r.storage(chunk_cache),
-                changes: None,
                 owner: metadata(r.cache_root())?,
                 lease: None,
-                frames: None,
+                files: Files::Packed,
             }),
-            Dataset::RemoteDir(r) => {
-                let mut catalog: Arc<dyn crate::catalog::Catalog> = Arc::new(r.catalog(views)?);
-                let mut frames = None;
-                if views.frames {
-                    let (tree, server) = remote_dir_frames(&r, catalog, decode)?;
-                    catalog = Arc::new(tree);
-                    frames = Some(server);
-                }
-                Ok(Opened {
-                    catalog,
-                    storage: r.storage(),
-                    changes: None,
-                    owner: metadata(r.cache_root())?,
-                    lease: None,
-                    frames,
-                })
-            }
+            Dataset::RemoteDir(r) => Ok(Opened {
+                catalog: Arc::new(r.catalog(views)?),
+                storage: r.storage(),
+                owner: metadata(r.cache_root())?,
+                lease: None,
+                files: r.files(),
+            }),
         }
-    }
-
-    /// The filesystem serving this source (see [`Dataset::opened`]), for tests and tools that
-    /// serve it in process.
-    pub fn server(self, views: Views, opts: FsOptions, chunk_cache: u64) -> Result<Fs> {
-        let views = self.views(views)?;
-        Ok(self.opened(views, &opts.decode, chunk_cache)?.into_fs(opts))
     }
 }

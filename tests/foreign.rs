@@ -55,8 +55,7 @@ fn server_verifying(src: &Path, index: &Path, verify: &str) -> Fs {
         ..Default::default()
     };
     let ds = loosefs::open::Dataset::open(src, &args, loosefs::progress::Progress::None).unwrap();
-    ds.server(Views::default(), server_options(), 64 << 20)
-        .unwrap()
+    loosefs::mount::compose::served(ds, Views::default(), server_options(), 64 << 20).unwrap()
 }
 
 /// The shared in-process options ([`common::server_options`]) with a smaller read-ahead
@@ -408,9 +407,8 @@ fn fields_all_shows_every_member_beside_the_image() {
         &sources[5].1,
         sources[5].0.file_stem().unwrap().to_string_lossy(),
     );
-    let s = ds
-        .server(Views::default(), server_options(), 64 << 20)
-        .unwrap();
+    let s =
+        loosefs::mount::compose::served(ds, Views::default(), server_options(), 64 << 20).unwrap();
     let c2 = s.lookup(ROOT_INO, class.as_bytes()).unwrap().attr.ino;
     let cls = s
         .lookup(c2, format!("{stem}.cls").as_bytes())
@@ -606,9 +604,8 @@ fn a_shared_index_mounts_the_dataset_elsewhere_without_a_scan_and_a_changed_shar
     );
     // Its tree serves the second node's files, byte for byte as the first node's.
     let serve = |f| {
-        loosefs::open::Dataset::Foreign(f)
-            .server(Views::default(), server_options(), 64 << 20)
-            .unwrap()
+        let ds = loosefs::open::Dataset::Foreign(f);
+        loosefs::mount::compose::served(ds, Views::default(), server_options(), 64 << 20).unwrap()
     };
     let (s1, s2) = (serve(f), serve(g));
     let (mut a, mut b) = (Vec::new(), Vec::new());

@@ -59,7 +59,7 @@ pub(super) fn build(pack: Dataset, mnt: &Path, opts: &MountArgs) -> Result<Built
     let views = pack.views(opts.decode.views()?)?;
     let server_options = opts.server_options(mnt);
     let opened = pack
-        .opened(views, &server_options.decode, opts.source.chunk_cache)
+        .opened(views, opts.source.chunk_cache)
         .context("cannot open the pack for serving")?;
     // Files are owned by the source's owner (a remote source's: its cache directory's). A
     // native pack is leased (a writer opening it is noticed); a foreign dataset's files are
@@ -69,7 +69,7 @@ pub(super) fn build(pack: Dataset, mnt: &Path, opts: &MountArgs) -> Result<Built
         super::same_owner_throughout(&path, &owner)?;
     }
     let lease_file = opened.lease.as_ref().map(|f| f.try_clone()).transpose()?;
-    let server = Arc::new(opened.into_fs(server_options));
+    let server = Arc::new(super::compose::compose(opened, views, server_options)?);
     if opts.allow_other
         && let Some(c) = server.changes()
     {

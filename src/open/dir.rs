@@ -166,34 +166,21 @@ impl LooseDir {
         Ok(cat.without_checksums())
     }
 
-    /// What the filesystem needs to serve the directory, showing `views` (frames decoded as
-    /// `decode` says: threads, frame-cache budget): its catalog and
-    /// files, and the live changes that answer names changed while mounted from the disk
-    /// ([`crate::fs::changes`]); the owner is the directory's. Errors: those of
-    /// [`LooseDir::catalog`], or the directory's metadata cannot be read.
-    pub fn opened(
-        &self,
-        views: Views,
-        decode: &crate::decode::DecodeOptions,
-    ) -> Result<super::Opened> {
-        let mut cat: Arc<dyn crate::catalog::Catalog> = Arc::new(self.catalog(views)?);
-        let mut frames = None;
-        if views.frames {
-            let (tree, server) = crate::video::frame_tree(&self.root, cat, decode)
-                .with_context(|| format!("cannot serve the frames of {}", self.root.display()))?;
-            cat = Arc::new(tree);
-            frames = Some(server);
-        }
-        let raw = Arc::new(self.catalog(Views::default())?);
-        let changes =
-            crate::fs::changes::Changes::new(self.root.clone(), cat.clone(), raw, self.storage());
+    /// What the directory is, for serving it with `views`: its catalog and files, and
+    /// where they are (frames and the live changes that answer names changed while mounted
+    /// are composed over them, `crate::mount::compose`); the owner is the directory's.
+    /// Errors: those of [`LooseDir::catalog`], or the directory's metadata cannot be read.
+    pub fn opened(&self, views: Views) -> Result<super::Opened> {
         Ok(super::Opened {
-            catalog: cat,
+            catalog: Arc::new(self.catalog(views)?),
             storage: self.storage(),
-            changes: Some(Arc::new(changes)),
             owner: super::metadata(&self.root)?,
             lease: None,
-            frames,
+            files: super::Files::Dir {
+                root: self.root.clone(),
+                raw: Arc::new(self.catalog(Views::default())?),
+                files: self.storage(),
+            },
         })
     }
 

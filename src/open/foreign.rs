@@ -28,10 +28,9 @@ pub(super) fn opened(f: &Foreign, views: Views, chunk_cache: u64) -> Result<supe
     Ok(super::Opened {
         catalog,
         storage,
-        changes: None,
         owner: super::metadata(&f.header.source)?,
         lease: None,
-        frames: None,
+        files: super::Files::Packed,
     })
 }
 

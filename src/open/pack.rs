@@ -60,10 +60,9 @@ pub(super) fn opened(pack: Pack, views: Views) -> Result<Opened> {
     Ok(Opened {
         catalog: Arc::new(NativeCatalog::new(pack, views)),
         storage,
-        changes: None,
         owner,
         lease: Some(lease),
-        frames: None,
+        files: crate::open::Files::Packed,
     })
 }
 

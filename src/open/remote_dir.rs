@@ -130,68 +130,6 @@ pub struct RemoteDir {
     pub shared: Option<String>,
 }
 
-/// Names of the directories under a cache root holding a mount's copies of the videos its
-/// frame view decodes ([`RemoteDir::spool_for_frames`]).
-pub const SPOOL_PREFIX: &str = ".frames-";
-
-/// Locks the copies' directory `dir` for the life of the returned lock (an exclusive `flock`
-/// on its `lock` file, which then holds the daemon's pid), so [`sweep_spools`] leaves it.
-/// Errors: the file cannot be created or written.
-pub fn lock_spool(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join("lock");
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
-    let mut lock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
-        .map_err(|(_, e)| anyhow!("cannot lock {}: {e}", dir.display()))?;
-    // Written once locked: a sweep that finds the file empty leaves the directory (a mount
-    // between its create and its lock).
-    writeln!(lock, "{}", std::process::id())
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(lock)
-}
-
-/// Whether the copies' directory `dir` is left by a mount that ended: its `lock` is a
-/// regular file (opened without following a link or blocking on a FIFO), written by the mount
-/// that locked it, and not locked now.
-fn spool_is_free(dir: &Path) -> bool {
-    // None: the lock file is gone, or not a regular file.
-    let Some(f) = crate::storage::block_cache::open_lock(dir) else {
-        return false;
-    };
-    // Made but not locked yet by a mount starting now.
-    if !f.metadata().is_ok_and(|m| m.len() > 0) {
-        return false;
-    }
-    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok()
-}
-
-/// Removes the copies' directories under `root` that no live mount holds (their lock is
-/// free: a daemon killed before it could remove its own). Failures are logged.
-pub fn sweep_spools(root: &Path) {
-    let Ok(rd) = std::fs::read_dir(root) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let path = e.path();
-        let ours = e.file_name().to_string_lossy().starts_with(SPOOL_PREFIX);
-        if !ours || !e.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        if spool_is_free(&path) {
-            match std::fs::remove_dir_all(&path) {
-                Ok(()) => log::info!("removed {} (left by a mount that ended)", path.display()),
-                Err(e) => log::warn!("cannot remove {}: {e}", path.display()),
-            }
-        }
-    }
-}
-
 impl RemoteDir {
     /// Opens the loose objects `listed` (name below the prefix, pin) of the S3 prefix `url`:
     /// the tree built from the names, every object pinned to its listed ETag, one block cache
@@ -321,75 +259,14 @@ impl RemoteDir {
         self.cache.clone()
     }
 
-    /// The files a frame view decodes from (`--decode frames`), copied whole from the block
-    /// cache into `dir` under their paths in the tree: a LeRobot dataset's `meta/` and Parquet
-    /// files and every video file ([`crate::video::VIDEO_EXTENSIONS`]). FFmpeg's demuxer and
-    /// the Parquet reader read local files; each object is fetched once through the block cache
-    /// (its GETs pinned to the listed ETag), `at_once` at a time. Returns the bytes copied.
-    ///
-    /// Errors: a fetch that fails (names the file), or `dir` cannot be written.
-    pub fn spool_for_frames(&self, dir: &Path, at_once: usize) -> Result<u64> {
-        use rayon::prelude::*;
-        let ix = self.view()?;
-        let mut wanted = Vec::new();
-        let mut stack = vec![(0u32, String::new())];
-        while let Some((i, path)) = stack.pop() {
-            let r = ix.record(i).context("index record")?;
-            for c in ix.children(&r) {
-                let k = ix.record(c).context("index record")?;
-                let name = String::from_utf8_lossy(ix.name(&k)).into_owned();
-                let rel = if path.is_empty() {
-                    name
-                } else {
-                    format!("{path}/{name}")
-                };
-                if k.is_dir {
-                    stack.push((c, rel));
-                    continue;
-                }
-                let ext = Path::new(&rel)
-                    .extension()
-                    .and_then(|e| e.to_str())
-                    .map(str::to_ascii_lowercase);
-                let video = ext
-                    .as_deref()
-                    .is_some_and(|e| crate::video::VIDEO_EXTENSIONS.contains(&e));
-                if video || rel.starts_with("meta/") || ext.as_deref() == Some("parquet") {
-                    wanted.push((rel, k.data_off, k.size));
-                }
-            }
+    /// Where its files are, for the views composed over its catalog (a frame view copies
+    /// its videos out of the block cache).
+    pub fn files(&self) -> super::Files {
+        super::Files::Prefix {
+            url: self.url.clone(),
+            cache_root: self.cache_root().to_path_buf(),
+            index: self.index.clone(),
         }
-        let storage = self.storage();
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(at_once.max(1))
-            .build()
-            .context("cannot start the threads that fetch the videos")?;
-        pool.install(|| {
-            wanted
-                .par_iter()
-                .try_for_each(|(rel, off, size)| -> Result<()> {
-                    let to = dir.join(rel);
-                    if let Some(parent) = to.parent() {
-                        std::fs::create_dir_all(parent)
-                            .with_context(|| format!("cannot create {}", parent.display()))?;
-                    }
-                    let mut out = std::fs::File::create(&to)
-                        .with_context(|| format!("cannot write {}", to.display()))?;
-                    let mut buf = vec![0u8; 4 << 20];
-                    let mut at = 0u64;
-                    while at < *size {
-                        let n = (size - at).min(buf.len() as u64) as usize;
-                        storage
-                            .read_at(0, off + at, &mut buf[..n])
-                            .with_context(|| format!("cannot fetch {}{rel}", self.url))?;
-                        std::io::Write::write_all(&mut out, &buf[..n])
-                            .with_context(|| format!("cannot write {}", to.display()))?;
-                        at += n as u64;
-                    }
-                    Ok(())
-                })
-        })?;
-        Ok(wanted.iter().map(|w| w.2).sum())
     }
 
     /// The index's totals (files, directories, bytes).

@@ -10,10 +10,12 @@
 //! - [`frames`]: the server of the made files: GOPs decoded once, a bounded GOP cache, the
 //!   next GOP decoded ahead.
 //! - [`tree`]: the catalog that shows the made directories over the dataset's own tree.
+//! - [`spool`]: the frame view of a prefix of loose objects, decoded from local copies.
 
 pub mod decoder;
 pub mod frames;
 pub mod lerobot;
+pub mod spool;
 pub mod tree;
 
 use crate::catalog::Catalog;

@@ -1,16 +1,25 @@
-//! The remote openers over the in-memory [`FakeStore`], in plain `cargo test` (no server): a
-//! pack's tail and index GETs, the kept index, a damaged or foreign object, a replaced object
+//! The remote openers, served as composed here, over the in-memory [`FakeStore`], in plain
+//! `cargo test` (no server): a pack's tail and index GETs, the kept index, a damaged or foreign object, a replaced object
 //! (ESTALE) against an outage (EIO), `--offline` from a complete cache, the cache budget; a
 //! dataset under a prefix listed once, its kept and shared indexes, hostile names, a brace
 //! pattern, an outage of the listing. Every tree served is compared byte for byte with the
 //! files it was made from. The same cases run end to end over SeaweedFS and nginx in
 //! `tests/e2e/test_remote*.py`.
 
-use super::*;
+use super::served;
 use crate::catalog::{FsError, Kind};
+use crate::fs::{Fs, FsOptions};
+use crate::open::remote_dataset::RemoteDataset;
+use crate::open::remote_pack::RemotePack;
+use crate::open::*;
 use crate::storage::object::fake::FakeStore;
+use crate::storage::object::remote_config::RemoteConfig;
 use crate::testutil::noise;
+use crate::view::Views;
+use anyhow::Result;
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 /// The files of a test tree: `n` files of `size` bytes in three class directories, names
@@ -104,7 +113,7 @@ fn open_err(src: &str, opts: &OpenOptions, store: &Arc<FakeStore>) -> String {
 }
 
 fn serve(ds: Dataset) -> Fs {
-    ds.server(Views::default(), fs_options(), 64 << 20).unwrap()
+    served(ds, Views::default(), fs_options(), 64 << 20).unwrap()
 }
 
 /// The inode of `path` (`/`-separated, relative to the root).
@@ -575,7 +584,7 @@ fn loose_objects_under_a_prefix_mount_from_one_list_and_no_get_and_serve_every_b
 
 /// `loosefs index s3://b/train/` over `store`; the line it prints.
 fn index_prefix(tmp: &Path, store: &Arc<FakeStore>) -> String {
-    super::index_url(
+    crate::open::index_url(
         "s3://b/train/",
         None,
         &options(tmp, "n1"),
@@ -767,37 +776,4 @@ fn formats_are_told_from_loose_files_by_their_listing() {
         "data/chunk-000/file-000.parquet",
         "videos/cam/chunk-000/file-000.mp4"
     ])));
-}
-
-#[test]
-fn frame_copies_a_killed_mount_left_are_swept_and_a_live_mounts_kept() {
-    use super::remote_dir::{lock_spool, sweep_spools};
-    let tmp = tempfile::tempdir().unwrap();
-    let dead = tmp.path().join(".frames-dead");
-    std::fs::create_dir(&dead).unwrap();
-    std::fs::write(dead.join("lock"), b"1234\n").unwrap();
-    std::fs::write(dead.join("a.mp4"), b"video").unwrap();
-    // A mount between creating its lock file and locking it (the file still empty), and a
-    // FIFO planted as a lock: both left, and the sweep does not block on the FIFO.
-    let starting = tmp.path().join(".frames-starting");
-    std::fs::create_dir(&starting).unwrap();
-    std::fs::write(starting.join("lock"), b"").unwrap();
-    let fifo = tmp.path().join(".frames-fifo");
-    std::fs::create_dir(&fifo).unwrap();
-    nix::unistd::mkfifo(&fifo.join("lock"), nix::sys::stat::Mode::S_IRWXU).unwrap();
-    let live = tmp.path().join(".frames-live");
-    std::fs::create_dir(&live).unwrap();
-    let held = lock_spool(&live).unwrap();
-    let blocks = tmp.path().join("objects-1");
-    std::fs::create_dir(&blocks).unwrap();
-    sweep_spools(tmp.path());
-    assert!(!dead.exists(), "no mount holds it");
-    assert!(starting.exists() && fifo.exists());
-    assert!(
-        live.exists() && blocks.exists(),
-        "a live mount's copies and block caches stay"
-    );
-    drop(held);
-    sweep_spools(tmp.path());
-    assert!(!live.exists());
 }
