@@ -37,6 +37,7 @@ pub mod catalog;
 pub mod client;
 pub mod csi;
 pub mod decode;
+pub mod exit_code;
 pub mod formats;
 pub mod fs;
 pub mod fuse;

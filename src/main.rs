@@ -560,7 +560,7 @@ fn run(cli: Cli) -> Result<i32> {
             pack,
             mountpoint,
             opts,
-        } => loosefs::mount::mount(&pack, &mountpoint, &opts)?,
+        } => loosefs::mount::mount(&pack, &mountpoint, &opts.daemon_options()?)?,
         Cmd::Stats {
             mountpoint,
             format,
@@ -878,7 +878,7 @@ fn main() {
         }
         Err(e) => {
             loosefs::eprintln_lossy!("loosefs: error: {}", one_line(&e));
-            std::process::exit(2);
+            std::process::exit(loosefs::exit_code::ExitKind::of(&e).code());
         }
     }
 }

@@ -16,7 +16,6 @@
 use crate::mount_table::{daemon_gone, mount_device, mount_source, stale_message};
 pub use crate::mount_table::{mount_fstype, why_no_answer};
 use crate::open::Dataset;
-use crate::options::{MountArgs, Transport};
 use anyhow::{Context, Result, bail};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -26,6 +25,8 @@ use std::time::Duration;
 
 pub mod compose;
 mod daemon;
+mod daemon_options;
+pub use daemon_options::{DaemonOptions, Transport};
 pub mod handover;
 pub mod keeper;
 mod log_file;
@@ -121,8 +122,7 @@ pub fn connection_dir(abs: &Path) -> Option<std::path::PathBuf> {
 /// `loosefs mount`: checks the mountpoint and launches the daemon, waiting until the mount is
 /// ready; as the daemon (`--foreground`), opens the source, checks the views and the pin
 /// against it, and serves.
-pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
-    opts.decode.views()?;
+pub fn mount(pack_path: &Path, mnt: &Path, opts: &DaemonOptions) -> Result<()> {
     if !opts.foreground {
         // Only the daemon opens the source, showing its progress and any error on this
         // terminal (its stderr until ready): opening it here too would walk a directory and
@@ -159,23 +159,19 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
         return Ok(());
     }
     ready_fd_not_inherited();
-    let source = crate::open::OpenOptions {
-        probe_jpegs: opts.decode.views()?.any(),
-        ..opts.source.open_options()
-    };
-    let pack = Dataset::open(pack_path, &source, opts.progress())
+    let pack = Dataset::open(pack_path, &opts.open, opts.progress)
         .with_context(|| format!("cannot mount {}", pack_path.display()))?;
     // A view the source cannot have is refused here, before any daemon starts.
-    pack.views(opts.decode.views()?)?;
+    pack.views(opts.views)?;
     let mnt_abs = match &kept {
         // Mounted, and not to be asked anything: this daemon is the one to answer.
         Some(k) => {
-            crate::options::set_resolved_mountpoint(k.mountpoint.clone());
+            crate::mount_table::set_resolved_mountpoint(k.mountpoint.clone());
             k.mountpoint.clone()
         }
         None => mountpoint_or_fd(mnt, opts.allow_non_empty)?,
     };
-    if let Some(bytes) = opts.pin {
+    if let Some(bytes) = opts.readahead.pin {
         crate::memory::check_pin_budget(bytes.min(pack.stored_bytes()))
             .with_context(|| format!("cannot pin {}", pack_path.display()))?;
     }
@@ -235,7 +231,7 @@ fn ready_fd_not_inherited() {
     handover::set_cloexec(fd);
 }
 
-fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
+fn launch(pack_path: &Path, mnt: &Path, opts: &DaemonOptions) -> Result<()> {
     // Called from `loosefs mount ...`: re-run it with --foreground as the daemon.
     let (rx, tx) = nix::unistd::pipe().context("cannot create a pipe")?;
     nix::fcntl::fcntl(
@@ -288,14 +284,19 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &MountArgs) -> Result<()> {
             url => format!(", metrics {url}"),
         };
         // A `{"note": …}` line under --progress-lines, as every other message then.
-        opts.progress().note(&format!(
+        opts.progress.note(&format!(
             "mounted {} at {} (daemon pid {}, log {log}{metrics})",
             pack_path.display(),
             mnt.display(),
             child.id()
         ));
-        if opts.wait && (opts.pin.is_some() || opts.warm) {
-            crate::client::wait_pin_and_warm(mnt, opts.pin.is_some(), opts.warm, opts.progress())?;
+        if opts.wait && (opts.readahead.pin.is_some() || opts.warm) {
+            crate::client::wait_pin_and_warm(
+                mnt,
+                opts.readahead.pin.is_some(),
+                opts.warm,
+                opts.progress,
+            )?;
         }
         return Ok(());
     }
@@ -369,12 +370,12 @@ fn same_owner_throughout(root: &Path, meta: &std::fs::Metadata) -> Result<()> {
 fn serve(
     pack: Dataset,
     mnt: &Path,
-    opts: &MountArgs,
+    opts: &DaemonOptions,
     ready: Option<OwnedFd>,
     kept: Option<keeper::Kept>,
     first_of_handed: Option<OwnedFd>,
 ) -> Result<()> {
-    daemon::tune_allocator(opts.decode.views()?);
+    daemon::tune_allocator(opts.views);
     // The log's path resolves the mountpoint: done once, before it is mounted. Resolving it
     // later is a request to this very mount, which waits forever once the session's threads
     // are stopped (SIGSTOP) or gone (at the end).
@@ -527,16 +528,20 @@ fn free_descriptors() -> u64 {
 
 /// Whether to ask for FUSE over io_uring (`--transport`); `uring` where the kernel cannot
 /// give it is an error naming why.
-fn wants_uring(opts: &MountArgs) -> Result<bool> {
-    let passthrough = opts.passthrough == crate::options::Passthrough::On;
+fn wants_uring(opts: &DaemonOptions) -> Result<bool> {
+    let passthrough = opts.passthrough;
     match opts.transport {
         Transport::Classic => Ok(false),
-        Transport::Uring if passthrough => {
-            anyhow::bail!("--transport uring: passthrough opens need --transport classic")
-        }
-        Transport::Uring => crate::fuse::uring::enable()
-            .map(|()| true)
-            .map_err(|e| anyhow::anyhow!("--transport uring: {e}")),
+        Transport::Uring if passthrough => Err(crate::exit_code::refuse(
+            crate::exit_code::ExitKind::Usage,
+            "--transport uring: passthrough opens need --transport classic",
+        )),
+        Transport::Uring => crate::fuse::uring::enable().map(|()| true).map_err(|e| {
+            crate::exit_code::refuse(
+                crate::exit_code::ExitKind::Unavailable,
+                format!("--transport uring: {e}"),
+            )
+        }),
         Transport::Auto if passthrough => Ok(false),
         Transport::Auto => Ok(crate::fuse::uring::enable()
             .inspect_err(|e| log::info!("FUSE over io_uring not used: {e}"))

@@ -1,10 +1,10 @@
 //! The mount table (`/proc/self/mountinfo`) as loosefs reads it, and what a mount that does not
 //! answer means: the file system type, source and device of the mount at a path, read without
 //! any request reaching the mount (so never waiting on a FUSE daemon), and the one-line
-//! messages for a mount whose daemon is gone or that is not loosefs's.
+//! messages for a mount whose daemon is gone or that is not loosefs's (with where its daemon
+//! logged by default); a mountpoint resolved once, never asked again.
 
-use crate::options::MountArgs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Why `mnt`'s control file could not be read (`error`, the read's), in one line with its fix:
 /// not mounted, another file system's mount, a mount whose daemon died (with where its log
@@ -16,7 +16,7 @@ pub fn why_no_answer(mnt: &Path, error: &std::io::Error) -> String {
         .unwrap_or_else(|_| mnt.to_path_buf());
     let gone = |e: i32| daemon_gone(e);
     if error.raw_os_error().is_some_and(gone) {
-        let log = MountArgs::default_log_path(&abs);
+        let log = default_log_path(&abs);
         let stale = stale_message(mnt).replace('\n', " ");
         return format!(
             "{} Why it died is in its log ({}, unless it was started with --log).",
@@ -151,6 +151,40 @@ fn unescape_mountinfo(b: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// The mountpoint of a daemon that takes over a kept mount, resolved by the first daemon.
+static RESOLVED_MOUNTPOINT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Records `mnt` as resolved: [`resolve_mountpoint`] gives it back without asking the file
+/// system (a stat of a kept mount's root, before its new daemon serves, would wait on that
+/// daemon).
+pub fn set_resolved_mountpoint(mnt: PathBuf) {
+    let _ = RESOLVED_MOUNTPOINT.set(mnt);
+}
+
+/// `mnt` canonical: as recorded by [`set_resolved_mountpoint`], else `std::fs::canonicalize`.
+pub fn resolve_mountpoint(mnt: &Path) -> std::io::Result<PathBuf> {
+    match RESOLVED_MOUNTPOINT.get() {
+        Some(r) if r == mnt => Ok(r.clone()),
+        _ => std::fs::canonicalize(mnt),
+    }
+}
+
+/// The daemon's log when no `--log` is given: `loosefs/log/<mountpoint>.log` under
+/// `$XDG_STATE_HOME` (default `~/.local/state`, else `/var/log`), the mountpoint's absolute
+/// path with `/` as `_`.
+pub fn default_log_path(mnt: &Path) -> PathBuf {
+    let abs = resolve_mountpoint(mnt).unwrap_or_else(|_| mnt.to_path_buf());
+    let name = abs.to_string_lossy().trim_matches('/').replace('/', "_");
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(|| PathBuf::from("/var/log"));
+    base.join("loosefs").join("log").join(format!(
+        "{}.log",
+        if name.is_empty() { "root" } else { &name }
+    ))
 }
 
 #[cfg(test)]

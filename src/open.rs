@@ -405,13 +405,16 @@ impl Dataset {
             Dataset::Dir(_) | Dataset::RemoteDir(_) => Ok(asked),
             Dataset::Pack(_) | Dataset::Foreign(_) | Dataset::Remote(_) | Dataset::RemoteSet(_) => {
                 if asked.frames {
-                    anyhow::bail!(
-                        "--decode frames: {} is {}, whose samples are no videos to decode; frames \
-                         are served from a LeRobot v3 dataset or video files, in a directory or \
-                         under a prefix of loose objects (a URL ending in `/`)",
-                        self.path().display(),
-                        self.kind()
-                    );
+                    return Err(crate::exit_code::refuse(
+                        crate::exit_code::ExitKind::Usage,
+                        format!(
+                            "--decode frames: {} is {}, whose samples are no videos to decode; \
+                             frames are served from a LeRobot v3 dataset or video files, in a \
+                             directory or under a prefix of loose objects (a URL ending in `/`)",
+                            self.path().display(),
+                            self.kind()
+                        ),
+                    ));
                 }
                 Ok(asked)
             }

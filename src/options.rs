@@ -26,12 +26,13 @@ pub fn parse_socket_addr(s: &str) -> Result<std::net::SocketAddr, String> {
         .next()
         .ok_or_else(|| format!("{s}: {host} resolves to no address"))
 }
+use crate::mount::DaemonOptions;
 use crate::readahead::ReadAheadOptions;
 use crate::storage::object::remote_config::{self, RemoteConfig};
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 pub use decode::{DecodeArgs, ViewArg};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// `--passthrough`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -373,24 +374,6 @@ impl SourceArgs {
     }
 }
 
-/// The mountpoint of a daemon that takes over a kept mount, resolved by the first daemon.
-static RESOLVED_MOUNTPOINT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-
-/// Records `mnt` as resolved: [`resolve_mountpoint`] gives it back without asking the file
-/// system (a stat of a kept mount's root, before its new daemon serves, would wait on that
-/// daemon).
-pub fn set_resolved_mountpoint(mnt: PathBuf) {
-    let _ = RESOLVED_MOUNTPOINT.set(mnt);
-}
-
-/// `mnt` canonical: as recorded by [`set_resolved_mountpoint`], else `std::fs::canonicalize`.
-fn resolve_mountpoint(mnt: &Path) -> std::io::Result<PathBuf> {
-    match RESOLVED_MOUNTPOINT.get() {
-        Some(r) if r == mnt => Ok(r.clone()),
-        _ => std::fs::canonicalize(mnt),
-    }
-}
-
 impl MountArgs {
     /// How the mount shows its progress: JSON lines with `--progress-lines`, else bars on a
     /// terminal.
@@ -398,38 +381,20 @@ impl MountArgs {
         crate::progress::Progress::from_flags(self.progress_lines, false)
     }
 
-    /// Whether `--log -` keeps the daemon's log on the stderr `loosefs mount` was given.
-    pub fn logs_to_stderr(&self) -> bool {
-        self.log.as_deref() == Some(Path::new("-"))
-    }
-
-    /// The daemon's log: `--log`, else `loosefs/log/<mountpoint>.log` under `$XDG_STATE_HOME`
-    /// (default `~/.local/state`), the mountpoint's absolute path with `/` as `_`; `-` is the
-    /// stderr `loosefs mount` was started with.
-    pub fn log_path(&self, mnt: &Path) -> PathBuf {
-        if let Some(p) = &self.log {
-            return p.clone();
-        }
-        Self::default_log_path(mnt)
-    }
-
-    /// The daemon's log when no `--log` is given (see [`MountArgs::log_path`]).
-    pub fn default_log_path(mnt: &Path) -> PathBuf {
-        let abs = resolve_mountpoint(mnt).unwrap_or_else(|_| mnt.to_path_buf());
-        let name = abs.to_string_lossy().trim_matches('/').replace('/', "_");
-        let base = std::env::var_os("XDG_STATE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-            .unwrap_or_else(|| PathBuf::from("/var/log"));
-        base.join("loosefs").join("log").join(format!(
-            "{}.log",
-            if name.is_empty() { "root" } else { &name }
-        ))
-    }
-
-    /// What the server is told, for a mount at `mountpoint`.
-    pub fn server_options(&self, mountpoint: &Path) -> FsOptions {
-        FsOptions {
+    /// The plain options the launcher and daemon take, made once from the command line.
+    ///
+    /// Errors: `--decode` values no source can show together (see
+    /// [`DecodeArgs::views`]).
+    pub fn daemon_options(&self) -> anyhow::Result<DaemonOptions> {
+        let views = (self.decode.views())
+            .map_err(|e| crate::exit_code::with_kind(e, crate::exit_code::ExitKind::Usage))?;
+        Ok(DaemonOptions {
+            open: crate::open::OpenOptions {
+                probe_jpegs: views.any(),
+                ..self.source.open_options()
+            },
+            views,
+            decode: self.decode.options(),
             readahead: ReadAheadOptions {
                 window_max: self.prefetch_max_mb << 20,
                 push_ahead: self.push_ahead,
@@ -438,18 +403,24 @@ impl MountArgs {
                 order_window: self.order_window_mb << 20,
             },
             warm: self.warm,
-            // Resolved before the mount covers it (a lookup of our own root would wait on us).
-            mountpoint: resolve_mountpoint(mountpoint)
-                .or_else(|_| std::path::absolute(mountpoint))
-                .unwrap_or_else(|_| mountpoint.to_path_buf())
-                .display()
-                .to_string(),
+            wait: self.wait,
+            foreground: self.foreground,
+            keeper: self.keeper,
+            resend: self.resend,
             threads: self.threads,
-            log: self.log_path(mountpoint).display().to_string(),
-            owner: nix::unistd::geteuid().as_raw(),
-            decode: self.decode.options(),
+            read_ahead_kb: self.read_ahead_kb,
+            log: self.log.clone(),
+            allow_other: self.allow_other,
+            allow_non_empty: self.allow_non_empty,
             passthrough: self.passthrough == Passthrough::On,
-        }
+            transport: match self.transport {
+                Transport::Auto => crate::mount::Transport::Auto,
+                Transport::Uring => crate::mount::Transport::Uring,
+                Transport::Classic => crate::mount::Transport::Classic,
+            },
+            metrics_addr: self.metrics_addr,
+            progress: self.progress(),
+        })
     }
 }
 

@@ -116,7 +116,8 @@ def _document(fn: Any, command: str, leading: List[inspect.Parameter]) -> Any:
 
 class LoosefsError(RuntimeError):
     """A `loosefs` command failed. `reason` is its message (stderr), `returncode` its exit
-    status (2: bad input, named in the reason)."""
+    status, by kind: 1 failed, 2 bad usage, 65 damaged source, 66 not found, 69 a server out of
+    reach, 75 the source changed while read, 77 permission denied (the `EXIT_*` constants)."""
 
     def __init__(self, reason: str, returncode: int = 1, command: Optional[List[str]] = None):
         super().__init__(reason)
@@ -145,18 +146,16 @@ class _MountAccess(MountError, AccessError):
     pass
 
 
-_NOT_FOUND = re.compile(r"No such file or directory|does not exist|no such object \(404\)|NoSuchBucket|NoSuchKey"
-                        r"|ContainerNotFound|BlobNotFound")
-_ACCESS = re.compile(r"Permission denied|access denied \(403\)|AccessDenied|AuthorizationPermissionMismatch"
-                     r"|not readable", re.I)
+# `loosefs`'s exit codes by kind of failure (docs/CONFIGURATION.md, "Exit codes"; sysexits.h).
+EXIT_USAGE, EXIT_DAMAGED, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_CHANGED, EXIT_DENIED = 2, 65, 66, 69, 75, 77
 
 
-def _error_class(error: type, reason: str) -> type:
+def _error_class(error: type, returncode: int) -> type:
     """`error`, or its subclass that is also a FileNotFoundError or PermissionError when the
-    CLI's reason says that is what happened."""
-    if _NOT_FOUND.search(reason):
+    CLI's exit code says that is what happened (never its words)."""
+    if returncode == EXIT_NOT_FOUND:
         return _MountNotFound if issubclass(error, MountError) else NotFoundError
-    if _ACCESS.search(reason):
+    if returncode == EXIT_DENIED:
         return _MountAccess if issubclass(error, MountError) else AccessError
     return error
 
@@ -208,7 +207,7 @@ def _run(args: List[str], error=LoosefsError, stream_stderr: bool = False) -> st
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None if stream_stderr else subprocess.PIPE, text=True)
     if r.returncode != 0:
         reason = (r.stderr or "").strip() or f"{' '.join(cmd)} exited {r.returncode}"
-        raise _error_class(error, reason)(reason, r.returncode, cmd)
+        raise _error_class(error, r.returncode)(reason, r.returncode, cmd)
     return r.stdout
 
 
@@ -329,7 +328,7 @@ def _run_with_progress_lines(args: List[str], tqdm: Any, error: type) -> str:
         text = out.read()
     if code != 0:
         reason = "".join(other).strip() or f"{' '.join(cmd)} exited {code}"
-        raise _error_class(error, reason)(reason, code, cmd)
+        raise _error_class(error, code)(reason, code, cmd)
     return text
 
 

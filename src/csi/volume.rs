@@ -311,22 +311,22 @@ fn wait_ready(
     }
 }
 
-/// The status for a daemon that ended before serving, from what it wrote last.
+/// The CSI code of a volume whose daemon ended with exit `code` before serving (its kind,
+/// [`crate::exit_code`], chosen in the daemon where the failure was understood), the message
+/// ending with the tail of its log: NOT_FOUND and PERMISSION_DENIED as the spec names them,
+/// INVALID_ARGUMENT for options refused, UNAVAILABLE (the kubelet retries) for a server out of
+/// reach or a source that changed while it was opened, DATA_LOSS for a damaged source,
+/// INTERNAL for the rest.
 pub(super) fn daemon_failed(volume_id: &str, code: i32, tail: &str) -> Status {
+    use crate::exit_code::ExitKind;
     let msg = format!("volume {volume_id}: the daemon ended ({code}) before serving: {tail}");
-    let t = tail.to_ascii_lowercase();
-    if t.contains("permission denied") || t.contains("access denied") || t.contains("accessdenied")
-    {
-        Status::permission_denied(msg)
-    } else if t.contains("no such file")
-        || t.contains("not found")
-        || t.contains("no such object")
-        || t.contains("nosuchbucket")
-        || t.contains("does not exist")
-    {
-        Status::not_found(msg)
-    } else {
-        Status::internal(msg)
+    match ExitKind::of_code(code) {
+        Some(ExitKind::NotFound) => Status::not_found(msg),
+        Some(ExitKind::Denied) => Status::permission_denied(msg),
+        Some(ExitKind::Usage) => Status::invalid_argument(msg),
+        Some(ExitKind::Unavailable | ExitKind::Changed) => Status::unavailable(msg),
+        Some(ExitKind::Damaged) => Status::data_loss(msg),
+        Some(ExitKind::Failed) | None => Status::internal(msg),
     }
 }
 
@@ -335,14 +335,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_daemon_failure_is_told_apart_by_what_it_said() {
-        let code = |t: &str| daemon_failed("v", 1, t).code();
-        assert_eq!(
-            code("cannot open /d: Permission denied (os error 13)"),
-            tonic::Code::PermissionDenied
-        );
-        assert_eq!(code("/d: No such file or directory"), tonic::Code::NotFound);
-        assert_eq!(code("something else"), tonic::Code::Internal);
+    fn a_daemon_failure_is_told_apart_by_its_exit_code_never_its_words() {
+        use crate::exit_code::ExitKind;
+        let code =
+            |k: ExitKind| daemon_failed("v", k.code(), "not found: permission denied").code();
+        assert_eq!(code(ExitKind::Denied), tonic::Code::PermissionDenied);
+        assert_eq!(code(ExitKind::NotFound), tonic::Code::NotFound);
+        assert_eq!(code(ExitKind::Usage), tonic::Code::InvalidArgument);
+        assert_eq!(code(ExitKind::Unavailable), tonic::Code::Unavailable);
+        assert_eq!(code(ExitKind::Changed), tonic::Code::Unavailable);
+        assert_eq!(code(ExitKind::Damaged), tonic::Code::DataLoss);
+        assert_eq!(code(ExitKind::Failed), tonic::Code::Internal);
+        // A signal, or the keeper's own code: no kind.
+        assert_eq!(daemon_failed("v", 137, "x").code(), tonic::Code::Internal);
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod tar;
 pub mod tfrecord;
 pub mod zip;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 pub(crate) use bytes::{Le, consecutive, offset_table};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
@@ -266,6 +266,13 @@ pub enum Verify {
 /// Detects the format of `src` from its content (file magic, `index.json` keys, file
 /// names). Errors: nothing matched; the message lists what was tried and why each failed.
 pub fn detect(src: &Path) -> Result<Format> {
+    use crate::exit_code::{ExitKind::Damaged, with_kind};
+    // A missing source is said as such (and exits as not found), not as every format's miss.
+    std::fs::symlink_metadata(src).with_context(|| format!("cannot read {}", src.display()))?;
+    detect_in(src).map_err(|e| with_kind(e, Damaged))
+}
+
+fn detect_in(src: &Path) -> Result<Format> {
     let mut tried = Vec::new();
     for f in Format::ALL {
         match sniff(f, src) {
@@ -301,12 +308,21 @@ fn sniff(f: Format, src: &Path) -> std::result::Result<(), String> {
 /// Scans `src` as `format`. Errors: the source is damaged or uses a feature loosefs does not
 /// serve (compressed chunks); the message names the file and what is wrong.
 pub fn scan(src: &Path, format: Format, opts: &ScanOptions) -> Result<Scan> {
+    // What a scan refuses is the source's data unless it says otherwise (a missing file).
+    scan_checked(src, format, opts)
+        .map_err(|e| crate::exit_code::or_kind(e, crate::exit_code::ExitKind::Damaged))
+}
+
+fn scan_checked(src: &Path, format: Format, opts: &ScanOptions) -> Result<Scan> {
     let label = opts.label.as_deref();
     if label.is_some() && !format.entry().takes_label {
-        bail!(
-            "--label: {} has one label field; it takes no other",
-            format.name()
-        );
+        return Err(crate::exit_code::refuse(
+            crate::exit_code::ExitKind::Usage,
+            format!(
+                "--label: {} has one label field; it takes no other",
+                format.name()
+            ),
+        ));
     }
     let mut s = (format.entry().scan)(src, opts)?;
     // Every other field as a file beside the image: `<stem>.<field>`.

@@ -7,9 +7,10 @@
 
 use super::metrics_endpoint;
 use super::session::{fs_name, open_session, set_read_ahead};
+use super::{DaemonOptions, Transport};
+use crate::exit_code::{ExitKind, refuse};
 use crate::fuse::LooseFs;
 use crate::open::Dataset;
-use crate::options::{MountArgs, Transport};
 use crate::view::Views;
 use anyhow::{Context, Result};
 use std::io::Write;
@@ -53,13 +54,13 @@ pub(super) fn tune_allocator(views: Views) {
 ///
 /// Errors: the views or the source (see [`Dataset::views`], [`Dataset::opened`]), or a tree of
 /// several owners under `--allow-other`.
-pub(super) fn build(pack: Dataset, mnt: &Path, opts: &MountArgs) -> Result<Built> {
+pub(super) fn build(pack: Dataset, mnt: &Path, opts: &DaemonOptions) -> Result<Built> {
     let path = pack.path().to_path_buf();
     let in_place = pack.serves_files_in_place();
-    let views = pack.views(opts.decode.views()?)?;
-    let server_options = opts.server_options(mnt);
+    let views = pack.views(opts.views)?;
+    let server_options = opts.fs_options(mnt);
     let opened = pack
-        .opened(views, opts.source.chunk_cache)
+        .opened(views, opts.open.chunk_cache)
         .context("cannot open the pack for serving")?;
     // Files are owned by the source's owner (a remote source's: its cache directory's). A
     // native pack is leased (a writer opening it is noticed); a foreign dataset's files are
@@ -100,7 +101,7 @@ pub(super) const FD_SLACK: u64 = 64;
 /// `--keeper` is refused.
 pub(super) fn transport(
     built: &Built,
-    opts: &MountArgs,
+    opts: &DaemonOptions,
     keeping: bool,
 ) -> Result<Option<crate::fuse::uring::Prepared>> {
     let free = super::free_descriptors();
@@ -116,10 +117,11 @@ pub(super) fn transport(
     let entries = crate::fuse::uring::entries(opts.threads) as u64;
     if keeping {
         if opts.transport == Transport::Uring {
-            anyhow::bail!(
+            return Err(refuse(
+                ExitKind::Usage,
                 "--transport uring cannot be kept (the requests a dead daemon holds in its \
-                 ring entries are never resent): give --keeper=false, or --transport classic"
-            );
+                 ring entries are never resent): give --keeper=false, or --transport classic",
+            ));
         }
         if opts.transport == Transport::Auto {
             log::info!("a kept mount is served through /dev/fuse (--keeper=false for io_uring)");
@@ -136,7 +138,10 @@ pub(super) fn transport(
             threads + FD_SLACK
         );
         if opts.transport == Transport::Uring {
-            anyhow::bail!("--transport uring: {e}");
+            return Err(refuse(
+                ExitKind::Unavailable,
+                format!("--transport uring: {e}"),
+            ));
         }
         log::warn!("FUSE over io_uring not used ({e}); requests go through /dev/fuse");
         return Ok(None);
@@ -145,7 +150,10 @@ pub(super) fn transport(
     let handler = crate::fuse::uring::Handler::new(built.server.clone(), uid, gid);
     match crate::fuse::uring::Prepared::new(opts.threads, handler) {
         Ok(p) => Ok(Some(p)),
-        Err(e) if opts.transport == Transport::Uring => anyhow::bail!("--transport uring: {e}"),
+        Err(e) if opts.transport == Transport::Uring => Err(refuse(
+            ExitKind::Unavailable,
+            format!("--transport uring: {e}"),
+        )),
         Err(e) => {
             log::warn!("FUSE over io_uring not used ({e}); requests go through /dev/fuse");
             Ok(None)
@@ -187,7 +195,7 @@ pub(super) fn connect(
     built: &Built,
     ring: Option<crate::fuse::uring::Prepared>,
     mnt: &Path,
-    opts: &MountArgs,
+    opts: &DaemonOptions,
     keeper: Keeper,
 ) -> Result<Connected> {
     let server = &built.server;
@@ -286,7 +294,7 @@ fn start_ring(
     ring: crate::fuse::uring::Prepared,
     dev: OwnedFd,
     mnt: &Path,
-    opts: &MountArgs,
+    opts: &DaemonOptions,
     server: &crate::fs::Fs,
     handed: Option<RawFd>,
 ) -> Result<()> {
@@ -344,7 +352,7 @@ pub(super) fn announce(
     ready: Option<OwnedFd>,
     built: &Built,
     mnt: &Path,
-    opts: &MountArgs,
+    opts: &DaemonOptions,
     metrics: Option<&str>,
     log: &Path,
 ) -> Result<bool> {
@@ -367,7 +375,7 @@ pub(super) fn announce(
         let metrics = metrics
             .map(|u| format!(", metrics {u}"))
             .unwrap_or_default();
-        opts.progress().note(&format!(
+        opts.progress.note(&format!(
             "mounted {} at {} (pid {}{metrics})",
             built.path.display(),
             mnt.display(),
@@ -393,7 +401,7 @@ pub(super) fn announce(
 /// After the signal loop: tells systemd, waits (at most 10 s) for the kernel to end the
 /// session of a mount of ours, closes the filesystem, and removes a default log this mount
 /// left empty (temporary mountpoints, the Python API's, would otherwise leave one each).
-pub(super) fn finish(c: Connected, built: &Built, mnt: &Path, opts: &MountArgs, log: &Path) {
+pub(super) fn finish(c: Connected, built: &Built, mnt: &Path, opts: &DaemonOptions, log: &Path) {
     if std::env::var_os("NOTIFY_SOCKET").is_some() {
         let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     }

@@ -2,9 +2,9 @@
 //! `fuse.loosefs`, as root), the session's configuration, the lease on a native pack (a writer
 //! opening it is noticed), the mount's read-ahead, and the wait for a signal or the unmount.
 
+use super::DaemonOptions;
 use super::{FS_TYPE, mount_device, unmount};
 use crate::fuse::LooseFs;
-use crate::options::MountArgs;
 use anyhow::{Context, Result};
 use fuser::{Config, MountOption, Session, SessionACL};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -45,7 +45,7 @@ pub(super) fn open_session(
     fs: LooseFs,
     mnt: &Path,
     name: &str,
-    opts: &MountArgs,
+    opts: &DaemonOptions,
     handed: Option<std::os::fd::RawFd>,
     kept: Option<crate::fuse::takeover::Takeover>,
     shared: bool,

@@ -8,7 +8,7 @@ use crate::formats::ScanOptions;
 use crate::pack::FormatError;
 use crate::pack::reader::Pack;
 use crate::view::Views;
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -32,7 +32,12 @@ pub(super) fn open(
     };
     let format = match crate::formats::detect(src) {
         // The formats tried, each with its reason, the pack among them.
-        Err(e) => bail!("{e:#}\n  loosefs pack: {why}"),
+        Err(e) => {
+            return Err(crate::exit_code::joined(
+                e,
+                format!("\n  loosefs pack: {why}"),
+            ));
+        }
         Ok(f) => f,
     };
     let why = format!("{}: not a loosefs pack ({why})", src.display());
@@ -41,10 +46,14 @@ pub(super) fn open(
         _ => (false, true),
     };
     if names_index {
-        bail!(
-            "{why}; it holds a pack index ({}): a loosefs pack whose end is damaged. Pack the source again",
-            crate::pack::INDEX_MEMBER
-        );
+        return Err(crate::exit_code::refuse(
+            crate::exit_code::ExitKind::Damaged,
+            format!(
+                "{why}; it holds a pack index ({}): a loosefs pack whose end is damaged. Pack \
+                 the source again",
+                crate::pack::INDEX_MEMBER
+            ),
+        ));
     }
     let r = crate::formats::index::open(src, scan, opts.index_dir.as_deref(), progress)
         .map(Dataset::Foreign);

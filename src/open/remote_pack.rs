@@ -68,11 +68,11 @@ impl RemotePack {
                 src: url.to_string(),
                 why,
             },
-            e => anyhow!("{url}: {e}").into(),
+            e => anyhow::Error::new(e).context(url.to_string()).into(),
         })?;
         let index_range = trailer
             .index_range(size)
-            .map_err(|e| anyhow!("{url}: {e}"))?;
+            .map_err(|e| anyhow::Error::new(e).context(url.to_string()))?;
         Ok(RemotePack::open_pinned(
             url,
             client,

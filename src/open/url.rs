@@ -121,13 +121,18 @@ pub(super) fn open(
                     let at = stale.at.clone();
                     return refresh(url, &at, level, opts, progress, store);
                 }
+                (Some(_), _) => {
+                    let e = crate::exit_code::with_kind(e, crate::exit_code::ExitKind::Changed);
+                    return Err(e.context(cannot()));
+                }
                 _ => return Err(e.context(cannot())),
             },
         }
         let Some(level) = level else {
             let unlisted = unlisted.map(|e| format!("{e:#}")).unwrap_or_default();
-            return open_remote_set(url, opts, progress, store)
-                .map_err(|d| anyhow::anyhow!("{d:#}\n  as loose files: {unlisted}"));
+            return open_remote_set(url, opts, progress, store).map_err(|d| {
+                crate::exit_code::joined(d, format!("\n  as loose files: {unlisted}"))
+            });
         };
         return open_listed(url, level, opts, progress, store);
     }
@@ -136,18 +141,18 @@ pub(super) fn open(
     }
     match RemotePack::open(url, &*store, &opts.remote) {
         Ok(r) => Ok(Dataset::Remote(r)),
-        Err(e @ OpenError::NotAPack { .. }) => {
-            dataset(store).map_err(|d| anyhow::anyhow!("{d:#}\n  loosefs pack: {e:#}"))
-        }
-        Err(e) if opts.remote.offline => {
-            dataset(store).map_err(|d| anyhow::anyhow!("{d:#}\n  loosefs pack: {e:#}"))
-        }
+        Err(e @ OpenError::NotAPack { .. }) => dataset(store)
+            .map_err(|d| crate::exit_code::joined(d, format!("\n  loosefs pack: {e:#}"))),
+        Err(e) if opts.remote.offline => dataset(store)
+            .map_err(|d| crate::exit_code::joined(d, format!("\n  loosefs pack: {e:#}"))),
         Err(OpenError::Other(e))
             if crate::storage::object::error_kind(&e) == Some(std::io::ErrorKind::NotFound) =>
         {
             Err(e.context(format!("cannot open {url}{}", prefix_hint(url, &*store))))
         }
-        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot open {url}"))),
+        // The error itself, not a transparent wrapper that would hide its type (and so its
+        // exit code, `crate::exit_code`).
+        Err(OpenError::Other(e)) => Err(e.context(format!("cannot open {url}"))),
     }
 }
 
@@ -306,8 +311,9 @@ fn open_http_dir(
     match store.list_level(url) {
         Ok(level) => open_listed(url, level, opts, progress, store),
         Err(unlisted) => open_remote_set(url, opts, progress, store).map_err(|d| {
-            anyhow::anyhow!(
-                "{d:#}\n  as loose files: {unlisted:#}\n  and there is no shared listing {at}"
+            crate::exit_code::joined(
+                d,
+                format!("\n  as loose files: {unlisted:#}\n  and there is no shared listing {at}"),
             )
         }),
     }

@@ -363,11 +363,18 @@ impl ObjectClient {
                 io::ErrorKind::NotFound,
                 format!("{url}: no such object (404)"),
             )),
+            // Typed, so the command's exit code says which (`crate::exit_code`).
             object_store::Error::PermissionDenied { .. }
-            | object_store::Error::Unauthenticated { .. } => anyhow!(
-                "{url}: access denied (403): check the credentials, region and endpoint ({e})"
-            ),
-            e => anyhow!("{url}: cannot read the object: {}", describe(&e)),
+            | object_store::Error::Unauthenticated { .. } => {
+                anyhow::Error::new(ObjectError::Denied {
+                    url: url.clone(),
+                    why: format!("403: check the credentials, region and endpoint ({e})"),
+                })
+            }
+            e => anyhow::Error::new(ObjectError::Network {
+                url: url.clone(),
+                why: format!("cannot read the object: {}", describe(&e)),
+            }),
         })?;
         self.stats.gets.fetch_add(1, Relaxed);
         self.stats.bytes.fetch_add(bytes.len() as u64, Relaxed);

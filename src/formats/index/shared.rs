@@ -138,11 +138,14 @@ pub fn load(path: &Path, src: &Path, options: &[String]) -> Result<Option<Foreig
         }
         o.path = root.join(rel);
         let stale = |why: String| {
-            anyhow::anyhow!(
-                "the shared index {} is stale: {} {why} since it was indexed; run `loosefs index {}` again",
-                path.display(),
-                o.path.display(),
-                src.display()
+            crate::exit_code::refuse(
+                crate::exit_code::ExitKind::Changed,
+                format!(
+                    "the shared index {} is stale: {} {why} since it was indexed; run `loosefs index {}` again",
+                    path.display(),
+                    o.path.display(),
+                    src.display()
+                ),
             )
         };
         let now = object_entry(&o.path).map_err(|e| stale(format!("cannot be read ({e:#})")))?;

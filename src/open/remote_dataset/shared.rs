@@ -17,7 +17,7 @@ use crate::formats::index::{self, Foreign, RemoteEntry, shared::SUFFIX};
 use crate::open::OpenOptions;
 use crate::storage::object::source::{ObjectStore, Pin};
 use crate::storage::object::{error_kind, is_url};
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -207,8 +207,11 @@ fn stale_check(
     url: &str,
 ) -> Result<()> {
     let stale = |name: &str, why: String| {
-        anyhow!(
-            "the shared index {at} is stale: {url}{name} {why} since it was indexed; run `loosefs index {url}` again"
+        crate::exit_code::refuse(
+            crate::exit_code::ExitKind::Changed,
+            format!(
+                "the shared index {at} is stale: {url}{name} {why} since it was indexed; run `loosefs index {url}` again"
+            ),
         )
     };
     for e in recorded {

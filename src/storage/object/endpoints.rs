@@ -113,7 +113,14 @@ pub(super) fn preflight(url: &str, args: &RemoteConfig) -> Result<()> {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let addrs: Vec<std::net::SocketAddr> = match (host, port).to_socket_addrs() {
         Ok(a) => a.collect(),
-        Err(e) => bail!("{url}: cannot resolve {host}: {e} (check {option})"),
+        // Typed (`io::ErrorKind`), so a command's exit code says the server is out of reach.
+        Err(e) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::HostUnreachable,
+                format!("{url}: cannot resolve {host}: {e} (check {option})"),
+            )
+            .into());
+        }
     };
     let mut refused = 0;
     for a in &addrs {
@@ -124,10 +131,14 @@ pub(super) fn preflight(url: &str, args: &RemoteConfig) -> Result<()> {
         }
     }
     if refused > 0 && refused == addrs.len() {
-        bail!(
-            "{url}: nothing listens at {host}:{port} (connection refused; check {option}, its \
-             port, and that the server is running)"
-        );
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            format!(
+                "{url}: nothing listens at {host}:{port} (connection refused; check {option}, \
+                 its port, and that the server is running)"
+            ),
+        )
+        .into());
     }
     Ok(())
 }
