@@ -157,12 +157,14 @@ pub fn refuse(kind: ExitKind, message: impl std::fmt::Display) -> anyhow::Error 
     with_kind(anyhow::anyhow!("{message}"), kind)
 }
 
-/// `e` as a failure of `kind` unless what is inside it says a kind already (a missing file
-/// inside a damaged source's scan is still a missing file).
-pub fn or_kind(e: anyhow::Error, kind: ExitKind) -> anyhow::Error {
+/// What reading a source's structure (a format's scan, a zip's members) refused: the source's
+/// data is damaged, a file it names that is missing included. Only a source `src` that is not
+/// there, a file the user may not read, or a usage refusal keep their kind.
+pub fn as_damaged(e: anyhow::Error, src: &std::path::Path) -> anyhow::Error {
     match ExitKind::of(&e) {
-        ExitKind::Failed => with_kind(e, kind),
-        _ => e,
+        ExitKind::NotFound if std::fs::symlink_metadata(src).is_err() => e,
+        ExitKind::Denied | ExitKind::Usage => e,
+        _ => with_kind(e, ExitKind::Damaged),
     }
 }
 

@@ -530,7 +530,11 @@ fn cmd_verify(
             r.finish();
             open(&r.download()?)?
         }
-        None => open(pack)?,
+        // `verify` takes a pack: a directory is the wrong thing to give it, not a damaged pack.
+        None => open(pack).map_err(|e| match pack.is_dir() {
+            true => loosefs::exit_code::with_kind(e, loosefs::exit_code::ExitKind::Usage),
+            false => e,
+        })?,
     };
     let problems = loosefs::verify::verify(&p, against)?;
     for line in &problems {

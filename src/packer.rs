@@ -115,21 +115,28 @@ struct Counts {
 
 /// The directory OUT goes in. Errors: OUT exists without `force`, its directory is missing.
 fn out_dir_of(out: &Path, force: bool) -> Result<PathBuf> {
+    use crate::exit_code::{ExitKind::Usage, refuse};
     if !force && std::fs::symlink_metadata(out).is_ok() {
-        bail!(
-            "{} already exists (use --force to replace it)",
-            out.display()
-        );
+        return Err(refuse(
+            Usage,
+            format!(
+                "{} already exists (use --force to replace it)",
+                out.display()
+            ),
+        ));
     }
     let out_dir = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
     if !out_dir.is_dir() {
-        bail!(
-            "directory {} for the output pack does not exist",
-            out_dir.display()
-        );
+        return Err(refuse(
+            Usage,
+            format!(
+                "directory {} for the output pack does not exist",
+                out_dir.display()
+            ),
+        ));
     }
     Ok(out_dir)
 }

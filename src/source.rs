@@ -115,12 +115,15 @@ impl Source {
         let source = if meta.is_dir() {
             walk_dir(src, out, follow_links, progress)?
         } else if meta.is_file() {
-            walk_zip(src, &meta)?
+            walk_zip(src, &meta).map_err(|e| crate::exit_code::as_damaged(e, src))?
         } else {
-            bail!(
-                "source {} is not a directory or a zip archive",
-                src.display()
-            )
+            return Err(crate::exit_code::refuse(
+                crate::exit_code::ExitKind::Usage,
+                format!(
+                    "source {} is not a directory or a zip archive",
+                    src.display()
+                ),
+            ));
         };
         source.check_reserved()?;
         Ok(source)
@@ -233,12 +236,16 @@ impl Source {
                 .read_at(obj, off, &mut data[h..])
                 .with_context(|| format!("cannot read {} at byte {off}", path.display()))?;
             if crc.is_some_and(|c| crc32fast::hash(&data[h..]) != c) {
-                bail!(
-                    "{}: {} changed since it was indexed (CRC-32 mismatch at byte {off} of {})",
-                    item.path.display(),
-                    item.name,
-                    path.display()
-                );
+                // Its bytes fail the checksum the index holds: damaged (or changed) data.
+                return Err(crate::exit_code::refuse(
+                    crate::exit_code::ExitKind::Damaged,
+                    format!(
+                        "{}: {} changed since it was indexed (CRC-32 mismatch at byte {off} of {})",
+                        item.path.display(),
+                        item.name,
+                        path.display()
+                    ),
+                ));
             }
             return Ok(data);
         }
@@ -292,7 +299,10 @@ fn walk_dir(
     let root_meta = std::fs::metadata(src)
         .with_context(|| format!("cannot read source directory {}", src.display()))?;
     if !root_meta.is_dir() {
-        bail!("source {} is not a directory", src.display());
+        return Err(crate::exit_code::refuse(
+            crate::exit_code::ExitKind::Usage,
+            format!("source {} is not a directory", src.display()),
+        ));
     }
     let out_abs = std::path::absolute(out).unwrap_or_else(|_| out.to_path_buf());
     let mut items: Vec<Item> = Vec::new();

@@ -217,7 +217,7 @@ fn pack_of_a_damaged_dataset_directory_is_refused_not_packed_as_files() {
     std::fs::write(src.join("shard.00000.mds"), b"not a shard").unwrap();
     let out = tmp.path().join("o.pack");
     let o = loosefs(&[&"pack", &src, &out]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(65));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("looks like a dataset") && err.contains("mds: index.json"),

@@ -371,7 +371,7 @@ fn corrupt_packs_are_refused_with_the_reason() {
     b[n - 5] = b'h';
     std::fs::write(&bad, &b).unwrap();
     let o = loosefs(&[&"info", &bad, &"--index-dir", &tmp.path().join("ix")]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(65));
     let msg = String::from_utf8_lossy(&o.stderr);
     assert!(
         msg.contains("bad.pack") && msg.contains("whose end is damaged"),
@@ -397,7 +397,7 @@ fn corrupt_packs_are_refused_with_the_reason() {
     // The CLI names the file and the reason, exit code 2: read as a zip dataset (not a pack),
     // its escaping member is what is wrong with it.
     let o = loosefs(&[&"info", &foreign]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(65));
     let msg = String::from_utf8_lossy(&o.stderr);
     assert!(
         msg.contains("foreign.zip") && msg.contains("../evil.txt") && msg.contains("escape"),
@@ -434,12 +434,12 @@ fn pack_refuses_bad_input_and_loses_nothing() {
     let out = tmp.path().join("o.pack");
     // Missing source.
     let o = loosefs(&[&"pack", &tmp.path().join("missing"), &out]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(66));
     assert!(String::from_utf8_lossy(&o.stderr).contains("missing"));
     assert!(!out.exists());
     // Source is a file.
     let o = loosefs(&[&"pack", &src.join("class_0/notes.txt"), &out]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(65));
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a directory"));
     // Output directory missing.
     let o = loosefs(&[&"pack", &src, &tmp.path().join("no/such/dir/o.pack")]);
@@ -577,7 +577,7 @@ fn interrupted_pack_leaves_nothing_named_out() {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
         let o = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{sig}: {err}");
+        assert_eq!(o.status.code(), Some(1), "{sig}: {err}");
         assert!(err.contains("interrupted"), "{sig}: {err}");
         assert!(
             !out.exists(),
@@ -673,7 +673,7 @@ with zipfile.ZipFile(sys.argv[1], 'w') as z:
         );
         let bad_out = tmp.path().join("evil.pack");
         let o = loosefs(&[&"pack", &ez, &bad_out]);
-        assert_eq!(o.status.code(), Some(2), "{bad}");
+        assert_eq!(o.status.code(), Some(65), "{bad}");
         let msg = String::from_utf8_lossy(&o.stderr);
         assert!(
             msg.contains("escape") && msg.contains("evil.zip"),
@@ -706,7 +706,7 @@ fn zip_members_are_never_dropped_silently() {
         python_zip(&z, members);
         let o = loosefs(&[&"pack", &z, &out, &"--force"]);
         let msg = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{members:?}: {msg}");
+        assert_eq!(o.status.code(), Some(65), "{members:?}: {msg}");
         assert!(msg.contains(why), "{members:?}: {msg}");
         assert!(!out.exists());
     };
@@ -847,7 +847,7 @@ fn packs_with_forged_trees_are_refused_by_info_verify_and_mount() {
             let err = String::from_utf8_lossy(&o.stderr);
             assert_eq!(
                 o.status.code(),
-                Some(2),
+                Some(65),
                 "{what}: {args:?} accepted it: {err}"
             );
             assert!(err.contains("index record"), "{what}: {args:?}: {err}");
@@ -866,7 +866,7 @@ fn a_top_level_loosefs_entry_is_refused_at_pack_time() {
     let out = tmp.path().join("o.pack");
     let o = loosefs(&[&"pack", &src, &out]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
         err.contains(".loosefs") && err.contains("reserved"),
         "{err}"
@@ -881,7 +881,7 @@ fn a_top_level_loosefs_entry_is_refused_at_pack_time() {
     z.finish().unwrap();
     let o = loosefs(&[&"pack", &zip_path, &out]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("reserved"), "{err}");
     // Below the top it packs.
     std::fs::remove_dir_all(src.join(".loosefs")).unwrap();
@@ -940,7 +940,7 @@ fn appended_bytes_are_named_as_such_and_skips_are_listed_once() {
     std::fs::write(&bad, &b).unwrap();
     let o = loosefs(&[&"info", &bad]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(65));
     assert!(
         err.contains("3 bytes were appended") && !err.contains("truncated"),
         "{err}"

@@ -308,9 +308,7 @@ fn sniff(f: Format, src: &Path) -> std::result::Result<(), String> {
 /// Scans `src` as `format`. Errors: the source is damaged or uses a feature loosefs does not
 /// serve (compressed chunks); the message names the file and what is wrong.
 pub fn scan(src: &Path, format: Format, opts: &ScanOptions) -> Result<Scan> {
-    // What a scan refuses is the source's data unless it says otherwise (a missing file).
-    scan_checked(src, format, opts)
-        .map_err(|e| crate::exit_code::or_kind(e, crate::exit_code::ExitKind::Damaged))
+    scan_checked(src, format, opts).map_err(|e| crate::exit_code::as_damaged(e, src))
 }
 
 fn scan_checked(src: &Path, format: Format, opts: &ScanOptions) -> Result<Scan> {

@@ -367,7 +367,10 @@ impl RemoteDataset {
         store: Arc<dyn ObjectStore>,
     ) -> Result<RemoteDataset> {
         if args.remote.offline {
-            return offline::open(url, args, store);
+            // Whatever keeps the caches from serving it, the source is not available offline.
+            return offline::open(url, args, store).map_err(|e| {
+                crate::exit_code::with_kind(e, crate::exit_code::ExitKind::Unavailable)
+            });
         }
         let index_dir = index::cache_dir(args.index_dir.as_deref());
         let ((dir, names, pins), found) = locate(url, args, &*store, use_shared, &index_dir)?;

@@ -54,7 +54,10 @@ impl RemotePack {
         args: &RemoteConfig,
     ) -> Result<RemotePack, OpenError> {
         if args.offline {
-            return Ok(RemotePack::open_offline(url, args)?);
+            // Whatever keeps the caches from serving it, the source is not available offline.
+            return RemotePack::open_offline(url, args).map_err(|e| {
+                crate::exit_code::with_kind(e, crate::exit_code::ExitKind::Unavailable).into()
+            });
         }
         let client = store.object(url)?;
         let tail = client.open_tail_blocking(TAIL)?;

@@ -365,12 +365,13 @@ impl ObjectClient {
             )),
             // Typed, so the command's exit code says which (`crate::exit_code`).
             object_store::Error::PermissionDenied { .. }
-            | object_store::Error::Unauthenticated { .. } => {
-                anyhow::Error::new(ObjectError::Denied {
-                    url: url.clone(),
-                    why: format!("403: check the credentials, region and endpoint ({e})"),
-                })
-            }
+            | object_store::Error::Unauthenticated { .. } => anyhow::Error::new(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{url}: access denied (403): check the credentials, region and endpoint \
+                         ({e})"
+                ),
+            )),
             e => anyhow::Error::new(ObjectError::Network {
                 url: url.clone(),
                 why: format!("cannot read the object: {}", describe(&e)),

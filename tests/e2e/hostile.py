@@ -35,6 +35,8 @@ if (os.environ.get("LOOSEFS_TEST_CLONE_ALONE") == "1" or not FORMATS.is_dir()) \
         and os.environ.get("LOOSEFS_TEST_DATA"):
     FORMATS = pathlib.Path(os.environ["LOOSEFS_TEST_DATA"]) / "formats"
 BIN = os.environ.get("LOOSEFS_BIN", str(ROOT / "target" / "release" / "loosefs"))
+# The exit code of a source refused as damaged (docs/CONFIGURATION.md, "Exit codes").
+DAMAGED = 65
 
 # (fixture inside ../shared/data/formats, --format it is read as)
 FIXTURES = [
@@ -116,12 +118,13 @@ class Sweep:
             return None
 
     def check(self, what, cmd, r, names):
-        """An answer is exit 0, or exit 2 with one of `names` (the damaged file) in its message."""
+        """An answer is exit 0, or exit 65 (the source is damaged: docs/CONFIGURATION.md, exit
+        codes) with one of `names` (the damaged file) in its message."""
         if r is None:
             self.failures.append(f"{what}: {cmd} timed out")
-        elif r.returncode not in (0, 2) or "panicked" in r.stderr:
+        elif r.returncode not in (0, DAMAGED) or "panicked" in r.stderr:
             self.failures.append(f"{what}: {cmd} exit {r.returncode}: {r.stderr.strip()[-300:]}")
-        elif r.returncode == 2 and not any(n in r.stderr for n in names):
+        elif r.returncode == DAMAGED and not any(n in r.stderr for n in names):
             self.failures.append(f"{what}: {cmd} refused without naming the file: {r.stderr.strip()[:300]}")
         return r is not None and r.returncode == 0
 

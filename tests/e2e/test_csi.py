@@ -472,6 +472,16 @@ def test_a_source_the_mounter_cannot_read_is_refused_saying_why(csi, pack):
         code, details = n.code_of(lambda: n.publish(target, missing))
         assert code == n.grpc.StatusCode.NOT_FOUND and str(missing) in details, (code, details)
         assert mounts_at(target) == 0 and not target.exists()
+        # The daemon's exit code gives the status (src/exit_code.rs), never its words.
+        noise = n.base / "noise.bin"
+        noise.write_bytes(os.urandom(4096))
+        noise.chmod(0o644)
+        code, details = n.code_of(lambda: n.publish(target, noise, volume_id="pv-noise"))
+        assert code == n.grpc.StatusCode.DATA_LOSS and str(noise) in details, (code, details)
+        code, details = n.code_of(lambda: n.publish(target, n.data, volume_id="pv-frames",
+                                                   flags=["decode=frames"]))
+        assert code == n.grpc.StatusCode.INVALID_ARGUMENT and "--decode frames" in details, (code, details)
+        assert mounts_at(target) == 0 and not target.exists()
         assert mounts_at(n.staging()) == 0
         wait_for("no daemon left", lambda: not n.daemons(), timeout=30)
         assert n.records() == [], n.records()

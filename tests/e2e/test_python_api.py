@@ -75,7 +75,7 @@ def test_refusals_raise_mount_error_with_the_clis_reason(pack, tmp_path):
     bad.write_bytes(b"hello, not a pack")
     with pytest.raises(loosefs.MountError) as e:
         loosefs.mount(bad)
-    assert "bad.pack" in e.value.reason and e.value.returncode == 2
+    assert "bad.pack" in e.value.reason and e.value.returncode == loosefs.EXIT_DAMAGED == 65
     assert made() == before, "the temporary mountpoint of a refused mount is removed"
     with pytest.raises(loosefs.MountError) as e:
         loosefs.mount(pack, tmp_path / "missing")

@@ -46,11 +46,14 @@ impl Probe {
     fn finish(self, scan: &Scan, s: &Sample) -> Result<Probed> {
         let crc = self.crc.finalize();
         if let Some(want) = s.crc32.filter(|&w| w != crc) {
-            bail!(
-                "{}: {} fails its CRC-32 ({crc:08x}, the archive says {want:08x})",
-                scan.objects[s.object as usize].display(),
-                s.name
-            );
+            return Err(crate::exit_code::refuse(
+                crate::exit_code::ExitKind::Damaged,
+                format!(
+                    "{}: {} fails its CRC-32 ({crc:08x}, the archive says {want:08x})",
+                    scan.objects[s.object as usize].display(),
+                    s.name
+                ),
+            ));
         }
         Ok((Some(crc), probe(&self.head)))
     }
