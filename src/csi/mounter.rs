@@ -270,27 +270,20 @@ fn spawn_daemon(req: &Request, dev: OwnedFd) -> Result<(std::process::Child, Opt
     };
     let info_w = info_w.map(above).transpose()?;
     let info_src = info_w.as_ref().map_or(-1, |w| w.as_raw_fd());
-    // SAFETY: between fork and exec only async-signal-safe calls: setsid, prctl, dup2 and
-    // fcntl.
+    // SAFETY: between fork and exec only async-signal-safe calls: setsid and prctl.
     unsafe {
-        cmd.pre_exec(move || {
+        cmd.pre_exec(|| {
             libc::setsid();
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            if src == 3 {
-                let flags = libc::fcntl(3, libc::F_GETFD);
-                if flags < 0 || libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(src, 3) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if info_src >= 0 && libc::dup2(info_src, 4) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
             Ok(())
         });
+    }
+    // Then (pre_exec closures run in order) the connection as fd 3, the info pipe as fd 4.
+    crate::mount::handover::place_fd(&mut cmd, src, 3);
+    if info_src >= 0 {
+        crate::mount::handover::place_fd(&mut cmd, info_src, 4);
     }
     let child = cmd.spawn().context("cannot start the daemon")?;
     drop(dev);

@@ -108,8 +108,9 @@ pub(super) fn set_cloexec(fd: RawFd) {
 }
 
 /// Makes this process's descriptor `src` the child's descriptor `fd` (close-on-exec cleared),
-/// between fork and exec.
-pub(super) fn place_fd(cmd: &mut std::process::Command, src: RawFd, fd: RawFd) {
+/// between fork and exec: how a FUSE connection (or a pipe) is handed to a child, by
+/// `fuse-fd`, the keeper and the CSI mounter. Several placements run in the order given.
+pub(crate) fn place_fd(cmd: &mut std::process::Command, src: RawFd, fd: RawFd) {
     // SAFETY: between fork and exec only async-signal-safe calls: dup2 (which clears
     // FD_CLOEXEC on the new descriptor) and fcntl.
     unsafe {

@@ -15,7 +15,7 @@ use super::index::{self, Node, Record};
 use super::trailer::Trailer;
 use super::{FormatError, INDEX_MEMBER};
 use std::collections::HashMap;
-use std::io::{self, BufWriter, Seek, Write};
+use std::io::{BufWriter, Seek, Write};
 
 mod records;
 use records::{Member, Out};
@@ -171,7 +171,7 @@ impl<W: Write + Seek> PackWriter<W> {
         let (mut done, mut crc, mut jpeg) = (0u64, crc32fast::Hasher::new(), None);
         loop {
             // Whole chunks (a reader may return less per call), so the probe sees 1 MiB.
-            let n = fill(data, &mut buf)?;
+            let n = crate::storage::read_full(data, &mut buf)?;
             if n == 0 {
                 break;
             }
@@ -312,20 +312,6 @@ impl<W: Write + Seek> PackWriter<W> {
             .into_inner()
             .map_err(|e| FormatError::Io(e.into_error()))
     }
-}
-
-/// Reads from `r` until `buf` is full or the input ends; returns the bytes read.
-fn fill(r: &mut dyn std::io::Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 fn finished() -> FormatError {

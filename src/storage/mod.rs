@@ -48,6 +48,23 @@ pub(crate) fn fadvise(
     nix::fcntl::posix_fadvise(file, r.start as i64, len as i64, advice).map_err(io::Error::from)
 }
 
+/// Reads from `r` until `buf` is full or the input ends (`Interrupted` retried); returns the
+/// bytes read, fewer than `buf.len()` only at the end of the input. (`Read::read_exact` fails
+/// at an early end, which the callers need to tell apart: a short last piece, a stream shorter
+/// than declared.) Errors: the reader's.
+pub fn read_full(r: &mut dyn io::Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
 /// Reads byte ranges of storage objects and manages their cached copies. Ranges are clamped to
 /// the object; verbs that only advise (will-need, release) never fail the read path.
 pub trait Storage: Send + Sync {

@@ -332,7 +332,7 @@ impl Chunk {
             }
             loop {
                 let want = (rg.end - r.n).min(buf.len() as u64) as usize;
-                let got = read_full(&mut r, &mut buf[..want]).map_err(stream_err)?;
+                let got = crate::storage::read_full(&mut r, &mut buf[..want]).map_err(stream_err)?;
                 if got < want {
                     break 'ranges;
                 }
@@ -388,20 +388,6 @@ impl<R: Read> Read for Hashing<R> {
         self.n += k as u64;
         Ok(k)
     }
-}
-
-/// Reads into all of `buf` unless the stream ends first; returns the bytes read.
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match r.read(&mut buf[got..]) {
-            Ok(0) => break,
-            Ok(k) => got += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }
 
 /// Reads `r` to its end, or to one byte past `len` (a stream longer than declared), into a

@@ -172,13 +172,9 @@ impl Store for Azure {
         }
         match self.endpoint(url, args) {
             Some((ep, option)) if option != "$AZURITE_BLOB_STORAGE_URL" => {
-                let http = ep.to_ascii_lowercase().starts_with("http://");
                 // A connection string's plain http endpoint is the user's own configuration
                 // (Azurite's well-known one is); --endpoint-url needs --allow-http.
-                if http && option == "--endpoint-url" && !args.allow_http {
-                    bail!("{ep}: a plain http endpoint needs --allow-http");
-                }
-                if http {
+                if super::store::plain_http(&ep, option != "--endpoint-url", args)? {
                     client = client.with_allow_http(true);
                 }
                 b = b

@@ -5,7 +5,7 @@
 
 use super::store::{Lister, Setup, Store, bucket_and_key, bucket_and_key_after, env, has_scheme};
 use crate::storage::object::remote_config::RemoteConfig;
-use anyhow::{Result, bail};
+use anyhow::Result;
 use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::{ObjectStore, StaticCredentialProvider};
 use std::sync::Arc;
@@ -92,11 +92,7 @@ impl Store for Gcs {
         let anonymous = args.no_sign_request;
         let mut on_emulator = false;
         if let Some((ep, emulator)) = gcs_endpoint(args) {
-            let http = ep.to_ascii_lowercase().starts_with("http://");
-            if http && !emulator && !args.allow_http {
-                bail!("{ep}: a plain http endpoint needs --allow-http");
-            }
-            if http {
+            if super::store::plain_http(&ep, emulator, args)? {
                 client = client.with_allow_http(true);
             }
             on_emulator = emulator;

@@ -56,9 +56,7 @@ impl Store for Http {
         origin: &str,
         setup: Setup<'_>,
     ) -> Result<(Arc<dyn ObjectStore>, Lister)> {
-        if has_scheme(url, "http://") && !setup.args.allow_http {
-            bail!("{url}: plain http needs --allow-http (bytes travel unencrypted)");
-        }
+        super::store::plain_http(url, false, setup.args)?;
         let connector = crate::storage::object::fail_fast::FailFast::default;
         let dirs = crate::storage::object::http_listing::DirLister {
             client: connector().connect(&setup.client)?,

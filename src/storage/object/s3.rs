@@ -5,7 +5,7 @@
 
 use super::store::{Lister, Setup, Store, bucket_and_key, env, has_scheme};
 use crate::storage::object::remote_config::RemoteConfig;
-use anyhow::{Result, bail};
+use anyhow::Result;
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use std::path::PathBuf;
@@ -70,9 +70,8 @@ impl Store for S3 {
             .with_bucket_name(bucket)
             .with_retry(setup.retry);
         if let Some((ep, _)) = self.endpoint(url, args) {
-            if ep.to_ascii_lowercase().starts_with("http://") && !args.allow_http {
-                bail!("{ep}: a plain http endpoint needs --allow-http");
-            }
+            // The client allows plain http with --allow-http already (`Setup::client`).
+            super::store::plain_http(&ep, false, args)?;
             b = b.with_endpoint(ep);
         }
         let profile = args.profile.clone().or_else(|| env("AWS_PROFILE"));

@@ -78,6 +78,19 @@ pub(super) struct Setup<'a> {
     pub retry: RetryConfig,
 }
 
+/// The one rule every store follows for a plain `http://` endpoint or URL `ep`: bytes (and
+/// credentials) travel unencrypted, so it needs `--allow-http`, unless the user's own
+/// configuration named it (`trusted`: an emulator's variable, a connection string). Returns
+/// whether `ep` is plain http (the client must then allow it). Errors: plain http without
+/// either, naming `ep`.
+pub(super) fn plain_http(ep: &str, trusted: bool, args: &RemoteConfig) -> Result<bool> {
+    let http = has_scheme(ep, "http://");
+    if http && !trusted && !args.allow_http {
+        anyhow::bail!("{ep}: plain http needs --allow-http (bytes travel unencrypted)");
+    }
+    Ok(http)
+}
+
 /// Whether `url` starts with `scheme` (`s3://`), compared without case, with more after it.
 pub(super) fn has_scheme(url: &str, scheme: &str) -> bool {
     url.len() > scheme.len()
