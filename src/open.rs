@@ -171,13 +171,14 @@ pub enum Dataset {
     Pack(Pack),
     /// Another format, through its index.
     Foreign(Foreign),
-    /// A native pack at an `s3://` or `https://` URL, through its block cache.
+    /// A native pack at a URL (any store: S3, GCS, Azure, HTTPS), through its block cache.
     Remote(RemotePack),
     /// A loose dataset directory, served in place.
     Dir(LooseDir),
-    /// A foreign dataset at an `s3://` or `https://` URL, one block cache per object.
+    /// A foreign dataset at a URL (any store), one block cache per object.
     RemoteSet(Box<RemoteDataset>),
-    /// Loose objects under an `s3://` prefix, served as files.
+    /// Loose objects under a prefix of a bucket or container, or in a directory an HTTP server
+    /// lists, served as files.
     RemoteDir(Box<RemoteDir>),
 }
 

@@ -110,3 +110,50 @@ fn paths_are_read_relative_to_the_line_above_them() {
         ]
     );
 }
+
+/// DESIGN's format table ("## Adding a format"): one row per format, its cells split.
+fn format_table() -> Vec<Vec<String>> {
+    let design = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/DESIGN.md"))
+        .expect("docs/DESIGN.md");
+    let at = design
+        .find("## Adding a format")
+        .expect("an ## Adding a format section");
+    let end = at + 3 + design[at + 3..].find("\n## ").expect("the next section");
+    design[at..end]
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("|---") && !l.starts_with("| format"))
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn designs_format_table_is_the_registrys() {
+    use loosefs::formats::Format;
+    let list = |v: &[&str]| v.join(", ");
+    let yes = |b: bool| if b { "yes" } else { "no" }.to_string();
+    let want: Vec<Vec<String>> = Format::ALL
+        .iter()
+        .map(|f| {
+            vec![
+                f.name().to_string(),
+                list(f.aliases()),
+                yes(f.takes_label()),
+                yes(f.is_directory_dataset()),
+                list(f.shard_extensions()),
+            ]
+        })
+        .collect();
+    let mut got = format_table();
+    let mut want = want;
+    got.sort();
+    want.sort();
+    assert_eq!(
+        got, want,
+        "docs/DESIGN.md's format table against formats/registry.rs"
+    );
+}

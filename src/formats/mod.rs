@@ -88,6 +88,22 @@ impl Format {
     pub fn is_directory_dataset(self) -> bool {
         self.entry().directory
     }
+
+    /// Other names `--format` takes for it.
+    pub fn aliases(self) -> &'static [&'static str] {
+        self.entry().aliases
+    }
+
+    /// Whether `--label` can name another label field of it.
+    pub fn takes_label(self) -> bool {
+        self.entry().takes_label
+    }
+
+    /// The endings of its shards' names (`.tar`; none for a format whose shards have no
+    /// ending of their own).
+    pub fn shard_extensions(self) -> &'static [&'static str] {
+        self.entry().shard_extensions
+    }
 }
 
 /// One sample found by a scan.

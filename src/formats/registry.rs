@@ -23,6 +23,9 @@ pub(super) struct FormatEntry {
     pub takes_label: bool,
     /// Whether a dataset of it is a directory of its own (metadata beside the shards).
     pub directory: bool,
+    /// The endings of its shards' names: a prefix of objects whose names end so (and nothing
+    /// else) is a dataset of it, not loose files (`open/remote_dir.rs`).
+    pub shard_extensions: &'static [&'static str],
 }
 
 /// Every format.
@@ -35,6 +38,7 @@ pub(super) const REGISTRY: [FormatEntry; 8] = [
         scan: |src, o| super::tar::scan(src, o.label.as_deref(), &o.inflate_dir),
         takes_label: true,
         directory: false,
+        shard_extensions: &[".tar"],
     },
     FormatEntry {
         format: Format::Zip,
@@ -47,6 +51,7 @@ pub(super) const REGISTRY: [FormatEntry; 8] = [
         },
         takes_label: false,
         directory: false,
+        shard_extensions: &[".zip"],
     },
     FormatEntry {
         format: Format::Tfrecord,
@@ -56,6 +61,7 @@ pub(super) const REGISTRY: [FormatEntry; 8] = [
         scan: |src, o| super::tfrecord::scan(src, o.label.as_deref()),
         takes_label: true,
         directory: false,
+        shard_extensions: &[".tfrecord", ".tfrecords"],
     },
     FormatEntry {
         format: Format::Mds,
@@ -65,6 +71,7 @@ pub(super) const REGISTRY: [FormatEntry; 8] = [
         scan: |src, o| super::mds::scan(src, o.label.as_deref()),
         takes_label: true,
         directory: true,
+        shard_extensions: &[".mds"],
     },
     FormatEntry {
         format: Format::Litdata,
@@ -74,6 +81,7 @@ pub(super) const REGISTRY: [FormatEntry; 8] = [
         scan: |src, _| super::litdata::scan(src),
         takes_label: false,
         directory: true,
+        shard_extensions: &[],
     },
     FormatEntry {
         format: Format::Gulpio,
@@ -83,6 +91,7 @@ pub(super) const REGISTRY: [FormatEntry; 8] = [
         scan: |src, _| super::gulpio::scan(src),
         takes_label: false,
         directory: true,
+        shard_extensions: &[".gulp"],
     },
     FormatEntry {
         format: Format::Ffcv,
@@ -92,6 +101,7 @@ pub(super) const REGISTRY: [FormatEntry; 8] = [
         scan: |src, _| super::ffcv::scan(src),
         takes_label: false,
         directory: false,
+        shard_extensions: &[".beton"],
     },
     FormatEntry {
         format: Format::Parquet,
@@ -101,6 +111,7 @@ pub(super) const REGISTRY: [FormatEntry; 8] = [
         scan: |src, o| super::parquet::scan(src, o.label.as_deref()),
         takes_label: true,
         directory: false,
+        shard_extensions: &[".parquet"],
     },
 ];
 

@@ -37,23 +37,15 @@ use std::sync::Arc;
 
 pub mod shared_listing;
 
-/// Extensions of the shards of the packed formats a prefix may hold.
-const SHARD_EXTENSIONS: &[&str] = &[
-    ".tar",
-    ".tfrecord",
-    ".tfrecords",
-    ".parquet",
-    ".beton",
-    ".mds",
-    ".zip",
-    ".gulp",
-];
-
 /// The packed format a key's name says it is a shard of: by its extension, or TFRecord's
 /// `NAME-00000-of-00008` naming (TensorFlow's shards carry no extension).
 fn shard_kind(key: &str) -> Option<&'static str> {
     let k = key.to_ascii_lowercase();
-    if let Some(ext) = SHARD_EXTENSIONS.iter().find(|e| k.ends_with(*e)) {
+    // The shards' endings are the format registry's (`crate::formats::Format::shard_extensions`).
+    let mut known = crate::formats::Format::ALL
+        .iter()
+        .flat_map(|f| f.shard_extensions().iter().copied());
+    if let Some(ext) = known.find(|e| k.ends_with(*e)) {
         return Some(ext);
     }
     let name = k.rsplit('/').next().unwrap_or(&k);

@@ -332,7 +332,8 @@ impl Chunk {
             }
             loop {
                 let want = (rg.end - r.n).min(buf.len() as u64) as usize;
-                let got = crate::storage::read_full(&mut r, &mut buf[..want]).map_err(stream_err)?;
+                let got =
+                    crate::storage::read_full(&mut r, &mut buf[..want]).map_err(stream_err)?;
                 if got < want {
                     break 'ranges;
                 }
