@@ -833,7 +833,7 @@ fn parse_cli(args: Vec<std::ffi::OsString>) -> Cli {
     match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
-            if let Some(msg) = loosefs::options::env_error(&e, &Cli::command(), &args) {
+            if let Some(msg) = loosefs::options::parse::env_error(&e, &Cli::command(), &args) {
                 use std::io::Write;
                 let _ = writeln!(std::io::stderr(), "loosefs: error: {msg}");
                 std::process::exit(2);
@@ -852,8 +852,12 @@ fn main() {
         .first()
         .map(std::path::Path::new)
         .and_then(|p| p.file_name());
-    let cli = if argv0.is_some_and(|n| loosefs::options::HELPER_NAMES.iter().any(|h| n == *h)) {
-        match loosefs::options::helper_args(&args) {
+    let cli = if argv0.is_some_and(|n| {
+        loosefs::options::fstab::HELPER_NAMES
+            .iter()
+            .any(|h| n == *h)
+    }) {
+        match loosefs::options::fstab::helper_args(&args) {
             Ok(a) => {
                 loosefs::mount::set_command_line(a.clone());
                 parse_cli(a)
@@ -863,7 +867,7 @@ fn main() {
                 std::process::exit(2);
             }
         }
-    } else if let Some(a) = loosefs::options::expand_mount_o(&args) {
+    } else if let Some(a) = loosefs::options::fstab::expand_mount_o(&args) {
         // `loosefs mount SRC MNT -o ro,warm`: mount(8)'s way of giving options.
         loosefs::mount::set_command_line(a.clone());
         parse_cli(a)

@@ -72,7 +72,7 @@ pub fn mount_args(flags: &[String], attribute: Option<&str>) -> Result<Vec<Strin
             None => format!("--{name}"),
         });
     }
-    crate::options::check_mount_args(&args)?;
+    crate::options::parse::check_mount_args(&args)?;
     Ok(args)
 }
 
