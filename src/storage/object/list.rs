@@ -2,8 +2,9 @@
 //! `delimiter=/`, then the first page of the whole listing, then runs of subdirectories at
 //! once), or an HTTP server's directory listings ([`super::super::http_listing`]).
 
+use super::ObjectClient;
+use super::errors::describe;
 use super::store::Lister;
-use super::{ObjectClient, describe};
 use crate::storage::object::source::{Level, Listed, Pin};
 use anyhow::{Result, anyhow};
 use object_store::ObjectStore;
