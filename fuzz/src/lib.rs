@@ -139,27 +139,13 @@ pub fn small_server() -> &'static (Arc<Fs>, u64, Vec<u64>) {
             source: Default::default(),
         };
         loosefs::packer::pack_dir(&tree, &pack, &opts).expect("pack");
+        let base = FsOptions::in_process();
         let opts = FsOptions {
-            readahead: loosefs::readahead::ReadAheadOptions {
-                window_max: 1 << 20,
-                push_ahead: 0,
-                keep_cache: false,
-                pin: None,
-                order_window: 4096,
-            },
-            warm: false,
-            mountpoint: "/m".into(),
-            log: "-".into(),
-            threads: 1,
-            owner: 0,
             decode: loosefs::decode::DecodeOptions {
-                cache_bytes: 1 << 20,
-                frame_cache_bytes: 1 << 20,
-                threads: 1,
                 ahead: 1,
-                accept_damaged: false,
+                ..base.decode
             },
-            passthrough: false,
+            ..base
         };
         let p = loosefs::pack::reader::Pack::open(&pack).expect("open");
         let s = Fs::local(p, Default::default(), opts).expect("server");

@@ -25,3 +25,34 @@ pub struct FsOptions {
     /// Let the kernel read whole backing files itself where the storage has them.
     pub passthrough: bool,
 }
+
+impl FsOptions {
+    /// The options of a filesystem served in process, with no mount (tests, the fuzz
+    /// targets, tools): read-ahead windows of 1 MiB and 4 KiB along an order, nothing pushed
+    /// or kept, decode caches of 1 MiB on one thread without decode-ahead, one FUSE thread,
+    /// owner uid 0, mountpoint `/m`, log on stderr. Override the fields a caller needs.
+    pub fn in_process() -> FsOptions {
+        FsOptions {
+            readahead: ReadAheadOptions {
+                window_max: 1 << 20,
+                push_ahead: 0,
+                keep_cache: false,
+                pin: None,
+                order_window: 4096,
+            },
+            warm: false,
+            mountpoint: "/m".into(),
+            threads: 1,
+            log: "-".into(),
+            owner: 0,
+            decode: DecodeOptions {
+                cache_bytes: 1 << 20,
+                frame_cache_bytes: 1 << 20,
+                threads: 1,
+                ahead: 0,
+                accept_damaged: false,
+            },
+            passthrough: false,
+        }
+    }
+}

@@ -413,17 +413,15 @@ pub fn disk_tempdir() -> tempfile::TempDir {
 pub fn server_options(push_ahead: usize) -> loosefs::fs::FsOptions {
     use loosefs::decode::DecodeOptions;
     use loosefs::readahead::ReadAheadOptions;
+    let base = loosefs::fs::FsOptions::in_process();
     loosefs::fs::FsOptions {
         readahead: ReadAheadOptions {
             window_max: 64 << 20,
             push_ahead,
-            keep_cache: false,
-            pin: None,
             order_window: 256 << 20,
+            ..base.readahead
         },
-        warm: false,
         mountpoint: "/test".into(),
-        log: "-".into(),
         threads: 4,
         owner: 1000,
         decode: DecodeOptions {
@@ -431,9 +429,9 @@ pub fn server_options(push_ahead: usize) -> loosefs::fs::FsOptions {
             frame_cache_bytes: 256 << 20,
             threads: 2,
             ahead: 8,
-            accept_damaged: false,
+            ..base.decode
         },
-        passthrough: false,
+        ..base
     }
 }
 

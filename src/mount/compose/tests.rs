@@ -74,28 +74,7 @@ fn options(tmp: &Path, node: &str) -> OpenOptions {
 
 /// Options of an in-process filesystem: no push, small caches, one thread.
 fn fs_options() -> FsOptions {
-    FsOptions {
-        readahead: crate::readahead::ReadAheadOptions {
-            window_max: 1 << 20,
-            push_ahead: 0,
-            keep_cache: false,
-            pin: None,
-            order_window: 4096,
-        },
-        warm: false,
-        mountpoint: "/m".into(),
-        log: "-".into(),
-        threads: 1,
-        owner: 0,
-        decode: crate::decode::DecodeOptions {
-            cache_bytes: 1 << 20,
-            frame_cache_bytes: 1 << 20,
-            threads: 1,
-            ahead: 0,
-            accept_damaged: false,
-        },
-        passthrough: false,
-    }
+    FsOptions::in_process()
 }
 
 fn open(src: &str, opts: &OpenOptions, store: &Arc<FakeStore>) -> Result<Dataset> {
