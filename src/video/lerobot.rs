@@ -208,168 +208,216 @@ fn push_values(f: &Field, descr: &str, out: &mut Vec<u8>) -> Option<usize> {
     }
 }
 
+/// `meta/info.json`, the fields loosefs reads (LeRobot v3's `LeRobotDatasetMetadata.info`):
+/// frames per second, the template of a video file's path, and each feature's dtype and shape.
+#[derive(serde::Deserialize)]
+struct Info {
+    fps: f64,
+    video_path: String,
+    features: BTreeMap<String, Feature>,
+}
+
+/// One feature of `info.json`: `video` for a camera, else a numeric dtype and its shape.
+#[derive(serde::Deserialize)]
+struct Feature {
+    dtype: String,
+    #[serde(default)]
+    shape: Vec<usize>,
+}
+
+/// The `.npy` descr of a numeric LeRobot dtype; `None` for dtypes not served as columns
+/// (strings, images).
+fn descr_of(dtype: &str) -> Option<&'static str> {
+    Some(match dtype {
+        "float32" => "<f4",
+        "float64" => "<f8",
+        "int64" => "<i8",
+        "int32" => "<i4",
+        "bool" => "|b1",
+        _ => return None,
+    })
+}
+
+/// What `meta/info.json` says: fps, the video path template, the cameras (sorted) and the
+/// numeric columns (sorted by name). Errors: missing or not JSON, a field missing or of
+/// another type, fps not positive, a camera key that is not a plain name (it is filled into
+/// a path).
+fn read_info(info_path: &Path) -> Result<(f64, String, Vec<String>, Vec<Column>)> {
+    let bytes =
+        std::fs::read(info_path).with_context(|| format!("cannot read {}", info_path.display()))?;
+    let info: Info = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{}: not LeRobot's info.json", info_path.display()))?;
+    if info.fps.is_nan() || info.fps <= 0.0 {
+        bail!("{}: fps {} is not positive", info_path.display(), info.fps);
+    }
+    let mut cameras = Vec::new();
+    let mut columns = Vec::new();
+    for (name, f) in info.features {
+        if f.dtype == "video" {
+            if !plain_name(&name) {
+                bail!(
+                    "{}: the camera key {name:?} is not a plain name (it is filled into \
+                     video_path: no '/', '.', '..' or control characters)",
+                    info_path.display()
+                );
+            }
+            cameras.push(name);
+        } else if let Some(descr) = descr_of(&f.dtype) {
+            let width = f.shape.iter().product::<usize>().max(1);
+            columns.push(Column { name, descr, width });
+        }
+    }
+    cameras.sort();
+    columns.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok((info.fps, info.video_path, cameras, columns))
+}
+
+/// The episodes `meta/episodes/` lists (their rows empty yet) and the length each says, with
+/// each camera's video file (from `video_path`) and the timestamp its episode starts at.
+/// Errors: a Parquet file that cannot be read, a column missing or of another type, a video
+/// path outside the dataset.
+fn read_episodes(
+    root: &Path,
+    info_path: &Path,
+    video_path: &str,
+    cameras: &[String],
+    columns: usize,
+) -> Result<(BTreeMap<u64, Episode>, BTreeMap<u64, i64>)> {
+    let mut episodes = BTreeMap::new();
+    let mut lengths = BTreeMap::new();
+    for path in parquet_files(root, "meta/episodes")? {
+        let name = path.display().to_string();
+        for row in rows(&path)? {
+            let get = |c: &str| field(&row, c).ok_or_else(|| anyhow!("{name}: no column {c}"));
+            let index = as_i64(get("episode_index")?)
+                .ok_or_else(|| anyhow!("{name}: episode_index is not an integer"))?
+                as u64;
+            lengths.insert(index, as_i64(get("length")?).unwrap_or(0));
+            let mut videos = Vec::new();
+            for cam in cameras {
+                let int = |c: &str| -> Result<u64> {
+                    let c = format!("videos/{cam}/{c}");
+                    as_i64(get(&c)?)
+                        .map(|n| n as u64)
+                        .ok_or_else(|| anyhow!("{name}: {c} is not an integer"))
+                };
+                let (chunk, file) = (int("chunk_index")?, int("file_index")?);
+                let from = as_f64(get(&format!("videos/{cam}/from_timestamp"))?)
+                    .ok_or_else(|| anyhow!("{name}: from_timestamp is not a number"))?;
+                let rel = fill(
+                    video_path,
+                    &[
+                        ("video_key", cam, 0),
+                        ("chunk_index", "", chunk),
+                        ("file_index", "", file),
+                    ],
+                )?;
+                videos.push((relative_below(info_path, &rel)?, from));
+            }
+            let values = vec![Vec::new(); columns];
+            let rows = Vec::new();
+            episodes.insert(
+                index,
+                Episode {
+                    index,
+                    rows,
+                    videos,
+                    values,
+                },
+            );
+        }
+    }
+    Ok((episodes, lengths))
+}
+
+/// Adds the rows of the data files (`data/`) to their `episodes`: each row's frame index and
+/// timestamp, and its values of every column. Errors: a Parquet file that cannot be read, a
+/// column missing or not of its width and type, a row of an episode not listed.
+fn read_rows(root: &Path, columns: &[Column], episodes: &mut BTreeMap<u64, Episode>) -> Result<()> {
+    for path in parquet_files(root, "data")? {
+        let name = path.display().to_string();
+        let mut found: Vec<(u64, i64, f64, Vec<Vec<u8>>)> = Vec::new();
+        for row in rows(&path)? {
+            let get = |c: &str| field(&row, c).ok_or_else(|| anyhow!("{name}: no column {c}"));
+            let ep = as_i64(get("episode_index")?).unwrap_or(-1);
+            let fi = as_i64(get("frame_index")?)
+                .ok_or_else(|| anyhow!("{name}: frame_index is not an integer"))?;
+            let ts = as_f64(get("timestamp")?)
+                .ok_or_else(|| anyhow!("{name}: timestamp is not a number"))?;
+            let mut vals = Vec::with_capacity(columns.len());
+            for c in columns {
+                let mut b = Vec::new();
+                let n = push_values(get(&c.name)?, c.descr, &mut b);
+                if n != Some(c.width) {
+                    bail!(
+                        "{name}: {} holds no {} values of type {}",
+                        c.name,
+                        c.width,
+                        c.descr
+                    );
+                }
+                vals.push(b);
+            }
+            found.push((ep as u64, fi, ts, vals));
+        }
+        for (ep, fi, ts, vals) in found {
+            let e = episodes.get_mut(&ep).ok_or_else(|| {
+                anyhow!("{name}: a row of episode {ep}, which meta/episodes does not list")
+            })?;
+            e.rows.push((fi, ts));
+            for (i, v) in vals.into_iter().enumerate() {
+                e.values[i].extend_from_slice(&v);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks that each episode has the rows its metadata counts, frame indexes 0..length in
+/// order. Errors: name the episode and what differs.
+fn check_rows(root: &Path, episodes: &[Episode], lengths: &BTreeMap<u64, i64>) -> Result<()> {
+    for e in episodes {
+        let want = lengths.get(&e.index).copied().unwrap_or(0);
+        if e.rows.len() as i64 != want {
+            bail!(
+                "{}: episode {} has {} rows in data/, {want} in meta/episodes",
+                root.display(),
+                e.index,
+                e.rows.len()
+            );
+        }
+        let mut seen: Vec<i64> = e.rows.iter().map(|r| r.0).collect();
+        seen.sort();
+        if seen != (0..want).collect::<Vec<_>>() || e.rows.windows(2).any(|w| w[0].0 > w[1].0) {
+            bail!(
+                "{}: episode {}'s rows are not frame_index 0..{want} in order",
+                root.display(),
+                e.index
+            );
+        }
+    }
+    Ok(())
+}
+
 impl LeRobot {
-    /// Reads the dataset at `root`: its info, its episodes' metadata and its data files' rows.
+    /// Reads the dataset at `root`: its info (`meta/info.json`, typed), its episodes' metadata and its
+    /// data files' rows, then checks every episode's rows against its length.
     ///
     /// Errors: a file missing or damaged, a column missing, an episode's rows not those its
     /// metadata counts (each message names the file).
     pub fn open(root: &Path) -> Result<LeRobot> {
         let info_path = root.join("meta/info.json");
-        let info: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(&info_path)
-                .with_context(|| format!("cannot read {}", info_path.display()))?,
-        )
-        .with_context(|| format!("{}: not JSON", info_path.display()))?;
-        let fps = info["fps"]
-            .as_f64()
-            .filter(|f| *f > 0.0)
-            .ok_or_else(|| anyhow!("{}: no fps", info_path.display()))?;
-        let video_path = info["video_path"]
-            .as_str()
-            .ok_or_else(|| anyhow!("{}: no video_path", info_path.display()))?
-            .to_string();
-        let features = info["features"]
-            .as_object()
-            .ok_or_else(|| anyhow!("{}: no features", info_path.display()))?;
-        let mut cameras = Vec::new();
-        let mut columns = Vec::new();
-        for (name, f) in features {
-            let shape: Vec<usize> = (f["shape"].as_array().into_iter().flatten())
-                .filter_map(|v| v.as_u64().map(|n| n as usize))
-                .collect();
-            let descr = match f["dtype"].as_str() {
-                Some("video") => {
-                    if !plain_name(name) {
-                        bail!(
-                            "{}: the camera key {name:?} is not a plain name (it is filled into \
-                             video_path: no '/', '.', '..' or control characters)",
-                            info_path.display()
-                        );
-                    }
-                    cameras.push(name.clone());
-                    continue;
-                }
-                Some("float32") => "<f4",
-                Some("float64") => "<f8",
-                Some("int64") => "<i8",
-                Some("int32") => "<i4",
-                Some("bool") => "|b1",
-                _ => continue,
-            };
-            columns.push(Column {
-                name: name.clone(),
-                descr,
-                width: shape.iter().product::<usize>().max(1),
-            });
-        }
-        cameras.sort();
-        columns.sort_by(|a, b| a.name.cmp(&b.name));
-        // Episodes' metadata.
-        let mut episodes: BTreeMap<u64, Episode> = BTreeMap::new();
-        let mut lengths = BTreeMap::new();
-        for path in parquet_files(root, "meta/episodes")? {
-            let name = path.display().to_string();
-            for row in rows(&path)? {
-                let get = |c: &str| field(&row, c).ok_or_else(|| anyhow!("{name}: no column {c}"));
-                let index = as_i64(get("episode_index")?)
-                    .ok_or_else(|| anyhow!("{name}: episode_index is not an integer"))?
-                    as u64;
-                lengths.insert(index, as_i64(get("length")?).unwrap_or(0));
-                let mut videos = Vec::new();
-                for cam in &cameras {
-                    let int = |c: &str| -> Result<u64> {
-                        let c = format!("videos/{cam}/{c}");
-                        as_i64(get(&c)?)
-                            .map(|n| n as u64)
-                            .ok_or_else(|| anyhow!("{name}: {c} is not an integer"))
-                    };
-                    let (chunk, file) = (int("chunk_index")?, int("file_index")?);
-                    let from = as_f64(get(&format!("videos/{cam}/from_timestamp"))?)
-                        .ok_or_else(|| anyhow!("{name}: from_timestamp is not a number"))?;
-                    let rel = fill(
-                        &video_path,
-                        &[
-                            ("video_key", cam, 0),
-                            ("chunk_index", "", chunk),
-                            ("file_index", "", file),
-                        ],
-                    )?;
-                    videos.push((relative_below(&info_path, &rel)?, from));
-                }
-                episodes.insert(
-                    index,
-                    Episode {
-                        index,
-                        rows: Vec::new(),
-                        videos,
-                        values: vec![Vec::new(); columns.len()],
-                    },
-                );
-            }
-        }
-        // Rows, from the data files.
-        for path in parquet_files(root, "data")? {
-            let name = path.display().to_string();
-            let mut found: Vec<(u64, i64, f64, Vec<Vec<u8>>)> = Vec::new();
-            for row in rows(&path)? {
-                let get = |c: &str| field(&row, c).ok_or_else(|| anyhow!("{name}: no column {c}"));
-                let ep = as_i64(get("episode_index")?).unwrap_or(-1);
-                let fi = as_i64(get("frame_index")?)
-                    .ok_or_else(|| anyhow!("{name}: frame_index is not an integer"))?;
-                let ts = as_f64(get("timestamp")?)
-                    .ok_or_else(|| anyhow!("{name}: timestamp is not a number"))?;
-                let mut vals = Vec::with_capacity(columns.len());
-                for c in &columns {
-                    let mut b = Vec::new();
-                    let n = push_values(get(&c.name)?, c.descr, &mut b);
-                    if n != Some(c.width) {
-                        bail!(
-                            "{name}: {} holds no {} values of type {}",
-                            c.name,
-                            c.width,
-                            c.descr
-                        );
-                    }
-                    vals.push(b);
-                }
-                found.push((ep as u64, fi, ts, vals));
-            }
-            for (ep, fi, ts, vals) in found {
-                let e = episodes.get_mut(&ep).ok_or_else(|| {
-                    anyhow!("{name}: a row of episode {ep}, which meta/episodes does not list")
-                })?;
-                e.rows.push((fi, ts));
-                for (i, v) in vals.into_iter().enumerate() {
-                    e.values[i].extend_from_slice(&v);
-                }
-            }
-        }
-        let mut out: Vec<Episode> = episodes.into_values().collect();
-        for e in &mut out {
-            let want = lengths.get(&e.index).copied().unwrap_or(0);
-            if e.rows.len() as i64 != want {
-                bail!(
-                    "{}: episode {} has {} rows in data/, {want} in meta/episodes",
-                    root.display(),
-                    e.index,
-                    e.rows.len()
-                );
-            }
-            let mut seen: Vec<i64> = e.rows.iter().map(|r| r.0).collect();
-            seen.sort();
-            if seen != (0..want).collect::<Vec<_>>() || e.rows.windows(2).any(|w| w[0].0 > w[1].0) {
-                bail!(
-                    "{}: episode {}'s rows are not frame_index 0..{want} in order",
-                    root.display(),
-                    e.index
-                );
-            }
-        }
+        let (fps, video_path, cameras, columns) = read_info(&info_path)?;
+        let (mut episodes, lengths) =
+            read_episodes(root, &info_path, &video_path, &cameras, columns.len())?;
+        read_rows(root, &columns, &mut episodes)?;
+        let episodes: Vec<Episode> = episodes.into_values().collect();
+        check_rows(root, &episodes, &lengths)?;
         Ok(LeRobot {
             fps,
             cameras,
             columns,
-            episodes: out,
+            episodes,
         })
     }
 }
