@@ -3,6 +3,7 @@
 
 pub use crate::fs::FsOptions;
 
+pub mod cli;
 mod decode;
 pub mod fstab;
 pub mod parse;
