@@ -48,8 +48,24 @@ pub fn set_command_line(args: Vec<std::ffi::OsString>) {
 /// Environment variable carrying the readiness pipe's fd from the launcher to the daemon.
 const READY_FD_ENV: &str = "LOOSEFS_READY_FD";
 
-/// State of a path that is about to become a mountpoint.
+/// State of a path that is about to become a mountpoint: its canonical path. Errors (bad
+/// usage, [`crate::exit_code`], unless the user may not look at it): it is missing, not a
+/// directory, a mount already, or a stale mount whose daemon died.
 fn check_mountpoint(mnt: &Path) -> Result<PathBuf> {
+    check_mountpoint_in(mnt).map_err(mountpoint_refused)
+}
+
+/// A mountpoint refused: bad usage (the command line named a path that cannot be mounted on),
+/// unless the user may not look at it (permission denied keeps its kind).
+fn mountpoint_refused(e: anyhow::Error) -> anyhow::Error {
+    use crate::exit_code::{ExitKind, with_kind};
+    match ExitKind::of(&e) {
+        ExitKind::Denied => e,
+        _ => with_kind(e, ExitKind::Usage),
+    }
+}
+
+fn check_mountpoint_in(mnt: &Path) -> Result<PathBuf> {
     match std::fs::metadata(mnt) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => bail!("mountpoint {} is not a directory", mnt.display()),
@@ -60,7 +76,10 @@ fn check_mountpoint(mnt: &Path) -> Result<PathBuf> {
                 mnt.display()
             )
         }
-        Err(e) => bail!("cannot use mountpoint {}: {e}", mnt.display()),
+        Err(e) => {
+            return Err(anyhow::Error::new(e))
+                .with_context(|| format!("cannot use mountpoint {}", mnt.display()));
+        }
     }
     let abs =
         std::fs::canonicalize(mnt).with_context(|| format!("cannot resolve {}", mnt.display()))?;
@@ -172,8 +191,10 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &DaemonOptions) -> Result<()> {
         None => mountpoint_or_fd(mnt, opts.allow_non_empty)?,
     };
     if let Some(bytes) = opts.readahead.pin {
+        // An option asking for more memory than this process may lock: bad usage.
         crate::memory::check_pin_budget(bytes.min(pack.stored_bytes()))
-            .with_context(|| format!("cannot pin {}", pack_path.display()))?;
+            .with_context(|| format!("cannot pin {}", pack_path.display()))
+            .map_err(|e| crate::exit_code::with_kind(e, crate::exit_code::ExitKind::Usage))?;
     }
     let ready = std::env::var(READY_FD_ENV)
         .ok()
@@ -193,7 +214,7 @@ fn mountpoint_or_fd(mnt: &Path, allow_non_empty: bool) -> Result<PathBuf> {
         None => {
             let abs = check_mountpoint(mnt)?;
             if !allow_non_empty {
-                check_empty(mnt, &abs)?;
+                check_empty(mnt, &abs).map_err(mountpoint_refused)?;
             }
             Ok(abs)
         }

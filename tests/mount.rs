@@ -515,7 +515,7 @@ fn stale_mount_is_reported_with_the_fix() {
     let e = nix::sys::statvfs::statvfs(&mnt).err();
     assert!(gone(e.map(|e| e as i32)), "{e:?}");
     let o = loosefs(&[&"mount", &pack, &mnt]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(2), "a mountpoint that cannot be used: bad usage");
     let msg = String::from_utf8_lossy(&o.stderr);
     assert!(
         msg.contains("stale")
@@ -538,33 +538,36 @@ fn bad_mountpoints_and_packs_are_refused() {
     let _timeout = require_mount();
     let tmp = tempfile::tempdir().unwrap();
     let (src, pack) = packed(tmp.path());
-    let expect_err = |args: &[&dyn AsRef<std::ffi::OsStr>], want: &str| {
+    // The exit code of each kind (docs/CONFIGURATION.md, "Exit codes"): a mountpoint that
+    // cannot be used is bad usage (2), a damaged pack 65, a missing one 66.
+    let expect_err = |args: &[&dyn AsRef<std::ffi::OsStr>], want: &str, code: i32| {
         let o = loosefs(args);
-        assert_eq!(o.status.code(), Some(2), "should fail: {want}");
+        assert_eq!(o.status.code(), Some(code), "should fail: {want}");
         let msg = String::from_utf8_lossy(&o.stderr);
         assert!(msg.contains(want), "expected {want:?} in {msg:?}");
     };
     expect_err(
         &[&"mount", &pack, &tmp.path().join("missing")],
         "does not exist",
+        2,
     );
-    expect_err(&[&"mount", &pack, &pack], "not a directory");
+    expect_err(&[&"mount", &pack, &pack], "not a directory", 2);
     let mnt = tmp.path().join("mnt");
     let m = mount(&pack, &mnt, &[]);
-    expect_err(&[&"mount", &pack, &mnt], "already a mount point");
+    expect_err(&[&"mount", &pack, &mnt], "already a mount point", 2);
     drop(m);
     // Corrupted packs are refused at mount time with the reason, and nothing is mounted.
     let bytes = std::fs::read(&pack).unwrap();
     let bad = tmp.path().join("bad.pack");
     std::fs::write(&bad, &bytes[..bytes.len() / 2]).unwrap();
     std::fs::create_dir_all(&mnt).unwrap();
-    expect_err(&[&"mount", &bad, &mnt], "truncated");
+    expect_err(&[&"mount", &bad, &mnt], "truncated", 65);
     let t = loosefs::pack::trailer::Trailer::parse_tail(&bytes).unwrap();
     let mut b = bytes.clone();
     b[t.index_offset as usize + 300] ^= 4;
     std::fs::write(&bad, &b).unwrap();
-    expect_err(&[&"mount", &bad, &mnt], "checksum");
-    expect_err(&[&"mount", &src.join("missing.pack"), &mnt], "missing.pack");
+    expect_err(&[&"mount", &bad, &mnt], "checksum", 65);
+    expect_err(&[&"mount", &src.join("missing.pack"), &mnt], "missing.pack", 66);
     assert!(!is_mounted(&mnt));
 }
 
