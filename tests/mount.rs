@@ -515,7 +515,11 @@ fn stale_mount_is_reported_with_the_fix() {
     let e = nix::sys::statvfs::statvfs(&mnt).err();
     assert!(gone(e.map(|e| e as i32)), "{e:?}");
     let o = loosefs(&[&"mount", &pack, &mnt]);
-    assert_eq!(o.status.code(), Some(2), "a mountpoint that cannot be used: bad usage");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "a mountpoint that cannot be used: bad usage"
+    );
     let msg = String::from_utf8_lossy(&o.stderr);
     assert!(
         msg.contains("stale")
@@ -567,7 +571,11 @@ fn bad_mountpoints_and_packs_are_refused() {
     b[t.index_offset as usize + 300] ^= 4;
     std::fs::write(&bad, &b).unwrap();
     expect_err(&[&"mount", &bad, &mnt], "checksum", 65);
-    expect_err(&[&"mount", &src.join("missing.pack"), &mnt], "missing.pack", 66);
+    expect_err(
+        &[&"mount", &src.join("missing.pack"), &mnt],
+        "missing.pack",
+        66,
+    );
     assert!(!is_mounted(&mnt));
 }
 
