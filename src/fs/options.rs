@@ -1,5 +1,6 @@
-//! How the filesystem serves: the plain options [`super::Fs`] takes (the command line's
-//! `loosefs mount` options convert into them once, in [`crate::options`]).
+//! How the filesystem serves: the plain options [`super::Fs`] takes (a mount's are made once
+//! from its [`crate::mount::DaemonOptions`], `DaemonOptions::fs_options`; a filesystem served
+//! with no mount takes [`FsOptions::in_process`]).
 
 use crate::decode::DecodeOptions;
 use crate::readahead::ReadAheadOptions;
