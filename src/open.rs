@@ -9,8 +9,9 @@
 //! | a foreign dataset at a URL (prefix, brace pattern, `index.json`) | `open/remote_dataset.rs`, `open/remote_dataset/` |
 //! | loose objects under a prefix, or a directory an HTTP server lists | `open/remote_dir.rs`, `open/remote_dir/` |
 //!
-//! A URL is understood once (`open/url.rs`: its store and shape) and opened by one documented
-//! sequence of probes; `loosefs index URL` is there too ([`index_url`]).
+//! A URL is understood once (`open/url.rs`: its store and shape); what it holds is found once
+//! by one documented sequence of probes (`open/discover.rs`), whose answer a mount opens and
+//! `loosefs index URL` indexes ([`index_url`]).
 //!
 //! Remote openers reach objects through an [`ObjectStore`] (the network's, from
 //! [`crate::storage::object::connect`], or the tests' in-memory store) and share one rule for
@@ -40,13 +41,14 @@ use std::sync::Arc;
 
 mod caches;
 pub mod dir;
+pub(crate) mod discover;
 pub mod foreign;
 pub mod pack;
-mod probed;
 pub mod remote_dataset;
 pub mod remote_dir;
 pub mod remote_pack;
-mod url;
+pub(crate) mod url;
+pub use discover::{NotRecognised, Tried};
 pub use url::index_url;
 
 /// Why a source could not be opened, where the kind decides what the caller does next.

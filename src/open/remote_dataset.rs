@@ -17,13 +17,15 @@
 //! A shared index ([`shared`]) spares the download and scan on every other node; `--offline`
 //! (`remote_dataset/offline.rs`) serves a dataset from its whole block caches without the server.
 
+use super::discover::Probe;
+use super::url::{Shape, SourceUrl};
 use crate::catalog::native::NativeCatalog;
 use crate::formats::index::{self, Foreign, Header, ObjectEntry, RemoteEntry};
 use crate::open::OpenOptions;
 use crate::storage::block_cache as cache;
 use crate::storage::chunks::{MixedStorage, Part};
 use crate::storage::object::set::ObjectSet;
-use crate::storage::object::source::{ObjectSource, ObjectStore, Pin};
+use crate::storage::object::source::{Listed, ObjectSource, ObjectStore, Pin};
 use crate::view::Views;
 use anyhow::{Context, Result, anyhow, bail};
 use futures::StreamExt;
@@ -63,12 +65,6 @@ pub struct RemoteDataset {
     pub open_bytes: u64,
 }
 
-/// Whether `url` names a dataset rather than one object: a prefix (ends with `/`) or a brace
-/// pattern.
-pub fn names_many(url: &str) -> bool {
-    url.ends_with('/') || url.contains('{')
-}
-
 /// The objects of a dataset: where their names start (`dir`, ending with `/`), the names in
 /// order, and what an S3 listing said of each (size and ETag: no GET needed to pin them).
 type Names = (String, Vec<String>, Vec<Option<Pin>>);
@@ -82,18 +78,6 @@ fn dir_of(url: &str) -> &str {
         &url[..url.find('{').unwrap_or(url.len())]
     };
     &url[..head.rfind('/').map_or(0, |p| p + 1)]
-}
-
-/// Whether `url` names a prefix (`s3://bucket/dir/`, `gs://…/`) or a directory
-/// (`https://host/dir/`), whose objects a listing may find.
-pub(crate) fn is_prefix(url: &str) -> bool {
-    url.ends_with('/') && crate::storage::object::is_url(url)
-}
-
-/// Whether `url` names a prefix of a bucket store (`s3://bucket/dir/`, `gs://bucket/dir/`),
-/// listed page by page ([`crate::storage::object::is_bucket_url`]).
-pub(crate) fn is_bucket_prefix(url: &str) -> bool {
-    url.ends_with('/') && crate::storage::object::is_bucket_url(url)
 }
 
 /// Whether `name` (an object's name relative to its dataset, from a listing, an `index.json`
@@ -119,26 +103,32 @@ fn check_safe(names: &[String], from: &str) -> Result<()> {
     }
 }
 
-/// The objects `url` names (see [`Names`]), and for an S3 prefix what its listing says of the
-/// default shared index (`.loosefs-index` at the top of the prefix), if there is one.
-fn object_names(url: &str, store: &dyn ObjectStore) -> Result<(Names, Option<Pin>)> {
+/// The objects `src` names (see [`Names`]), and for a listed prefix what its listing says of
+/// the default shared index (`.loosefs-index` at the top of the prefix), if there is one:
+/// a pattern's expanded, one object's name, a prefix's `listed` (as discovery listed it), else
+/// (an HTTP directory its server does not list) those its `index.json` names.
+fn object_names(
+    src: &SourceUrl,
+    listed: Option<Vec<Listed>>,
+    store: &dyn ObjectStore,
+) -> Result<(Names, Option<Pin>)> {
+    let url = src.url.as_str();
     let dir = dir_of(url).to_string();
-    if url.contains('{') {
+    if src.shape == Shape::Pattern {
         let urls = crate::formats::expand_braces(url);
         let names: Vec<String> = urls.iter().map(|u| u[dir.len()..].to_string()).collect();
         check_safe(&names, url)?;
         let pins = vec![None; names.len()];
         return Ok(((dir, names, pins), None));
     }
-    if !url.ends_with('/') {
+    if src.shape == Shape::Object {
         let name = url[dir.len()..].to_string();
         return Ok(((dir, vec![name], vec![None]), None));
     }
-    // An HTTP directory its server does not list may still have an `index.json`.
-    let listed = match is_prefix(url) {
-        true if is_bucket_prefix(url) => Some(store.list(url)?),
-        true => store.list(url).ok(),
-        false => None,
+    // A bucket prefix not listed by discovery (`--format` given) is listed here.
+    let listed = match listed {
+        None if src.is_bucket_prefix() => Some(store.list(url)?),
+        l => l,
     };
     if let Some(listed) = listed {
         let index_pin = (listed.iter())
@@ -183,26 +173,36 @@ fn object_names(url: &str, store: &dyn ObjectStore) -> Result<(Names, Option<Pin
     Ok(((dir, names, pins), None))
 }
 
-/// The dataset's objects and its shared index if one is used: unlisted datasets look for it
-/// first (its names and pins replace the `index.json` read and the GET per object); a listed
-/// prefix finds it in its listing.
+/// The dataset's objects and its shared index if one is used (`probe`: what discovery found
+/// asking for it): unlisted datasets look for it first (its names and pins replace the
+/// `index.json` read and the GET per object); a listed bucket prefix finds it in its listing.
 fn locate(
-    url: &str,
+    src: &SourceUrl,
+    (listed, probe): (Option<Vec<Listed>>, Probe),
     args: &OpenOptions,
     store: &dyn ObjectStore,
     use_shared: bool,
     index_dir: &Path,
 ) -> Result<(Names, Option<shared::Found>)> {
-    if use_shared && !is_bucket_prefix(url) {
-        if let Some(mut f) = shared::find(url, dir_of(url), args, store, None, index_dir)? {
+    let url = src.url.as_str();
+    if use_shared && !src.is_bucket_prefix() {
+        if let Some(mut f) = shared::find(url, dir_of(url), args, store, (None, probe), index_dir)?
+        {
             return Ok((std::mem::take(&mut f.names), Some(f)));
         }
     }
-    let ((dir, names, pins), listed_index) = object_names(url, store)?;
+    let ((dir, names, pins), listed_index) = object_names(src, listed, store)?;
     let mut found = None;
-    if use_shared && is_bucket_prefix(url) {
+    if use_shared && src.is_bucket_prefix() {
         let listed = (names.as_slice(), pins.as_slice(), listed_index.as_ref());
-        found = shared::find(url, &dir, args, store, Some(listed), index_dir)?;
+        found = shared::find(
+            url,
+            &dir,
+            args,
+            store,
+            (Some(listed), Probe::NotAsked),
+            index_dir,
+        )?;
     }
     Ok(((dir, names, pins), found))
 }
@@ -331,41 +331,48 @@ fn files_of(
 }
 
 impl RemoteDataset {
-    /// Opens the dataset at `url` (see the module note); `progress` says on stderr what is
-    /// done when the index is built.
+    /// Opens the dataset at `src` (see the module note) from what discovery learnt of it
+    /// ([`super::discover`]): its prefix's `listed` objects (`None`: not listed), and
+    /// `shared_index`, what asking for its default shared index found; `progress` says on
+    /// stderr what is done when the index is built.
     ///
     /// Errors: no objects found (the message says what to give), an object cannot be opened
     /// (404, 403, network: the server's reason), the cache cannot hold every object while the
     /// index is built, the dataset is damaged or compressed (the local parser's message).
     /// A shared index ([`shared`]) is used when there is one whose options fit: nothing is
     /// downloaded or scanned then.
-    pub fn open(
-        url: &str,
+    pub(crate) fn open(
+        src: &SourceUrl,
+        listed: Option<Vec<Listed>>,
+        shared_index: Probe,
         args: &OpenOptions,
         progress: crate::progress::Progress,
         store: Arc<dyn ObjectStore>,
     ) -> Result<RemoteDataset> {
-        Self::open_with(url, args, progress, true, store)
+        Self::open_with(src, (listed, shared_index), args, progress, true, store)
     }
 
     /// [`RemoteDataset::open`] without looking for a shared index (what `loosefs index` does:
     /// it indexes the dataset as it is now).
-    pub fn open_unshared(
-        url: &str,
+    pub(crate) fn open_unshared(
+        src: &SourceUrl,
+        listed: Option<Vec<Listed>>,
         args: &OpenOptions,
         progress: crate::progress::Progress,
         store: Arc<dyn ObjectStore>,
     ) -> Result<RemoteDataset> {
-        Self::open_with(url, args, progress, false, store)
+        Self::open_with(src, (listed, Probe::NotAsked), args, progress, false, store)
     }
 
     fn open_with(
-        url: &str,
+        src: &SourceUrl,
+        lead: (Option<Vec<Listed>>, Probe),
         args: &OpenOptions,
         progress: crate::progress::Progress,
         use_shared: bool,
         store: Arc<dyn ObjectStore>,
     ) -> Result<RemoteDataset> {
+        let url = src.url.as_str();
         if args.remote.offline {
             // Whatever keeps the caches from serving it, the source is not available offline.
             return offline::open(url, args, store).map_err(|e| {
@@ -373,7 +380,7 @@ impl RemoteDataset {
             });
         }
         let index_dir = index::cache_dir(args.index_dir.as_deref());
-        let ((dir, names, pins), found) = locate(url, args, &*store, use_shared, &index_dir)?;
+        let ((dir, names, pins), found) = locate(src, lead, args, &*store, use_shared, &index_dir)?;
         let clients = open_objects(&dir, &names, pins, args, &*store)?;
         let pins = (clients.iter())
             .map(|c| {
@@ -403,7 +410,7 @@ impl RemoteDataset {
             _ => {
                 // One object (a zip, a `.beton`) is scanned as a file, several as a directory.
                 let src = match names.as_slice() {
-                    [one] if !names_many(url) => view.join(one),
+                    [one] if !src.names_many() => view.join(one),
                     _ => view.clone(),
                 };
                 build(url, &names, &caches, (&view, &src), &kept, args, progress)?
@@ -548,6 +555,10 @@ fn name_in_view(p: &Path) -> Option<String> {
 mod tests {
     use super::*;
 
+    fn src(url: &str) -> SourceUrl {
+        SourceUrl::parse(url).expect("a URL")
+    }
+
     #[test]
     fn names_that_would_leave_the_dataset_are_refused() {
         for ok in ["a.tar", "train/part-0.tar", "x..y/z.mds", ".hidden"] {
@@ -569,7 +580,7 @@ mod tests {
             assert!(!safe_name(bad), "{bad:?}");
         }
         let store = crate::storage::object::fake::FakeStore::new();
-        let e = object_names("https://h/d/{../x,y}.tar", &*store).unwrap_err();
+        let e = object_names(&src("https://h/d/{../x,y}.tar"), None, &*store).unwrap_err();
         assert!(format!("{e:#}").contains("outside the dataset"), "{e:#}");
     }
 
@@ -577,11 +588,12 @@ mod tests {
     fn brace_patterns_and_single_urls_name_their_objects_without_a_request() {
         let args = crate::storage::object::fake::FakeStore::new();
         let args = &*args;
-        let ((dir, names, _), _) = object_names("https://h/d/shard-{000..002}.tar", args).unwrap();
+        let ((dir, names, _), _) =
+            object_names(&src("https://h/d/shard-{000..002}.tar"), None, args).unwrap();
         assert_eq!(dir, "https://h/d/");
         assert_eq!(names, ["shard-000.tar", "shard-001.tar", "shard-002.tar"]);
         let ((dir, names, _), _) =
-            object_names("s3://b/x/{train,val}/part-{0..1}.tar", args).unwrap();
+            object_names(&src("s3://b/x/{train,val}/part-{0..1}.tar"), None, args).unwrap();
         assert_eq!(dir, "s3://b/x/");
         assert_eq!(
             names,
@@ -592,20 +604,21 @@ mod tests {
                 "val/part-1.tar"
             ]
         );
-        let ((dir, names, pins), _) = object_names("s3://b/ffcv/jpg.beton", args).unwrap();
+        let ((dir, names, pins), _) =
+            object_names(&src("s3://b/ffcv/jpg.beton"), None, args).unwrap();
         assert_eq!(pins, [None]);
         assert_eq!(
             (dir.as_str(), names),
             ("s3://b/ffcv/", vec!["jpg.beton".to_string()])
         );
-        assert!(names_many("s3://b/mds/") && names_many("https://h/{0..1}.tar"));
+        assert!(src("s3://b/mds/").names_many() && src("https://h/{0..1}.tar").names_many());
         assert_eq!(dir_of("s3://b/d/x/{0..1}.tar"), "s3://b/d/x/");
         assert!(
-            is_bucket_prefix("S3://b/d/")
-                && is_bucket_prefix("gs://b/d/")
-                && !is_bucket_prefix("https://h/d/")
+            src("S3://b/d/").is_bucket_prefix()
+                && src("gs://b/d/").is_bucket_prefix()
+                && !src("https://h/d/").is_bucket_prefix()
         );
-        assert!(!names_many("https://h/a.zip"));
+        assert!(!src("https://h/a.zip").names_many());
     }
 
     #[test]

@@ -1,28 +1,15 @@
 //! A source given as a URL: what it names, understood once from the URL itself
 //! ([`SourceUrl`]: the store, from [`crate::storage::object::is_url`]; the shape, from its
-//! path), then opened by one documented sequence of probes. Every later step takes the
-//! [`SourceUrl`], never the string's prefixes or an error's text.
-//!
-//! The sequence (`--format` given: a foreign dataset of that format, at once):
-//! 1. **A prefix** (`…/`) of a bucket store: its first level listed (1 LIST); a shared listing
-//!    `.loosefs-index` found there is taken (checked against that level, 1 GET); else the
-//!    prefix listed whole: loose files, or a packed format's shards when the names say so
-//!    (`holds_a_format`), handed to the dataset opener with that listing.
-//! 2. **A directory** (`…/`) of an HTTP server: `.loosefs-index` asked for first (a listing
-//!    hides dot names): a shared listing, or a foreign dataset's shared index; else the
-//!    server's listing as in 1; else the dataset opener (`index.json`).
-//! 3. **A brace pattern** (`…/{0..9}.tar`): the dataset opener.
-//! 4. **One object**: a native pack (a suffix GET of its trailer); not a pack: one object in
-//!    another format (zip, `.beton`, Parquet, tar).
-//!
-//! `--offline`: nothing is requested; a prefix goes to the dataset opener (a recorded dataset).
-//! `loosefs index URL` follows 1–2 to write the shared listing or index ([`index_url`]).
+//! path); what it holds, found by [`super::discover`]; then opened for a mount ([`open`]) or
+//! indexed ([`index_url`]) from that one answer. Every later step takes the [`SourceUrl`] or
+//! the answer, never the string's prefixes or an error's text.
 
-use super::remote_dataset::{self, RemoteDataset};
+use super::discover::{Holds, Lead, NotRecognised, Purpose, discover};
+use super::remote_dataset::RemoteDataset;
 use super::remote_dir::{self, RemoteDir};
-use super::remote_pack::RemotePack;
-use super::{Dataset, OpenError, OpenOptions, probed};
-use crate::storage::object::source::ObjectStore;
+use super::{Dataset, OpenOptions};
+use crate::exit_code::{ExitKind, refuse, with_kind};
+use crate::storage::object::source::{Level, ObjectStore};
 use anyhow::{Context, Result};
 use std::path::Path;
 use std::sync::Arc;
@@ -53,11 +40,11 @@ impl SourceUrl {
         if !crate::storage::object::is_url(src) {
             return None;
         }
-        let shape = if remote_dataset::is_prefix(src) {
+        let shape = if src.ends_with('/') {
             Shape::Prefix {
-                bucket: remote_dataset::is_bucket_prefix(src),
+                bucket: crate::storage::object::is_bucket_url(src),
             }
-        } else if remote_dataset::names_many(src) {
+        } else if src.contains('{') {
             Shape::Pattern
         } else {
             Shape::Object
@@ -67,26 +54,25 @@ impl SourceUrl {
             shape,
         })
     }
-}
 
-/// For a missing object `url` of a bucket store that names a prefix without its trailing `/`:
-/// what to give instead (one LIST of `url/`, made only after the 404). Else nothing.
-fn prefix_hint(url: &str, store: &dyn ObjectStore) -> String {
-    let prefix = format!("{url}/");
-    if !crate::storage::object::is_bucket_url(url) {
-        return String::new();
+    /// Whether it names a dataset of several objects (a prefix or a brace pattern) rather
+    /// than one object.
+    pub(crate) fn names_many(&self) -> bool {
+        self.shape != Shape::Object
     }
-    match store.list_level(&prefix) {
-        Ok(l) if !l.objects.is_empty() || !l.dirs.is_empty() => {
-            format!(" (it is a prefix of objects: give {prefix}, with its trailing `/`)")
-        }
-        _ => String::new(),
+
+    /// Whether it is a prefix of a bucket store, listed page by page.
+    pub(crate) fn is_bucket_prefix(&self) -> bool {
+        self.shape == (Shape::Prefix { bucket: true })
     }
 }
 
-/// Opens the dataset `src` names, by the sequence in this module's documentation.
+/// Opens for a mount what `src` holds ([`discover`]): a pack, loose objects (from a listing
+/// made now or a shared listing), or a foreign dataset handed what discovery learnt of it.
+/// A stale shared listing is refused (exit code 75) unless `--refresh` asks to list again.
 ///
-/// Errors: each way tried failed; the message names each and why.
+/// Errors: as [`discover`]'s; the opener's (a damaged or unreadable dataset, a cache root
+/// that cannot be used); a source no way recognised ([`NotRecognised`], naming each way).
 pub(super) fn open(
     src: &SourceUrl,
     opts: &OpenOptions,
@@ -94,75 +80,53 @@ pub(super) fn open(
     store: Arc<dyn ObjectStore>,
 ) -> Result<Dataset> {
     let url = src.url.as_str();
-    let dataset = |store| open_remote_set(url, opts, progress, store);
-    // A prefix of loose objects (not a packed format) in a bucket, or a directory an HTTP
-    // server lists, is served as files from its listing alone.
-    if let (Shape::Prefix { bucket }, None, false) = (src.shape, &opts.format, opts.remote.offline)
-    {
-        let cannot = || format!("cannot open {url}");
-        if !bucket && opts.shared_index.is_none() {
-            return open_http_dir(url, opts, progress, store);
+    let cannot = || format!("cannot open {url}");
+    match discover(src, opts, Purpose::Mount, progress, &store)? {
+        Holds::Pack(r) => Ok(Dataset::Remote(r)),
+        Holds::Loose { listed, shared } => {
+            let mut r = RemoteDir::open(url, listed, opts, &*store).with_context(cannot)?;
+            r.shared = shared;
+            Ok(Dataset::RemoteDir(Box::new(r)))
         }
-        // An HTTP directory may have no listing: a named shared listing may describe it.
-        let (level, unlisted) = match store.list_level(url) {
-            Ok(l) => (Some(l), None),
-            Err(e) if !bucket => (None, Some(e)),
-            Err(e) => return Err(e.context(cannot())),
-        };
-        match remote_dir::shared_listing::find(url, level.as_ref(), opts, &*store) {
-            Ok(Some((listed, at))) => {
-                let mut r = RemoteDir::open(url, listed, opts, &*store).with_context(cannot)?;
-                r.shared = Some(at);
-                return Ok(Dataset::RemoteDir(Box::new(r)));
-            }
-            Ok(None) => {}
-            Err(e) => match (e.downcast_ref::<remote_dir::shared_listing::Stale>(), level) {
-                (Some(stale), Some(level)) if opts.refresh_index => {
-                    let at = stale.at.clone();
-                    return refresh(url, &at, level, opts, progress, store);
-                }
-                (Some(_), _) => {
-                    let e = crate::exit_code::with_kind(e, crate::exit_code::ExitKind::Changed);
-                    return Err(e.context(cannot()));
-                }
-                _ => return Err(e.context(cannot())),
-            },
+        Holds::Stale { stale, level } if opts.refresh_index => {
+            refresh(url, &stale.at, level, opts, progress, store)
         }
-        let Some(level) = level else {
-            let unlisted = unlisted.map(|e| format!("{e:#}")).unwrap_or_default();
-            return open_remote_set(url, opts, progress, store).map_err(|d| {
-                crate::exit_code::joined(d, format!("\n  as loose files: {unlisted}"))
-            });
-        };
-        return open_listed(url, level, opts, progress, store);
-    }
-    if opts.format.is_some() || src.shape != Shape::Object {
-        return dataset(store);
-    }
-    match RemotePack::open(url, &*store, &opts.remote) {
-        Ok(r) => Ok(Dataset::Remote(r)),
-        Err(e @ OpenError::NotAPack { .. }) => dataset(store)
-            .map_err(|d| crate::exit_code::joined(d, format!("\n  loosefs pack: {e:#}"))),
-        Err(e) if opts.remote.offline => dataset(store)
-            .map_err(|d| crate::exit_code::joined(d, format!("\n  loosefs pack: {e:#}"))),
-        Err(OpenError::Other(e))
-            if crate::storage::object::error_kind(&e) == Some(std::io::ErrorKind::NotFound) =>
-        {
-            Err(e.context(format!("cannot open {url}{}", prefix_hint(url, &*store))))
+        Holds::Stale { stale, .. } => {
+            Err(with_kind(anyhow::Error::new(stale), ExitKind::Changed).context(cannot()))
         }
-        // The error itself, not a transparent wrapper that would hide its type (and so its
-        // exit code, `crate::exit_code`).
-        Err(OpenError::Other(e)) => Err(e.context(format!("cannot open {url}"))),
+        Holds::Dataset(lead) => dataset(src, lead, opts, progress, store),
     }
+}
+
+/// The foreign dataset `src` as its opener finds it from `lead`; refused naming every way
+/// tried when none recognised it.
+fn dataset(
+    src: &SourceUrl,
+    lead: Lead,
+    opts: &OpenOptions,
+    progress: crate::progress::Progress,
+    store: Arc<dyn ObjectStore>,
+) -> Result<Dataset> {
+    let Lead {
+        listed,
+        shared_index,
+        tried,
+    } = lead;
+    RemoteDataset::open(src, listed, shared_index, opts, progress, store)
+        .map(|r| Dataset::RemoteSet(Box::new(r)))
+        .map_err(|e| {
+            NotRecognised::wrap(e, format!("cannot open {}", src.url), tried, "as a dataset")
+        })
 }
 
 /// `--refresh` of the prefix `url` (first level `level`) whose shared listing `at` is
 /// stale: the prefix listed again, the new listing written over `at` (a warning if it
-/// cannot be: the mount goes on from the fresh listing), then served as loose files.
+/// cannot be, as over HTTP: the mount goes on from the fresh listing), then served as loose
+/// files.
 fn refresh(
     url: &str,
     at: &str,
-    level: crate::storage::object::source::Level,
+    level: Level,
     opts: &OpenOptions,
     progress: crate::progress::Progress,
     store: Arc<dyn ObjectStore>,
@@ -186,146 +150,14 @@ fn refresh(
         .map(|r| Dataset::RemoteDir(Box::new(r)))
 }
 
-/// A foreign dataset at `url`, through `store`.
-fn open_remote_set(
-    url: &str,
-    opts: &OpenOptions,
-    progress: crate::progress::Progress,
-    store: Arc<dyn ObjectStore>,
-) -> Result<Dataset> {
-    RemoteDataset::open(url, opts, progress, store)
-        .with_context(|| format!("cannot open {url}"))
-        .map(|r| Dataset::RemoteSet(Box::new(r)))
-}
-
-/// The prefix `url` whose first level is `level`: listed whole, then loose files, or a
-/// packed format handed to its opener with that listing (one listing per open).
-fn open_listed(
-    url: &str,
-    level: crate::storage::object::source::Level,
-    opts: &OpenOptions,
-    progress: crate::progress::Progress,
-    store: Arc<dyn ObjectStore>,
-) -> Result<Dataset> {
-    let cannot = || format!("cannot open {url}");
-    let listed = store
-        .list_below(url, level, progress)
-        .with_context(cannot)?;
-    let keys: Vec<String> = listed.iter().map(|l| l.key.clone()).collect();
-    if keys.is_empty() {
-        anyhow::bail!("cannot open {url}: no objects under this prefix");
-    }
-    if !remote_dir::holds_a_format(&keys) {
-        return RemoteDir::open(url, listed, opts, &*store)
-            .with_context(cannot)
-            .map(|r| Dataset::RemoteDir(Box::new(r)));
-    }
-    let store: Arc<dyn ObjectStore> = Arc::new(ListedOnce {
-        inner: store,
-        url: url.to_string(),
-        listed: std::sync::Mutex::new(Some(listed)),
-    });
-    open_remote_set(url, opts, progress, store)
-}
-
-/// An `https://host/dir/` directory. Its `.loosefs-index` is asked for first (an HTTP
-/// listing hides names starting with `.`): a shared listing of loose objects is checked
-/// against the directory's listing when the server gives one (2 requests); a foreign
-/// dataset's shared index goes to that opener as fetched (1 request). With none, the
-/// directory's listing: loose files or a packed format; without a listing, the dataset
-/// opener (`index.json`, told the index is absent), else refused naming both ways.
-fn open_http_dir(
-    url: &str,
-    opts: &OpenOptions,
-    progress: crate::progress::Progress,
-    store: Arc<dyn ObjectStore>,
-) -> Result<Dataset> {
-    use probed::{Answer, Probed};
-    let cannot = || format!("cannot open {url}");
-    let at = format!("{url}{}", crate::formats::index::shared::SUFFIX);
-    let client = store.object(&at).with_context(cannot)?;
-    let dir = crate::formats::index::cache_dir(opts.index_dir.as_deref());
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create the index directory {}", dir.display()))?;
-    let tmp = tempfile::NamedTempFile::new_in(&dir)
-        .with_context(|| format!("cannot write in {}", dir.display()))?;
-    let answer = match client.fetch_to(tmp.path()) {
-        Ok(_) => {
-            let bytes = std::fs::read(tmp.path())
-                .with_context(|| format!("cannot read the shared index {at}"))?;
-            match remote_dir::shared_listing::decode(&bytes, &at)? {
-                Some(listed) => {
-                    let stale = match store.list_level(url) {
-                        Ok(level) => {
-                            remote_dir::shared_listing::check_level(&level, &listed, &at, url).err()
-                        }
-                        Err(e) => {
-                            log::info!(
-                                "{at}: taken as it is, with nothing to check it against ({e:#})"
-                            );
-                            None
-                        }
-                    };
-                    match stale {
-                        None => {
-                            let mut r =
-                                RemoteDir::open(url, listed, opts, &*store).with_context(cannot)?;
-                            r.shared = Some(at);
-                            return Ok(Dataset::RemoteDir(Box::new(r)));
-                        }
-                        Some(e) if !opts.refresh_index => return Err(e),
-                        // Over HTTP the listing cannot be written back: the directory's
-                        // own listing is served, and the shared one left to its publisher.
-                        Some(e) => {
-                            let why = format!(
-                                "{e:#}\n--refresh: serving the directory's listing instead (publish a new shared listing with `loosefs index {url} --out FILE`)"
-                            );
-                            log::warn!("{why}");
-                            crate::eprintln_lossy!("loosefs: {why}");
-                            Answer::Absent
-                        }
-                    }
-                }
-                None => Answer::Fetched(client, tmp.into_temp_path()),
-            }
-        }
-        Err(e)
-            if matches!(
-                crate::storage::object::error_kind(&e),
-                Some(std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied)
-            ) =>
-        {
-            Answer::Absent
-        }
-        Err(e) => return Err(e.context(format!("cannot read the shared index {at}"))),
-    };
-    let foreign = matches!(answer, Answer::Fetched(..));
-    let store: Arc<dyn ObjectStore> = Arc::new(Probed {
-        inner: store,
-        at: at.clone(),
-        answer: std::sync::Mutex::new(Some(answer)),
-    });
-    if foreign {
-        return open_remote_set(url, opts, progress, store);
-    }
-    match store.list_level(url) {
-        Ok(level) => open_listed(url, level, opts, progress, store),
-        Err(unlisted) => open_remote_set(url, opts, progress, store).map_err(|d| {
-            crate::exit_code::joined(
-                d,
-                format!("\n  as loose files: {unlisted:#}\n  and there is no shared listing {at}"),
-            )
-        }),
-    }
-}
-
-/// `loosefs index URL [--out DEST]`: the shared index of the dataset at `url`, written beside
-/// it (or at `out`). An S3 prefix or listed HTTP directory of loose objects gets its listing
-/// ([`remote_dir::listing`]); a foreign dataset its index ([`remote_dataset::shared`]).
-/// Returns the line to print: where it went and what it holds.
+/// `loosefs index URL [--out DEST]`: the shared index of what `url` holds ([`discover`], as
+/// a mount finds it), written beside it (or at `out`): loose objects get their listing
+/// ([`remote_dir::shared_listing::write`]), a foreign dataset its index
+/// ([`super::remote_dataset::shared::index`]). Returns the line to print: where it went and
+/// what it holds.
 ///
-/// Errors: the listing fails or is empty, the dataset cannot be indexed, the index cannot be
-/// written or uploaded.
+/// Errors: as [`discover`]'s; a loosefs pack (its index is inside it: bad usage, 2); the
+/// dataset cannot be indexed; the index cannot be written or uploaded.
 pub fn index_url(
     url: &str,
     out: Option<&Path>,
@@ -333,67 +165,31 @@ pub fn index_url(
     store: Arc<dyn ObjectStore>,
     progress: crate::progress::Progress,
 ) -> Result<String> {
-    let shape = SourceUrl::parse(url).map_or(Shape::Object, |s| s.shape);
-    if let (Shape::Prefix { bucket }, None) = (shape, &args.format) {
-        let cannot = || format!("cannot index {url}");
-        let level = match store.list_level(url) {
-            Ok(level) => level,
-            // An HTTP directory its server does not list: a dataset by its `index.json`.
-            Err(_) if !bucket => {
-                return remote_dataset::shared::index(url, out, args, store, progress);
-            }
-            Err(e) => return Err(e.context(cannot())),
-        };
-        let listed = store
-            .list_below(url, level, progress)
-            .with_context(cannot)?;
-        let keys: Vec<String> = listed.iter().map(|l| l.key.clone()).collect();
-        if keys.is_empty() {
-            anyhow::bail!("cannot index {url}: no objects under this prefix");
+    let Some(src) = SourceUrl::parse(url) else {
+        return Err(refuse(
+            ExitKind::Usage,
+            format!(
+                "{url}: not a URL (`loosefs index` writes the shared index of a remote dataset)"
+            ),
+        ));
+    };
+    let cannot = || format!("cannot index {url}");
+    match discover(&src, args, Purpose::Index, progress, &store)? {
+        Holds::Pack(_) => Err(refuse(
+            ExitKind::Usage,
+            format!(
+                "cannot index {url}: it is a loosefs pack, whose index is inside it (`loosefs index` writes the shared index of loose objects or of a dataset in another format)"
+            ),
+        )),
+        Holds::Loose { listed, .. } => {
+            remote_dir::shared_listing::write(url, &listed, out, &*store).with_context(cannot)
         }
-        if !remote_dir::holds_a_format(&keys) {
-            return remote_dir::shared_listing::write(url, &listed, out, &*store)
-                .with_context(cannot);
+        Holds::Stale { stale, .. } => Err(anyhow::Error::new(stale).context(cannot())),
+        Holds::Dataset(lead) => {
+            let Lead { listed, tried, .. } = lead;
+            super::remote_dataset::shared::index(&src, listed, out, args, store, progress)
+                .map_err(|e| NotRecognised::wrap(e, cannot(), tried, "as a dataset"))
         }
-        let store: Arc<dyn ObjectStore> = Arc::new(ListedOnce {
-            inner: store,
-            url: url.to_string(),
-            listed: std::sync::Mutex::new(Some(listed)),
-        });
-        return remote_dataset::shared::index(url, out, args, store, progress);
-    }
-    remote_dataset::shared::index(url, out, args, store, progress)
-}
-
-/// A store whose first LIST of `url` is answered from a listing made already (one LIST per
-/// open, whichever opener needs it); everything else goes to `inner`.
-#[derive(Debug)]
-struct ListedOnce {
-    inner: Arc<dyn ObjectStore>,
-    url: String,
-    listed: std::sync::Mutex<Option<Listing>>,
-}
-
-/// A prefix's listing: each key below it, with the pin its listing gave.
-type Listing = Vec<crate::storage::object::source::Listed>;
-
-impl ObjectStore for ListedOnce {
-    fn object(&self, url: &str) -> Result<Arc<dyn crate::storage::object::source::ObjectSource>> {
-        self.inner.object(url)
-    }
-
-    fn list(&self, url: &str) -> Result<Listing> {
-        let kept = (url == self.url)
-            .then(|| self.listed.lock().ok()?.take())
-            .flatten();
-        match kept {
-            Some(l) => Ok(l),
-            None => self.inner.list(url),
-        }
-    }
-
-    fn upload(&self, url: &str, src: &Path) -> Result<()> {
-        self.inner.upload(url, src)
     }
 }
 

@@ -443,7 +443,7 @@ fn a_shared_index_spares_another_node_the_download() {
     let tmp = tempfile::tempdir().unwrap();
     let store = FakeStore::new();
     let want = shards(tmp.path(), &store, "s3://b/wds/");
-    let line = remote_dataset::shared::index(
+    let line = crate::open::index_url(
         "s3://b/wds/",
         None,
         &options(tmp.path(), "n1"),
@@ -755,4 +755,128 @@ fn formats_are_told_from_loose_files_by_their_listing() {
         "data/chunk-000/file-000.parquet",
         "videos/cam/chunk-000/file-000.mp4"
     ])));
+}
+
+/// What discovery found, in a word and whether a listing or a probe came with it.
+fn holds(h: &crate::open::discover::Holds) -> String {
+    use crate::open::discover::Holds;
+    match h {
+        Holds::Pack(_) => "pack".into(),
+        Holds::Loose { listed, .. } => format!("loose ({} objects)", listed.len()),
+        Holds::Stale { stale, .. } => format!("stale ({})", stale.name),
+        Holds::Dataset(l) => format!(
+            "dataset ({}, tried {:?})",
+            l.listed
+                .as_ref()
+                .map_or("not listed".into(), |l| format!("{} listed", l.len())),
+            l.tried.iter().map(|t| t.way).collect::<Vec<_>>()
+        ),
+    }
+}
+
+#[test]
+fn mount_and_index_discover_the_same_for_each_kind_of_url() {
+    use crate::open::discover::{Purpose, discover};
+    use crate::open::url::SourceUrl;
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    let (pack, _) = pack_bytes(tmp.path(), 20, 500, 4);
+    store.put("s3://b/one.pack", pack.clone());
+    store.put("gs://b/one.pack", pack);
+    store.put("s3://b/a.zip", b"PK\x05\x06 not a pack".to_vec());
+    loose(&store, "s3://b/train/", 9, 100);
+    loose(&store, "gs://b/train/", 9, 100);
+    loose(&store, "https://h/train/", 9, 100);
+    shards(tmp.path(), &store, "s3://b/wds/");
+    shards(tmp.path(), &store, "https://h/wds/");
+    let as_store: Arc<dyn crate::storage::object::source::ObjectStore> = store.clone();
+    let answer = |url: &str, purpose| {
+        let src = SourceUrl::parse(url).unwrap();
+        let opts = options(tmp.path(), "n1");
+        discover(
+            &src,
+            &opts,
+            purpose,
+            crate::progress::Progress::None,
+            &as_store,
+        )
+        .map(|h| holds(&h))
+        .unwrap_or_else(|e| format!("error: {e:#}"))
+    };
+    let cases = [
+        ("s3://b/one.pack", "pack"),
+        ("gs://b/one.pack", "pack"),
+        (
+            "s3://b/a.zip",
+            "dataset (not listed, tried [\"as a loosefs pack\"])",
+        ),
+        ("s3://b/train/", "loose (9 objects)"),
+        ("gs://b/train/", "loose (9 objects)"),
+        ("https://h/train/", "loose (9 objects)"),
+        ("s3://b/wds/", "dataset (2 listed, tried [])"),
+        ("https://h/wds/", "dataset (2 listed, tried [])"),
+        (
+            "https://h/wds/shard-{0..1}.tar",
+            "dataset (not listed, tried [])",
+        ),
+        (
+            "s3://b/none/",
+            "error: cannot open s3://b/none/: no objects under this prefix",
+        ),
+    ];
+    for (url, want) in &cases {
+        assert_eq!(answer(url, Purpose::Mount), *want, "mount {url}");
+        assert_eq!(answer(url, Purpose::Index), *want, "index {url}");
+    }
+    // A server that lists nothing: a dataset read from its `index.json`. A mount has also
+    // asked for the shared index the listing would hide, and says so if the dataset fails.
+    store.list_down.store(true, SeqCst);
+    let url = "https://h/wds/";
+    assert!(
+        answer(url, Purpose::Mount).starts_with(
+            "dataset (not listed, tried [\"as loose files\", \"as a shared listing\"])"
+        ),
+        "{}",
+        answer(url, Purpose::Mount)
+    );
+    assert!(
+        answer(url, Purpose::Index).starts_with("dataset (not listed, tried [\"as loose files\"])"),
+        "{}",
+        answer(url, Purpose::Index)
+    );
+    store.list_down.store(false, SeqCst);
+    // The same answer taken by both commands: a pack needs no index (bad usage), loose
+    // objects get a shared listing, shards a shared index.
+    let index = |url: &str| {
+        crate::open::index_url(
+            url,
+            None,
+            &options(tmp.path(), "n1"),
+            store.clone(),
+            crate::progress::Progress::None,
+        )
+    };
+    let e = index("s3://b/one.pack").unwrap_err();
+    assert_eq!(
+        crate::exit_code::ExitKind::of(&e),
+        crate::exit_code::ExitKind::Usage
+    );
+    assert!(format!("{e:#}").contains("it is a loosefs pack"), "{e:#}");
+    assert!(
+        index("s3://b/train/")
+            .unwrap()
+            .contains("shared listing of s3://b/train/")
+    );
+    assert!(
+        index("s3://b/wds/")
+            .unwrap()
+            .contains("shared index of s3://b/wds/")
+    );
+    // A zip that is no zip: refused naming both ways, of the dataset's kind.
+    let e = open_err("s3://b/a.zip", &options(tmp.path(), "n1"), &store);
+    assert!(
+        e.starts_with("cannot open s3://b/a.zip\n  as a loosefs pack: ")
+            && e.contains("\n  as a dataset: "),
+        "{e}"
+    );
 }

@@ -15,6 +15,8 @@
 use super::{Names, object_name};
 use crate::formats::index::{self, Foreign, RemoteEntry, shared::SUFFIX};
 use crate::open::OpenOptions;
+use crate::open::discover::Probe;
+use crate::open::url::SourceUrl;
 use crate::storage::object::source::{ObjectStore, Pin};
 use crate::storage::object::{error_kind, is_url};
 use anyhow::{Context, Result, bail};
@@ -46,8 +48,10 @@ pub(super) struct Found {
     pub fetched: u64,
 }
 
-/// Looks for the shared index of the dataset at `url` (see the module note). `Ok(None)`:
-/// there is none (an unnamed index missing, or built with other options than the mount's).
+/// Looks for the shared index of the dataset at `url` (see the module note), `listed` by
+/// discovery or not, and what discovery's `probe` of the default index found (fetched:
+/// taken from that file; absent: not asked for again). `Ok(None)`: there is none (an
+/// unnamed index missing, or built with other options than the mount's).
 ///
 /// Errors: a named index missing or unreadable; not a shared index of a remote dataset;
 /// built with other options (named only); stale against the listing (the message names the
@@ -57,12 +61,29 @@ pub(super) fn find(
     dir: &str,
     args: &OpenOptions,
     store: &dyn ObjectStore,
-    listed: Option<Listed<'_>>,
+    (listed, probe): (Option<Listed<'_>>, Probe),
     index_dir: &Path,
 ) -> Result<Option<Found>> {
     let (at, named) = location(url, args);
     let mut fetched = 0;
-    let path = if is_url(&at) {
+    let path = if is_url(&at) && !named {
+        match probe {
+            Probe::Absent => return Ok(None),
+            Probe::Fetched(_, file) => {
+                let tmp = tmp_path(index_dir, &at)?;
+                fetched = std::fs::metadata(&file)?.len().max(1);
+                file.persist(&tmp)
+                    .with_context(|| format!("cannot keep the shared index {at}"))?;
+                Some(tmp)
+            }
+            Probe::NotAsked => None,
+        }
+    } else {
+        None
+    };
+    let path = if let Some(path) = path {
+        path
+    } else if is_url(&at) {
         // The default index of a listed prefix is in the listing: none there, no request.
         let pin = match listed {
             Some((_, _, pin)) if !named => match pin {
@@ -71,13 +92,7 @@ pub(super) fn find(
             },
             _ => None,
         };
-        std::fs::create_dir_all(index_dir).with_context(|| {
-            format!("cannot create the index directory {}", index_dir.display())
-        })?;
-        let tmp = index_dir.join(format!(
-            "remote-shared-{:016x}.lfx",
-            xxhash_rust::xxh3::xxh3_64(at.as_bytes())
-        ));
+        let tmp = tmp_path(index_dir, &at)?;
         let client = store.object(&at)?;
         if let Some(p) = pin {
             client.set_pin(p);
@@ -118,6 +133,17 @@ pub(super) fn find(
         foreign,
         fetched,
     }))
+}
+
+/// Where a shared index fetched from `at` is kept in `index_dir` until its dataset's key is
+/// known (the directory made if need be).
+fn tmp_path(index_dir: &Path, at: &str) -> Result<PathBuf> {
+    std::fs::create_dir_all(index_dir)
+        .with_context(|| format!("cannot create the index directory {}", index_dir.display()))?;
+    Ok(index_dir.join(format!(
+        "remote-shared-{:016x}.lfx",
+        xxhash_rust::xxh3::xxh3_64(at.as_bytes())
+    )))
 }
 
 /// A shared index that fits a mount: the dataset's object names, their pins, the index.
@@ -283,17 +309,20 @@ pub fn write(ds: &super::RemoteDataset, out: Option<&Path>, index_dir: &Path) ->
     Ok(dest)
 }
 
-/// `loosefs index URL [--out DEST]`: the dataset indexed as it is now (downloaded once into
+/// `loosefs index URL [--out DEST]`: the dataset at `src` (its prefix `listed` by discovery,
+/// or not) indexed as it is now (downloaded once into
 /// the block cache and scanned, or its kept index reused) and written as a shared index
 /// ([`write`]). Returns the line to print: where it went and what it holds.
-pub fn index(
-    url: &str,
+pub(crate) fn index(
+    src: &SourceUrl,
+    listed: Option<Vec<crate::storage::object::source::Listed>>,
     out: Option<&Path>,
     args: &OpenOptions,
     store: Arc<dyn ObjectStore>,
     progress: crate::progress::Progress,
 ) -> Result<String> {
-    let ds = super::RemoteDataset::open_unshared(url, args, progress, store)?;
+    let url = src.url.as_str();
+    let ds = super::RemoteDataset::open_unshared(src, listed, args, progress, store)?;
     let dir = index::cache_dir(args.index_dir.as_deref());
     let dest = write(&ds, out, &dir)?;
     let i = ds.info();

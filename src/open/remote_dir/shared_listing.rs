@@ -151,14 +151,17 @@ pub struct Stale {
 /// The recorded objects `listed` against the first level of the prefix now: the same objects
 /// directly under it (each with its ETag and size) and the same subdirectories. Errors (stale)
 /// name the first that differs.
-pub fn check_level(level: &Level, listed: &[Listed], at: &str, url: &str) -> Result<()> {
-    let stale = |name: &str, why: &'static str| {
-        anyhow::Error::new(Stale {
-            at: at.to_string(),
-            url: url.to_string(),
-            name: name.to_string(),
-            why,
-        })
+pub fn check_level(
+    level: &Level,
+    listed: &[Listed],
+    at: &str,
+    url: &str,
+) -> std::result::Result<(), Stale> {
+    let stale = |name: &str, why: &'static str| Stale {
+        at: at.to_string(),
+        url: url.to_string(),
+        name: name.to_string(),
+        why,
     };
     // A first level longer than a page was listed up to its first page's last entry (in key
     // order: a directory `d` as `d/`): what the index records beyond it is not checked.
@@ -210,16 +213,15 @@ pub fn check_level(level: &Level, listed: &[Listed], at: &str, url: &str) -> Res
 /// `None`: an HTTP directory the server does not list, so nothing to check against). On S3
 /// the index is fetched only when `level` holds it, pinned to the ETag that listing gave;
 /// from an HTTP server (whose listings hide names starting with `.`) it is asked for by name.
-/// Returns its objects and where it was read. `Ok(None)`: none there, or a foreign dataset's
-/// shared index (left to its opener).
+/// Returns what was found ([`Found`]).
 ///
-/// Errors: a named index missing; a fetch that fails; not a loosefs index or damaged; stale.
+/// Errors: a named index missing; a fetch that fails; not a loosefs index or damaged.
 pub fn find(
     url: &str,
     level: Option<&Level>,
     args: &OpenOptions,
     store: &dyn ObjectStore,
-) -> Result<Option<(Vec<Listed>, String)>> {
+) -> Result<Found> {
     let (at, named) = match &args.shared_index {
         Some(p) => (p.to_string_lossy().into_owned(), true),
         None => (format!("{url}{SUFFIX}"), false),
@@ -229,7 +231,7 @@ pub fn find(
     if let Some(level) = level.filter(|_| !named) {
         let keys: Vec<String> = level.objects.iter().map(|l| l.key.clone()).collect();
         if level.dirs.is_empty() && super::holds_a_format(&keys) {
-            return Ok(None);
+            return Ok(Found::None);
         }
     }
     let bucket = crate::storage::object::is_bucket_url(url);
@@ -241,7 +243,7 @@ pub fn find(
                     client.set_pin(p.clone())
                 }
                 Some(_) => {}
-                None if bucket => return Ok(None),
+                None if bucket => return Ok(Found::None),
                 None => {}
             }
         }
@@ -252,7 +254,7 @@ pub fn find(
             .with_context(|| format!("cannot write in {}", dir.display()))?;
         match client.fetch_to(tmp.path()) {
             Err(e) if !named && !bucket && error_kind(&e) == Some(std::io::ErrorKind::NotFound) => {
-                return Ok(None);
+                return Ok(Found::None);
             }
             r => r.with_context(|| format!("cannot read the shared index {at}"))?,
         };
@@ -262,15 +264,31 @@ pub fn find(
     }
     .with_context(|| format!("cannot read the shared index {at}"))?;
     let Some(listed) = decode(&bytes, &at)? else {
-        return Ok(None);
+        return Ok(Found::None);
     };
     match level {
-        Some(level) => check_level(level, &listed, &at, url)?,
+        Some(level) => {
+            if let Err(stale) = check_level(level, &listed, &at, url) {
+                return Ok(Found::Stale(stale));
+            }
+        }
         None => log::info!(
             "{at}: {url} is not listed by its server, so the shared index is taken as it is (an object changed since answers ESTALE)"
         ),
     }
-    Ok(Some((listed, at)))
+    Ok(Found::Fresh(listed, at))
+}
+
+/// What [`find`] found for a mount.
+#[derive(Debug)]
+pub enum Found {
+    /// No shared listing there, or a foreign dataset's shared index (left to its opener).
+    None,
+    /// A shared listing that matches the prefix's first level: its objects, and where it was
+    /// read.
+    Fresh(Vec<Listed>, String),
+    /// A shared listing that no longer matches the prefix's first level.
+    Stale(Stale),
 }
 
 /// `loosefs index s3://bucket/prefix/` of loose objects: the full listing `listed` written as
