@@ -214,8 +214,8 @@ fn prefix(
         Err(e) => return Err(e.context(cannot())),
     };
     if purpose == Purpose::Mount {
-        let found =
-            shared_listing::find(url, level.as_ref(), opts, &**store).with_context(cannot)?;
+        let found = shared_listing::find(url, bucket, level.as_ref(), opts, &**store)
+            .with_context(cannot)?;
         match (found, level) {
             (shared_listing::Found::Fresh(listed, at), _) => {
                 return Ok(Holds::Loose {

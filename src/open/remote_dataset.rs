@@ -184,8 +184,8 @@ fn locate(
     use_shared: bool,
     index_dir: &Path,
 ) -> Result<(Names, Option<shared::Found>)> {
-    let url = src.url.as_str();
-    if use_shared && !src.is_bucket_prefix() {
+    let (url, listed_prefix) = (src.url.as_str(), src.is_bucket_prefix());
+    if use_shared && !listed_prefix {
         if let Some(mut f) = shared::find(url, dir_of(url), args, store, (None, probe), index_dir)?
         {
             return Ok((std::mem::take(&mut f.names), Some(f)));
@@ -193,7 +193,7 @@ fn locate(
     }
     let ((dir, names, pins), listed_index) = object_names(src, listed, store)?;
     let mut found = None;
-    if use_shared && src.is_bucket_prefix() {
+    if use_shared && listed_prefix {
         let listed = (names.as_slice(), pins.as_slice(), listed_index.as_ref());
         found = shared::find(
             url,

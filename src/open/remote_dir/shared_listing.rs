@@ -208,16 +208,17 @@ pub fn check_level(
     Ok(())
 }
 
-/// The shared listing of the prefix `url` for a mount: `--index` when given, else
-/// `<url>.loosefs-index`, checked against `level` (the prefix's first level, just listed;
-/// `None`: an HTTP directory the server does not list, so nothing to check against). On S3
-/// the index is fetched only when `level` holds it, pinned to the ETag that listing gave;
+/// The shared listing of the prefix `url` (of a bucket store: `bucket`, else an HTTP
+/// directory) for a mount: `--index` when given, else `<url>.loosefs-index`, checked against
+/// `level` (the prefix's first level, just listed; `None`: an HTTP directory the server does
+/// not list, so nothing to check against). In a bucket the index is fetched only when `level` holds it, pinned to the ETag that listing gave;
 /// from an HTTP server (whose listings hide names starting with `.`) it is asked for by name.
 /// Returns what was found ([`Found`]).
 ///
 /// Errors: a named index missing; a fetch that fails; not a loosefs index or damaged.
 pub fn find(
     url: &str,
+    bucket: bool,
     level: Option<&Level>,
     args: &OpenOptions,
     store: &dyn ObjectStore,
@@ -234,7 +235,6 @@ pub fn find(
             return Ok(Found::None);
         }
     }
-    let bucket = crate::storage::object::is_bucket_url(url);
     let bytes = if is_url(&at) {
         let client = store.object(&at)?;
         if !named {
