@@ -219,6 +219,21 @@ class FakeGcs:
         with urllib.request.urlopen(urllib.request.Request(url, data=data, method="POST"), timeout=30) as r:
             assert r.status == 200, r.status
 
+    def exists(self, bucket: str, key: str) -> bool:
+        """Whether an object is at `key` (the JSON API's metadata GET: 200, else 404)."""
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        url = f"http://{self.host}/storage/v1/b/{bucket}/o/{urllib.parse.quote(key, safe='')}"
+        try:
+            with urllib.request.urlopen(url, timeout=30) as r:
+                return r.status == 200
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return False
+            raise
+
     def stop(self) -> None:
         stop_group(self.proc, signal.SIGTERM, 20)
 
