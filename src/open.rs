@@ -11,7 +11,7 @@
 //!
 //! A URL is understood once (`open/url.rs`: its store and shape); what it holds is found once
 //! by one documented sequence of probes (`open/discover.rs`), whose answer a mount opens and
-//! `loosefs index URL` indexes ([`index_url`]).
+//! `loosefs index URL` indexes (`open/remote.rs`, [`index_url`]).
 //!
 //! Remote openers reach objects through an [`ObjectStore`] (the network's, from
 //! [`crate::storage::object::connect`], or the tests' in-memory store) and share one rule for
@@ -44,12 +44,13 @@ pub mod dir;
 pub(crate) mod discover;
 pub mod foreign;
 pub mod pack;
+mod remote;
 pub mod remote_dataset;
 pub mod remote_dir;
 pub mod remote_pack;
 pub(crate) mod url;
 pub use discover::{NotRecognised, Tried};
-pub use url::index_url;
+pub use remote::index_url;
 
 /// Why a source could not be opened, where the kind decides what the caller does next.
 #[derive(Debug, thiserror::Error)]
@@ -266,7 +267,7 @@ impl Dataset {
         store: Arc<dyn ObjectStore>,
     ) -> Result<Dataset> {
         if let Some(url) = src.to_str().and_then(url::SourceUrl::parse) {
-            return url::open(&url, opts, progress, store);
+            return remote::open(&url, opts, progress, store);
         }
         let scan = opts.scan_options()?;
         if scan.format.is_none() && src.is_file() {

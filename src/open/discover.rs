@@ -1,6 +1,6 @@
 //! Discovery: what a source URL holds, found once by a documented sequence of probes and
-//! returned as a value ([`Holds`]). `mount` opens that value ([`super::url::open`]) and
-//! `loosefs index` indexes it ([`super::url::index_url`]): "what a prefix is" is decided here
+//! returned as a value ([`Holds`]). `mount` opens that value ([`super::remote::open`]) and
+//! `loosefs index` indexes it ([`super::remote::index_url`]): "what a prefix is" is decided here
 //! alone, and what a probe fetched is handed on inside the value, never asked for twice.
 //!
 //! The sequence (`--format` given, or `--offline`: a foreign dataset, nothing asked here):
