@@ -119,7 +119,7 @@ impl Fs {
     }
 
     /// Serves the made files (video frames, columns) of the catalog through `frames`: once,
-    /// when the filesystem is built ([`crate::open::Opened::into_fs`]).
+    /// when the filesystem is composed (`crate::mount::compose`).
     pub fn set_frames(&mut self, frames: Arc<crate::video::frames::FrameServer>) {
         self.data.frames = Some(frames);
     }

@@ -10,7 +10,7 @@
 //! against. What the mount guards against instead is a file changing under it: every use of a
 //! file checks its inode, size and modification time against the walk's, and a file changed,
 //! replaced or removed since the mount answers EIO naming it (never its old bytes mixed with
-//! new ones). While mounted, a watcher ([`watch`]) notices changes and [`changes`] serves each
+//! new ones). While mounted, a watcher (`crate::fs::watch`) notices changes and `crate::fs::changes` serves each
 //! name that changed as the disk has it now.
 
 use crate::catalog::ObjectInfo;

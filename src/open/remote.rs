@@ -96,13 +96,13 @@ fn refresh(
         .map(|r| Dataset::RemoteDir(Box::new(r)))
 }
 
-/// `loosefs index URL [--out DEST]`: the shared index of what `url` holds ([`discover`], as
-/// a mount finds it), written beside it (or at `out`): loose objects get their listing
-/// ([`remote_dir::shared_listing::write`]), a foreign dataset its index
-/// ([`super::remote_dataset::shared::index`]). Returns the line to print: where it went and
-/// what it holds.
+/// `loosefs index URL [--out DEST]`: the shared index of what `url` holds (discovered as a
+/// mount discovers it, `open/discover.rs`), written beside it (or at `out`): loose objects
+/// get their listing ([`remote_dir::shared_listing::write`]), a foreign dataset its index
+/// (`remote_dataset::shared::index`). Returns the line to print: where it went and what it
+/// holds.
 ///
-/// Errors: as [`discover`]'s; a loosefs pack (its index is inside it: bad usage, 2); the
+/// Errors: as discovery's (a listing or GET that fails, an empty prefix); a loosefs pack (its index is inside it: bad usage, 2); the
 /// dataset cannot be indexed; the index cannot be written or uploaded.
 pub fn index_url(
     url: &str,

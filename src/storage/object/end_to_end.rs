@@ -245,8 +245,6 @@ impl ObjectSource for EndToEnd {
         Box::pin(async move { bail!("{}: a run of objects has no tail to open", self.url) })
     }
 
-    fn set_pin(&self, _pin: Pin) {}
-
     fn fetch_to(&self, _dest: &Path) -> anyhow::Result<u64> {
         bail!("{}: a run of objects is not fetched whole", self.url)
     }

@@ -180,19 +180,6 @@ impl ObjectSource for FakeObject {
     fn max_requests(&self) -> usize {
         4
     }
-
-    fn open_tail(&self, n: u64) -> BoxFuture<'_, anyhow::Result<Bytes>> {
-        let size = self.pin.size;
-        Box::pin(async move { Ok(self.get(size.saturating_sub(n)..size).await?) })
-    }
-
-    fn set_pin(&self, _pin: Pin) {}
-
-    fn fetch_to(&self, dest: &Path) -> anyhow::Result<u64> {
-        let b = self.get_blocking(0..self.pin.size)?;
-        std::fs::write(dest, &b)?;
-        Ok(b.len() as u64)
-    }
 }
 
 /// The `LastModified` every fake object is listed with, seconds (2023-11-14).

@@ -174,7 +174,17 @@ pub trait ObjectSource: Send + Sync + std::fmt::Debug {
     ///
     /// Errors: no such object (404, kind `NotFound`), access refused (403), no ETag in the
     /// answer (the object could not be pinned), a network failure after the retries.
-    fn open_tail(&self, n: u64) -> BoxFuture<'_, anyhow::Result<Bytes>>;
+    ///
+    /// Default, for a source pinned when it was made: one [`ObjectSource::get`] of the pinned
+    /// version's last `n` bytes; an unpinned one is refused.
+    fn open_tail(&self, n: u64) -> BoxFuture<'_, anyhow::Result<Bytes>> {
+        Box::pin(async move {
+            let size = self.pin().map(|p| p.size).ok_or_else(|| {
+                anyhow::anyhow!("{}: not pinned, so its tail cannot be found", self.url())
+            })?;
+            Ok(self.get(size.saturating_sub(n)..size).await?)
+        })
+    }
 
     /// [`ObjectSource::open_tail`], waiting for it.
     fn open_tail_blocking(&self, n: u64) -> anyhow::Result<Bytes> {
@@ -182,8 +192,9 @@ pub trait ObjectSource: Send + Sync + std::fmt::Debug {
     }
 
     /// Pins the object to `pin` (what a listing or an index said of it) without a request:
-    /// every later GET carries its ETag. No effect when already pinned.
-    fn set_pin(&self, pin: Pin);
+    /// every later GET carries its ETag. No effect when already pinned (the default: a
+    /// source pinned when it was made).
+    fn set_pin(&self, _pin: Pin) {}
 
     /// Downloads the whole object into a new file `dest` with one GET (carrying the pin when
     /// pinned, else pinning the object to what the answer says); `dest` is written to a
@@ -191,7 +202,19 @@ pub trait ObjectSource: Send + Sync + std::fmt::Debug {
     ///
     /// Errors: 404 and 403 (their `io::ErrorKind` inside the error), the object replaced since
     /// it was pinned, a network failure, `dest`'s directory cannot be written.
-    fn fetch_to(&self, dest: &Path) -> anyhow::Result<u64>;
+    ///
+    /// Default, for a source pinned when it was made: one [`ObjectSource::get_blocking`] of
+    /// the whole pinned version; an unpinned one is refused.
+    fn fetch_to(&self, dest: &Path) -> anyhow::Result<u64> {
+        let size = (self.pin().map(|p| p.size))
+            .ok_or_else(|| anyhow::anyhow!("{}: not pinned, so not fetched whole", self.url()))?;
+        let b = self.get_blocking(0..size)?;
+        let dir = dest.parent().unwrap_or(Path::new("."));
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        std::io::Write::write_all(&mut tmp, &b)?;
+        tmp.persist(dest).map_err(|e| e.error)?;
+        Ok(b.len() as u64)
+    }
 }
 
 /// Where a source's objects are: the buckets and hosts one set of remote options reaches
@@ -310,16 +333,5 @@ impl ObjectSource for OfflineObject {
 
     fn offline(&self) -> bool {
         true
-    }
-
-    fn open_tail(&self, _n: u64) -> BoxFuture<'_, anyhow::Result<Bytes>> {
-        let why = format!("{}: the mount is --offline: no request is made", self.url);
-        Box::pin(async move { Err(anyhow::anyhow!(why)) })
-    }
-
-    fn set_pin(&self, _pin: Pin) {}
-
-    fn fetch_to(&self, _dest: &Path) -> anyhow::Result<u64> {
-        anyhow::bail!("{}: the mount is --offline: no request is made", self.url)
     }
 }
