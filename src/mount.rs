@@ -1,5 +1,5 @@
-//! Mount lifecycle: checks on the mountpoint, the background daemon, readiness, signals and
-//! unmounting.
+//! Mount lifecycle: the background daemon, readiness, signals; the mountpoint's checks
+//! ([`mountpoint`]) and unmounting ([`unmount`]) beside it.
 //!
 //! `loosefs mount` without `--foreground` re-executes itself with `--foreground` in a new
 //! process group and waits on a pipe: the daemon writes `ready` once the kernel has completed
@@ -13,15 +13,13 @@
 //! A mountpoint `/dev/fd/N` is a FUSE connection mounted by someone else and handed over as
 //! descriptor N ([`handover`]): the daemon serves it and needs no privilege.
 
-use crate::mount_table::{daemon_gone, mount_device, mount_source, stale_message};
+use crate::mount_table::mount_device;
 pub use crate::mount_table::{mount_fstype, why_no_answer};
 use crate::open::Dataset;
 use anyhow::{Context, Result, bail};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 pub mod compose;
 mod daemon;
@@ -31,7 +29,11 @@ pub mod handover;
 pub mod keeper;
 mod log_file;
 pub use log_file::LogSink;
+mod mountpoint;
+use mountpoint::{check_mountpoint, mountpoint_or_fd};
+mod unmount;
 pub(crate) use session::mount_fuse;
+pub use unmount::{connection_dir, unmount, unmount_and_wait};
 pub(crate) mod metrics_endpoint;
 mod session;
 use session::{Lease, serve_until_signal};
@@ -47,96 +49,6 @@ pub fn set_command_line(args: Vec<std::ffi::OsString>) {
 
 /// Environment variable carrying the readiness pipe's fd from the launcher to the daemon.
 const READY_FD_ENV: &str = "LOOSEFS_READY_FD";
-
-/// State of a path that is about to become a mountpoint: its canonical path. Errors (bad
-/// usage, [`crate::exit_code`], unless the user may not look at it): it is missing, not a
-/// directory, a mount already, or a stale mount whose daemon died.
-fn check_mountpoint(mnt: &Path) -> Result<PathBuf> {
-    check_mountpoint_in(mnt).map_err(mountpoint_refused)
-}
-
-/// A mountpoint refused: bad usage (the command line named a path that cannot be mounted on),
-/// unless the user may not look at it (permission denied keeps its kind).
-fn mountpoint_refused(e: anyhow::Error) -> anyhow::Error {
-    use crate::exit_code::{ExitKind, with_kind};
-    match ExitKind::of(&e) {
-        ExitKind::Denied => e,
-        _ => with_kind(e, ExitKind::Usage),
-    }
-}
-
-fn check_mountpoint_in(mnt: &Path) -> Result<PathBuf> {
-    match std::fs::metadata(mnt) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => bail!("mountpoint {} is not a directory", mnt.display()),
-        Err(e) if e.raw_os_error().is_some_and(daemon_gone) => bail!(stale_message(mnt)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            bail!(
-                "mountpoint {} does not exist (create it with `mkdir -p {0}`)",
-                mnt.display()
-            )
-        }
-        Err(e) => {
-            return Err(anyhow::Error::new(e))
-                .with_context(|| format!("cannot use mountpoint {}", mnt.display()));
-        }
-    }
-    let abs =
-        std::fs::canonicalize(mnt).with_context(|| format!("cannot resolve {}", mnt.display()))?;
-    if let Some(fstype) = mount_fstype(&abs) {
-        // statfs always reaches the daemon (the kernel caches no answer), so it tells a live
-        // FUSE mount from one whose daemon died even while attributes are still cached.
-        if let Err(e) = nix::sys::statvfs::statvfs(&abs)
-            && daemon_gone(e as i32)
-        {
-            bail!(stale_message(mnt));
-        }
-        bail!(
-            "{} is already a mount point ({fstype}); unmount it first",
-            mnt.display()
-        );
-    }
-    Ok(abs)
-}
-
-/// Checks that the mount at `abs` (given as `mnt`) is a loosefs mount, live or left by a
-/// daemon that died: a FUSE mount whose source is `loosefs:NAME`, as every loosefs mount
-/// names itself. Errors: no mount there, or another file system's (named, with its source),
-/// which `loosefs umount` leaves alone.
-fn is_loosefs_mount(abs: &Path, mnt: &Path) -> Result<()> {
-    let Some(fstype) = mount_fstype(abs) else {
-        bail!("{} is not a mount point", mnt.display());
-    };
-    let source = mount_source(abs).unwrap_or_default();
-    if !(fstype.starts_with("fuse") && source.starts_with("loosefs:")) {
-        bail!(
-            "{} is not a loosefs mount (it is a {fstype} mount of {source}): loosefs umount \
-             leaves it alone (use umount(8) if you mean it)",
-            mnt.display()
-        );
-    }
-    Ok(())
-}
-
-/// The fusectl directory of the FUSE connection of the mount at exactly `abs`
-/// (`/sys/fs/fuse/connections/N`, N the mount's device minor, found in mountinfo: nothing is
-/// asked of the mount, so this never waits on its daemon). fusectl is mounted there first if
-/// it is not (a container, a minimal VM; root only). `None`: `abs` is not a mount point.
-pub fn connection_dir(abs: &Path) -> Option<std::path::PathBuf> {
-    let dev = mount_device(abs)?;
-    let minor = dev.rsplit(':').next().unwrap_or("");
-    let connections = Path::new("/sys/fs/fuse/connections");
-    if !connections.join(minor).exists() {
-        let _ = nix::mount::mount(
-            Some("fusectl"),
-            connections,
-            Some("fusectl"),
-            nix::mount::MsFlags::empty(),
-            None::<&str>,
-        );
-    }
-    Some(connections.join(minor))
-}
 
 /// `loosefs mount`: checks the mountpoint and launches the daemon, waiting until the mount is
 /// ready; as the daemon (`--foreground`), opens the source, checks the views and the pin
@@ -203,40 +115,6 @@ pub fn mount(pack_path: &Path, mnt: &Path, opts: &DaemonOptions) -> Result<()> {
     // us, and nothing else in this process owns it.
     let ready = ready.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
     serve(pack, &mnt_abs, opts, ready, kept, first_of_handed)
-}
-
-/// The mountpoint made absolute ([`check_mountpoint`]; a directory holding files refused
-/// unless `allow_non_empty`), or `/dev/fd/N` as given once [`handover::check_handed`] has
-/// checked that descriptor N is a `/dev/fuse` one.
-fn mountpoint_or_fd(mnt: &Path, allow_non_empty: bool) -> Result<PathBuf> {
-    match handover::handed_fd(mnt) {
-        Some(fd) => handover::check_handed(fd).map(|()| mnt.to_path_buf()),
-        None => {
-            let abs = check_mountpoint(mnt)?;
-            if !allow_non_empty {
-                check_empty(mnt, &abs).map_err(mountpoint_refused)?;
-            }
-            Ok(abs)
-        }
-    }
-}
-
-/// Refuses a mountpoint that holds files: mounted over, they would be hidden (and a mistyped
-/// mountpoint, `~` for `~/mnt`, would hide a home). Errors: naming one of them and the flag.
-fn check_empty(mnt: &Path, abs: &Path) -> Result<()> {
-    let first = std::fs::read_dir(abs)
-        .with_context(|| format!("cannot list mountpoint {}", mnt.display()))?
-        .flatten()
-        .next();
-    if let Some(e) = first {
-        bail!(
-            "mountpoint {} is not empty (it holds {:?}, hidden while mounted): choose an empty \
-             directory, or give --allow-non-empty",
-            mnt.display(),
-            e.file_name()
-        );
-    }
-    Ok(())
 }
 
 /// Marks the readiness pipe the launcher handed over close-on-exec, before the daemon runs
@@ -612,194 +490,4 @@ fn redirect_stderr(log: &Path, explicit: bool) -> Result<()> {
         log_file::rotate_into(place, target);
     }
     Ok(())
-}
-
-/// `loosefs umount`: [`unmount`], then waits (up to 15 s) for the daemon to finish its exit
-/// (a remote pack's block cache is made durable and marked clean on the way out), so a mount
-/// of the same pack right after finds everything in place.
-pub fn unmount_and_wait(mnt: &Path, lazy_if_busy: bool) -> Result<()> {
-    let abs = std::path::absolute(mnt)?;
-    is_loosefs_mount(&abs, mnt)?;
-    // The daemon's pid is in its stats; a daemon that does not answer (stopped, hung, its
-    // process frozen) would leave this read, and then any access to the mount, waiting for
-    // ever: it gets a few seconds, then its FUSE connection is aborted (every request waiting
-    // on it fails with ENOTCONN) and the mount taken down.
-    let (tx, rx) = std::sync::mpsc::channel();
-    {
-        let mnt = abs.clone();
-        std::thread::spawn(move || {
-            let _ = tx.send(crate::client::read_control::<crate::report::Report>(
-                &mnt, "stats",
-            ));
-        });
-    }
-    let pid = match rx.recv_timeout(Duration::from_secs(ANSWER_SECS)) {
-        Ok(r) => r.ok().map(|r| r.daemon.pid),
-        Err(_) if mount_fstype(&abs).is_some() => {
-            abort_connection(&abs)?;
-            // The aborted stats read ends (ENOTCONN) and lets go of the mount. Over FUSE over
-            // io_uring (Linux 6.18) a request already handed to a ring entry ends only when
-            // the daemon's rings close: a daemon still holding it is killed (it serves
-            // nothing any more), else this command could not exit.
-            if rx.recv_timeout(Duration::from_secs(ANSWER_SECS)).is_err() {
-                if let Some(pid) = daemon_of(&abs) {
-                    log::warn!("{}: killing its daemon (pid {pid})", abs.display());
-                    crate::eprintln_lossy!(
-                        "loosefs: {}: killing its daemon (pid {pid})",
-                        abs.display()
-                    );
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                    let _ = rx.recv_timeout(Duration::from_secs(ANSWER_SECS));
-                }
-            }
-            // What is left serves nothing: detached even when a reader still holds it.
-            return unmount(mnt, true);
-        }
-        Err(_) => None,
-    };
-    unmount(mnt, lazy_if_busy)?;
-    if let Some(pid) = pid {
-        let stat = format!("/proc/{pid}/stat");
-        let t0 = std::time::Instant::now();
-        while t0.elapsed() < Duration::from_secs(15) {
-            // Gone, or a zombie waiting for its parent: either way it has finished.
-            match std::fs::read_to_string(&stat) {
-                Ok(s)
-                    if !s
-                        .rsplit(')')
-                        .next()
-                        .unwrap_or("")
-                        .trim_start()
-                        .starts_with('Z') => {}
-                _ => break,
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-    Ok(())
-}
-
-/// Seconds `loosefs umount` waits for the daemon to answer its stats before it aborts the
-/// mount's FUSE connection.
-const ANSWER_SECS: u64 = 5;
-
-/// The pid of the loosefs daemon serving the mount at `abs`: a `loosefs mount` process whose
-/// command line names it (a relative name taken from that process's working directory). No
-/// request reaches the mount.
-fn daemon_of(abs: &Path) -> Option<i32> {
-    let me = std::process::id() as i32;
-    std::fs::read_dir("/proc").ok()?.find_map(|e| {
-        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-        if pid == me {
-            return None;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-        let exe = Path::new(std::ffi::OsStr::from_bytes(args.first()?));
-        if exe.file_name()? != "loosefs" || !args.iter().any(|a| *a == b"mount") {
-            return None;
-        }
-        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
-        args.iter()
-            .any(|a| cwd.join(std::ffi::OsStr::from_bytes(a)) == abs)
-            .then_some(pid)
-    })
-}
-
-/// Aborts the FUSE connection of the mount at `abs` (found in /proc/self/mountinfo, so no
-/// request reaches the daemon): `/sys/fs/fuse/connections/N/abort`, as `fusectl` documents it.
-/// Every request waiting on the daemon fails (ENOTCONN), and the mount can be taken down.
-///
-/// Errors: the mount's device is unknown, or the connection cannot be aborted (not root, no
-/// fusectl mounted): the message says how to do it by hand.
-fn abort_connection(abs: &Path) -> Result<()> {
-    let ctl = connection_dir(abs)
-        .context("the mount's device is not in /proc/self/mountinfo")?
-        .join("abort");
-    log::warn!(
-        "{}: the daemon does not answer within {ANSWER_SECS} s; aborting its FUSE connection ({})",
-        abs.display(),
-        ctl.display()
-    );
-    crate::eprintln_lossy!(
-        "loosefs: {}: the daemon does not answer; aborting its FUSE connection",
-        abs.display()
-    );
-    std::fs::write(&ctl, b"1").with_context(|| {
-        format!(
-            "{}: the daemon does not answer, and its connection cannot be aborted through {} (as root: `echo 1 > {}`, then `umount -l {}`)",
-            abs.display(),
-            ctl.display(),
-            ctl.display(),
-            abs.display()
-        )
-    })
-}
-
-/// Unmounts `mnt`. A busy mount (open files, a cwd inside) is refused unless `lazy_if_busy`,
-/// which detaches it (it goes away when the last user leaves). Stale mounts left by a dead
-/// daemon are unmounted too.
-///
-/// Errors: `mnt` is not a mount point, or not a loosefs mount (another file system's is
-/// never unmounted); busy without `lazy_if_busy`; permission denied.
-pub fn unmount(mnt: &Path, lazy_if_busy: bool) -> Result<()> {
-    use nix::mount::{MntFlags, umount2};
-    let abs = std::path::absolute(mnt)?;
-    is_loosefs_mount(&abs, mnt)?;
-    match umount2(&abs, MntFlags::empty()) {
-        Ok(()) => Ok(()),
-        Err(nix::errno::Errno::EBUSY) if lazy_if_busy => {
-            log::warn!("{} is busy; detaching it lazily", mnt.display());
-            umount2(&abs, MntFlags::MNT_DETACH)
-                .with_context(|| format!("cannot detach {}", mnt.display()))
-        }
-        Err(nix::errno::Errno::EBUSY) => Err(busy(mnt)),
-        // A user's own FUSE mount (made through the setuid fusermount3): it unmounts it.
-        Err(nix::errno::Errno::EPERM) if !nix::unistd::geteuid().is_root() => {
-            fusermount_unmount(&abs, lazy_if_busy)
-        }
-        Err(e) => Err(e).with_context(|| format!("cannot unmount {}", mnt.display())),
-    }
-}
-
-/// The refusal to unmount a busy `mnt`, with what to do about it.
-fn busy(mnt: &Path) -> anyhow::Error {
-    anyhow::anyhow!(
-        "{} is busy (a process has a file open or its working directory there); close it, or use `loosefs umount --lazy`",
-        mnt.display()
-    )
-}
-
-/// Unmounts `mnt` with `fusermount3 -u` (or `fusermount -u`), which lets a user unmount a FUSE
-/// mount of their own; `-z` detaches a busy one when `lazy`. Errors: neither is installed, or
-/// it refused (its message is given).
-fn fusermount_unmount(mnt: &Path, lazy: bool) -> Result<()> {
-    let mut last = None;
-    for tool in ["fusermount3", "fusermount"] {
-        let flags = if lazy { "-uz" } else { "-u" };
-        match std::process::Command::new(tool)
-            .arg(flags)
-            .arg(mnt)
-            .output()
-        {
-            Ok(o) if o.status.success() => return Ok(()),
-            Ok(o) => {
-                let why = String::from_utf8_lossy(&o.stderr).trim().to_string();
-                if why.contains("busy") && !lazy {
-                    return Err(busy(mnt));
-                }
-                bail!("cannot unmount {}: {tool}: {why}", mnt.display());
-            }
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.map_or_else(|| anyhow::anyhow!("no fusermount"), anyhow::Error::from)).with_context(|| {
-        format!(
-            "cannot unmount {}: not permitted, and neither fusermount3 nor fusermount is installed",
-            mnt.display()
-        )
-    })
 }
