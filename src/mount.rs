@@ -1,5 +1,5 @@
 //! Mount lifecycle: the background daemon, readiness, signals; the mountpoint's checks
-//! ([`mountpoint`]) and unmounting ([`unmount`]) beside it.
+//! (`mount/mountpoint.rs`) and unmounting (`mount/unmount.rs`) beside it.
 //!
 //! `loosefs mount` without `--foreground` re-executes itself with `--foreground` in a new
 //! process group and waits on a pipe: the daemon writes `ready` once the kernel has completed
