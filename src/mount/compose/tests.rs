@@ -880,3 +880,56 @@ fn mount_and_index_discover_the_same_for_each_kind_of_url() {
         "{e}"
     );
 }
+
+#[test]
+fn an_https_directory_with_a_stale_shared_listing_is_refused_and_refresh_serves_its_listing() {
+    use crate::exit_code::ExitKind;
+    let tmp = tempfile::tempdir().unwrap();
+    let store = FakeStore::new();
+    let mut files = loose(&store, "https://h/train/", 12, 800);
+    // Written with --out (an HTTP server takes no upload) and published beside the files.
+    let out = tmp.path().join("listing");
+    let line = crate::open::index_url(
+        "https://h/train/",
+        Some(&out),
+        &options(tmp.path(), "n1"),
+        store.clone(),
+        crate::progress::Progress::None,
+    )
+    .unwrap();
+    assert!(
+        line.contains("shared listing of https://h/train/"),
+        "{line}"
+    );
+    store.put(
+        "https://h/train/.loosefs-index",
+        std::fs::read(&out).unwrap(),
+    );
+    let ds = open("https://h/train/", &options(tmp.path(), "n2"), &store).unwrap();
+    let Dataset::RemoteDir(r) = &ds else {
+        panic!("loose objects, not {ds:?}")
+    };
+    assert_eq!(r.shared.as_deref(), Some("https://h/train/.loosefs-index"));
+    drop(ds);
+    // A file added at the first level: the listing is stale, refused as changed (75).
+    store.put("https://h/train/new.JPEG", noise(7, 100));
+    let e = open("https://h/train/", &options(tmp.path(), "n3"), &store).unwrap_err();
+    assert_eq!(ExitKind::of(&e), ExitKind::Changed, "{e:#}");
+    assert!(
+        format!("{e:#}").contains("is stale: https://h/train/new.JPEG was added"),
+        "{e:#}"
+    );
+    // --refresh serves the directory's own listing; the shared one is left to its publisher.
+    let refresh = OpenOptions {
+        refresh_index: true,
+        ..options(tmp.path(), "n4")
+    };
+    let ds = open("https://h/train/", &refresh, &store).unwrap();
+    let Dataset::RemoteDir(r) = &ds else {
+        panic!("loose objects, not {ds:?}")
+    };
+    assert_eq!(r.shared, None);
+    assert_eq!(store.uploads.load(SeqCst), 0, "nothing uploaded over HTTP");
+    files.insert("new.JPEG".into(), noise(7, 100));
+    assert_eq!(walk(&serve(ds)), files);
+}
