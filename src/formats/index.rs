@@ -278,6 +278,18 @@ pub fn cache_dir(dir: Option<&Path>) -> PathBuf {
     }
 }
 
+/// A new temporary file in the index cache directory ([`cache_dir`] of `dir`, made if need
+/// be), for an index fetched before it is known to be kept: removed when dropped unless kept.
+///
+/// Errors: the directory cannot be made or written (naming it).
+pub fn temp_file(dir: Option<&Path>) -> Result<tempfile::NamedTempFile> {
+    let dir = cache_dir(dir);
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the index directory {}", dir.display()))?;
+    tempfile::NamedTempFile::new_in(&dir)
+        .with_context(|| format!("cannot write in {}", dir.display()))
+}
+
 fn object_entry(p: &Path) -> Result<ObjectEntry> {
     let m = std::fs::metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
     Ok(ObjectEntry {

@@ -336,11 +336,7 @@ fn http_dir(
 /// Errors: the index directory cannot be made or written; the GET fails otherwise.
 fn probe(at: &str, opts: &OpenOptions, store: &dyn ObjectStore) -> Result<Probe> {
     let client = store.object(at)?;
-    let dir = crate::formats::index::cache_dir(opts.index_dir.as_deref());
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create the index directory {}", dir.display()))?;
-    let tmp = tempfile::NamedTempFile::new_in(&dir)
-        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    let tmp = crate::formats::index::temp_file(opts.index_dir.as_deref())?;
     match client.fetch_to(tmp.path()) {
         Ok(_) => Ok(Probe::Fetched(client, tmp.into_temp_path())),
         Err(e)

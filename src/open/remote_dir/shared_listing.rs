@@ -247,11 +247,7 @@ pub fn find(
                 None => {}
             }
         }
-        let dir = crate::formats::index::cache_dir(args.index_dir.as_deref());
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create the index directory {}", dir.display()))?;
-        let tmp = tempfile::NamedTempFile::new_in(&dir)
-            .with_context(|| format!("cannot write in {}", dir.display()))?;
+        let tmp = crate::formats::index::temp_file(args.index_dir.as_deref())?;
         match client.fetch_to(tmp.path()) {
             Err(e) if !named && !bucket && error_kind(&e) == Some(std::io::ErrorKind::NotFound) => {
                 return Ok(Found::None);
