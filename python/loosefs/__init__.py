@@ -1,6 +1,6 @@
 """loosefs from Python: mount a packed dataset (a loosefs pack, WebDataset, MDS, LitData,
-TFRecord, Parquet, FFCV, GulpIO, zip; local or `s3://`/`https://`) as ordinary files, pack a
-directory, read `info` and `stats`. Every call runs the `loosefs` command line (the binary this
+TFRecord, Parquet, FFCV, GulpIO, zip; local, or `s3://`, `gs://`, `az://`, `https://`) as
+ordinary files, pack a directory, read `info` and `stats`. Every call runs the `loosefs` command line (the binary this
 package carries, or `$LOOSEFS_BIN`), so behaviour, options and messages are the CLI's.
 
     import loosefs, torchvision
@@ -355,9 +355,10 @@ def _show_step(bars: Dict[str, Any], prog: Dict[str, Any], tqdm: Any) -> None:
 
 def index(source: PathLike, out: Optional[PathLike] = None, progress: Optional[bool] = None,
           **options: Unpack[IndexOptions]) -> str:
-    """Indexes SOURCE (a dataset in another format: a path or an `s3://`/`https://` URL) once
-    for every node, as `loosefs index` does, and returns where the shared index went: `OUT`,
-    else `<SOURCE>.loosefs-index` beside the dataset (an object inside an `s3://` prefix). Mounts
+    """Indexes SOURCE (a dataset in another format, or a prefix of loose objects: a path or an
+    `s3://`, `gs://`, `az://` or `https://` URL) once for every node, as `loosefs index` does,
+    and returns where the shared index went: `OUT`, else `<SOURCE>.loosefs-index` beside the
+    dataset (an object inside a bucket's or container's prefix). Mounts
     of SOURCE on any machine then use it (`mount(SOURCE, index=...)` names another place).
     Options are the CLI's (`label=`, `verify="full"`, `endpoint_url=`, ...). Progress (the
     scan, the samples read, a remote dataset's download) shows as tqdm bars as `pack`'s does.
@@ -534,7 +535,7 @@ def _tqdm() -> Any:
 def mount(source: PathLike, mountpoint: Optional[PathLike] = None, progress: Optional[bool] = None,
           **options: Unpack[MountOptions]) -> Mount:
     """Mounts SOURCE (a pack, a dataset in another format, a plain directory served in place,
-    an `s3://` or `https://` URL) at MOUNTPOINT, or at a new temporary directory, and returns
+    an `s3://`, `gs://`, `az://` or `https://` URL of any of these) at MOUNTPOINT, or at a new temporary directory, and returns
     once it answers. Options are the
     CLI's: `warm=True`, `pin="8G"`, `decode="npy"`, `index_dir=...`, `endpoint_url=...`, ...
     Use it as a context manager; it is unmounted at interpreter exit in any case. Raises
