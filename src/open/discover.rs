@@ -141,7 +141,7 @@ pub(crate) fn discover(
     store: &Arc<dyn ObjectStore>,
 ) -> Result<Holds> {
     let url = src.url.as_str();
-    if opts.format.is_some() || opts.remote.offline && src.shape != Shape::Object {
+    if opts.format.is_some() || (opts.remote.offline && src.shape != Shape::Object) {
         return Ok(Holds::Dataset(Lead::default()));
     }
     match src.shape {
@@ -208,13 +208,12 @@ fn prefix(
 ) -> Result<Holds> {
     let cannot = || format!("cannot open {url}");
     // An HTTP directory may have no listing: a named shared listing may describe it.
-    let (mut level, unlisted) = match store.list_level(url) {
-        Ok(l) => (Some(l), None),
-        Err(e) if !bucket => (None, Some(e)),
-        Err(e) => return Err(e.context(cannot())),
+    let level = match store.list_level(url) {
+        Err(e) if bucket => return Err(e.context(cannot())),
+        l => l,
     };
     if purpose == Purpose::Mount {
-        let found = shared_listing::find(url, bucket, level.as_ref(), opts, &**store)
+        let found = shared_listing::find(url, bucket, level.as_ref().ok(), opts, &**store)
             .with_context(cannot)?;
         match (found, level) {
             (shared_listing::Found::Fresh(listed, at), _) => {
@@ -223,18 +222,29 @@ fn prefix(
                     shared: Some(at),
                 });
             }
-            (shared_listing::Found::Stale(stale), Some(level)) => {
+            (shared_listing::Found::Stale(stale), Ok(level)) => {
                 return Ok(Holds::Stale { stale, level });
             }
-            (_, l) => level = l,
+            (_, l) => return listed_or_not(url, l, progress, store),
         }
     }
+    listed_or_not(url, level, progress, store)
+}
+
+/// The prefix `url` by its first level: listed whole ([`whole`]), or, as its server lists
+/// none (`unlisted`), a dataset to find by its `index.json`.
+fn listed_or_not(
+    url: &str,
+    level: Result<Level>,
+    progress: crate::progress::Progress,
+    store: &Arc<dyn ObjectStore>,
+) -> Result<Holds> {
     match level {
-        Some(level) => whole(url, level, Probe::NotAsked, progress, store),
-        None => Ok(Holds::Dataset(Lead {
+        Ok(level) => whole(url, level, Probe::NotAsked, progress, store),
+        Err(unlisted) => Ok(Holds::Dataset(Lead {
             tried: vec![Tried {
                 way: "as loose files",
-                why: format!("{:#}", unlisted.expect("set with the missing level")),
+                why: format!("{unlisted:#}"),
             }],
             ..Lead::default()
         })),
