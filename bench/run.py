@@ -11,7 +11,9 @@ Targets:  orig (the directory itself), loosefs (default mount), loosefs-warm (--
           (--push-ahead 64 / 0), loosefs-uring / loosefs-classic (--transport uring / classic:
           FUSE over io_uring / /dev/fuse), loosefs-hint / loosefs-wronghint (the raw reader announces its
           order to <mnt>/.loosefs/order inside the timed pass / announces another seed's
-          permutation; loosefs-hint-nopush announces, with --push-ahead 0), loosefs-a512 /
+          permutation; loosefs-hint-nopush announces, with --push-ahead 0), loosefs-auto (a
+          DataLoader reader, tv<N>, with LOOSEFS_ANNOUNCE_ORDER=1 and the package's .pth: the
+          order announced for unchanged code; raw readers skip it), loosefs-a512 /
           loosefs-a4096 (default mount of a pack made with --align 512 / 4096), loosefs-dir / loosefs-dir-daemon (the directory itself mounted in
           place: FUSE passthrough / --passthrough off).
 Readers:  raw<N> (the compiled loosefs-reader: open/read/close per file on N threads),
@@ -143,6 +145,8 @@ def read_pass(target, reader, order, seed, limit):
     """One pass of `reader` over `target`: rawN (compiled, N threads), tvN (ImageFolder +
     DataLoader with N workers) or dali. Returns the reader's JSON result."""
     if reader.startswith("raw"):
+        if target.name == "loosefs-auto":
+            return None  # the automatic order is Python's: a DataLoader reader only
         args = [READER, "--root", target.path, "--threads", reader.removeprefix("raw"), *order_args(order), "--seed", seed]
         if target.name == "pread":
             args += ["--pack", target.pack]
@@ -155,10 +159,18 @@ def read_pass(target, reader, order, seed, limit):
     else:
         loader = ["--loader", "dali"] if reader == "dali" else ["--loader", "imagefolder", "--workers", reader.removeprefix("tv")]
         args = [sys.executable, LOADER, "--root", target.path, "--order", order, "--seed", seed, *loader]
+    env = None
+    if target.name == "loosefs-auto":
+        # The loader's script unchanged, the package's .pth processed as an installed wheel's is
+        # at start-up, and LOOSEFS_ANNOUNCE_ORDER=1: each epoch's order is announced.
+        env = {**os.environ, "LOOSEFS_ANNOUNCE_ORDER": "1", "PYTHONPATH": str(ROOT / "python")}
+        boot = ("import runpy, site, sys; site.addsitedir(sys.argv[1]); sys.argv = sys.argv[2:]; "
+                "runpy.run_path(sys.argv[0], run_name='__main__')")
+        args = [sys.executable, "-c", boot, ROOT / "python", *args[1:]]
     if limit:
         args += ["--limit", limit]
     try:
-        out = sh(*args).stdout
+        out = sh(*args, env=env).stdout
     except subprocess.CalledProcessError as e:
         sys.stderr.write(e.stderr[-4000:])  # the reader's own account of why
         raise
@@ -232,6 +244,8 @@ def main():
         "pread": Target("pread", data, pack=pack),
         # The reader announces its order (<mnt>/.loosefs/order) before reading; the wrong hint
         # announces another seed's permutation.
+        # A DataLoader reader with LOOSEFS_ANNOUNCE_ORDER=1 (python/loosefs/autoorder.py).
+        "loosefs-auto": Target("loosefs-auto", a.work / "m-auto", [], pack, a.work / "m-auto"),
         "loosefs-hint": Target("loosefs-hint", a.work / "m-hint", [], pack, a.work / "m-hint"),
         "loosefs-hint-nopush": Target("loosefs-hint-nopush", a.work / "m-hintnp", ["--push-ahead", "0"], pack,
                                       a.work / "m-hintnp"),

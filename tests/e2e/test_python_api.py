@@ -267,7 +267,7 @@ def test_pip_install_of_the_repository_mounts_byte_identical_and_leaves_nothing(
     with no cargo, rustc or loosefs on PATH and no $LOOSEFS_BIN: `python -m loosefs --help`;
     `loosefs.mount(PACK)` serves every file of the sample byte-identical to the source; after
     the `with` block, and after a script that raises inside it, neither the mount nor its
-    daemon remains."""
+    daemon remains. The order hook's `.pth` is installed and loads only when switched on."""
     need_mount()
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
@@ -308,6 +308,15 @@ def test_pip_install_of_the_repository_mounts_byte_identical_and_leaves_nothing(
         path, pid = lines[0], int(lines[1])
         assert not mounted(path), f"{how}: {path} is still mounted"
         assert not alive(pid), f"{how}: the daemon {pid} is still running"
+    # The wheel puts the order hook's .pth at the top of site-packages: read at start-up, it
+    # loads the hook's start-up module only when LOOSEFS_ANNOUNCE_ORDER is on.
+    pths = list(venv.glob("lib/python*/site-packages/loosefs_announce_order.pth"))
+    assert len(pths) == 1, list(venv.glob("lib/python*/site-packages/*.pth"))
+    probe = "import sys; print('loosefs._orderhook' in sys.modules, 'torch' in sys.modules)"
+    for value, loaded in (("1", "True False"), ("0", "False False"), ("", "False False")):
+        r = subprocess.run([py, "-c", probe], capture_output=True, text=True,
+                           env={**env, "LOOSEFS_ANNOUNCE_ORDER": value}, timeout=60)
+        assert r.returncode == 0 and r.stdout.strip() == loaded, (value, r.stdout, r.stderr)
 
 
 WHEEL_CHECK = r"""
