@@ -6,13 +6,14 @@ import os
 import sys
 from typing import Any, Dict, Optional
 
-ON = ("1", "true", "yes", "on")
-OFF = ("", "0", "false", "no", "off")
+ON = ("1", "true", "yes", "on", "y", "t")
+OFF = ("", "0", "false", "no", "off", "n", "f")
 
 
 def enabled(environ: "Optional[Dict[str, str]]" = None) -> bool:
     """Whether `LOOSEFS_ANNOUNCE_ORDER` turns the order announcement on: `1`, `true`, `yes`,
-    `on` (any case) on; unset, empty, `0`, `false`, `no`, `off` off. Any other value is off and
+    `on`, `y`, `t` (any case) on; unset, empty, `0`, `false`, `no`, `off`, `n`, `f` off (the
+    words the CLI's flag variables take). Any other value is off and
     said on stderr (a misspelling must not turn a hook on or off silently)."""
     env = os.environ if environ is None else environ
     v = env.get("LOOSEFS_ANNOUNCE_ORDER", "").strip().lower()
