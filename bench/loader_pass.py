@@ -8,7 +8,10 @@ Loaders: `imagefolder` (torchvision ImageFolder + DataLoader, the standard train
 RandomResizedCrop(224) + RandomHorizontalFlip + ToTensor, batch 32) and `dali` (readers.file +
 CPU decode + random resized crop 224 + flip, batch 32, device_id=None); for the decoded views,
 `folder` (ImageFolder with its default loader and no transform: every sample opened by PIL and
-converted to RGB, the loop of a JPEG vs PPM comparison) and `npy` (np.load of every .npy file).
+converted to RGB, the loop of a JPEG vs PPM comparison) and `npy` (np.load of every .npy file);
+`bytes` (ImageFolder whose loader reads the file + DataLoader, batch 32: each sample's encoded
+bytes, what a GPU-decode pipeline's workers do before `decode_jpeg(device="cuda")`, so the
+pass is bound by reads, not by the CPU's decoding).
 
     bench/loader_pass.py --root DIR --loader imagefolder --workers 2 --order shuffled --limit 2000
 """
@@ -43,6 +46,39 @@ def imagefolder(a):
         if first is None:
             first = time.perf_counter() - t0
         n += x.shape[0]
+    return n, time.perf_counter() - t0, first
+
+
+def read_bytes(path):
+    """A sample's encoded bytes (returned as bytes: worker processes hand tensors over by
+    passing file descriptors, which a batch of thousands of small tensors runs out of)."""
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def collate_list(batch):
+    return batch
+
+
+def encoded(a):
+    import torch
+    import torchvision
+
+    ds = torchvision.datasets.ImageFolder(a.root, loader=read_bytes)
+    idx = list(range(len(ds)))
+    if a.order == "shuffled":
+        g = torch.Generator().manual_seed(a.seed)
+        idx = torch.randperm(len(ds), generator=g).tolist()
+    if a.limit:
+        idx = idx[: a.limit]
+    dl = torch.utils.data.DataLoader(torch.utils.data.Subset(ds, idx), batch_size=32, shuffle=False,
+                                     num_workers=a.workers, collate_fn=collate_list)
+    n, first = 0, None
+    t0 = time.perf_counter()
+    for batch in dl:
+        if first is None:
+            first = time.perf_counter() - t0
+        n += len(batch)
     return n, time.perf_counter() - t0, first
 
 
@@ -118,13 +154,13 @@ def dali(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", required=True)
-    ap.add_argument("--loader", choices=["imagefolder", "dali", "folder", "npy"], default="imagefolder")
+    ap.add_argument("--loader", choices=["imagefolder", "dali", "folder", "npy", "bytes"], default="imagefolder")
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--order", choices=["inorder", "shuffled"], default="inorder")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=0)
     a = ap.parse_args()
-    loaders = {"imagefolder": imagefolder, "dali": dali, "folder": folder, "npy": npy}
+    loaders = {"imagefolder": imagefolder, "dali": dali, "folder": folder, "npy": npy, "bytes": encoded}
     n, secs, first = loaders[a.loader](a)
     cpu, rss = rusage()
     print(json.dumps({"files": n, "seconds": secs, "files_per_s": n / secs, "first_batch_s": first,

@@ -12,12 +12,14 @@ Targets:  orig (the directory itself), loosefs (default mount), loosefs-warm (--
           FUSE over io_uring / /dev/fuse), loosefs-hint / loosefs-wronghint (the raw reader announces its
           order to <mnt>/.loosefs/order inside the timed pass / announces another seed's
           permutation; loosefs-hint-nopush announces, with --push-ahead 0), loosefs-auto (a
-          DataLoader reader, tv<N>, with LOOSEFS_ANNOUNCE_ORDER=1 and the package's .pth: the
+          DataLoader reader, tv<N> or bytes<N>, with LOOSEFS_ANNOUNCE_ORDER=1 and the package's .pth: the
           order announced for unchanged code; raw readers skip it), loosefs-a512 /
           loosefs-a4096 (default mount of a pack made with --align 512 / 4096), loosefs-dir / loosefs-dir-daemon (the directory itself mounted in
           place: FUSE passthrough / --passthrough off).
 Readers:  raw<N> (the compiled loosefs-reader: open/read/close per file on N threads),
           tv<N> (torchvision ImageFolder + DataLoader with N workers, standard train transform),
+          bytes<N> (ImageFolder + DataLoader with N workers returning each file's encoded bytes,
+          as a GPU-decode pipeline's workers do: bound by reads, not by decoding),
           dali (readers.file + CPU decode): bench/loader_pass.py, which also reports first-batch
           latency, CPU seconds and peak RSS of the reader process tree.
 Orders:   inorder (pack order), shuffled, block<N> (runs of N consecutive files in random run
@@ -157,7 +159,12 @@ def read_pass(target, reader, order, seed, limit):
     elif target.name == "pread" or order not in ("inorder", "shuffled"):
         return None
     else:
-        loader = ["--loader", "dali"] if reader == "dali" else ["--loader", "imagefolder", "--workers", reader.removeprefix("tv")]
+        if reader == "dali":
+            loader = ["--loader", "dali"]
+        elif reader.startswith("bytes"):
+            loader = ["--loader", "bytes", "--workers", reader.removeprefix("bytes")]
+        else:
+            loader = ["--loader", "imagefolder", "--workers", reader.removeprefix("tv")]
         args = [sys.executable, LOADER, "--root", target.path, "--order", order, "--seed", seed, *loader]
     env = None
     if target.name == "loosefs-auto":
@@ -195,7 +202,7 @@ def main():
     ap.add_argument("--peers", default="squashfs,squashfuse,fuse-zip,ratarmount,archivemount",
                     help="peer tools to compare with ('' for none); see bench/peers.py")
     ap.add_argument("--readers", default="raw1,raw4",
-                    help="rawN (compiled, N threads), tvN (ImageFolder+DataLoader, N workers), dali")
+                    help="rawN (compiled, N threads), tvN (ImageFolder+DataLoader, N workers), bytesN (the same, encoded bytes only), dali")
     ap.add_argument("--orders", default="inorder,shuffled")
     ap.add_argument("--states", default="warm,cold,dropped")
     ap.add_argument("--repeat", type=int, default=3)
@@ -211,7 +218,7 @@ def main():
         if not b.exists():
             sys.exit(f"bench: {b} missing: run cargo build --release --features bench")
     for r in a.readers.split(","):
-        module = "nvidia.dali" if r == "dali" else "torchvision" if r.startswith("tv") else None
+        module = "nvidia.dali" if r == "dali" else "torchvision" if r.startswith(("tv", "bytes")) else None
         if module and not importable(module):
             sys.exit(f"bench: reader {r} needs {module}, which {sys.executable} cannot import: run the bench "
                      "with the test venv's Python, `$(scripts/python-env.sh)/bin/python bench/run.py ...`")

@@ -107,7 +107,9 @@ class _Placer:
         self.dirs: Dict[str, "Optional[Tuple[str, str]]"] = {}
 
     def place(self, path: str) -> "Optional[Tuple[str, str]]":
-        d, name = os.path.split(os.path.abspath(path))
+        if not path.startswith("/") or "/." in path or "//" in path:
+            path = os.path.abspath(path)  # relative, or not in normal form
+        d, name = os.path.split(path)
         if d in self.dirs:
             where = self.dirs[d]
         else:
@@ -163,27 +165,56 @@ class _Taken:
         raise StopIteration
 
 
+class _Placed:
+    """Where the samples of one dataset lie: its path function and the directories placed so
+    far (one `realpath` per directory, kept for the next epochs). Nothing is kept per sample:
+    a dataset of a million files would hold hundreds of MB of it."""
+
+    def __init__(self, dataset: Any, path_of: Callable[[int], str], mounts: List[str]):
+        self.dataset, self.path_of, self.mounts = dataset, path_of, mounts
+        self.placer = _Placer(mounts)
+
+    def where(self, i: int) -> "Optional[Tuple[str, str]]":
+        return self.placer.place(self.path_of(i))
+
+
+# The datasets announced lately, by id (the dataset itself kept, so an id is never reused
+# while its entry lives).
+_placed: Dict[int, _Placed] = {}
+
+
+def _placed_for(dataset: Any, mounts: List[str]) -> "Optional[_Placed]":
+    p = _placed.get(id(dataset))
+    if p is not None and p.dataset is dataset and p.mounts == mounts:
+        return p
+    path_of = _path_of(dataset)
+    if path_of is None:
+        return None
+    while len(_placed) >= 4:
+        del _placed[next(iter(_placed))]
+    p = _placed[id(dataset)] = _Placed(dataset, path_of, mounts)
+    return p
+
+
 def _announce(loader_iter: Any, items: List[Any]) -> None:
     from . import LoosefsError, announce_order
 
-    path_of = _path_of(loader_iter._dataset)
-    if path_of is None:
-        _say_once(f"paths:{type(loader_iter._dataset).__name__}",
-                  f"{type(loader_iter._dataset).__name__} has no loosefs_path(i), samples, imgs or files: "
-                  "its order is not announced")
-        return
     mounts = _loosefs_mounts()
     if not mounts:
         _say_once("nomount", "no loosefs mount in this process's namespace: the order is not announced")
         return
-    placer, per_mount = _Placer(mounts), {}  # type: ignore[var-annotated]
-    off = 0
+    dataset = loader_iter._dataset
+    placed = _placed_for(dataset, mounts)
+    if placed is None:
+        _say_once(f"paths:{type(dataset).__name__}",
+                  f"{type(dataset).__name__} has no loosefs_path(i), samples, imgs or files: "
+                  "its order is not announced")
+        return
+    per_mount: Dict[str, List[str]] = {}
     for x in items:
         for i in (x if isinstance(x, (list, tuple)) else (x,)):
-            where = placer.place(path_of(int(i)))
-            if where is None:
-                off += 1
-            else:
+            where = placed.where(int(i))
+            if where is not None:
                 per_mount.setdefault(where[0], []).append(where[1])
     if not per_mount:
         _say_once("offmount", "no sample file of this dataset is on a loosefs mount: the order is not announced")

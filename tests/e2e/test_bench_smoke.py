@@ -57,7 +57,7 @@ def test_decode_bench_quick_completes_and_outputs_parse(source, tmp_path):
     assert (run / "decode.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("loader,workers", [("imagefolder", 2), ("dali", 0)])
+@pytest.mark.parametrize("loader,workers", [("imagefolder", 2), ("dali", 0), ("bytes", 2)])
 def test_loader_pass_reports_parse(mount, loader, workers):
     r = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "loader_pass.py"), "--root", str(mount), "--loader", loader,
@@ -107,3 +107,22 @@ def test_request_cost_bench_counts_the_daemons_work_per_request(source, tmp_path
         ioctl = [x for x in rows if x[0].startswith("ioctl") and x[1] == "1" and x[2] == transport][0]
         # A request reached the daemon for every call: its CPU time per call is not zero.
         assert float(ioctl[6]) > 0 and float(ioctl[3]) > 0, ioctl
+
+
+def test_bench_runs_the_automatic_order_target(source, tmp_path):
+    """`loosefs-auto` (LOOSEFS_ANNOUNCE_ORDER=1 through the package's .pth) runs its DataLoader
+    rows beside the same loader without it; raw readers skip it."""
+    need_mount()
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--data", str(source), "--readers", "bytes2,raw1",
+         "--states", "cold", "--orders", "shuffled", "--targets", "loosefs,loosefs-auto", "--peers", "",
+         "--repeat", "1", "--limit", "64", "--out", str(out), "--work", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run,) = list(out.iterdir())
+    rows = json.loads((run / "results.json").read_text())["rows"]
+    got = sorted((row["target"], row["reader"]) for row in rows)
+    assert got == [("loosefs", "bytes2"), ("loosefs", "raw1"), ("loosefs-auto", "bytes2")], got
+    assert all(row["files"] == 64 and row["files_per_s"] > 0 for row in rows), rows
