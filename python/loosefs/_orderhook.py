@@ -34,11 +34,15 @@ class _OnImport:
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name != self.NAME:
             return None
-        import importlib.machinery
-
+        # Once only, and found by the finders that would have found it without this one.
         sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
+        spec = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         exec_module = spec.loader.exec_module
 
