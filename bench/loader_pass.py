@@ -26,27 +26,40 @@ def rusage():
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime, max(s.ru_maxrss, c.ru_maxrss) * 1024
 
 
-def imagefolder(a):
+def pass_loader(a, ds, **kw):
+    """A DataLoader (batch 32, `--workers`) over `ds` in the pass's order: a torch permutation
+    of `--seed` when shuffled, cut to `--limit`."""
     import torch
-    import torchvision
-    from torchvision import transforms as T
 
-    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor()])
-    ds = torchvision.datasets.ImageFolder(a.root, transform=tf)
     idx = list(range(len(ds)))
     if a.order == "shuffled":
         g = torch.Generator().manual_seed(a.seed)
         idx = torch.randperm(len(ds), generator=g).tolist()
     if a.limit:
         idx = idx[: a.limit]
-    dl = torch.utils.data.DataLoader(torch.utils.data.Subset(ds, idx), batch_size=32, shuffle=False, num_workers=a.workers)
+    return torch.utils.data.DataLoader(torch.utils.data.Subset(ds, idx), batch_size=32, shuffle=False,
+                                       num_workers=a.workers, **kw)
+
+
+def timed(batches, size):
+    """Iterates `batches`: (samples, seconds, seconds to the first batch); `size(batch)` counts
+    a batch's samples."""
     n, first = 0, None
     t0 = time.perf_counter()
-    for x, _ in dl:
+    for batch in batches:
         if first is None:
             first = time.perf_counter() - t0
-        n += x.shape[0]
+        n += size(batch)
     return n, time.perf_counter() - t0, first
+
+
+def imagefolder(a):
+    import torchvision
+    from torchvision import transforms as T
+
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor()])
+    ds = torchvision.datasets.ImageFolder(a.root, transform=tf)
+    return timed(pass_loader(a, ds), lambda batch: batch[0].shape[0])
 
 
 def read_bytes(path):
@@ -61,25 +74,10 @@ def collate_list(batch):
 
 
 def encoded(a):
-    import torch
     import torchvision
 
     ds = torchvision.datasets.ImageFolder(a.root, loader=read_bytes)
-    idx = list(range(len(ds)))
-    if a.order == "shuffled":
-        g = torch.Generator().manual_seed(a.seed)
-        idx = torch.randperm(len(ds), generator=g).tolist()
-    if a.limit:
-        idx = idx[: a.limit]
-    dl = torch.utils.data.DataLoader(torch.utils.data.Subset(ds, idx), batch_size=32, shuffle=False,
-                                     num_workers=a.workers, collate_fn=collate_list)
-    n, first = 0, None
-    t0 = time.perf_counter()
-    for batch in dl:
-        if first is None:
-            first = time.perf_counter() - t0
-        n += len(batch)
-    return n, time.perf_counter() - t0, first
+    return timed(pass_loader(a, ds, collate_fn=collate_list), len)
 
 
 def order(a, n):

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 __all__ = ["install"]

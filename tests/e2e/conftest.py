@@ -108,6 +108,28 @@ def mount(source, tmp_path_factory):
         subprocess.run([b, "umount", str(mnt)], check=True)
 
 
+@pytest.fixture
+def order_mount(pack, tmp_path, monkeypatch):
+    """A fresh mount of the sample pack per test, through the Python API (orders and their
+    counters start at zero)."""
+    need_mount()
+    sys.path.insert(0, str(ROOT / "python"))
+    import loosefs
+
+    monkeypatch.setenv("LOOSEFS_BIN", loosefs_bin())
+    (tmp_path / "mnt").mkdir()
+    with loosefs.mount(pack, tmp_path / "mnt") as m:
+        yield pathlib.Path(m.path)
+
+
+def order_stats(mnt: pathlib.Path) -> dict:
+    """The `order` section of the mount's stats: announced orders and how they were served."""
+    import json
+
+    with open(mnt / ".loosefs" / "stats") as f:
+        return json.load(f)["order"]
+
+
 @pytest.fixture(scope="session", params=["pack", "dir", "dir-passthrough"])
 def loader_mount(request, source, tmp_path_factory):
     """What the loader tests read: the pack's mount, and the source directory mounted in place

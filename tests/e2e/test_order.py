@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, loosefs_bin, missing_prerequisite, need_mount
+from conftest import ROOT, loosefs_bin, missing_prerequisite, need_mount, order_stats
 
 sys.path.insert(0, str(ROOT / "python"))
 import loosefs  # noqa: E402
@@ -23,21 +23,6 @@ except ImportError as e:  # the venv of scripts/python-env.sh has both
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler  # noqa: E402
 
 from loosefs.torch import EpochSampler  # noqa: E402
-
-
-@pytest.fixture
-def order_mount(pack, tmp_path, monkeypatch):
-    """A fresh mount of the sample pack per test (orders and their counters start at zero)."""
-    need_mount()
-    monkeypatch.setenv("LOOSEFS_BIN", loosefs_bin())
-    (tmp_path / "mnt").mkdir()
-    with loosefs.mount(pack, tmp_path / "mnt") as m:
-        yield pathlib.Path(m.path)
-
-
-def order_stats(mnt):
-    with open(mnt / ".loosefs" / "stats") as f:
-        return json.load(f)["order"]
 
 
 class RawFolder(torchvision.datasets.ImageFolder):
