@@ -30,6 +30,8 @@ mod fail_fast;
 #[cfg(test)]
 pub mod fake;
 mod gcs;
+mod gcs_credentials;
+mod gcs_emulator;
 mod http;
 pub mod http_listing;
 mod list;

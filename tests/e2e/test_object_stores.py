@@ -71,8 +71,8 @@ def without(prefixes: tuple) -> dict:
 
 
 def gcs(work: pathlib.Path, pack: pathlib.Path, source: pathlib.Path, wds: pathlib.Path):
-    """fake-gcs-server, seeded from a directory before it starts; clients come through a fault
-    proxy, whose Host the XML API answers alone."""
+    """fake-gcs-server started with its defaults (no `-public-host`: its XML API answers no
+    one here), seeded from a directory before it starts; clients come through a fault proxy."""
     bucket = work / "data" / "bkt"
     bucket.mkdir(parents=True)
     shutil.copyfile(pack, bucket / "data.pack")
@@ -81,9 +81,8 @@ def gcs(work: pathlib.Path, pack: pathlib.Path, source: pathlib.Path, wds: pathl
         (bucket / "names" / n).write_bytes(content(n))
     shutil.copytree(wds, bucket / "wds")
     shutil.copytree(source, bucket / "loose")
-    proxy_port = servers.free_port()
-    server = servers.FakeGcs(work, work / "data", f"127.0.0.1:{proxy_port}").start()
-    proxy = servers.FaultProxy(server.port, port=proxy_port).start()
+    server = servers.FakeGcs(work, work / "data").start()
+    proxy = servers.FaultProxy(server.port).start()
     env = without(("GOOGLE_", "STORAGE_EMULATOR"))
     env["STORAGE_EMULATOR_HOST"] = f"127.0.0.1:{proxy.port}"
 

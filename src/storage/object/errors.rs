@@ -28,7 +28,8 @@ pub(super) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
         out = format!("{hint}: {out}");
     } else if low.contains("certificate") || low.contains("unknownissuer") {
         out = format!("{out} ({})", fail_fast::CERTIFICATE_FIX);
-    } else if low.contains("connection refused") {
+    } else if low.contains("connection refused") && !low.contains("tried, in order") {
+        // (Not where a credential source refused: the message names each one.)
         out += " (nothing listens at that address and port: check the URL or --endpoint-url)";
     }
     out

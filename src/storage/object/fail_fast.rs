@@ -24,22 +24,43 @@ pub(crate) const CERTIFICATE_FIX: &str = "the server's TLS certificate is not tr
 /// An [`HttpConnector`]: `object_store`'s reqwest client, with a TLS certificate failure
 /// answered as permanent (not retried).
 #[derive(Debug, Default)]
-pub(crate) struct FailFast(ReqwestConnector);
+pub(crate) struct FailFast {
+    inner: ReqwestConnector,
+    gcs_emulator: bool,
+}
+
+impl FailFast {
+    /// The connector of a GCS emulator: requests take its JSON API
+    /// ([`super::gcs_emulator`]).
+    pub(crate) fn gcs_emulator() -> FailFast {
+        FailFast {
+            gcs_emulator: true,
+            ..FailFast::default()
+        }
+    }
+}
 
 impl HttpConnector for FailFast {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
-        Ok(HttpClient::new(Service(self.0.connect(options)?)))
+        Ok(HttpClient::new(Service {
+            client: self.inner.connect(options)?,
+            gcs_emulator: self.gcs_emulator,
+        }))
     }
 }
 
 #[derive(Debug)]
-struct Service(HttpClient);
+struct Service {
+    client: HttpClient,
+    gcs_emulator: bool,
+}
 
 #[async_trait]
 impl HttpService for Service {
-    async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
+    async fn call(&self, mut req: HttpRequest) -> Result<HttpResponse, HttpError> {
         let listing = super::list_pages::list_request(req.uri());
-        let resp = self.0.execute(req).await.map_err(|e| {
+        let json_listing = self.gcs_emulator && super::gcs_emulator::to_json_api(&mut req);
+        let resp = self.client.execute(req).await.map_err(|e| {
             if is_permanent(&e) {
                 HttpError::new(HttpErrorKind::Unknown, Permanent(e))
             } else {
@@ -50,7 +71,14 @@ impl HttpService for Service {
             Some((dialect, asked)) if resp.status().is_success() => {
                 // A listing page: read whole (at most 1000 entries) and tidied for the parser.
                 let (parts, body) = resp.into_parts();
-                let body = body.bytes().await?;
+                let mut body = body.bytes().await?;
+                if json_listing {
+                    body = super::gcs_emulator::listing_to_xml(&body)
+                        .map_err(|why| {
+                            HttpError::new(HttpErrorKind::Unknown, std::io::Error::other(why))
+                        })?
+                        .into();
+                }
                 let body = match super::list_pages::tidy(&body, dialect, asked.as_deref()) {
                     Ok(None) => body,
                     Ok(Some(tidied)) => tidied.into(),

@@ -1,7 +1,7 @@
 //! Google Cloud Storage (`gs://BUCKET/KEY`, and `https://storage.googleapis.com/BUCKET/KEY` as
 //! the console's "public URL" and `gsutil` give it) through `object_store`'s GCS client (its XML API):
 //! credentials as Google's tools find them, an emulator at `$STORAGE_EMULATOR_HOST` as Google's
-//! client libraries reach one, listing by pages, GETs pinned to the object's generation.
+//! client libraries reach one (its JSON API: [`super::gcs_emulator`]), listing by pages, GETs pinned to the object's generation.
 
 use super::store::{Lister, Setup, Store, bucket_and_key, bucket_and_key_after, env, has_scheme};
 use crate::storage::object::remote_config::RemoteConfig;
@@ -74,9 +74,8 @@ impl Store for Gcs {
         bucket_and_key_after(url, head, self.forms()[1])
     }
 
-    /// The GCS client of the bucket: credentials as Google's tools find them (object_store's
-    /// chain: `GOOGLE_APPLICATION_CREDENTIALS` or a service account, the gcloud ADC file, the
-    /// metadata server), none with `--no-sign-request` or for an emulator
+    /// The GCS client of the bucket: credentials as Google's tools find them
+    /// ([`super::gcs_credentials`]), none with `--no-sign-request` or for an emulator
     /// (`$STORAGE_EMULATOR_HOST`, which takes plain http as Google's libraries do).
     fn build(
         &self,
@@ -107,10 +106,16 @@ impl Store for Gcs {
                 bearer: "emulator".into(),
             };
             b = b.with_credentials(Arc::new(StaticCredentialProvider::new(token)));
+        } else if !super::gcs_credentials::object_store_account() {
+            b = b.with_credentials(Arc::new(super::gcs_credentials::Chain::default()));
         }
+        let connector = match on_emulator {
+            true => crate::storage::object::fail_fast::FailFast::gcs_emulator(),
+            false => crate::storage::object::fail_fast::FailFast::default(),
+        };
         let store = b
             .with_client_options(client)
-            .with_http_connector(crate::storage::object::fail_fast::FailFast::default())
+            .with_http_connector(connector)
             .build()?;
         let store = Arc::new(store);
         Ok((store.clone(), Lister::Pages(store)))
