@@ -266,13 +266,28 @@ pub struct RemoteArgs {
         env = "LOOSEFS_ENDPOINT_URL"
     )]
     pub endpoint_url: Option<String>,
-    /// S3 region (default: $AWS_REGION, the profile's region, else us-east-1).
+    /// S3 region to sign for first (default: $AWS_REGION, the profile's region, else
+    /// us-east-1); a bucket elsewhere is followed to its own region, as the server names it.
     #[arg(
         long,
         help_heading = "Remote sources (buckets, HTTPS)",
         env = "LOOSEFS_REGION"
     )]
     pub region: Option<String>,
+    /// S3 Requester Pays: the requests say the requester pays for them
+    /// (`x-amz-request-payer: requester`, as `aws s3 --request-payer requester`); a Requester
+    /// Pays bucket refuses requests without it (403).
+    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_REQUEST_PAYER", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    pub request_payer: bool,
+    /// GCS Requester Pays: the Google Cloud project billed for the requests
+    /// (`x-goog-user-project`, as `gcloud storage --billing-project` and gsutil's `-u`).
+    #[arg(
+        long,
+        value_name = "PROJECT",
+        help_heading = "Remote sources (buckets, HTTPS)",
+        env = "LOOSEFS_BILLING_PROJECT"
+    )]
+    pub billing_project: Option<String>,
     /// Send unsigned requests (public buckets and containers); no credentials are looked up.
     #[arg(long, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_NO_SIGN_REQUEST", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub no_sign_request: bool,
@@ -333,6 +348,8 @@ impl RemoteArgs {
         RemoteConfig {
             endpoint_url: self.endpoint_url.clone(),
             region: self.region.clone(),
+            request_payer: self.request_payer,
+            billing_project: self.billing_project.clone(),
             no_sign_request: self.no_sign_request,
             profile: self.profile.clone(),
             allow_http: self.allow_http,

@@ -9,7 +9,9 @@
 //! | `client.rs` | one object's client: ranged GETs pinned to the ETag (`If-Match`), request permits, outages, fetch and upload |
 //! | `errors.rs` | a store's failures said in words, and their `io::ErrorKind` |
 //! | `store.rs`, `stores.rs`, `s3.rs`, `gcs.rs`, `azure.rs`, `http.rs` | what a kind of store is, and the registry of them |
-//! | `endpoints.rs`, `fail_fast.rs`, `credentials.rs`, `remote_config.rs` | URLs, the preflight and fast failures, the AWS profile chain, the options |
+//! | `credentials.rs`, `gcs_credentials.rs`, `azure_credentials.rs` | each cloud's credential chain, in its SDKs' order |
+//! | `s3_region.rs`, `gcs_emulator.rs` | an S3 bucket's region from the server; a GCS emulator through its JSON API |
+//! | `endpoints.rs`, `fail_fast.rs`, `remote_config.rs` | URLs, the preflight and fast failures, the options |
 //! | `list.rs`, `list_pages.rs`, `http_listing.rs` | listings: bucket pages checked, HTTP directories |
 //! | `set.rs`, `end_to_end.rs` | several objects as one storage |
 //! | `source.rs`, `fake.rs` | the seams, and their in-memory fake for tests |
@@ -21,6 +23,7 @@ use remote_config::RemoteConfig;
 pub use source::{Level, Listed, ObjectError, ObjectStats, Pin};
 
 mod azure;
+mod azure_credentials;
 mod client;
 mod credentials;
 pub mod end_to_end;
@@ -38,10 +41,12 @@ mod list;
 mod list_pages;
 pub mod remote_config;
 mod s3;
+mod s3_region;
 pub mod set;
 pub mod source;
 mod store;
 pub(crate) mod stores;
+pub use azure::sas_out_of_url;
 pub use client::{ObjectClient, PERMITS_PER_REQUEST, SMALL_GET, permits};
 pub use endpoints::{bucket_forms, is_bucket_url, is_url, url_below};
 pub use errors::error_kind;

@@ -714,3 +714,112 @@ class ListingServer:
         if self._server:
             self._server.shutdown()
             self._server.server_close()
+
+
+class CloudRules:
+    """An HTTP stand-in in front of an emulator that checks what the emulator does not and the
+    cloud does, answering as the cloud answers, then passes the request on unchanged:
+
+    - `regions` (bucket -> region): a SigV4 request signed for another region is refused as S3
+      refuses it: `400 AuthorizationHeaderMalformed`, the bucket's region in the error
+      document's `<Region>` (a GET), or in an `x-amz-bucket-region` header alone (a HEAD: no
+      body), so both ways an SDK learns it are tried; moto signs nothing (it takes any region).
+    - `requester_pays` (buckets): a request without `x-amz-request-payer: requester` is refused
+      `403 AccessDenied`, as S3 refuses it for a Requester Pays bucket; moto stores the
+      setting and does not check it.
+    - `user_project`: a GCS request without `x-goog-user-project: <it>` is refused `400
+      UserProjectMissing` (the XML API's error document), as GCS refuses it for a Requester Pays
+      bucket; fake-gcs-server does not check it.
+
+    `seen` keeps each request's (method, path, headers with lower-case names), for tests that
+    look at what was sent. `target` may be set after `start` (a server whose `-public-host` is
+    this stand-in's address)."""
+
+    def __init__(self, target: int, regions=None, requester_pays=(), user_project=None):
+        self.target, self.regions = target, dict(regions or {})
+        self.requester_pays, self.user_project = set(requester_pays), user_project
+        self.seen, self.refused = [], 0
+        self.port = None
+
+    def _verdict(self, method: str, path: str, headers) -> tuple:
+        bucket = path.lstrip("/").split("/", 1)[0].split("?", 1)[0]
+        auth = headers.get("Authorization", "")
+        m = re.search(r"Credential=[^/]+/\d{8}/([^/]+)/s3/aws4_request", auth)
+        want = self.regions.get(bucket)
+        if m and want and m.group(1) != want:
+            doc = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>AuthorizationHeaderMalformed"
+                   f"</Code><Message>The authorization header is malformed; the region '{m.group(1)}' is "
+                   f"wrong; expecting '{want}'</Message><Region>{want}</Region></Error>")
+            if method == "HEAD":
+                return 400, {"x-amz-bucket-region": want}, b""
+            return 400, {"Content-Type": "application/xml"}, doc.encode()
+        if bucket in self.requester_pays and headers.get("x-amz-request-payer", "").lower() != "requester":
+            doc = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>AccessDenied</Code>"
+                   "<Message>Access Denied</Message></Error>")
+            return 403, {"Content-Type": "application/xml"}, doc.encode() if method != "HEAD" else b""
+        if self.user_project is not None and headers.get("x-goog-user-project") != self.user_project:
+            doc = ("<?xml version='1.0' encoding='UTF-8'?><Error><Code>UserProjectMissing</Code><Message>"
+                   "Bucket is a requester pays bucket but no user project provided.</Message></Error>")
+            return 400, {"Content-Type": "application/xml"}, doc.encode() if method != "HEAD" else b""
+        return None
+
+    def start(self) -> "CloudRules":
+        import http.client
+        import http.server
+
+        rules = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _any(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else None
+                rules.seen.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
+                verdict = rules._verdict(self.command, self.path, self.headers)
+                if verdict is not None:
+                    rules.refused += 1
+                    status, headers, out = verdict
+                    self.send_response(status)
+                    for k, v in headers.items():
+                        self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(out)
+                    return
+                conn = http.client.HTTPConnection("127.0.0.1", rules.target, timeout=60)
+                try:
+                    conn.request(self.command, self.path, body=body, headers=dict(self.headers))
+                    r = conn.getresponse()
+                    data = r.read()
+                    self.send_response(r.status)
+                    for k, v in r.getheaders():
+                        if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                            self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(data)) if self.command != "HEAD"
+                                     else r.getheader("Content-Length", "0"))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(data)
+                finally:
+                    conn.close()
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

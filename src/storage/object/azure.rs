@@ -103,6 +103,21 @@ fn emulator_env() -> bool {
     env("AZURE_STORAGE_USE_EMULATOR").is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
 }
 
+/// `url` without the shared access signature in its query (`…/KEY?sv=…&sig=…`, as the
+/// portal's "Generate SAS" gives it), and that signature: taken out where the command line is
+/// read, so that the SAS travels by `$AZURE_STORAGE_SAS_TOKEN` and never appears in a
+/// process's command line (the daemon's is world-readable), the mount table, a log or stats.
+/// `None`: not an Azure URL, or no `sig=` in its query.
+pub fn sas_out_of_url(url: &str) -> Option<(String, String)> {
+    if !Azure.claims(url) {
+        return None;
+    }
+    let (bare, query) = url.split_once('?')?;
+    url::form_urlencoded::parse(query.as_bytes())
+        .any(|(k, _)| k == "sig")
+        .then(|| (bare.to_string(), query.to_string()))
+}
+
 impl Store for Azure {
     fn name(&self) -> &'static str {
         "Azure"
@@ -200,6 +215,12 @@ impl Store for Azure {
                 self.forms()[2]
             );
         }
+        if !emulator && !super::azure_credentials::configured(&b) {
+            let account = b.get_config_value(&AzureConfigKey::AccountName);
+            b = b.with_credentials(Arc::new(super::azure_credentials::Chain::new(
+                account.as_deref().unwrap_or("account"),
+            )));
+        }
         let store = b
             .with_client_options(client)
             .with_http_connector(crate::storage::object::fail_fast::FailFast::default())
@@ -223,13 +244,13 @@ impl Store for Azure {
     }
 
     fn credentials_hint(&self, error: &str) -> Option<String> {
-        (error.contains("microsoftazure") && error.contains("token request")).then(|| {
-            "no Azure credentials (tried: $AZURE_STORAGE_CONNECTION_STRING, \
-             $AZURE_STORAGE_ACCOUNT_KEY, $AZURE_STORAGE_SAS_KEY, a client secret or workload \
-             identity ($AZURE_CLIENT_ID, $AZURE_TENANT_ID, $AZURE_FEDERATED_TOKEN_FILE), the \
-             managed identity endpoint); use --no-sign-request for a public container"
-                .to_string()
-        })
+        // A configured source that failed (a client secret refused, a federated token file
+        // gone): object_store's token request says which; the chain's own message names them
+        // all ([`super::azure_credentials`]).
+        (error.contains("microsoftazure")
+            && error.contains("token request")
+            && !error.contains("tried, in order"))
+        .then(|| "Azure credentials refused".to_string())
     }
 }
 
@@ -264,6 +285,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("part 2") && !e.contains("secret"), "{e}");
+    }
+
+    #[test]
+    fn a_sas_in_the_url_is_taken_out_and_nothing_else() {
+        let (bare, sas) =
+            sas_out_of_url("https://a.blob.core.windows.net/c/k.pack?sv=2022-11-02&sp=r&sig=x%2By")
+                .unwrap();
+        assert_eq!(bare, "https://a.blob.core.windows.net/c/k.pack");
+        assert_eq!(sas, "sv=2022-11-02&sp=r&sig=x%2By");
+        assert_eq!(sas_out_of_url("az://c/k?sv=1&sig=z").unwrap().0, "az://c/k");
+        assert_eq!(sas_out_of_url("az://c/k?x=1"), None);
+        assert_eq!(sas_out_of_url("s3://b/k?sig=1"), None);
     }
 
     #[test]

@@ -227,8 +227,9 @@ impl ObjectClient {
             | object_store::Error::Unauthenticated { .. } => anyhow::Error::new(io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 format!(
-                    "{url}: access denied (403): check the credentials, region and endpoint \
-                         ({e})"
+                    "{url}: access denied (403): check the credentials, region and endpoint; a \
+                     Requester Pays bucket also needs --request-payer (S3) or \
+                     --billing-project PROJECT (GCS) ({e})"
                 ),
             )),
             e => anyhow::Error::new(ObjectError::Network {

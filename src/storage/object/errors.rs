@@ -54,7 +54,15 @@ fn server_error(text: &str) -> Option<String> {
             "no such bucket or container: check its name in the URL, and --endpoint-url"
         }
         "AccessDenied" | "AuthorizationFailure" | "AuthorizationPermissionMismatch" => {
-            "access denied: check the credentials and what they may read"
+            "access denied: check the credentials and what they may read (a Requester Pays S3 \
+             bucket also needs --request-payer)"
+        }
+        "UserProjectMissing" => {
+            "a Requester Pays bucket: give the Google Cloud project to bill with \
+             --billing-project PROJECT"
+        }
+        "PermanentRedirect" | "AuthorizationHeaderMalformed" => {
+            "the bucket is in another region than the one signed for: give --region"
         }
         "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "AuthenticationFailed" => {
             "the credentials were refused: check the key and secret"

@@ -10,12 +10,14 @@
 //!
 //! Listing pages pass through [`super::list_pages`] on their way to `object_store`'s parser.
 
+use super::s3_region::Said;
 use async_trait::async_trait;
 use object_store::ClientOptions;
 use object_store::client::{
     HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService,
     ReqwestConnector,
 };
+use std::sync::Arc;
 
 /// What to do about a refused certificate, said after the error.
 pub(crate) const CERTIFICATE_FIX: &str = "the server's TLS certificate is not trusted: give the \
@@ -27,6 +29,7 @@ pub(crate) const CERTIFICATE_FIX: &str = "the server's TLS certificate is not tr
 pub(crate) struct FailFast {
     inner: ReqwestConnector,
     gcs_emulator: bool,
+    s3_region: Option<Arc<Said>>,
 }
 
 impl FailFast {
@@ -38,6 +41,15 @@ impl FailFast {
             ..FailFast::default()
         }
     }
+
+    /// The connector of an S3 client: a wrong-region answer's region is noted in `said`
+    /// ([`super::s3_region`]).
+    pub(crate) fn s3(said: Arc<Said>) -> FailFast {
+        FailFast {
+            s3_region: Some(said),
+            ..FailFast::default()
+        }
+    }
 }
 
 impl HttpConnector for FailFast {
@@ -45,6 +57,7 @@ impl HttpConnector for FailFast {
         Ok(HttpClient::new(Service {
             client: self.inner.connect(options)?,
             gcs_emulator: self.gcs_emulator,
+            s3_region: self.s3_region.clone(),
         }))
     }
 }
@@ -53,6 +66,7 @@ impl HttpConnector for FailFast {
 struct Service {
     client: HttpClient,
     gcs_emulator: bool,
+    s3_region: Option<Arc<Said>>,
 }
 
 #[async_trait]
@@ -67,6 +81,22 @@ impl HttpService for Service {
                 e
             }
         })?;
+        let status = resp.status().as_u16();
+        if let Some(said) = &self.s3_region
+            && matches!(status, 301 | 307 | 400)
+        {
+            let header = resp.headers().get("x-amz-bucket-region");
+            if let Some(r) = header.and_then(|h| h.to_str().ok()) {
+                said.note(status, Some(r), None);
+            } else {
+                // An error document (a few hundred bytes): read to find its <Region>, then
+                // passed on whole.
+                let (parts, body) = resp.into_parts();
+                let body = body.bytes().await?;
+                said.note(status, None, Some(&body));
+                return Ok(HttpResponse::from_parts(parts, body.into()));
+            }
+        }
         match listing {
             Some((dialect, asked)) if resp.status().is_success() => {
                 // A listing page: read whole (at most 1000 entries) and tidied for the parser.

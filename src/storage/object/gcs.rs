@@ -88,6 +88,14 @@ impl Store for Gcs {
             .with_bucket_name(&store[https_form(store).unwrap_or(SCHEME.len())..])
             .with_retry(setup.retry);
         let mut client = setup.client;
+        if let Some(project) = &args.billing_project {
+            let mut headers = http::HeaderMap::new();
+            let value = http::HeaderValue::from_str(project).map_err(|_| {
+                anyhow::anyhow!("--billing-project {project:?}: not a Google Cloud project id")
+            })?;
+            headers.insert("x-goog-user-project", value);
+            client = client.with_default_headers(headers);
+        }
         let anonymous = args.no_sign_request;
         let mut on_emulator = false;
         if let Some((ep, emulator)) = gcs_endpoint(args) {

@@ -13,14 +13,19 @@ pub const DEFAULT_RETRY_TIMEOUT: u64 = 120;
 /// Time limit of one GET, by default, seconds.
 pub const DEFAULT_REQUEST_TIMEOUT: u64 = 60;
 
-/// How `s3://` and `https://` objects are reached and cached. [`Default`] gives the CLI's
+/// How `s3://`, `gs://`, `az://` and `https://` objects are reached and cached. [`Default`] gives the CLI's
 /// defaults (the `DEFAULT_*` constants; AWS endpoints).
 #[derive(Debug, Clone)]
 pub struct RemoteConfig {
     /// S3 endpoint of an S3-compatible store (`None`: AWS, or `$AWS_ENDPOINT_URL`).
     pub endpoint_url: Option<String>,
-    /// S3 region (`None`: `$AWS_REGION`, the profile's region, else us-east-1).
+    /// S3 region signed for first (`None`: `$AWS_REGION`, the profile's region, else
+    /// us-east-1); the server's answer corrects it ([`super::s3_region`]).
     pub region: Option<String>,
+    /// S3 Requester Pays: `x-amz-request-payer: requester` on every request.
+    pub request_payer: bool,
+    /// GCS Requester Pays: the project billed (`x-goog-user-project`).
+    pub billing_project: Option<String>,
     /// Send unsigned requests (public buckets); no credentials are looked up.
     pub no_sign_request: bool,
     /// Profile of the shared AWS files (`None`: `$AWS_PROFILE`, else `default`).
@@ -51,6 +56,8 @@ impl Default for RemoteConfig {
         RemoteConfig {
             endpoint_url: None,
             region: None,
+            request_payer: false,
+            billing_project: None,
             no_sign_request: false,
             profile: None,
             allow_http: false,

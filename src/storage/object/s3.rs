@@ -1,8 +1,12 @@
 //! Amazon S3 and S3-compatible servers (`s3://BUCKET/KEY`): endpoint (`--endpoint-url`,
-//! `$AWS_ENDPOINT_URL`), region (`--region`, `$AWS_REGION`, the profile's), credentials from the
+//! `$AWS_ENDPOINT_URL_S3`, `$AWS_ENDPOINT_URL`, the profile's `endpoint_url`), region
+//! (`--region`, `$AWS_REGION`, the profile's, else the bucket's as the server names it:
+//! [`super::s3_region`]), Requester Pays (`--request-payer`), credentials from the
 //! AWS chain ([`crate::storage::object::credentials`]) or none (`--no-sign-request`), listing by
 //! `ListObjectsV2` pages.
 
+use super::fail_fast::FailFast;
+use super::s3_region::{Regional, Said};
 use super::store::{Lister, Setup, Store, bucket_and_key, env, has_scheme};
 use crate::storage::object::remote_config::RemoteConfig;
 use anyhow::Result;
@@ -16,10 +20,11 @@ pub(super) struct S3;
 
 const SCHEME: &str = "s3://";
 
-/// The region of `profile` in the shared AWS config file: `$AWS_CONFIG_FILE` (default
-/// `~/.aws/config`, sections `[profile name]`, or `[default]`), as the AWS CLI documents it.
-/// Its credentials are the credential chain's ([`crate::storage::object::credentials`]).
-fn profile_region(profile: &str) -> Option<String> {
+/// The setting `key` of `profile` in the shared AWS config file: `$AWS_CONFIG_FILE` (default
+/// `~/.aws/config`, sections `[profile name]`, or `[default]`), as the AWS CLI documents it
+/// (`region`, `endpoint_url`). Its credentials are the credential chain's
+/// ([`crate::storage::object::credentials`]).
+fn profile_setting(profile: &str, key: &str) -> Option<String> {
     let path = std::env::var_os("AWS_CONFIG_FILE")
         .map(PathBuf::from)
         .or_else(|| {
@@ -33,8 +38,13 @@ fn profile_region(profile: &str) -> Option<String> {
     };
     config
         .section(Some(section.as_str()))?
-        .get("region")
+        .get(key)
         .map(str::to_string)
+}
+
+/// The profile in use: `--profile`, else `$AWS_PROFILE` (`None`: `default`).
+fn profile(args: &RemoteConfig) -> Option<String> {
+    args.profile.clone().or_else(|| env("AWS_PROFILE"))
 }
 
 impl Store for S3 {
@@ -74,15 +84,15 @@ impl Store for S3 {
             super::store::plain_http(&ep, false, args)?;
             b = b.with_endpoint(ep);
         }
-        let profile = args.profile.clone().or_else(|| env("AWS_PROFILE"));
+        let profile = profile(args);
         let region = args
             .region
             .clone()
             .or_else(|| env("AWS_REGION"))
             .or_else(|| env("AWS_DEFAULT_REGION"))
-            .or_else(|| profile_region(profile.as_deref().unwrap_or("default")))
+            .or_else(|| profile_setting(profile.as_deref().unwrap_or("default"), "region"))
             .unwrap_or_else(|| "us-east-1".into());
-        b = b.with_region(region);
+        b = b.with_request_payer(args.request_payer);
         if args.no_sign_request {
             b = b.with_skip_signature(true);
         } else {
@@ -90,18 +100,34 @@ impl Store for S3 {
                 profile,
             )));
         }
-        let store = b
+        let said = Arc::new(Said::default());
+        let b = b
             .with_client_options(setup.client)
-            .with_http_connector(crate::storage::object::fail_fast::FailFast::default())
-            .build()?;
-        let store = Arc::new(store);
+            .with_http_connector(FailFast::s3(said.clone()));
+        let store = Arc::new(Regional::new(b, region, said, bucket)?);
         Ok((store.clone(), Lister::Pages(store)))
     }
 
+    /// `--endpoint-url`, else as the AWS SDKs find a service's endpoint ("Service-specific
+    /// endpoints", AWS SDKs and Tools Reference Guide): `$AWS_ENDPOINT_URL_S3`,
+    /// `$AWS_ENDPOINT_URL`, the profile's `endpoint_url`; none of the last three when
+    /// `$AWS_IGNORE_CONFIGURED_ENDPOINT_URLS` is true.
     fn endpoint(&self, _url: &str, args: &RemoteConfig) -> Option<(String, &'static str)> {
-        match &args.endpoint_url {
-            Some(ep) => Some((ep.clone(), "--endpoint-url")),
-            None => env("AWS_ENDPOINT_URL").map(|ep| (ep, "$AWS_ENDPOINT_URL")),
+        if let Some(ep) = &args.endpoint_url {
+            return Some((ep.clone(), "--endpoint-url"));
         }
+        if env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        {
+            return None;
+        }
+        env("AWS_ENDPOINT_URL_S3")
+            .map(|ep| (ep, "$AWS_ENDPOINT_URL_S3"))
+            .or_else(|| env("AWS_ENDPOINT_URL").map(|ep| (ep, "$AWS_ENDPOINT_URL")))
+            .or_else(|| {
+                let p = profile(args);
+                profile_setting(p.as_deref().unwrap_or("default"), "endpoint_url")
+                    .map(|ep| (ep, "the profile's endpoint_url"))
+            })
     }
 }
