@@ -569,6 +569,23 @@ fn main() {
     } else {
         parse_cli(args)
     };
+    if let Cmd::Mount { opts, .. } = &cli.cmd
+        && let Some(f) = &opts.env_file
+    {
+        match loosefs::mount::env_file::read(f) {
+            Ok(vars) => {
+                for (k, v) in vars {
+                    // SAFETY: still before any thread is started (nothing has run but the
+                    // parsing of the command line), so no thread reads the environment.
+                    unsafe { std::env::set_var(k, v) };
+                }
+            }
+            Err(e) => {
+                loosefs::eprintln_lossy!("loosefs: error: {e:#}");
+                std::process::exit(2);
+            }
+        }
+    }
     init_logging(matches!(&cli.cmd, Cmd::Mount { opts, .. } if opts.debug));
     match run(cli) {
         Ok(code) => std::process::exit(code),

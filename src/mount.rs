@@ -24,6 +24,7 @@ use std::path::Path;
 pub mod compose;
 mod daemon;
 mod daemon_options;
+pub mod env_file;
 pub use daemon_options::{DaemonOptions, Transport};
 pub mod handover;
 pub mod keeper;

@@ -108,6 +108,12 @@ pub struct MountArgs {
     /// from RUST_LOG.
     #[arg(long, help_heading = "Daemon and logs", env = "LOOSEFS_LOG")]
     pub log: Option<PathBuf>,
+    /// Take store settings and credentials from FILE (`NAME=VALUE` lines; only the stores'
+    /// variables, `AWS_*`, `GOOGLE_*`, `GCE_METADATA_*`, `AZURE_*`, `STORAGE_EMULATOR_HOST`, and
+    /// `LOOSEFS_*`), as a site gives them to a job's daemon without a command line or a log
+    /// holding them: the Slurm prolog hands its root-owned file as `/dev/fd/4`.
+    #[arg(long, value_name = "FILE", help_heading = "Daemon and logs")]
+    pub env_file: Option<PathBuf>,
     /// Log loosefs's debug messages too (each failed request with its path and error, each
     /// remote GET with its range and time): the same as `RUST_LOG=loosefs=debug`, into the
     /// log file.

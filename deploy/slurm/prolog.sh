@@ -13,8 +13,26 @@
 # user's daemon/ inside it (daemon/daemon.log), which root never opens: the reason a daemon
 # gave is read back as the job's user. A process of that user may be on the node already, so
 # root never writes, reads or follows a name the user can replace.
+#
+# Site settings (docs/CLUSTERS.md "Slurm"), in /etc/loosefs/slurm.conf ($LOOSEFS_SLURM_CONF in
+# slurmd's environment names another), root's and writable by root alone, `name=value` lines:
+#   cache_root=/local/scratch/loosefs   node-local directory of the block caches (default
+#                                       /var/cache/loosefs): each user's in <cache_root>/<uid>,
+#                                       0700, kept across that user's jobs on this node
+#   cache_size=200G                     most bytes a job's daemon keeps there (default: loosefs's)
+#   env_file=/etc/loosefs/env/%u.env    the stores' settings and credentials given to the job's
+#                                       daemon (%u: the job's user), a root-owned file readable
+#                                       by root alone: handed open as /dev/fd/4, so no command
+#                                       line, log or other user sees a value
+# The job's dataset comes from $SLURM_JOB_COMMENT (slurmd sets it for the prolog); scontrol,
+# which Slurm advises prologs not to call, only on a Slurm too old to set it.
 set -uo pipefail
-comment=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/.*Comment=loosefs:\([^ ]*\).*/\1/p')
+if [ -n "${SLURM_JOB_COMMENT+set}" ] || [ -n "${SLURM_SCRIPT_CONTEXT:-}" ]; then
+  comment=${SLURM_JOB_COMMENT:-}
+  case "$comment" in loosefs:*) comment=${comment#loosefs:}; comment=${comment%% *} ;; *) comment= ;; esac
+else
+  comment=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/.*Comment=loosefs:\([^ ]*\).*/\1/p')
+fi
 [ -n "$comment" ] || exit 0
 user=${SLURM_JOB_USER:?the prolog runs under slurmd, which sets SLURM_JOB_USER}
 uid=${SLURM_JOB_UID:-$(id -u "$user")}
@@ -56,6 +74,61 @@ case "$comment" in
       exit 0
     fi ;;
 esac
+# Whether $1 is a directory (not a link) owned by root, with no symbolic link on its path, and
+# that no one else may write: a file root may then trust, and create names in.
+roots_own() {
+  [ ! -L "$1" ] && [ "$(stat -c %u:%F -- "$1" 2>/dev/null)" = "0:${2:-directory}" ] \
+    && [ "$(realpath -e -- "$1" 2>/dev/null)" = "$1" ] && [ -z "$(find "$1" -maxdepth 0 -perm /022)" ]
+}
+conf=${LOOSEFS_SLURM_CONF:-/etc/loosefs/slurm.conf}
+cache_root=/var/cache/loosefs cache_size= env_file=
+if [ -e "$conf" ]; then
+  if roots_own "$conf" "regular file"; then
+    while IFS='=' read -r name value; do
+      case "$name" in
+        cache_root) cache_root=$value ;;
+        cache_size) cache_size=$value ;;
+        env_file) env_file=${value//%u/$user} ;;
+      esac
+    done <"$conf"
+  else
+    say "$conf is not a root-owned file only root may write: its settings are not used"
+  fi
+fi
+# The user's block cache on this node's own disk: <cache_root>/<uid>, made by root in its own
+# directory (no other user can plant a name there), then given to the user.
+daemon_cache=()
+[ -d "$cache_root" ] || mkdir -m 0755 -- "$cache_root" 2>/dev/null
+if roots_own "$cache_root"; then
+  cache=$cache_root/$uid
+  if [ -e "$cache" ] || [ -L "$cache" ]; then
+    if [ -L "$cache" ] || [ "$(stat -c %u:%F -- "$cache")" != "$uid:directory" ]; then
+      mv -T -- "$cache" "$cache.before-$(date +%s%N)" || cache=
+    fi
+  fi
+  if [ -n "$cache" ] && [ ! -e "$cache" ]; then
+    mkdir -m 0700 -- "$cache" && chown "$uid:$gid" -- "$cache" || cache=
+  fi
+  if [ -n "$cache" ]; then
+    daemon_cache=(--cache-dir "$cache")
+    [ -z "$cache_size" ] || daemon_cache+=(--cache-size "$cache_size")
+  else
+    say "cannot make $cache_root/$uid: the daemon caches in its user's default place"
+  fi
+else
+  say "$cache_root is not a root-owned directory only root may write: the daemon caches in its user's default place"
+fi
+# The site's credentials for this user, opened by root from root's file, read by the daemon
+# from the descriptor.
+daemon_env=()
+if [ -n "$env_file" ]; then
+  if roots_own "$env_file" "regular file" && [ -z "$(find "$env_file" -maxdepth 0 -perm /044)" ]; then
+    daemon_env=(--env-file /dev/fd/4)
+  elif [ -e "$env_file" ]; then
+    say "$env_file is not a root-owned file only root may read: not given to the daemon"
+  fi
+fi
+[ ${#daemon_env[@]} -gt 0 ] || env_file=/dev/null
 mnt=/mnt/loosefs/$SLURM_JOB_ID
 mkdir -p "$mnt"
 # fuse-fd mounts (root), hands the connection to the daemon as the user, and stays until the
@@ -63,7 +136,8 @@ mkdir -p "$mnt"
 # With --keeper the process fuse-fd waits for is the mount's keeper: a daemon that dies (a
 # crash, the OOM killer) is started again on the same connection, the reads in flight resent.
 setsid "$bin" fuse-fd "$mnt" --owner "$uid" -- "${as_user[@]}" "$bin" mount "$comment" /dev/fd/3 \
-  --foreground --keeper --log "$logs/daemon/daemon.log" </dev/null >>"$logs/fuse-fd.log" 2>&1 &
+  --foreground --keeper --log "$logs/daemon/daemon.log" "${daemon_cache[@]}" "${daemon_env[@]}" \
+  </dev/null 4<"$env_file" >>"$logs/fuse-fd.log" 2>&1 &
 fuse_fd=$!
 # Ready once mounted and the daemon answers the user's statfs (which waits for the daemon's
 # FUSE_INIT). A daemon that gives up ends fuse-fd, which unmounts: then no wait is left.

@@ -29,6 +29,10 @@ const REFUSED: &[(&str, &str)] = &[
     ),
     ("allow-other", "the driver sets who may read the mount"),
     (
+        "env-file",
+        "the mounter gives the daemon its environment (a volume's secrets)",
+    ),
+    (
         "allow-non-empty",
         "the driver mounts on the target the kubelet gives",
     ),

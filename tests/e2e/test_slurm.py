@@ -4,7 +4,9 @@ that names its dataset (`--comment=loosefs:SOURCE`) finds it mounted by the root
 /mnt/loosefs/$SLURM_JOB_ID and reads it byte for byte as its own unprivileged user; the daemon
 serving it runs as that user with no capability; another user of the node is refused the mount;
 a dataset the job's user cannot read (a root-only 0600 pack) is not mounted, saying why; the
-Epilog leaves no mount behind."""
+Epilog leaves no mount behind; the block cache of a remote dataset is on the node's own disk
+(the site's `cache_root`), the site's credentials reach the job's daemon alone (from a root-only
+file handed open, never on a command line), and the prolog asks Slurm nothing (`scontrol`)."""
 import contextlib
 import hashlib
 import json
@@ -38,8 +40,10 @@ def wait_for(what: str, check, timeout: float = 60):
 
 
 @contextlib.contextmanager
-def cluster():
-    """munged, slurmctld and slurmd of a one-node cluster, torn down after."""
+def cluster(site_conf: str = ""):
+    """munged, slurmctld and slurmd of a one-node cluster, torn down after. `site_conf`: the
+    prolog's site settings (its `/etc/loosefs/slurm.conf`, here `$LOOSEFS_SLURM_CONF` in the
+    hooks' environment). The hooks' `scontrol` records each call in `scontrol.calls`."""
     for tool in ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue"):
         if shutil.which(tool) is None:
             missing_prerequisite(f"{tool} is not installed (scripts/setup.sh installs slurm-wlm)")
@@ -56,7 +60,15 @@ def cluster():
                         f"--seed-file={d}/munged.seed"], check=True, timeout=30)
         host = socket.gethostname()
         bin_dir = pathlib.Path(loosefs_bin()).parent
-        env_line = f"export PATH={bin_dir}:$PATH SLURM_CONF={d}/slurm.conf\n"
+        spy = d / "spy"
+        spy.mkdir()
+        (spy / "scontrol").write_text(f"#!/bin/sh\necho \"$*\" >> {d}/scontrol.calls\nexec {shutil.which('scontrol')} \"$@\"\n")
+        (spy / "scontrol").chmod(0o755)
+        conf = d / "loosefs-slurm.conf"
+        conf.write_text(site_conf)
+        conf.chmod(0o644)
+        env_line = (f"export PATH={spy}:{bin_dir}:$PATH SLURM_CONF={d}/slurm.conf "
+                    f"LOOSEFS_SLURM_CONF={conf}\n")
         for hook in ("prolog", "epilog"):
             w = d / f"{hook}.sh"
             w.write_text(f"#!/bin/bash\n{env_line}exec {DEPLOY / (hook + '.sh')}\n")
@@ -377,3 +389,77 @@ def test_the_prolog_never_writes_or_reads_through_a_link_the_jobs_user_plants(ki
             assert not mounted(f"/mnt/loosefs/{logs.name}")
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_remote_datasets_cache_is_on_the_nodes_disk_and_the_sites_credentials_reach_its_daemon_alone(pack, source, tmp_path):
+    """A job names an S3 dataset; the site's settings put the block caches under a node-local
+    root and give the daemon the bucket's keys from a root-only file (`env_file`). The job reads
+    every file identical; the cache is the user's own 0700 directory there, holding the blocks;
+    the keys are in the daemon's environment and nowhere another user can read (the file, the
+    daemon's environment, the cache), nor in any command line or log; no `scontrol` call."""
+    import servers
+    need_mount()
+    want = {str(p.relative_to(source)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(source.rglob("*")) if p.is_file()}
+    moto = servers.Moto(tmp_path / "moto", bucket="slurmdata").start()
+    try:
+        moto.client().upload_file(str(pack), "slurmdata", "data.pack")
+        site = pathlib.Path(tempfile.mkdtemp(prefix="loosefs-site-", dir="/tmp"))
+        site.chmod(0o755)
+        cache_root = site / "scratch"  # the node's local disk, made by the prolog
+        creds = site / "nobody.env"
+        creds.write_text(f"# the site's keys for user nobody\nAWS_ACCESS_KEY_ID={servers.ACCESS_KEY}\n"
+                         f"AWS_SECRET_ACCESS_KEY={servers.SECRET_KEY}\nAWS_ENDPOINT_URL_S3={moto.endpoint}\n"
+                         "AWS_REGION=us-east-1\nAWS_EC2_METADATA_DISABLED=true\nLOOSEFS_ALLOW_HTTP=true\n")
+        creds.chmod(0o600)
+        conf = f"cache_root={cache_root}\ncache_size=2G\nenv_file={site}/%u.env\n"
+        with cluster(conf) as (d, env):
+            work = d / "work"
+            work.mkdir()
+            os.chown(work, 65534, 65534)
+            out, release = work / "job.out", work / "release"
+            jid = sbatch(env, work, "s3://slurmdata/data.pack", (
+                "import hashlib, json, os, pathlib, time\n"
+                "r = pathlib.Path('/mnt/loosefs') / os.environ['SLURM_JOB_ID']\n"
+                f"pathlib.Path({str(out)!r}).write_text(json.dumps({{str(p.relative_to(r)):"
+                " hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(r.rglob('*'))"
+                " if p.is_file() and '.loosefs' not in p.parts}))\n"
+                "deadline = time.monotonic() + 240\n"
+                f"while not pathlib.Path({str(release)!r}).exists() and time.monotonic() < deadline:\n"
+                "    time.sleep(0.1)\n"))
+            mnt = f"/mnt/loosefs/{jid}"
+            try:
+                wait_for("the job to read its dataset", out.exists, timeout=240)
+                logs = pathlib.Path(f"/var/log/loosefs/{jid}")
+                assert json.loads(out.read_text()) == want, (logs / "prolog.log").read_text()
+                cache = cache_root / "65534"
+                st = cache.stat()
+                assert (st.st_uid, st.st_mode & 0o777) == (65534, 0o700), st
+                assert sum(f.stat().st_size for f in cache.rglob("*") if f.is_file()) > 0, "no block cached"
+                pid = daemon_of(mnt)
+                argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+                assert f"--cache-dir\0{cache}\0".encode() in argv and b"--env-file\0/dev/fd/4" in argv, argv
+                environ = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                assert f"AWS_SECRET_ACCESS_KEY={servers.SECRET_KEY}".encode() in environ
+                # Another user of the node (uid 1) reads none of it.
+                for what in (["cat", str(creds)], ["cat", f"/proc/{pid}/environ"], ["ls", str(cache)]):
+                    r = subprocess.run(["setpriv", "--reuid=1", "--regid=1", "--clear-groups", *what],
+                                       capture_output=True, text=True, timeout=30)
+                    assert r.returncode != 0 and servers.SECRET_KEY not in r.stdout, (what, r)
+                # No command line on the node, no log holds the secret.
+                for p in pathlib.Path("/proc").iterdir():
+                    try:
+                        assert servers.SECRET_KEY.encode() not in (p / "cmdline").read_bytes(), p
+                    except OSError:
+                        pass
+                said = "".join(f.read_text(errors="replace") for f in logs.rglob("*.log"))
+                assert servers.SECRET_KEY not in said
+            finally:
+                release.write_text("")
+            wait_done(env, jid)
+            wait_for("the epilog to unmount", lambda: not mounted(mnt))
+            calls = (d / "scontrol.calls").read_text() if (d / "scontrol.calls").exists() else ""
+            assert calls == "", f"the prolog or epilog called scontrol: {calls}"
+        shutil.rmtree(site, ignore_errors=True)
+    finally:
+        moto.stop()

@@ -61,7 +61,9 @@ fn valid(r: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
-/// The S3 store of one bucket, following the server to the bucket's region.
+/// The S3 store of one bucket, following the server to the bucket's region. Every method
+/// `AmazonS3` implements itself is passed on (a default of the trait would cost requests:
+/// `list_with_offset`'s lists from the start).
 #[derive(Debug)]
 pub(crate) struct Regional {
     builder: AmazonS3Builder,
@@ -187,6 +189,15 @@ impl ObjectStore for Regional {
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
         self.current().list(prefix)
+    }
+
+    /// S3's own (`start-after`): the trait's default lists from the start and filters.
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.current().list_with_offset(prefix, offset)
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
