@@ -42,7 +42,7 @@ pub enum Cmd {
         /// descriptor N (see `loosefs fuse-fd`).
         mountpoint: PathBuf,
         #[command(flatten)]
-        opts: crate::options::MountArgs,
+        opts: Box<crate::options::MountArgs>,
     },
     /// Index a dataset in another packed format once for every node: writes a shared index
     /// beside it (`<SRC>.loosefs-index`, an object in a bucket, or `--out`) that a mount on
