@@ -26,7 +26,16 @@ MADE_ELSEWHERE = {
     "the server's TLS certificate is not trusted":
         "test_remote.py::test_https_with_a_private_ca_and_plain_http_only_when_allowed",
     "no such object (404)": "test_remote.py",
-    "access denied (403)": "test_remote.py::test_profile_file_credentials",
+    "access denied (403)": "test_remote.py::test_profile_file_credentials, "
+                           "test_ways_in.py::test_s3_requester_pays",
+    "a Requester Pays bucket: give the Google Cloud project to bill with --billing-project":
+        "test_ways_in.py::test_gcs_requester_pays_bills_the_project_given",
+    "the credentials' session token has expired":
+        "src/storage/object/errors.rs::a_stores_xml_error_is_said_in_words",
+    "the bucket is in region …, not …":
+        "test_ways_in.py::test_s3_a_bucket_in_another_region_is_read_with_no_region_given",
+    "which Azure storage account?":
+        "test_object_stores.py::test_without_credentials_a_mount_fails_at_once_naming_where_they_are_given",
     "a video's frame answers EIO": "test_video.py",
     "cannot pin …: only … GiB of memory is available":
         "tests/read_path.rs::pinned_pack_survives_drop_caches_and_oversize_pins_are_refused",
@@ -195,6 +204,21 @@ def made_here(pack, tmp_path, mounted):
         r = loosefs("info", "s3://bucket/data.pack", "--endpoint-url", f"http://127.0.0.1:{listener.getsockname()[1]}",
                     "--allow-http", env=env)
         seen["no AWS credentials … (tried, in order: …)"] = r.stderr
+        # GCS and Azure, every metadata endpoint at a closed port, nothing configured.
+        closed = f"127.0.0.1:{free_port()}"
+        bare = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "GCE_", "AZURE_", "STORAGE_"))}
+        bare.update(HOME=str(tmp_path), GCE_METADATA_HOST=closed, GCE_METADATA_IP=closed,
+                    AZURE_MSI_ENDPOINT=f"http://{closed}/token",
+                    PATH=os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                         if not os.path.exists(os.path.join(p, "az"))))
+        endpoint = ["--endpoint-url", f"http://127.0.0.1:{listener.getsockname()[1]}/acct", "--allow-http"]
+        r = loosefs("info", "gs://bucket/data.pack", *endpoint, env=bare)
+        seen["no GCS credentials: … (tried, in order: …)"] = r.stderr
+        r = loosefs("info", "gs://bucket/data.pack", *endpoint,
+                    env=dict(bare, GOOGLE_APPLICATION_CREDENTIALS=str(tmp_path / "key.json")))
+        seen["GCS credentials: … (from …)"] = r.stderr
+        r = loosefs("info", "az://container/data.pack", *endpoint, env=dict(bare, AZURE_STORAGE_ACCOUNT_NAME="acct"))
+        seen["no Azure credentials (tried, in order: …)"] = r.stderr
     finally:
         listener.close()
     # Too few descriptors for the threads asked.

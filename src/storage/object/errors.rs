@@ -68,6 +68,10 @@ fn server_error(text: &str) -> Option<String> {
             "the credentials were refused: check the key and secret"
         }
         "NoSuchKey" | "BlobNotFound" => "no such object",
+        "ExpiredToken" | "TokenRefreshRequired" | "InvalidToken" => {
+            "the credentials' session token has expired: renew it (`aws sso login`, `gcloud \
+             auth application-default login`, `az login`) and mount again"
+        }
         _ => "",
     };
     let head = text[..start].trim_end().trim_end_matches(':');
@@ -127,5 +131,12 @@ mod tests {
                 .ends_with("the server answered Odd")
         );
         assert_eq!(server_error("connection refused"), None);
+        let expired = "...: 400 Bad Request: <Error><Code>ExpiredToken</Code><Message>The provided \
+                       token has expired.</Message></Error>";
+        assert!(
+            server_error(expired)
+                .unwrap()
+                .contains("session token has expired: renew it")
+        );
     }
 }
