@@ -263,12 +263,13 @@ pub struct SourceArgs {
 #[derive(Args, Debug, Clone, Default)]
 pub struct RemoteArgs {
     /// Endpoint of the store instead of the cloud's own: an S3-compatible server, e.g.
-    /// http://127.0.0.1:8333 (default: $AWS_ENDPOINT_URL, else AWS), a GCS emulator (default:
-    /// $STORAGE_EMULATOR_HOST), an Azure blob endpoint with its account, e.g.
-    /// http://127.0.0.1:10000/devstoreaccount1 (default: the connection string's BlobEndpoint).
+    /// http://127.0.0.1:8333 (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the profile's
+    /// endpoint_url, else AWS), a GCS emulator (default: $STORAGE_EMULATOR_HOST), an Azure blob
+    /// endpoint with its account, e.g. http://127.0.0.1:10000/devstoreaccount1 (default: the
+    /// connection string's BlobEndpoint).
     #[arg(
         long,
-        help_heading = "Remote sources (buckets, HTTPS)",
+        help_heading = "Remote sources (S3, GCS, Azure Blob, HTTPS)",
         env = "LOOSEFS_ENDPOINT_URL"
     )]
     pub endpoint_url: Option<String>,
@@ -276,75 +277,80 @@ pub struct RemoteArgs {
     /// us-east-1); a bucket elsewhere is followed to its own region, as the server names it.
     #[arg(
         long,
-        help_heading = "Remote sources (buckets, HTTPS)",
+        help_heading = "Remote sources (S3, GCS, Azure Blob, HTTPS)",
         env = "LOOSEFS_REGION"
     )]
     pub region: Option<String>,
     /// S3 Requester Pays: the requests say the requester pays for them
     /// (`x-amz-request-payer: requester`, as `aws s3 --request-payer requester`); a Requester
     /// Pays bucket refuses requests without it (403).
-    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_REQUEST_PAYER", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, help_heading = "Remote sources (S3, GCS, Azure Blob, HTTPS)", env = "LOOSEFS_REQUEST_PAYER", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub request_payer: bool,
     /// GCS Requester Pays: the Google Cloud project billed for the requests
     /// (`x-goog-user-project`, as `gcloud storage --billing-project` and gsutil's `-u`).
     #[arg(
         long,
         value_name = "PROJECT",
-        help_heading = "Remote sources (buckets, HTTPS)",
+        help_heading = "Remote sources (S3, GCS, Azure Blob, HTTPS)",
         env = "LOOSEFS_BILLING_PROJECT"
     )]
     pub billing_project: Option<String>,
     /// Send unsigned requests (public buckets and containers); no credentials are looked up.
-    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_NO_SIGN_REQUEST", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    /// Otherwise credentials are found as each cloud's own tools find them: S3 by the AWS
+    /// chain (environment, profile, SSO, web identity, container, instance), GCS by Google's
+    /// (GOOGLE_APPLICATION_CREDENTIALS incl. workload identity federation, gcloud's ADC file,
+    /// metadata server), Azure by DefaultAzureCredential's order (environment and SAS,
+    /// workload identity, managed identity, `az login`); docs/REMOTE.md.
+    #[arg(long, help_heading = "Remote sources (S3, GCS, Azure Blob, HTTPS)", env = "LOOSEFS_NO_SIGN_REQUEST", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub no_sign_request: bool,
     /// Profile of the shared AWS files to take credentials and region from (default:
     /// $AWS_PROFILE, else `default`).
     #[arg(
         long,
-        help_heading = "Remote sources (buckets, HTTPS)",
+        help_heading = "Remote sources (S3, GCS, Azure Blob, HTTPS)",
         env = "LOOSEFS_PROFILE"
     )]
     pub profile: Option<String>,
     /// Allow plain `http://` URLs and endpoints (bytes unencrypted on the wire).
-    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_ALLOW_HTTP", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, help_heading = "Remote sources (S3, GCS, Azure Blob, HTTPS)", env = "LOOSEFS_ALLOW_HTTP", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub allow_http: bool,
     /// PEM file of extra CA certificates to trust for https (default: $AWS_CA_BUNDLE).
     #[arg(
         long,
-        help_heading = "Remote sources (buckets, HTTPS)",
+        help_heading = "Remote sources (S3, GCS, Azure Blob, HTTPS)",
         env = "LOOSEFS_CA_BUNDLE"
     )]
     pub ca_bundle: Option<PathBuf>,
     /// Local block cache of remote packs: blocks fetched are kept here across mounts of the
     /// same object (keyed by URL and ETag) (default: `blocks/` under $LOOSEFS_CACHE_DIR, else
     /// $XDG_CACHE_HOME/loosefs, else ~/.cache/loosefs).
-    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)")]
+    #[arg(long, help_heading = "Remote sources (S3, GCS, Azure Blob, HTTPS)")]
     pub cache_dir: Option<PathBuf>,
     /// Most bytes the cache directory holds, e.g. 20G: this pack's blocks (at most its size)
     /// and other packs' (removed least recently used first) (default: what it holds now plus
     /// the free space of its file system, less 5% of that file system's size).
-    #[arg(long, value_parser = parse_bytes, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_CACHE_SIZE")]
+    #[arg(long, value_parser = parse_bytes, help_heading = "Remote sources (S3, GCS, Azure Blob, HTTPS)", env = "LOOSEFS_CACHE_SIZE")]
     pub cache_size: Option<u64>,
     /// Concurrent GETs of 1 MiB or more at most; smaller GETs count for less, down to 1/8 for
     /// 128 KiB or less (so up to 8× as many small objects are fetched at once).
-    #[arg(long, default_value_t = remote_config::DEFAULT_MAX_REQUESTS, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_MAX_REQUESTS")]
+    #[arg(long, default_value_t = remote_config::DEFAULT_MAX_REQUESTS, help_heading = "Remote sources (S3, GCS, Azure Blob, HTTPS)", env = "LOOSEFS_MAX_REQUESTS")]
     pub max_requests: usize,
     /// Most retries of a failed GET (5xx, SlowDown, reset, refused, timeout), with jittered
     /// exponential backoff from 100 ms up to 15 s, before the read answers EIO; the default is
     /// as many as fit in --retry-timeout, so an outage shorter than it fails no read.
     /// 403/404/412 are never retried.
-    #[arg(long, default_value_t = remote_config::DEFAULT_RETRIES, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_RETRIES")]
+    #[arg(long, default_value_t = remote_config::DEFAULT_RETRIES, help_heading = "Remote sources (S3, GCS, Azure Blob, HTTPS)", env = "LOOSEFS_RETRIES")]
     pub retries: usize,
     /// Longest time spent retrying one GET, seconds.
-    #[arg(long, default_value_t = remote_config::DEFAULT_RETRY_TIMEOUT, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_RETRY_TIMEOUT")]
+    #[arg(long, default_value_t = remote_config::DEFAULT_RETRY_TIMEOUT, help_heading = "Remote sources (S3, GCS, Azure Blob, HTTPS)", env = "LOOSEFS_RETRY_TIMEOUT")]
     pub retry_timeout: u64,
     /// Time limit of one GET, seconds.
-    #[arg(long, default_value_t = remote_config::DEFAULT_REQUEST_TIMEOUT, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_REQUEST_TIMEOUT")]
+    #[arg(long, default_value_t = remote_config::DEFAULT_REQUEST_TIMEOUT, help_heading = "Remote sources (S3, GCS, Azure Blob, HTTPS)", env = "LOOSEFS_REQUEST_TIMEOUT")]
     pub request_timeout: u64,
     /// Mount without reaching the server: from a complete block cache of the URL (every
     /// block of the samples and the index kept, closed cleanly by an earlier mount), at the
     /// ETag recorded there. No request is made; refused when the cache is not complete.
-    #[arg(long, help_heading = "Remote sources (buckets, HTTPS)", env = "LOOSEFS_OFFLINE", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
+    #[arg(long, help_heading = "Remote sources (S3, GCS, Azure Blob, HTTPS)", env = "LOOSEFS_OFFLINE", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", hide_default_value = true, hide_possible_values = true)]
     pub offline: bool,
 }
 

@@ -35,10 +35,10 @@ impl Store for Http {
     fn split<'a>(&self, url: &'a str) -> Result<(&'a str, &'a str)> {
         if let Some((before, _)) = url.split_once('?') {
             bail!(
-                "{before}?…: a URL with a query string (a presigned S3 URL, a GCS signed URL, an \
-                 Azure SAS URL) cannot be mounted (each read is a request of its own, not of \
-                 that URL); mount the object as s3://, gs:// or az:// with credentials (for \
-                 Azure, the SAS in AZURE_STORAGE_SAS_KEY) instead, or serve it without a query"
+                "{before}?…: a URL with a query string (a presigned S3 URL, a GCS signed URL) \
+                 cannot be mounted (each read is a request of its own, not of that URL); mount \
+                 the object as s3:// or gs:// with credentials instead, or serve it without a \
+                 query (an Azure URL with a SAS is taken as it is)"
             );
         }
         let start = url.find("://").map_or(0, |p| p + 3);
