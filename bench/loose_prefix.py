@@ -45,6 +45,16 @@ import servers  # noqa: E402
 BIN = ROOT / "target" / "release" / "loosefs"
 
 
+def epoch_cat(mnt: pathlib.Path, order, readers: int) -> tuple[float, int]:
+    """Reads `order` through `mnt` as a shell pipeline does: `xargs -P readers -n 1 cat`, one
+    process per file (what a user's quick try often is); (seconds, bytes)."""
+    listing = "".join(f"{mnt / rel}\0" for rel in order).encode()
+    t0 = time.monotonic()
+    r = subprocess.run(["sh", "-c", f"xargs -0 -P {readers} -n 1 cat | wc -c"], input=listing,
+                       capture_output=True, check=True)
+    return time.monotonic() - t0, int(r.stdout)
+
+
 def epoch(mnt: pathlib.Path, order, readers: int) -> tuple[float, int]:
     """Reads `order` through `mnt` with `readers` threads; (seconds, bytes)."""
     it, lock, total = iter(order), threading.Lock(), [0]
@@ -202,6 +212,9 @@ def main():
     ap.add_argument("--perf", type=pathlib.Path, default=None, metavar="DIR",
                     help="record the loosefs daemon's CPU profile of each epoch (perf record -g) into DIR")
     ap.add_argument("--targets", default="", help="only the targets whose name contains one of these (comma-separated)")
+    ap.add_argument("--epoch-reader", default="threads", choices=["threads", "cat"],
+                    help="how an epoch is read: `--readers` Python threads (default), or `xargs -P` of "
+                         "one `cat` per file, as a shell try does")
     ap.add_argument("--store", default="s3", choices=["s3", "gcs", "azure"],
                     help="the object store: SeaweedFS (s3), fake-gcs-server (gcs), Azurite (azure)")
     a = ap.parse_args()
@@ -272,6 +285,8 @@ def main():
                     if a.store != "s3":
                         sys.exit("--ceiling: SigV4-signed curl reaches S3 only")
                     dt, n = curl_epoch(endpoint, bucket, order, a.ceiling, work)
+                elif a.epoch_reader == "cat":
+                    dt, n = epoch_cat(mnt, order, a.readers)
                 else:
                     dt, n = epoch(mnt, order, a.readers)
                 cpu1 = cpu_by_name()

@@ -510,9 +510,10 @@ fn parse_cli(args: Vec<std::ffi::OsString>) -> Cli {
 }
 
 /// `args` with an Azure URL's shared access signature taken out of it and put in
-/// `$AZURE_STORAGE_SAS_TOKEN` (where the client reads it), and the command line to give the
-/// daemon set to the result: no process's command line, log, stats or mount table holds it.
-fn sas_out_of_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+/// `$AZURE_STORAGE_SAS_TOKEN` (where the client reads it), and whether one was: the daemon and
+/// its keeper are then given the result (`set_command_line`), so no process started from this
+/// one, log, stats or mount table holds it.
+fn sas_out_of_args(args: Vec<std::ffi::OsString>) -> (Vec<std::ffi::OsString>, bool) {
     let mut sas = None;
     let out: Vec<std::ffi::OsString> = args
         .into_iter()
@@ -529,20 +530,20 @@ fn sas_out_of_args(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
             }
         })
         .collect();
+    let taken = sas.is_some();
     if let Some(token) = sas {
         // SAFETY: called first thing in `main`, before any thread is started (no other thread
         // can read the environment while it changes).
         unsafe { std::env::set_var("AZURE_STORAGE_SAS_TOKEN", token) };
-        loosefs::mount::set_command_line(out.clone());
     }
-    out
+    (out, taken)
 }
 
 fn main() {
     panic_hook();
     // Called by mount(8) as a helper (`mount -t fuse.loosefs`, an fstab line): the options
     // come as `-o a,b=c` and become `loosefs mount` flags.
-    let args = sas_out_of_args(std::env::args_os().collect());
+    let (args, sas_taken) = sas_out_of_args(std::env::args_os().collect());
     let argv0 = args
         .first()
         .map(std::path::Path::new)
@@ -567,6 +568,9 @@ fn main() {
         loosefs::mount::set_command_line(a.clone());
         parse_cli(a)
     } else {
+        if sas_taken {
+            loosefs::mount::set_command_line(args.clone());
+        }
         parse_cli(args)
     };
     if let Cmd::Mount { opts, .. } = &cli.cmd

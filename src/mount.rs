@@ -48,6 +48,16 @@ pub fn set_command_line(args: Vec<std::ffi::OsString>) {
     let _ = COMMAND_LINE.set(args);
 }
 
+/// The command line a daemon or keeper started from this one is given: the recorded one
+/// ([`set_command_line`]: the helper's translation, or a URL's SAS taken out), else this
+/// process's own.
+pub(crate) fn command_line() -> Vec<std::ffi::OsString> {
+    COMMAND_LINE
+        .get()
+        .cloned()
+        .unwrap_or_else(|| std::env::args_os().collect())
+}
+
 /// Environment variable carrying the readiness pipe's fd from the launcher to the daemon.
 const READY_FD_ENV: &str = "LOOSEFS_READY_FD";
 
@@ -141,10 +151,7 @@ fn launch(pack_path: &Path, mnt: &Path, opts: &DaemonOptions) -> Result<()> {
     let exe = std::env::current_exe().context("cannot find the loosefs executable")?;
     let mut cmd = std::process::Command::new(exe);
     // The daemon is this same command line, in the foreground: every option reaches it.
-    let args = COMMAND_LINE
-        .get()
-        .cloned()
-        .unwrap_or_else(|| std::env::args_os().collect());
+    let args = command_line();
     // `--foreground` right after `mount` (never after a `--`), and the caller's own
     // `--foreground=false` (how the Python API overrides an inherited LOOSEFS_FOREGROUND) left
     // out: clap takes an option once.

@@ -286,7 +286,7 @@ pub fn keep_handed(fd: RawFd, mnt: &Path) -> Result<i32> {
     let info = info_fd();
     let exe = std::env::current_exe().context("cannot find the loosefs executable")?;
     let mut command = vec![exe.into_os_string()];
-    command.extend(std::env::args_os().skip(1));
+    command.extend(super::command_line().into_iter().skip(1));
     let (r, w) = nix::unistd::pipe().context("cannot create a pipe")?;
     nix::fcntl::fcntl(
         &r,
@@ -359,7 +359,7 @@ pub(super) fn keep_taken_over(k: Kept, command_mnt: &Path) -> Result<i32> {
     }
     let exe = std::env::current_exe().context("cannot find the loosefs executable")?;
     let mut command = vec![exe.into_os_string()];
-    command.extend(std::env::args_os().skip(1));
+    command.extend(super::command_line().into_iter().skip(1));
     keep(KeepArgs {
         fd,
         offer: k.conn.offer,

@@ -9,8 +9,15 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # No test may send a request beyond 127.0.0.1: the credential chain's last source, EC2 instance
-# metadata (169.254.169.254), is off for every process a test starts.
+# metadata (169.254.169.254), is off for every process a test starts, and every cloud's
+# metadata endpoint (EC2, GCE, Azure's managed identity) is a closed local port besides, for a
+# test that turns EC2's back on (test_ways_in.py) or reaches GCS or Azure.
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+CLOSED_PORT = "127.0.0.1:9"  # discard: nothing listens there on a test machine
+for _k, _v in {"AWS_EC2_METADATA_SERVICE_ENDPOINT": f"http://{CLOSED_PORT}", "GCE_METADATA_HOST": CLOSED_PORT,
+               "GCE_METADATA_IP": CLOSED_PORT,
+               "AZURE_MSI_ENDPOINT": f"http://{CLOSED_PORT}/metadata/identity/oauth2/token"}.items():
+    os.environ.setdefault(_k, _v)
 
 
 
