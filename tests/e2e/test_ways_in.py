@@ -8,7 +8,8 @@ a stand-in that refuses as the cloud refuses:
   (moto stores the setting and does not check it: the stand-in does);
 - GCS: fake-gcs-server started with its defaults and `STORAGE_EMULATOR_HOST` only; an
   `external_account` credential file (Workload Identity Federation) and its service-account
-  impersonation, the token exchange served locally; Requester Pays (`--billing-project`;
+  impersonation, and gcloud's `impersonated_service_account` file, the token exchanges served
+  locally; Requester Pays (`--billing-project`;
   fake-gcs-server does not check it: the stand-in does);
 - Azure: a SAS in the URL and in `AZURE_STORAGE_SAS_TOKEN`, an account key, the Azure CLI's
   login with no flag (an `az` on PATH);
@@ -251,14 +252,18 @@ def test_gcs_emulator_started_with_its_defaults_and_storage_emulator_host_only(g
 
 
 class TokenService:
-    """Google's STS and IAM Credentials token endpoints, served locally: `POST /v1/token`
-    (RFC 8693 token exchange) answers `federated` for the subject token it expects, and
-    `POST /v1/projects/-/serviceAccounts/SA:generateAccessToken` answers `impersonated` for
-    a request bearing `federated`."""
+    """Google's STS, OAuth and IAM Credentials token endpoints, served locally: `POST /v1/token`
+    (RFC 8693 token exchange) answers `federated` for the subject token it expects; `POST
+    /oauth2/token` (a refresh-token grant, as gcloud's user credentials use) answers `user` for
+    the refresh token `REFRESH`; `POST /v1/projects/-/serviceAccounts/SA:generateAccessToken`
+    answers `impersonated` for a request bearing either."""
+
+    REFRESH = "1//refresh-" + os.urandom(6).hex()
 
     def __init__(self, subject: str):
         self.subject, self.calls = subject, []
         self.federated, self.impersonated = "ya29.federated-" + os.urandom(6).hex(), "ya29.imp-" + os.urandom(6).hex()
+        self.user = "ya29.user-" + os.urandom(6).hex()
 
     def start(self):
         import http.server
@@ -281,8 +286,14 @@ class TokenService:
                            "urn:ietf:params:oauth:token-type:access_token", "token_type": "Bearer",
                            "expires_in": 3600} if ok else {"error": "invalid_grant"}
                     code = 200 if ok else 400
+                elif self.path == "/oauth2/token":  # a form, or JSON (Google's Rust library's)
+                    form = json.loads(body) if body.lstrip().startswith("{") else dict(urllib.parse.parse_qsl(body))
+                    ok = form.get("grant_type") == "refresh_token" and form.get("refresh_token") == svc.REFRESH
+                    out = {"access_token": svc.user, "token_type": "Bearer", "expires_in": 3600} if ok \
+                        else {"error": "invalid_grant"}
+                    code = 200 if ok else 400
                 elif self.path.endswith(":generateAccessToken"):
-                    ok = self.headers.get("Authorization") == f"Bearer {svc.federated}"
+                    ok = self.headers.get("Authorization") in (f"Bearer {svc.federated}", f"Bearer {svc.user}")
                     expire = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
                     out = {"accessToken": svc.impersonated,
                            "expireTime": expire.strftime("%Y-%m-%dT%H:%M:%SZ")} if ok else {"error": {"code": 403}}
@@ -341,6 +352,41 @@ def test_gcs_workload_identity_federation_from_a_credential_file(gcs, sample, tm
             assert rules.seen and all(h.get("authorization") == f"Bearer {bearer}" for _, _, h in rules.seen)
             m.assert_secret_free(svc.federated, svc.impersonated, subject)
         assert svc.calls[0] == "/v1/token" and (len(svc.calls) == 2) == impersonate, svc.calls
+    finally:
+        server.stop()
+        rules.stop()
+        svc.stop()
+
+
+def test_gcs_impersonated_service_account_from_gclouds_file(gcs, sample, tmp_path):
+    """gcloud's ADC file as `gcloud auth application-default login
+    --impersonate-service-account` writes it (`impersonated_service_account` over the user's
+    refresh token), in its well-known place under HOME: the user's token refreshed, then
+    exchanged for the service account's, which every request bears."""
+    need_mount()
+    _, source, _ = sample
+    svc = TokenService("unused").start()
+    rules = servers.CloudRules(0).start()
+    server = servers.FakeGcs(tmp_path / "gcs", gcs.data, public_host=f"127.0.0.1:{rules.port}").start()
+    rules.target = server.port
+    try:
+        home = tmp_path / "home"
+        adc = home / ".config" / "gcloud" / "application_default_credentials.json"
+        adc.parent.mkdir(parents=True)
+        adc.write_text(json.dumps({
+            "type": "impersonated_service_account", "delegates": [],
+            "service_account_impersonation_url": f"http://127.0.0.1:{svc.port}/v1/projects/-/serviceAccounts/"
+                                                 "reader@proj.iam.gserviceaccount.com:generateAccessToken",
+            "source_credentials": {"type": "authorized_user", "client_id": "cid.apps.googleusercontent.com",
+                                   "client_secret": "d-secret", "refresh_token": svc.REFRESH,
+                                   "token_uri": f"http://127.0.0.1:{svc.port}/oauth2/token"}}))
+        with Run("gs://bkt/data.pack", tmp_path, "--endpoint-url", rules.endpoint, "--allow-http",
+                 env=offline_env(home)) as m:
+            same_files(m.mnt, source)
+            assert rules.seen and all(h.get("authorization") == f"Bearer {svc.impersonated}"
+                                      for _, _, h in rules.seen)
+            m.assert_secret_free(svc.user, svc.impersonated, svc.REFRESH)
+        assert svc.calls[0] == "/oauth2/token" and svc.calls[1].endswith(":generateAccessToken"), svc.calls
     finally:
         server.stop()
         rules.stop()
