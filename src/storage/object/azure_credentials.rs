@@ -140,14 +140,14 @@ impl Chain {
         let why_mi =
             match tokio::time::timeout(MANAGED_IDENTITY_TIMEOUT * 2, mi.get_credential()).await {
                 Ok(Ok(_)) => return Ok(mi),
-                Ok(Err(e)) => innermost(&e),
+                Ok(Err(e)) => super::fail_fast::last_causes(&e, 1),
                 Err(_) => "no answer".to_string(),
             };
         let why_cli = if cli_installed() {
             let cli = self.provider(true)?;
             match tokio::time::timeout(CLI_TIMEOUT, cli.get_credential()).await {
                 Ok(Ok(_)) => return Ok(cli),
-                Ok(Err(e)) => format!("{} (run `az login`)", innermost(&e)),
+                Ok(Err(e)) => format!("{} (run `az login`)", super::fail_fast::last_causes(&e, 1)),
                 Err(_) => format!("no answer within {} s", CLI_TIMEOUT.as_secs()),
             }
         } else {
@@ -167,17 +167,6 @@ impl Chain {
             .into(),
         })
     }
-}
-
-/// The last cause of `e` (what happened at the bottom: a refused connection, the CLI's words).
-fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut last = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        last = c.to_string();
-        cur = c.source();
-    }
-    last
 }
 
 #[async_trait]

@@ -177,6 +177,19 @@ pub(crate) fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
+/// The last `n` causes of `e`, joined by `: ` (credential libraries repeat themselves at every
+/// level, "but future attempts may succeed"; what happened is at the bottom: a refused
+/// connection, a server's answer, a command's words).
+pub(crate) fn last_causes(e: &(dyn std::error::Error + 'static), n: usize) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        parts.push(c.to_string());
+        cur = c.source();
+    }
+    parts[parts.len().saturating_sub(n.max(1))..].join(": ")
+}
+
 fn is_certificate(e: &(dyn std::error::Error + 'static)) -> bool {
     use rustls::Error as T;
     matches!(

@@ -107,19 +107,6 @@ fn no_credentials(why: String) -> object_store::Error {
     }
 }
 
-/// The last two causes of `e` (Google's errors repeat "but future attempts may succeed" at
-/// every level; the cause at the bottom is what happened: a refused connection, an answer).
-fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        parts.push(c.to_string());
-        cur = c.source();
-    }
-    let from = parts.len().saturating_sub(2);
-    parts[from..].join(": ")
-}
-
 #[async_trait]
 impl CredentialProvider for Chain {
     type Credential = GcpCredential;
@@ -129,7 +116,7 @@ impl CredentialProvider for Chain {
         let token = tokio::time::timeout(FIND_TIMEOUT, creds.access_token())
             .await
             .map_err(|_| no_credentials(format!("no answer within {} s", FIND_TIMEOUT.as_secs())))?
-            .map_err(|e| no_credentials(innermost(&e)))?;
+            .map_err(|e| no_credentials(super::fail_fast::last_causes(&e, 2)))?;
         Ok(Arc::new(GcpCredential {
             bearer: token.token,
         }))
