@@ -33,6 +33,27 @@ use std::time::Duration;
 /// impersonation) answers in well under this.
 pub(super) const FIND_TIMEOUT: Duration = Duration::from_secs(8);
 
+/// How long the metadata server may take when it is the only source left (no credentials file
+/// anywhere): google-auth's default (`GCE_METADATA_TIMEOUT`, 3 s), which that variable sets
+/// here too. A metadata server answers in milliseconds; one that does not is not there.
+fn metadata_timeout() -> Duration {
+    super::store::env("GCE_METADATA_TIMEOUT")
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(Duration::from_secs(3), Duration::from_secs)
+        .min(FIND_TIMEOUT)
+}
+
+/// Whether Google's chain has nothing to go on but the metadata server: no
+/// `$GOOGLE_APPLICATION_CREDENTIALS`, no gcloud ADC file.
+fn metadata_only() -> bool {
+    std::env::var_os("GOOGLE_APPLICATION_CREDENTIALS").is_none()
+        && !std::env::var_os("HOME").is_some_and(|h| {
+            std::path::Path::new(&h)
+                .join(".config/gcloud/application_default_credentials.json")
+                .exists()
+        })
+}
+
 /// The variables `object_store` reads a service account from by itself (they come first).
 pub(super) const OBJECT_STORE_VARIABLES: [&str; 3] = [
     "GOOGLE_SERVICE_ACCOUNT",
@@ -113,9 +134,13 @@ impl CredentialProvider for Chain {
 
     async fn get_credential(&self) -> object_store::Result<Arc<GcpCredential>> {
         let creds = self.creds.get_or_try_init(|| async { build() }).await?;
-        let token = tokio::time::timeout(FIND_TIMEOUT, creds.access_token())
+        let (limit, what) = match metadata_only() {
+            true => (metadata_timeout(), "the metadata server"),
+            false => (FIND_TIMEOUT, "the credentials' token exchange"),
+        };
+        let token = tokio::time::timeout(limit, creds.access_token())
             .await
-            .map_err(|_| no_credentials(format!("no answer within {} s", FIND_TIMEOUT.as_secs())))?
+            .map_err(|_| no_credentials(format!("{what}: no answer within {} s", limit.as_secs())))?
             .map_err(|e| no_credentials(super::fail_fast::last_causes(&e, 2)))?;
         Ok(Arc::new(GcpCredential {
             bearer: token.token,
