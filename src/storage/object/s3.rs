@@ -104,7 +104,7 @@ impl Store for S3 {
         let b = b
             .with_client_options(setup.client)
             .with_http_connector(FailFast::s3(said.clone()));
-        let store = Arc::new(Regional::new(b, region, said, bucket)?);
+        let store = Arc::new(Regional::new(b, region, said, store)?);
         Ok((store.clone(), Lister::Pages(store)))
     }
 

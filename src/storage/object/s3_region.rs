@@ -68,12 +68,14 @@ fn valid(r: &str) -> bool {
 pub(crate) struct Regional {
     builder: AmazonS3Builder,
     said: Arc<Said>,
+    /// The bucket as messages name it (the store part of its URLs).
     bucket: String,
     current: Mutex<(String, Arc<AmazonS3>)>,
 }
 
 impl Regional {
-    /// The store built by `builder` for `region`; `said` is the slot its HTTP connector writes.
+    /// The store built by `builder` for `region`; `said` is the slot its HTTP connector writes;
+    /// `bucket` names it in messages (the store part of its URLs).
     /// Errors: `object_store`'s, building the client.
     pub(crate) fn new(
         builder: AmazonS3Builder,
@@ -109,7 +111,7 @@ impl Regional {
         }
         let store = Arc::new(self.builder.clone().with_region(&region).build().ok()?);
         log::warn!(
-            "s3://{}: the bucket is in region {region}, not {}: requests are signed for {region} \
+            "{}: the bucket is in region {region}, not {}: requests are signed for {region} \
              from now on (give --region {region} to skip the refused request)",
             self.bucket,
             cur.0
