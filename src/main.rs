@@ -548,7 +548,7 @@ fn main() {
         .first()
         .map(std::path::Path::new)
         .and_then(|p| p.file_name());
-    let cli = if argv0.is_some_and(|n| {
+    let args = if argv0.is_some_and(|n| {
         loosefs::options::fstab::HELPER_NAMES
             .iter()
             .any(|h| n == *h)
@@ -556,7 +556,7 @@ fn main() {
         match loosefs::options::fstab::helper_args(&args) {
             Ok(a) => {
                 loosefs::mount::set_command_line(a.clone());
-                parse_cli(a)
+                a
             }
             Err(e) => {
                 loosefs::eprintln_lossy!("loosefs: error: {e:#}");
@@ -566,22 +566,33 @@ fn main() {
     } else if let Some(a) = loosefs::options::fstab::expand_mount_o(&args) {
         // `loosefs mount SRC MNT -o ro,warm`: mount(8)'s way of giving options.
         loosefs::mount::set_command_line(a.clone());
-        parse_cli(a)
+        a
     } else {
         if sas_taken {
             loosefs::mount::set_command_line(args.clone());
         }
-        parse_cli(args)
+        args
     };
+    let mut cli = parse_cli(args.clone());
     if let Cmd::Mount { opts, .. } = &cli.cmd
         && let Some(f) = &opts.env_file
     {
         match loosefs::mount::env_file::read(f) {
             Ok(vars) => {
-                for (k, v) in vars {
+                // A variable already in the environment is kept (as the user's own says).
+                let new: Vec<_> = vars
+                    .into_iter()
+                    .filter(|(k, _)| std::env::var_os(k).is_none())
+                    .collect();
+                let options = new.iter().any(|(k, _)| k.starts_with("LOOSEFS_"));
+                for (k, v) in new {
                     // SAFETY: still before any thread is started (nothing has run but the
                     // parsing of the command line), so no thread reads the environment.
                     unsafe { std::env::set_var(k, v) };
+                }
+                if options {
+                    // The file's LOOSEFS_* options, read as the command line's defaults.
+                    cli = parse_cli(args);
                 }
             }
             Err(e) => {

@@ -112,7 +112,12 @@ pub struct MountArgs {
     /// variables, `AWS_*`, `GOOGLE_*`, `GCE_METADATA_*`, `AZURE_*`, `STORAGE_EMULATOR_HOST`, and
     /// `LOOSEFS_*`), as a site gives them to a job's daemon without a command line or a log
     /// holding them: the Slurm prolog hands its root-owned file as `/dev/fd/4`.
-    #[arg(long, value_name = "FILE", help_heading = "Daemon and logs")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "Daemon and logs",
+        env = "LOOSEFS_ENV_FILE"
+    )]
     pub env_file: Option<PathBuf>,
     /// Log loosefs's debug messages too (each failed request with its path and error, each
     /// remote GET with its range and time): the same as `RUST_LOG=loosefs=debug`, into the

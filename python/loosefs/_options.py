@@ -23,8 +23,10 @@ OPTIONS = {
         ('warm', None, None, None, 'Stream the whole pack into the page cache in the background after mounting'),
         ('wait', None, None, None, 'Return only once `--pin` and `--warm` are complete, showing their progress (without it they proceed in the background and `loosefs stats` shows how far they are)'),
         ('keep_pack_cache', None, None, None, "Keep a sample's pack pages cached after serving it"),
-        ('endpoint_url', 'ENDPOINT_URL', None, None, "Endpoint of the store instead of the cloud's own: an S3-compatible server, e.g. http://127.0.0.1:8333 (default: $AWS_ENDPOINT_URL, else AWS), a GCS emulator (default: $STORAGE_EMULATOR_HOST), an Azure blob endpoint with its account, e.g. http://127.0.0.1:10000/devstoreaccount1 (default: the connection string's BlobEndpoint)"),
-        ('region', 'REGION', None, None, "S3 region (default: $AWS_REGION, the profile's region, else us-east-1)"),
+        ('endpoint_url', 'ENDPOINT_URL', None, None, "Endpoint of the store instead of the cloud's own: an S3-compatible server, e.g. http://127.0.0.1:8333 (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS), a GCS emulator (default: $STORAGE_EMULATOR_HOST), an Azure blob endpoint with its account, e.g. http://127.0.0.1:10000/devstoreaccount1 (default: the connection string's BlobEndpoint)"),
+        ('region', 'REGION', None, None, "S3 region to sign for first (default: $AWS_REGION, the profile's region, else us-east-1); a bucket elsewhere is followed to its own region, as the server names it"),
+        ('request_payer', None, None, None, 'S3 Requester Pays: the requests say the requester pays for them (`x-amz-request-payer: requester`, as `aws s3 --request-payer requester`); a Requester Pays bucket refuses requests without it (403)'),
+        ('billing_project', 'PROJECT', None, None, "GCS Requester Pays: the Google Cloud project billed for the requests (`x-goog-user-project`, as `gcloud storage --billing-project` and gsutil's `-u`)"),
         ('no_sign_request', None, None, None, 'Send unsigned requests (public buckets and containers); no credentials are looked up'),
         ('profile', 'PROFILE', None, None, 'Profile of the shared AWS files to take credentials and region from (default: $AWS_PROFILE, else `default`)'),
         ('allow_http', None, None, None, 'Allow plain `http://` URLs and endpoints (bytes unencrypted on the wire)'),
@@ -47,6 +49,7 @@ OPTIONS = {
         ('resend', None, None, None, 'Have the kernel resend the requests a dead daemon had read but not answered (FUSE_NOTIFY_RESEND, Linux 6.9+), so a kept mount loses no read'),
         ('threads', 'THREADS', '16', None, 'FUSE worker threads'),
         ('log', 'LOG', None, None, 'Log file of the background daemon (default: `~/.local/state/loosefs/log/<mountpoint>.log`, or under `$XDG_STATE_HOME`; `loosefs stats` names it)'),
+        ('env_file', 'FILE', None, None, "Take store settings and credentials from FILE (`NAME=VALUE` lines; only the stores' variables, `AWS_*`, `GOOGLE_*`, `GCE_METADATA_*`, `AZURE_*`, `STORAGE_EMULATOR_HOST`, and `LOOSEFS_*`), as a site gives them to a job's daemon without a command line or a log holding them: the Slurm prolog hands its root-owned file as `/dev/fd/4`"),
         ('debug', None, None, None, "Log loosefs's debug messages too (each failed request with its path and error, each remote GET with its range and time): the same as `RUST_LOG=loosefs=debug`, into the log file"),
         ('progress_lines', None, None, None, 'Progress for programs that wrap `loosefs mount` (the Python package\'s tqdm bars): the first mount\'s indexing and walk, and `--wait`\'s pin and warm, as JSON lines on stderr instead of the terminal\'s bars, `{"progress": {"step": "index", "unit": "samples", "done": N, "total": N}}` at most five a second per step, and `{"note": "..."}` for what a terminal shows as `loosefs: ...`'),
         ('allow_other', None, None, None, 'Let every local user read the mount (FUSE `allow_other`; a non-root user needs `user_allow_other` in /etc/fuse.conf)'),
@@ -74,8 +77,10 @@ OPTIONS = {
         ('refresh', None, None, None, "A stale shared listing of loose objects (objects added, removed or replaced since `loosefs index`) is replaced: the prefix listed again and the listing rewritten in its place (over HTTPS: the server's listing served instead)"),
         ('index_dir', 'INDEX_DIR', None, None, 'Where the index of a foreign source is kept (default: `index/` under $LOOSEFS_CACHE_DIR, else $XDG_CACHE_HOME/loosefs, else ~/.cache/loosefs)'),
         ('chunk_cache', 'CHUNK_CACHE', '1G', None, 'Memory for decompressed chunks of a compressed source (zstd MDS shards and LitData chunks, deflated zip members), e.g. 2G; the least recently used chunk goes first'),
-        ('endpoint_url', 'ENDPOINT_URL', None, None, "Endpoint of the store instead of the cloud's own: an S3-compatible server, e.g. http://127.0.0.1:8333 (default: $AWS_ENDPOINT_URL, else AWS), a GCS emulator (default: $STORAGE_EMULATOR_HOST), an Azure blob endpoint with its account, e.g. http://127.0.0.1:10000/devstoreaccount1 (default: the connection string's BlobEndpoint)"),
-        ('region', 'REGION', None, None, "S3 region (default: $AWS_REGION, the profile's region, else us-east-1)"),
+        ('endpoint_url', 'ENDPOINT_URL', None, None, "Endpoint of the store instead of the cloud's own: an S3-compatible server, e.g. http://127.0.0.1:8333 (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS), a GCS emulator (default: $STORAGE_EMULATOR_HOST), an Azure blob endpoint with its account, e.g. http://127.0.0.1:10000/devstoreaccount1 (default: the connection string's BlobEndpoint)"),
+        ('region', 'REGION', None, None, "S3 region to sign for first (default: $AWS_REGION, the profile's region, else us-east-1); a bucket elsewhere is followed to its own region, as the server names it"),
+        ('request_payer', None, None, None, 'S3 Requester Pays: the requests say the requester pays for them (`x-amz-request-payer: requester`, as `aws s3 --request-payer requester`); a Requester Pays bucket refuses requests without it (403)'),
+        ('billing_project', 'PROJECT', None, None, "GCS Requester Pays: the Google Cloud project billed for the requests (`x-goog-user-project`, as `gcloud storage --billing-project` and gsutil's `-u`)"),
         ('no_sign_request', None, None, None, 'Send unsigned requests (public buckets and containers); no credentials are looked up'),
         ('profile', 'PROFILE', None, None, 'Profile of the shared AWS files to take credentials and region from (default: $AWS_PROFILE, else `default`)'),
         ('allow_http', None, None, None, 'Allow plain `http://` URLs and endpoints (bytes unencrypted on the wire)'),
@@ -98,8 +103,10 @@ OPTIONS = {
         ('refresh', None, None, None, "A stale shared listing of loose objects (objects added, removed or replaced since `loosefs index`) is replaced: the prefix listed again and the listing rewritten in its place (over HTTPS: the server's listing served instead)"),
         ('index_dir', 'INDEX_DIR', None, None, 'Where the index of a foreign source is kept (default: `index/` under $LOOSEFS_CACHE_DIR, else $XDG_CACHE_HOME/loosefs, else ~/.cache/loosefs)'),
         ('chunk_cache', 'CHUNK_CACHE', '1G', None, 'Memory for decompressed chunks of a compressed source (zstd MDS shards and LitData chunks, deflated zip members), e.g. 2G; the least recently used chunk goes first'),
-        ('endpoint_url', 'ENDPOINT_URL', None, None, "Endpoint of the store instead of the cloud's own: an S3-compatible server, e.g. http://127.0.0.1:8333 (default: $AWS_ENDPOINT_URL, else AWS), a GCS emulator (default: $STORAGE_EMULATOR_HOST), an Azure blob endpoint with its account, e.g. http://127.0.0.1:10000/devstoreaccount1 (default: the connection string's BlobEndpoint)"),
-        ('region', 'REGION', None, None, "S3 region (default: $AWS_REGION, the profile's region, else us-east-1)"),
+        ('endpoint_url', 'ENDPOINT_URL', None, None, "Endpoint of the store instead of the cloud's own: an S3-compatible server, e.g. http://127.0.0.1:8333 (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS), a GCS emulator (default: $STORAGE_EMULATOR_HOST), an Azure blob endpoint with its account, e.g. http://127.0.0.1:10000/devstoreaccount1 (default: the connection string's BlobEndpoint)"),
+        ('region', 'REGION', None, None, "S3 region to sign for first (default: $AWS_REGION, the profile's region, else us-east-1); a bucket elsewhere is followed to its own region, as the server names it"),
+        ('request_payer', None, None, None, 'S3 Requester Pays: the requests say the requester pays for them (`x-amz-request-payer: requester`, as `aws s3 --request-payer requester`); a Requester Pays bucket refuses requests without it (403)'),
+        ('billing_project', 'PROJECT', None, None, "GCS Requester Pays: the Google Cloud project billed for the requests (`x-goog-user-project`, as `gcloud storage --billing-project` and gsutil's `-u`)"),
         ('no_sign_request', None, None, None, 'Send unsigned requests (public buckets and containers); no credentials are looked up'),
         ('profile', 'PROFILE', None, None, 'Profile of the shared AWS files to take credentials and region from (default: $AWS_PROFILE, else `default`)'),
         ('allow_http', None, None, None, 'Allow plain `http://` URLs and endpoints (bytes unencrypted on the wire)'),
@@ -123,8 +130,10 @@ OPTIONS = {
         ('refresh', None, None, None, "A stale shared listing of loose objects (objects added, removed or replaced since `loosefs index`) is replaced: the prefix listed again and the listing rewritten in its place (over HTTPS: the server's listing served instead)"),
         ('index_dir', 'INDEX_DIR', None, None, 'Where the index of a foreign source is kept (default: `index/` under $LOOSEFS_CACHE_DIR, else $XDG_CACHE_HOME/loosefs, else ~/.cache/loosefs)'),
         ('chunk_cache', 'CHUNK_CACHE', '1G', None, 'Memory for decompressed chunks of a compressed source (zstd MDS shards and LitData chunks, deflated zip members), e.g. 2G; the least recently used chunk goes first'),
-        ('endpoint_url', 'ENDPOINT_URL', None, None, "Endpoint of the store instead of the cloud's own: an S3-compatible server, e.g. http://127.0.0.1:8333 (default: $AWS_ENDPOINT_URL, else AWS), a GCS emulator (default: $STORAGE_EMULATOR_HOST), an Azure blob endpoint with its account, e.g. http://127.0.0.1:10000/devstoreaccount1 (default: the connection string's BlobEndpoint)"),
-        ('region', 'REGION', None, None, "S3 region (default: $AWS_REGION, the profile's region, else us-east-1)"),
+        ('endpoint_url', 'ENDPOINT_URL', None, None, "Endpoint of the store instead of the cloud's own: an S3-compatible server, e.g. http://127.0.0.1:8333 (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS), a GCS emulator (default: $STORAGE_EMULATOR_HOST), an Azure blob endpoint with its account, e.g. http://127.0.0.1:10000/devstoreaccount1 (default: the connection string's BlobEndpoint)"),
+        ('region', 'REGION', None, None, "S3 region to sign for first (default: $AWS_REGION, the profile's region, else us-east-1); a bucket elsewhere is followed to its own region, as the server names it"),
+        ('request_payer', None, None, None, 'S3 Requester Pays: the requests say the requester pays for them (`x-amz-request-payer: requester`, as `aws s3 --request-payer requester`); a Requester Pays bucket refuses requests without it (403)'),
+        ('billing_project', 'PROJECT', None, None, "GCS Requester Pays: the Google Cloud project billed for the requests (`x-goog-user-project`, as `gcloud storage --billing-project` and gsutil's `-u`)"),
         ('no_sign_request', None, None, None, 'Send unsigned requests (public buckets and containers); no credentials are looked up'),
         ('profile', 'PROFILE', None, None, 'Profile of the shared AWS files to take credentials and region from (default: $AWS_PROFILE, else `default`)'),
         ('allow_http', None, None, None, 'Allow plain `http://` URLs and endpoints (bytes unencrypted on the wire)'),
@@ -143,10 +152,10 @@ OPTIONS = {
 # What each option's value is, for the checks `loosefs.mount(...)` makes before a process
 # starts: flag, int (a whole number), size (bytes or 512M, 2G, 8GiB), choice, or text.
 KINDS = {
-    'mount': {'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'pin': 'size', 'warm': 'flag', 'wait': 'flag', 'keep_pack_cache': 'flag', 'endpoint_url': 'text', 'region': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag', 'decode': 'choice', 'decoded_only': 'flag', 'decode_max_side': 'int', 'decode_cache': 'size', 'decode_threads': 'int', 'decode_ahead': 'int', 'decode_accept_damaged': 'flag', 'keeper': 'flag', 'resend': 'flag', 'threads': 'int', 'log': 'text', 'debug': 'flag', 'progress_lines': 'flag', 'allow_other': 'flag', 'allow_non_empty': 'flag', 'passthrough': 'choice', 'transport': 'choice', 'metrics_addr': 'text', 'read_ahead_kb': 'int', 'prefetch_max_mb': 'int', 'order_window_mb': 'int', 'push_ahead': 'int'},
-    'pack': {'jobs': 'int', 'align': 'int', 'follow_links': 'flag', 'force': 'flag', 'progress_lines': 'flag', 'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'endpoint_url': 'text', 'region': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag'},
-    'info': {'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'endpoint_url': 'text', 'region': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag'},
-    'index': {'progress_lines': 'flag', 'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'endpoint_url': 'text', 'region': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag'},
+    'mount': {'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'pin': 'size', 'warm': 'flag', 'wait': 'flag', 'keep_pack_cache': 'flag', 'endpoint_url': 'text', 'region': 'text', 'request_payer': 'flag', 'billing_project': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag', 'decode': 'choice', 'decoded_only': 'flag', 'decode_max_side': 'int', 'decode_cache': 'size', 'decode_threads': 'int', 'decode_ahead': 'int', 'decode_accept_damaged': 'flag', 'keeper': 'flag', 'resend': 'flag', 'threads': 'int', 'log': 'text', 'env_file': 'text', 'debug': 'flag', 'progress_lines': 'flag', 'allow_other': 'flag', 'allow_non_empty': 'flag', 'passthrough': 'choice', 'transport': 'choice', 'metrics_addr': 'text', 'read_ahead_kb': 'int', 'prefetch_max_mb': 'int', 'order_window_mb': 'int', 'push_ahead': 'int'},
+    'pack': {'jobs': 'int', 'align': 'int', 'follow_links': 'flag', 'force': 'flag', 'progress_lines': 'flag', 'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'endpoint_url': 'text', 'region': 'text', 'request_payer': 'flag', 'billing_project': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag'},
+    'info': {'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'endpoint_url': 'text', 'region': 'text', 'request_payer': 'flag', 'billing_project': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag'},
+    'index': {'progress_lines': 'flag', 'format': 'text', 'class_names': 'text', 'label': 'text', 'fields': 'choice', 'verify': 'choice', 'index': 'text', 'refresh': 'flag', 'index_dir': 'text', 'chunk_cache': 'size', 'endpoint_url': 'text', 'region': 'text', 'request_payer': 'flag', 'billing_project': 'text', 'no_sign_request': 'flag', 'profile': 'text', 'allow_http': 'flag', 'ca_bundle': 'text', 'cache_dir': 'text', 'cache_size': 'size', 'max_requests': 'int', 'retries': 'int', 'retry_timeout': 'int', 'request_timeout': 'int', 'offline': 'flag'},
 }
 
 
@@ -168,6 +177,8 @@ class MountOptions(TypedDict, total=False):
     keep_pack_cache: bool
     endpoint_url: Union[str, "os.PathLike[str]"]
     region: Union[str, "os.PathLike[str]"]
+    request_payer: bool
+    billing_project: Union[str, "os.PathLike[str]"]
     no_sign_request: bool
     profile: Union[str, "os.PathLike[str]"]
     allow_http: bool
@@ -190,6 +201,7 @@ class MountOptions(TypedDict, total=False):
     resend: bool
     threads: int
     log: Union[str, "os.PathLike[str]"]
+    env_file: Union[str, "os.PathLike[str]"]
     debug: bool
     progress_lines: bool
     allow_other: bool
@@ -222,6 +234,8 @@ class PackOptions(TypedDict, total=False):
     chunk_cache: Union[int, str]
     endpoint_url: Union[str, "os.PathLike[str]"]
     region: Union[str, "os.PathLike[str]"]
+    request_payer: bool
+    billing_project: Union[str, "os.PathLike[str]"]
     no_sign_request: bool
     profile: Union[str, "os.PathLike[str]"]
     allow_http: bool
@@ -249,6 +263,8 @@ class InfoOptions(TypedDict, total=False):
     chunk_cache: Union[int, str]
     endpoint_url: Union[str, "os.PathLike[str]"]
     region: Union[str, "os.PathLike[str]"]
+    request_payer: bool
+    billing_project: Union[str, "os.PathLike[str]"]
     no_sign_request: bool
     profile: Union[str, "os.PathLike[str]"]
     allow_http: bool
@@ -277,6 +293,8 @@ class IndexOptions(TypedDict, total=False):
     chunk_cache: Union[int, str]
     endpoint_url: Union[str, "os.PathLike[str]"]
     region: Union[str, "os.PathLike[str]"]
+    request_payer: bool
+    billing_project: Union[str, "os.PathLike[str]"]
     no_sign_request: bool
     profile: Union[str, "os.PathLike[str]"]
     allow_http: bool

@@ -8,7 +8,8 @@
 //! take it (no quotes, no expansion: the value is the rest of the line); blank lines and lines
 //! starting with `#` are skipped. Only the variables the stores read are taken (the
 //! allow-list, [`ALLOWED`]): a line naming another is refused, so the file cannot set `PATH`,
-//! `LD_PRELOAD` or `HOME` for the daemon.
+//! `LD_PRELOAD` or `HOME` for the daemon. A variable already in the environment is kept; the
+//! file's `LOOSEFS_*` variables act as the options' own (`main` reads the command line again).
 
 use anyhow::{Context, Result, bail};
 use std::path::Path;

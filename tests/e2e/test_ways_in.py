@@ -188,6 +188,24 @@ def test_s3_endpoint_from_the_variable_and_from_the_profile(moto, sample, tmp_pa
         m.assert_secret_free(servers.SECRET_KEY)
 
 
+def test_an_env_file_gives_the_daemon_its_store_settings_and_keys(moto, sample, tmp_path):
+    """`--env-file` (as the Slurm prolog hands the site's file): the keys, the endpoint and a
+    LOOSEFS_* option (plain http allowed) from the file, nothing on the command line; a variable
+    the file may not set is refused naming its line, never its value."""
+    need_mount()
+    _, source, _ = sample
+    f = tmp_path / "site.env"
+    f.write_text(f"# the site's\nAWS_ACCESS_KEY_ID={servers.ACCESS_KEY}\nAWS_SECRET_ACCESS_KEY={servers.SECRET_KEY}\n"
+                 f"AWS_ENDPOINT_URL_S3={moto.endpoint}\nLOOSEFS_ALLOW_HTTP=true\n")
+    f.chmod(0o600)
+    with Run("s3://data/data.pack", tmp_path, "--env-file", str(f), env=offline_env(tmp_path / "home")) as m:
+        same_files(m.mnt, source)
+        m.assert_secret_free(servers.SECRET_KEY)
+    f.write_text("AWS_REGION=us-east-1\nLD_PRELOAD=/tmp/evil.so\n")
+    m = Run("s3://data/data.pack", tmp_path, "--env-file", str(f), env=offline_env(tmp_path / "home"), check=False)
+    assert m.r.returncode == 2 and "line 2" in m.r.stderr and "evil" not in m.r.stderr, m.r.stderr
+
+
 def test_s3_a_bucket_in_another_region_is_read_with_no_region_given(moto, sample, tmp_path):
     """The stand-in refuses any request to `faraway` signed for another region than eu-west-3,
     as S3 does (a HEAD: the region in a header; a GET or a listing: in the error document).
